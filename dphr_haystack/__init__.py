@@ -1,0 +1,46 @@
+"""dphr_haystack: dense phrase retrieval (DensePhrases) for Haystack 1.x.
+
+The core (model, phrase dump, phrase index, search) needs no Haystack. When farm-haystack is installed,
+importing this package also registers the Haystack nodes (``PhraseRetriever``, ``PhraseDocumentStore``, …)
+so that ``Pipeline.load_from_yaml`` finds them; set ``DPHR_HAYSTACK_NODES=0`` to skip that.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from .codec import VectorCodec
+from .config import PhraseModelConfig
+from .corpus import CorpusStats, Passage, read_corpus
+from .dump import PhraseShard, dump_phrases, encode_shard, list_shards
+from .errors import (
+    CorpusFormatError,
+    DphrError,
+    EmptyCorpusError,
+    IndexLoadError,
+    InvalidParameterError,
+    InvalidQueryError,
+    ModelLoadError,
+    ModelMismatchError,
+)
+from .index import PhraseIndex
+from .model import PhraseModel, resolve_base
+from .search import DocumentHit, PassageHit, PhraseHit, PhraseSearcher
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CorpusFormatError", "CorpusStats", "DocumentHit", "DphrError", "EmptyCorpusError", "IndexLoadError",
+    "InvalidParameterError", "InvalidQueryError", "ModelLoadError", "ModelMismatchError", "Passage", "PassageHit",
+    "PhraseHit", "PhraseIndex", "PhraseModel", "PhraseModelConfig", "PhraseSearcher", "PhraseShard", "VectorCodec",
+    "dump_phrases", "encode_shard", "list_shards", "read_corpus", "resolve_base",
+]
+
+if os.environ.get("DPHR_HAYSTACK_NODES", "1") != "0" and importlib.util.find_spec("haystack") is not None:
+    os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+    from . import nodes as nodes  # noqa: F401  (registers the Haystack node classes for YAML)
+    from .nodes import *  # noqa: F401,F403
+    from .nodes import __all__ as _node_names
+
+    __all__ += list(_node_names)

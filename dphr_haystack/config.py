@@ -1,0 +1,94 @@
+"""The phrase model's configuration: every setting that changes what the model outputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .errors import InvalidParameterError, ModelLoadError
+
+TOKEN_TYPE_MODES = ("all_one", "pair", "all_zero")
+QUERY_LAYOUTS = ("separate", "shared")
+CONFIG_FORMAT_VERSION = 1
+
+
+@dataclass
+class PhraseModelConfig:
+    """Input conventions and layout of a phrase model. Saved as ``dphr_config.json`` beside the weights.
+
+    Args:
+        max_passage_length: Subword window length for passages ([CLS] title [SEP] context [SEP]).
+        passage_stride: Overlap in context subwords between consecutive windows of a long passage.
+        append_title: Put the title before the context, as DensePhrases does.
+        max_title_length: Title subwords kept (DensePhrases: 10).
+        passage_token_type: ``all_one`` (DensePhrases v1.0: every passage token has segment 1),
+            ``pair`` (title segment 0, context segment 1, DensePhrases v1.1) or ``all_zero``.
+        max_query_length: Query subwords kept, [CLS] and [SEP] included (DensePhrases: 64).
+        strip_question_mark: Drop one trailing ``?`` from queries, as DensePhrases does.
+        max_answer_length: Default longest phrase in subwords (end − start < this).
+        query_layout: ``separate`` (three encoders, the DensePhrases layout) or ``shared`` (one query
+            encoder whose [CLS] state feeds two linear heads).
+        base_model: Where the encoders were initialised from (informational).
+    """
+
+    max_passage_length: int = 384
+    passage_stride: int = 128
+    append_title: bool = True
+    max_title_length: int = 10
+    passage_token_type: Literal["all_one", "pair", "all_zero"] = "all_one"
+    max_query_length: int = 64
+    strip_question_mark: bool = True
+    max_answer_length: int = 10
+    query_layout: Literal["separate", "shared"] = "separate"
+    base_model: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise InvalidParameterError on a setting outside its range."""
+        if self.passage_token_type not in TOKEN_TYPE_MODES:
+            raise InvalidParameterError(
+                f"passage_token_type={self.passage_token_type!r}; valid: {', '.join(TOKEN_TYPE_MODES)}"
+            )
+        if self.query_layout not in QUERY_LAYOUTS:
+            raise InvalidParameterError(f"query_layout={self.query_layout!r}; valid: {', '.join(QUERY_LAYOUTS)}")
+        if self.max_passage_length < 16:
+            raise InvalidParameterError(f"max_passage_length must be >= 16, got {self.max_passage_length}")
+        if not 0 <= self.passage_stride < self.max_passage_length // 2:
+            raise InvalidParameterError(
+                f"passage_stride must be in [0, max_passage_length/2), got {self.passage_stride}"
+            )
+        if self.max_title_length < 0 or self.max_query_length < 3 or self.max_answer_length < 1:
+            raise InvalidParameterError("max_title_length >= 0, max_query_length >= 3, max_answer_length >= 1")
+
+    def passage_side(self) -> dict[str, Any]:
+        """The settings that change phrase vectors (part of an index's model fingerprint)."""
+        keys = ("max_passage_length", "passage_stride", "append_title", "max_title_length", "passage_token_type")
+        return {k: getattr(self, k) for k in keys}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format_version": CONFIG_FORMAT_VERSION, **dataclasses.asdict(self)}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> PhraseModelConfig:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"cannot read model config {path}: {exc}") from exc
+        version = data.pop("format_version", None)
+        if version != CONFIG_FORMAT_VERSION:
+            raise ModelLoadError(f"{path}: config format version {version!r}, this library reads {CONFIG_FORMAT_VERSION}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ModelLoadError(f"{path}: unknown config keys {unknown}")
+        return cls(**data)

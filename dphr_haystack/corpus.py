@@ -1,0 +1,147 @@
+"""Passages in, from SQuAD JSON, JSONL ``{id, title, text}`` or Python objects (streamed, never all in memory)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from .errors import CorpusFormatError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One retrievable unit of text. ``document_id`` groups passages into documents (defaults to ``id``)."""
+
+    id: str
+    text: str
+    title: str = ""
+    document_id: str = ""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.document_id:
+            object.__setattr__(self, "document_id", self.id)
+
+
+@dataclass
+class CorpusStats:
+    """What a reader saw: passages yielded and passages skipped for having no text."""
+
+    passages: int = 0
+    skipped_empty: int = 0
+
+
+def _open_text(path: Path) -> IO[str]:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open("r", encoding="utf-8")
+
+
+def _squad_passages(data: Mapping[str, Any], path: Path) -> Iterator[dict[str, Any]]:
+    for a_idx, article in enumerate(data.get("data", [])):
+        title = str(article.get("title", ""))
+        for p_idx, paragraph in enumerate(article.get("paragraphs", [])):
+            yield {
+                "id": f"{title or 'article'}-{a_idx}-{p_idx}",
+                "document_id": title or f"article-{a_idx}",
+                "title": title,
+                "text": paragraph.get("context", ""),
+            }
+
+
+def _jsonl_records(handle: IO[str], path: Path) -> Iterator[dict[str, Any]]:
+    for line_no, line in enumerate(handle, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise CorpusFormatError(f"{path}:{line_no}: not a JSON object ({exc})") from exc
+        if not isinstance(record, dict):
+            raise CorpusFormatError(f"{path}:{line_no}: expected a JSON object with id/title/text")
+        yield record
+
+
+def read_corpus(source: str | Path | Iterable[Any], stats: CorpusStats | None = None) -> Iterator[Passage]:
+    """Stream passages from a file path or from Python objects.
+
+    Files: SQuAD-format JSON (``{"data": [{"title", "paragraphs": [{"context"}]}]}``, passage ids
+    ``title-article-paragraph``, document id = title) or JSON lines ``{"id", "title", "text"}`` (optional
+    ``document_id``, ``meta``); ``.gz`` is read transparently. Objects: :class:`Passage`, mappings with the
+    JSONL keys, or plain strings (ids are their position). Passages without text are skipped and counted
+    in ``stats.skipped_empty``.
+    """
+    stats = stats if stats is not None else CorpusStats()
+    if isinstance(source, (str, Path)):
+        records: Iterable[Any] = _read_file(Path(source))
+    else:
+        records = source
+    seen_ids: set[str] = set()
+    for position, record in enumerate(records):
+        passage = _to_passage(record, position)
+        if not passage.text or not passage.text.strip():
+            stats.skipped_empty += 1
+            continue
+        if passage.id in seen_ids:
+            raise CorpusFormatError(f"duplicate passage id {passage.id!r} in the corpus")
+        seen_ids.add(passage.id)
+        stats.passages += 1
+        yield passage
+    if stats.skipped_empty:
+        logger.warning("skipped %d passages without text", stats.skipped_empty)
+
+
+def _read_file(path: Path) -> Iterator[Any]:
+    if not path.is_file():
+        raise CorpusFormatError(f"corpus file not found: {path}")
+    with _open_text(path) as handle:
+        first_line = handle.readline()
+        while first_line and not first_line.strip():
+            first_line = handle.readline()
+        if not first_line:
+            return
+        handle.seek(0)
+        try:
+            first = json.loads(first_line)
+        except ValueError:
+            first = None
+        if isinstance(first, dict) and "data" not in first:
+            yield from _jsonl_records(handle, path)  # JSON lines: streamed line by line
+            return
+        try:
+            data = json.load(handle)
+        except ValueError as exc:
+            raise CorpusFormatError(f"{path}: neither SQuAD JSON nor JSON lines ({exc})") from exc
+        if isinstance(data, dict) and isinstance(data.get("data"), list):
+            yield from _squad_passages(data, path)
+        elif isinstance(data, list):
+            yield from data
+        else:
+            raise CorpusFormatError(f"{path}: expected SQuAD JSON ({{\"data\": [...]}}), a JSON list or JSON lines")
+
+
+def _to_passage(record: Any, position: int) -> Passage:
+    if isinstance(record, Passage):
+        return record
+    if isinstance(record, str):
+        return Passage(id=str(position), text=record)
+    if isinstance(record, Mapping):
+        text = record.get("text", record.get("content", record.get("context")))
+        if text is not None and not isinstance(text, str):
+            raise CorpusFormatError(f"record {position}: text must be a string, got {type(text).__name__}")
+        pid = record.get("id", position)
+        return Passage(
+            id=str(pid),
+            text=text or "",
+            title=str(record.get("title", "") or ""),
+            document_id=str(record.get("document_id", "") or ""),
+            meta=dict(record.get("meta", {}) or {}),
+        )
+    raise CorpusFormatError(f"record {position}: expected Passage, mapping or str, got {type(record).__name__}")

@@ -1,0 +1,211 @@
+"""Phrase dump: passages → filtered token vectors with character offsets, in resumable shards.
+
+A shard is a directory holding ``vectors.npy`` (float16 or int8, consecutive per passage),
+``tokens.npy`` (per stored token: passage, subword position, char start, char end), ``passages.jsonl``
+and, written last, ``shard.json``. A shard without ``shard.json`` is incomplete and is redone on resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .codec import VectorCodec
+from .corpus import CorpusStats, Passage, read_corpus
+from .errors import EmptyCorpusError, IndexLoadError, ModelMismatchError
+from .model import PhraseModel
+
+logger = logging.getLogger(__name__)
+
+TOKEN_DTYPE = np.dtype([("passage", "<i8"), ("position", "<i4"), ("char_start", "<i4"), ("char_end", "<i4")])
+DUMP_FORMAT_VERSION = 1
+
+
+@dataclass
+class PhraseShard:
+    """Stored token vectors of a run of passages. ``tokens['passage']`` indexes ``passages`` (local)."""
+
+    vectors: np.ndarray  # (n, d) stored dtype
+    tokens: np.ndarray  # (n,) TOKEN_DTYPE
+    passages: list[dict[str, Any]]  # id, document_id, title, text, meta, num_context_tokens
+    codec: VectorCodec = field(default_factory=VectorCodec)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def save(self, path: str | Path) -> None:
+        """Write the shard atomically: a temporary directory renamed into place."""
+        path = Path(path)
+        tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        np.save(tmp / "vectors.npy", self.vectors, allow_pickle=False)
+        np.save(tmp / "tokens.npy", self.tokens, allow_pickle=False)
+        with (tmp / "passages.jsonl").open("w", encoding="utf-8") as handle:
+            for record in self.passages:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        meta = {"format_version": DUMP_FORMAT_VERSION, "num_vectors": len(self.tokens),
+                "num_passages": len(self.passages), "codec": self.codec.to_dict(),
+                "passage_ids_sha256": passage_ids_digest(r["id"] for r in self.passages)}
+        (tmp / "shard.json").write_text(json.dumps(meta, indent=1))
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> PhraseShard:
+        path = Path(path)
+        meta_path = path / "shard.json"
+        try:
+            meta = json.loads(meta_path.read_text())
+            vectors = np.load(path / "vectors.npy", mmap_mode="r", allow_pickle=False)
+            tokens = np.load(path / "tokens.npy", allow_pickle=False)
+            with (path / "passages.jsonl").open(encoding="utf-8") as handle:
+                passages = [json.loads(line) for line in handle]
+        except (OSError, ValueError) as exc:
+            raise IndexLoadError(f"incomplete or corrupted shard {path}: {exc}") from exc
+        if meta.get("format_version") != DUMP_FORMAT_VERSION:
+            raise IndexLoadError(f"{meta_path}: dump format {meta.get('format_version')!r}, expected {DUMP_FORMAT_VERSION}")
+        if len(vectors) != meta["num_vectors"] or len(tokens) != meta["num_vectors"] or len(passages) != meta["num_passages"]:
+            raise IndexLoadError(f"{path}: shard files disagree with {meta_path} (truncated?)")
+        return cls(vectors, tokens, passages, VectorCodec(**meta["codec"]))
+
+
+def passage_ids_digest(ids: Iterable[str]) -> str:
+    digest = hashlib.sha256()
+    for pid in ids:
+        digest.update(pid.encode("utf-8") + b"\0")
+    return digest.hexdigest()
+
+
+def encode_shard(model: PhraseModel, passages: Sequence[Passage], codec: VectorCodec,
+                 filter_threshold: float | None = None, batch_size: int = 32) -> PhraseShard:
+    """Encode passages and keep the tokens whose start or end filter logit exceeds ``filter_threshold``.
+
+    With no threshold every context token is kept. A passage whose tokens are all filtered keeps its
+    first token (as DensePhrases does), so every passage stays retrievable.
+    """
+    encoded = model.encode_passages([p.text for p in passages], [p.title for p in passages], batch_size=batch_size)
+    vec_parts, tok_parts, records = [], [], []
+    for local, (passage, enc) in enumerate(zip(passages, encoded)):
+        n = len(enc.vectors)
+        if filter_threshold is None or n == 0:
+            keep = np.arange(n)
+        else:
+            keep = np.nonzero(enc.filter_logits.max(axis=1) > filter_threshold)[0]
+            if keep.size == 0:
+                keep = np.zeros(1, dtype=np.int64)
+        tokens = np.zeros(len(keep), dtype=TOKEN_DTYPE)
+        tokens["passage"] = local
+        tokens["position"] = keep
+        tokens["char_start"] = enc.char_offsets[keep, 0]
+        tokens["char_end"] = enc.char_offsets[keep, 1]
+        vec_parts.append(enc.vectors[keep])
+        tok_parts.append(tokens)
+        records.append({"id": passage.id, "document_id": passage.document_id, "title": passage.title,
+                        "text": passage.text, "meta": dict(passage.meta), "num_context_tokens": n})
+    d = model.hidden_size
+    vectors = np.concatenate(vec_parts) if vec_parts else np.zeros((0, d), np.float32)
+    tokens = np.concatenate(tok_parts) if tok_parts else np.zeros(0, TOKEN_DTYPE)
+    return PhraseShard(codec.encode(vectors), tokens, records, codec)
+
+
+def chunked(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    iterator = iter(items)
+    while chunk := list(islice(iterator, size)):
+        yield chunk
+
+
+@dataclass
+class DumpSummary:
+    """What a dump run did."""
+
+    shards: list[Path]
+    encoded_shards: int
+    skipped_shards: int
+    passages: int
+    skipped_empty: int
+    vectors: int
+
+
+def dump_phrases(model: PhraseModel, corpus: str | Path | Iterable[Any], out_dir: str | Path,
+                 shard_size: int = 1000, filter_threshold: float | None = None, dtype: str = "float16",
+                 batch_size: int = 32, progress: bool = True, worker: int = 0, num_workers: int = 1) -> DumpSummary:
+    """Encode a corpus into shards under ``out_dir``; re-running skips every complete shard.
+
+    Shard ``i`` holds passages ``[i·shard_size, (i+1)·shard_size)`` of the corpus; worker ``w`` of
+    ``num_workers`` encodes the shards with ``i % num_workers == w``, so independent processes (or
+    machines) can split one dump. ``dump.json`` records the model fingerprint and settings; resuming
+    with another model or other settings fails instead of mixing vectors.
+    """
+    from tqdm.auto import tqdm
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fingerprint = model.phrase_fingerprint()
+    settings = {"model_fingerprint": fingerprint, "filter_threshold": filter_threshold, "dtype": dtype,
+                "shard_size": shard_size, "model_config": model.config.to_dict(), "dim": model.hidden_size,
+                "format_version": DUMP_FORMAT_VERSION}
+    _check_or_write_dump_settings(out / "dump.json", settings)
+    stats = CorpusStats()
+    codec: VectorCodec | None = _existing_codec(out) if dtype == "int8" else VectorCodec(dtype)
+    shards, encoded, skipped, vectors = [], 0, 0, 0
+    bar = tqdm(desc="phrase dump", unit="passage", disable=not progress)
+    for shard_no, chunk in enumerate(chunked(read_corpus(corpus, stats), shard_size)):
+        if shard_no % num_workers != worker:
+            continue
+        path = out / f"shard-{shard_no:06d}"
+        digest = passage_ids_digest(p.id for p in chunk)
+        meta_path = path / "shard.json"
+        if meta_path.is_file() and json.loads(meta_path.read_text()).get("passage_ids_sha256") == digest:
+            skipped += 1
+            vectors += json.loads(meta_path.read_text())["num_vectors"]
+        else:
+            if codec is None:
+                first = model.encode_passages([p.text for p in chunk[:64]], [p.title for p in chunk[:64]], batch_size)
+                codec = VectorCodec.calibrate("int8", np.concatenate([e.vectors for e in first]))
+            shard = encode_shard(model, chunk, codec, filter_threshold, batch_size)
+            shard.save(path)
+            encoded += 1
+            vectors += len(shard)
+        shards.append(path)
+        bar.update(len(chunk))
+    bar.close()
+    if stats.passages == 0:
+        raise EmptyCorpusError(f"the corpus has no passage with text ({stats.skipped_empty} empty ones skipped)")
+    return DumpSummary(shards, encoded, skipped, stats.passages, stats.skipped_empty, vectors)
+
+
+def _check_or_write_dump_settings(path: Path, settings: dict[str, Any]) -> None:
+    if path.is_file():
+        previous = json.loads(path.read_text())
+        for key in ("model_fingerprint", "filter_threshold", "dtype", "shard_size", "dim"):
+            if previous.get(key) != settings[key]:
+                raise ModelMismatchError(
+                    f"{path}: existing dump has {key}={previous.get(key)!r}, this run {settings[key]!r}; "
+                    "use another output directory or the same settings"
+                )
+        return
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(settings, indent=1))
+    os.replace(tmp, path)
+
+
+def _existing_codec(out: Path) -> VectorCodec | None:
+    for meta_path in sorted(out.glob("shard-*/shard.json")):
+        return VectorCodec(**json.loads(meta_path.read_text())["codec"])
+    return None
+
+
+def list_shards(dump_dir: str | Path) -> list[Path]:
+    """Complete shards of a dump directory, in corpus order."""
+    return sorted(p.parent for p in Path(dump_dir).glob("shard-*/shard.json"))

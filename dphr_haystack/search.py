@@ -1,0 +1,232 @@
+"""Span search over a PhraseIndex: MIPS for start and end tokens, then exact span scoring.
+
+For each query, FAISS returns the top-c start tokens (by q_s·h) and top-c end tokens (by q_e·h). Each
+start hit i is paired with its best end j in the same passage with 0 ≤ pos(j) − pos(i) < L, each end
+hit with its best start, scoring s(i, j) = q_s·h_i + q_e·h_j exactly from the stored vectors
+(DensePhrases' ``search_phrase``). Passages score their best phrase (Lee et al. 2021b, Eq. 3),
+documents their best passage. When deleted or filtered-out passages leave fewer than k results, c is
+doubled and the search repeated, until k results or the whole index has been seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidParameterError, InvalidQueryError
+from .index import PhraseIndex
+
+UNITS = ("phrase", "passage", "document")
+
+
+@dataclass(frozen=True)
+class PhraseHit:
+    """A phrase answer: ``text == passage_text[start:end]``."""
+
+    text: str
+    score: float
+    passage_id: str
+    document_id: str
+    title: str
+    start: int  # char offset in the passage text
+    end: int
+    start_score: float = 0.0
+    end_score: float = 0.0
+    start_token: int = 0  # subword position of the first and last token in the passage context
+    end_token: int = 0
+    passage_row: int = field(default=0, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class PassageHit:
+    """A passage ranked by its best phrase."""
+
+    passage_id: str
+    document_id: str
+    title: str
+    text: str
+    score: float
+    best_phrase: PhraseHit
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class DocumentHit:
+    """A document ranked by its best passage."""
+
+    document_id: str
+    title: str
+    score: float
+    best_passage: PassageHit
+
+
+Hit = PhraseHit | PassageHit | DocumentHit
+
+
+def check_unit(unit: str) -> str:
+    if unit not in UNITS:
+        raise InvalidParameterError(f"unknown retrieval unit {unit!r}; valid units: {', '.join(UNITS)}")
+    return unit
+
+
+class PhraseSearcher:
+    """Searches a :class:`PhraseIndex` with a phrase model's query encoders.
+
+    Example:
+        >>> searcher = PhraseSearcher(index, model)
+        >>> searcher.search("Who wrote Hamlet?", unit="phrase", top_k=5)[0].text
+    """
+
+    def __init__(self, index: PhraseIndex, model=None, max_answer_length: int | None = None,
+                 query_batch_size: int = 64) -> None:
+        self.index = index
+        self.model = model
+        self.max_answer_length = max_answer_length or (model.config.max_answer_length if model is not None else 10)
+        if self.max_answer_length < 1:
+            raise InvalidParameterError(f"max_answer_length must be >= 1, got {self.max_answer_length}")
+        self.query_batch_size = query_batch_size
+
+    def search(self, query: str, unit: str = "phrase", top_k: int = 10,
+               allowed_passages: np.ndarray | None = None) -> list[Hit]:
+        """Top-k phrases, passages or documents for one query."""
+        return self.search_batch([query], unit, top_k, allowed_passages)[0]
+
+    def search_batch(self, queries: Sequence[str], unit: str = "phrase", top_k: int = 10,
+                     allowed_passages: np.ndarray | None = None) -> list[list[Hit]]:
+        """Top-k results per query; queries are encoded in batches. Raises InvalidQueryError on empty ones."""
+        if self.model is None:
+            raise InvalidParameterError("PhraseSearcher needs a model to encode text queries")
+        if isinstance(queries, str):
+            raise InvalidQueryError("search_batch takes a list of queries, not one string")
+        q_start, q_end = self.model.encode_queries(list(queries), batch_size=self.query_batch_size)
+        return self.search_vectors(q_start, q_end, unit, top_k, allowed_passages)
+
+    def search_vectors(self, q_start: np.ndarray, q_end: np.ndarray, unit: str = "phrase", top_k: int = 10,
+                       allowed_passages: np.ndarray | None = None, candidates: int | None = None) -> list[list[Hit]]:
+        """Search with precomputed query vectors (n, d). ``candidates`` fixes c (no doubling)."""
+        check_unit(unit)
+        if top_k < 1:
+            raise InvalidParameterError(f"top_k must be >= 1, got {top_k}")
+        q_start = np.ascontiguousarray(q_start, dtype=np.float32)
+        q_end = np.ascontiguousarray(q_end, dtype=np.float32)
+        n_queries, total = len(q_start), len(self.index)
+        results: list[list[Hit]] = [[] for _ in range(n_queries)]
+        if n_queries == 0 or total == 0:
+            return results
+        allowed = ~self.index.deleted
+        if allowed_passages is not None:
+            allowed = allowed & np.asarray(allowed_passages, dtype=bool)
+        if not allowed.any():
+            return results
+        c = min(candidates or (top_k if unit == "phrase" else 2 * top_k), total)
+        pending = np.arange(n_queries)
+        while len(pending):
+            scores, ids = self.index.faiss_index.search(np.concatenate([q_start[pending], q_end[pending]]), c)
+            still = []
+            for pos, qi in enumerate(pending):
+                phrases = self._spans(q_start[qi], q_end[qi], ids[pos], ids[pos + len(pending)], allowed)
+                hits = _aggregate(self.index, phrases, unit, top_k)
+                results[qi] = hits
+                if len(hits) < top_k and c < total and candidates is None:
+                    still.append(qi)
+            pending = np.asarray(still, dtype=np.int64)
+            c = min(2 * c, total)
+        return results
+
+    def _spans(self, qs: np.ndarray, qe: np.ndarray, start_ids: np.ndarray, end_ids: np.ndarray,
+               allowed: np.ndarray) -> list[tuple[float, int, int, float, float]]:
+        """Best span for every start hit and every end hit: (score, start row, end row, s_score, e_score)."""
+        L = self.max_answer_length
+        tokens = self.index.tokens
+        total = len(tokens)
+        start_ids = np.unique(start_ids[start_ids >= 0])
+        end_ids = np.unique(end_ids[end_ids >= 0])
+        offsets = np.arange(L)
+        # Candidate (start, end) pairs: right of each start hit, left of each end hit.
+        s_from_start = np.repeat(start_ids, L)
+        e_from_start = (start_ids[:, None] + offsets[None, :]).ravel()
+        e_from_end = np.repeat(end_ids, L)
+        s_from_end = (end_ids[:, None] - offsets[None, :]).ravel()
+        starts = np.concatenate([s_from_start, s_from_end])
+        ends = np.concatenate([e_from_start, e_from_end])
+        in_range = (starts >= 0) & (ends < total)
+        starts, ends = starts[in_range], ends[in_range]
+        s_tok, e_tok = tokens[starts], tokens[ends]
+        valid = (
+            (s_tok["passage"] == e_tok["passage"])
+            & (e_tok["position"] >= s_tok["position"])
+            & (e_tok["position"] - s_tok["position"] < L)
+        )
+        starts, ends = starts[valid], ends[valid]
+        if len(starts) == 0:
+            return []
+        passage_rows = tokens["passage"][starts]
+        keep = allowed[passage_rows]
+        starts, ends = starts[keep], ends[keep]
+        if len(starts) == 0:
+            return []
+        rows = np.unique(np.concatenate([starts, ends]))
+        vecs = self.index.vectors(rows)
+        start_scores_by_row = vecs @ qs
+        end_scores_by_row = vecs @ qe
+        s_scores = start_scores_by_row[np.searchsorted(rows, starts)]
+        e_scores = end_scores_by_row[np.searchsorted(rows, ends)]
+        scores = s_scores + e_scores
+        pairs = np.unique(np.stack([starts, ends], axis=1), axis=0, return_index=True)[1]
+        starts, ends, scores, s_scores, e_scores = starts[pairs], ends[pairs], scores[pairs], s_scores[pairs], e_scores[pairs]
+        # Keep, for each start hit, its best end and, for each end hit, its best start.
+        chosen = set()
+        chosen |= _argmax_groups(starts, scores, np.isin(starts, start_ids))
+        chosen |= _argmax_groups(ends, scores, np.isin(ends, end_ids))
+        idx = np.fromiter(chosen, dtype=np.int64)
+        return [(float(scores[i]), int(starts[i]), int(ends[i]), float(s_scores[i]), float(e_scores[i])) for i in idx]
+
+
+def _argmax_groups(keys: np.ndarray, scores: np.ndarray, mask: np.ndarray) -> set[int]:
+    """Indices of the best-scoring element per key among masked elements (ties: lowest index)."""
+    idx = np.nonzero(mask)[0]
+    if len(idx) == 0:
+        return set()
+    order = idx[np.lexsort((idx, -scores[idx], keys[idx]))]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = keys[order][1:] != keys[order][:-1]
+    return set(order[first].tolist())
+
+
+def _make_phrase(index: PhraseIndex, score: float, s: int, e: int, s_score: float, e_score: float) -> PhraseHit:
+    tokens = index.tokens
+    row = int(tokens["passage"][s])
+    passage = index.passages[row]
+    start, end = int(tokens["char_start"][s]), int(tokens["char_end"][e])
+    return PhraseHit(
+        text=passage["text"][start:end], score=score, passage_id=passage["id"], document_id=passage["document_id"],
+        title=passage.get("title", ""), start=start, end=end, start_score=s_score, end_score=e_score,
+        start_token=int(tokens["position"][s]), end_token=int(tokens["position"][e]), passage_row=row,
+    )
+
+
+def _aggregate(index: PhraseIndex, phrases: list[tuple[float, int, int, float, float]], unit: str, top_k: int) -> list[Hit]:
+    """Sort phrases deterministically, then keep the best per phrase, passage or document."""
+    tokens = index.tokens
+    ranked = sorted(phrases, key=lambda p: (-p[0], int(tokens["passage"][p[1]]), p[1], p[2]))
+    if unit == "phrase":
+        return [_make_phrase(index, *p) for p in ranked[:top_k]]
+    out: list[Hit] = []
+    seen: set[str] = set()
+    for p in ranked:
+        row = int(tokens["passage"][p[1]])
+        passage = index.passages[row]
+        key = passage["id"] if unit == "passage" else passage["document_id"]
+        if key in seen:
+            continue
+        seen.add(key)
+        phrase = _make_phrase(index, *p)
+        hit = PassageHit(passage["id"], passage["document_id"], passage.get("title", ""), passage["text"], p[0],
+                         phrase, dict(passage.get("meta") or {}))
+        out.append(hit if unit == "passage" else DocumentHit(passage["document_id"], passage.get("title", ""), p[0], hit))
+        if len(out) == top_k:
+            break
+    return out

