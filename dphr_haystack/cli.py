@@ -1,0 +1,181 @@
+"""``dphr``: create phrase models, index corpora and search phrase indexes from the shell.
+
+    dphr model init --base minilm --out models/minilm-phrase
+    dphr index --model models/minilm-phrase --corpus corpus.jsonl --out my-index
+    dphr search --index my-index --unit passage --top-k 5 "Who wrote Hamlet?"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from .config import PhraseModelConfig
+from .errors import DphrError
+from .search import UNITS
+
+logger = logging.getLogger("dphr")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dphr", description="Dense phrase retrieval: models, indexes, search.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    model = sub.add_parser("model", help="phrase model utilities").add_subparsers(dest="model_command", required=True)
+    init = model.add_parser("init", help="create an untrained phrase model from a BERT-family base")
+    init.add_argument("--base", required=True, help="base model directory or hub name; 'minilm' = offline all-MiniLM-L6-v2")
+    init.add_argument("--out", required=True, type=Path)
+    init.add_argument("--max-passage-length", type=int, default=PhraseModelConfig.max_passage_length)
+    init.add_argument("--passage-stride", type=int, default=None,
+                      help="overlap of long-passage windows (default: min(128, max length / 4))")
+    init.add_argument("--seed", type=int, default=0)
+    imp = model.add_parser("import-densephrases", help="convert a DensePhrases checkpoint (config.json + pytorch_model.bin)")
+    imp.add_argument("--checkpoint", required=True, type=Path)
+    imp.add_argument("--tokenizer", help="tokenizer directory (DensePhrases checkpoints ship none)")
+    imp.add_argument("--out", required=True, type=Path)
+
+    index = sub.add_parser("index", help="encode a corpus into a phrase index (resumable)")
+    index.add_argument("--model", required=True, type=Path)
+    index.add_argument("--corpus", required=True, type=Path, help="SQuAD JSON or JSON lines {id, title, text}; .gz ok")
+    index.add_argument("--out", required=True, type=Path)
+    index.add_argument("--filter-threshold", type=float, default=None, help="keep tokens whose filter logit exceeds T")
+    index.add_argument("--faiss-factory", default="Flat", help="any FAISS index_factory string (default Flat)")
+    index.add_argument("--dtype", default="float16", choices=["float16", "int8"])
+    index.add_argument("--batch-size", type=int, default=32)
+    index.add_argument("--chunk-size", type=int, default=512, help="passages per commit (the unit of resumption)")
+    index.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    index.add_argument("--no-progress", action="store_true")
+
+    search = sub.add_parser("search", help="search a phrase index")
+    search.add_argument("--index", required=True, type=Path)
+    search.add_argument("--model", type=Path, help="model directory (default: the one the index was built with)")
+    search.add_argument("--unit", default="phrase", help=f"one of {', '.join(UNITS)}")
+    search.add_argument("--top-k", type=int, default=10)
+    search.add_argument("--max-answer-length", type=int, default=None)
+    search.add_argument("--json", action="store_true", help="print results as JSON lines")
+    search.add_argument("query", nargs="+", help="one or more questions")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        if args.command == "model":
+            return _model(args)
+        if args.command == "index":
+            return _index(args)
+        return _search(args)
+    except DphrError as exc:
+        print(f"dphr: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        logger.warning("CUDA requested but not available; using the CPU")
+        return "cpu"
+    return name
+
+
+def _model(args: argparse.Namespace) -> int:
+    from .model import PhraseModel
+
+    if args.model_command == "init":
+        stride = args.passage_stride if args.passage_stride is not None else min(128, args.max_passage_length // 4)
+        config = PhraseModelConfig(max_passage_length=args.max_passage_length, passage_stride=stride)
+        model = PhraseModel.from_base(args.base, config, seed=args.seed)
+    else:
+        model = PhraseModel.from_densephrases(args.checkpoint, tokenizer=args.tokenizer)
+    model.save(args.out)
+    print(f"saved phrase model to {args.out} (fingerprint {model.phrase_fingerprint()[:12]})")
+    return 0
+
+
+def _index(args: argparse.Namespace) -> int:
+    from .index import MANIFEST, PhraseIndex
+    from .model import PhraseModel
+
+    model = PhraseModel.load(args.model, device=_device(args.device))
+    started = time.perf_counter()
+    if (args.out / MANIFEST).is_file():
+        index = PhraseIndex.load(args.out, model=model)
+        print(f"resuming {args.out}: {index.num_passages} passages already indexed")
+        duplicates = "skip"
+    else:
+        index = PhraseIndex.create(model, path=args.out, faiss_factory=args.faiss_factory,
+                                   filter_threshold=args.filter_threshold, dtype=args.dtype,
+                                   model_path=str(args.model.resolve()))
+        duplicates = "fail"
+    stats = index.add_passages(args.corpus, model, batch_size=args.batch_size, chunk_size=args.chunk_size,
+                               duplicates=duplicates, progress=not args.no_progress)
+    elapsed = time.perf_counter() - started
+    print(f"indexed {index.num_passages} passages ({len(index)} phrase vectors, "
+          f"{len(index) / max(index.num_passages, 1):.1f} per passage) in {elapsed:.1f}s; "
+          f"skipped {stats.skipped_empty} without text -> {args.out}")
+    return 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    from .index import PhraseIndex
+    from .model import PhraseModel
+    from .search import PhraseSearcher, check_unit
+
+    check_unit(args.unit)
+    index = PhraseIndex.load(args.index)
+    model_dir = args.model or index.manifest.get("model_path")
+    if not model_dir:
+        print("dphr: error: the index does not record its model; pass --model", file=sys.stderr)
+        return 2
+    model = PhraseModel.load(model_dir)
+    if model.phrase_fingerprint() != index.model_fingerprint:
+        from .errors import ModelMismatchError
+
+        raise ModelMismatchError(f"{model_dir}: phrase encoder differs from the one {args.index} was built with")
+    searcher = PhraseSearcher(index, model, max_answer_length=args.max_answer_length)
+    results = searcher.search_batch(args.query, unit=args.unit, top_k=args.top_k)
+    for query, hits in zip(args.query, results):
+        if args.json:
+            print(json.dumps({"query": query, "unit": args.unit, "results": [_jsonable(h) for h in hits]}, ensure_ascii=False))
+            continue
+        print(f"Q: {query}")
+        for rank, hit in enumerate(hits, 1):
+            print(f"  {rank:>2}. {_describe(hit)}")
+    return 0
+
+
+def _jsonable(hit) -> dict:
+    data = asdict(hit)
+    data.pop("passage_row", None)
+    for key in ("best_phrase", "best_passage"):
+        if isinstance(data.get(key), dict):
+            data[key].pop("passage_row", None)
+            if isinstance(data[key].get("best_phrase"), dict):
+                data[key]["best_phrase"].pop("passage_row", None)
+    return data
+
+
+def _describe(hit) -> str:
+    from .search import DocumentHit, PassageHit
+
+    if isinstance(hit, DocumentHit):
+        return f"[{hit.score:.2f}] document {hit.document_id!r}: {hit.best_passage.best_phrase.text!r}"
+    if isinstance(hit, PassageHit):
+        snippet = hit.text[:100].replace("\n", " ")
+        return f"[{hit.score:.2f}] {hit.passage_id} ({hit.best_phrase.text!r}): {snippet}…"
+    return f"[{hit.score:.2f}] {hit.text!r}  ({hit.passage_id}, chars {hit.start}-{hit.end})"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""PhraseIndex: round trips, incremental add = rebuild, deletes, filter, codecs, FAISS types, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dphr_haystack import (
+    CorpusStats,
+    EmptyCorpusError,
+    IndexLoadError,
+    InvalidParameterError,
+    ModelMismatchError,
+    PhraseIndex,
+    PhraseSearcher,
+    VectorCodec,
+)
+from tests.conftest import tiny_passages
+
+pytestmark = pytest.mark.unit
+
+QUERIES = ["capital of france", "who wrote hamlet", "highest mountain", "python language"]
+
+
+def _top(index, model, unit="phrase", k=5):
+    return PhraseSearcher(index, model).search_batch(QUERIES, unit=unit, top_k=k)
+
+
+def test_save_load_gives_identical_results(tiny_model, tmp_path):
+    index = PhraseIndex.create(tiny_model)
+    index.add_passages(tiny_passages(), tiny_model, progress=False)
+    index.save(tmp_path / "idx")
+    loaded = PhraseIndex.load(tmp_path / "idx", model=tiny_model)
+    assert len(loaded) == len(index) and loaded.num_passages == 6
+    assert np.array_equal(np.asarray(loaded.vectors()), index.vectors())
+    for unit in ("phrase", "passage", "document"):
+        assert _top(loaded, tiny_model, unit) == _top(index, tiny_model, unit)
+
+
+def test_incremental_add_equals_full_rebuild(tiny_model, tmp_path):
+    full = PhraseIndex.create(tiny_model)
+    full.add_passages(tiny_passages(), tiny_model, progress=False)
+    incremental = PhraseIndex.create(tiny_model, path=tmp_path / "inc")
+    incremental.add_passages(tiny_passages()[:2], tiny_model, progress=False)
+    incremental = PhraseIndex.load(tmp_path / "inc", model=tiny_model)  # reopen between adds
+    incremental.add_passages(tiny_passages()[2:], tiny_model, chunk_size=1, progress=False)
+    assert np.array_equal(np.asarray(incremental.vectors()), full.vectors())
+    assert _top(incremental, tiny_model) == _top(full, tiny_model)
+    reopened = PhraseIndex.load(tmp_path / "inc", model=tiny_model)
+    assert _top(reopened, tiny_model, "passage") == _top(full, tiny_model, "passage")
+
+
+def test_delete_removes_phrases_and_persists(tiny_model, tmp_path):
+    index = PhraseIndex.create(tiny_model, path=tmp_path / "idx")
+    index.add_passages(tiny_passages(), tiny_model, progress=False)
+    assert index.delete_passages(["p0", "p3", "missing"]) == 2
+    for hits in _top(index, tiny_model, "passage", k=10):
+        assert {h.passage_id for h in hits} == {"p1", "p2", "p4", "p5"}
+    reopened = PhraseIndex.load(tmp_path / "idx")
+    assert reopened.num_live_passages == 4 and reopened.passage_row("p0") is None
+    assert _top(reopened, tiny_model, "passage") == _top(index, tiny_model, "passage")
+    assert reopened.delete_documents(["p1"]) == 1
+    assert PhraseIndex.load(tmp_path / "idx").num_live_passages == 3
+
+
+def test_duplicate_policies(tiny_model):
+    index = PhraseIndex.create(tiny_model)
+    index.add_passages(tiny_passages()[:2], tiny_model, progress=False)
+    with pytest.raises(InvalidParameterError, match="p0"):
+        index.add_passages([{"id": "p0", "text": "new text"}], tiny_model, progress=False)
+    index.add_passages([{"id": "p0", "text": "new text"}], tiny_model, duplicates="skip", progress=False)
+    assert index.passages[index.passage_row("p0")]["text"] != "new text"
+    index.add_passages([{"id": "p0", "text": "new text"}], tiny_model, duplicates="overwrite", progress=False)
+    assert index.passages[index.passage_row("p0")]["text"] == "new text" and index.num_live_passages == 2
+    with pytest.raises(InvalidParameterError, match="fail, skip, overwrite"):
+        index.add_passages([{"id": "x", "text": "t"}], tiny_model, duplicates="bogus", progress=False)
+
+
+def test_empty_corpus_and_passages_without_text(tiny_model):
+    index = PhraseIndex.create(tiny_model)
+    with pytest.raises(EmptyCorpusError):
+        index.add_passages([], tiny_model, progress=False)
+    with pytest.raises(EmptyCorpusError, match="2 empty"):
+        index.add_passages([{"id": "a", "text": ""}, {"id": "b", "text": "  \n"}], tiny_model, progress=False)
+    stats = index.add_passages([{"id": "a", "text": ""}, {"id": "c", "text": "some text"}], tiny_model, progress=False)
+    assert isinstance(stats, CorpusStats) and (stats.passages, stats.skipped_empty) == (1, 1)
+
+
+def test_filter_threshold_shrinks_index_and_keeps_one_token(tiny_model):
+    with np.errstate(all="ignore"):
+        logits = tiny_model.encode_passages([p["text"] for p in tiny_passages()])
+    all_logits = np.concatenate([e.filter_logits.max(axis=1) for e in logits])
+    threshold = float(np.median(all_logits))
+    full = PhraseIndex.create(tiny_model)
+    full.add_passages(tiny_passages(), tiny_model, progress=False)
+    filtered = PhraseIndex.create(tiny_model, filter_threshold=threshold)
+    filtered.add_passages(tiny_passages(), tiny_model, progress=False)
+    assert len(filtered) == pytest.approx(int((all_logits > threshold).sum()), abs=6)
+    assert len(filtered) < len(full)
+    strict = PhraseIndex.create(tiny_model, filter_threshold=1e9)
+    strict.add_passages(tiny_passages(), tiny_model, progress=False)
+    assert len(strict) == 6 and np.all(strict.tokens["position"] == 0)  # one token kept per passage
+    hits = PhraseSearcher(filtered, tiny_model).search("capital", unit="phrase", top_k=3)
+    assert all(h.text for h in hits)
+
+
+def test_int8_codec_is_close_to_float(tiny_model):
+    codec = VectorCodec.calibrate("int8", np.random.default_rng(0).normal(size=(1000, 8)).astype(np.float32))
+    x = np.random.default_rng(1).normal(size=(50, 8)).astype(np.float32)
+    assert np.abs(codec.decode(codec.encode(x)) - x).max() < 0.05
+    index = PhraseIndex.create(tiny_model, dtype="int8")
+    index.add_passages(tiny_passages(), tiny_model, progress=False)
+    ref = PhraseIndex.create(tiny_model)
+    ref.add_passages(tiny_passages(), tiny_model, progress=False)
+    assert index._vectors.view().dtype == np.int8
+    np.testing.assert_allclose(index.vectors(), ref.vectors(), atol=0.1)
+
+
+@pytest.mark.parametrize("factory", ["IVF2,Flat", "HNSW8", "SQfp16"])
+def test_other_faiss_factories(tiny_model, tmp_path, factory):
+    index = PhraseIndex.create(tiny_model, path=tmp_path / "idx", faiss_factory=factory)
+    index.add_passages(tiny_passages(), tiny_model, progress=False)
+    if factory.startswith("IVF"):
+        index.faiss_index.nprobe = 2
+    hits = PhraseSearcher(index, tiny_model).search("capital", unit="passage", top_k=3)
+    assert len(hits) == 3
+    reopened = PhraseIndex.load(tmp_path / "idx", model=tiny_model)
+    assert reopened.manifest["faiss_file"] and reopened.faiss_index.ntotal == len(index)
+
+
+def test_bad_factory_string(tiny_model):
+    with pytest.raises(InvalidParameterError, match="FAISS"):
+        PhraseIndex.create(tiny_model, faiss_factory="NoSuchIndex42")
+
+
+# ----------------------------------------------------------------- loading failures
+@pytest.fixture
+def saved_index(tiny_model, tmp_path):
+    index = PhraseIndex.create(tiny_model)
+    index.add_passages(tiny_passages(), tiny_model, progress=False)
+    index.save(tmp_path / "idx")
+    return tmp_path / "idx"
+
+
+def test_mismatched_model_is_refused(saved_index, tiny_base_dir):
+    from dphr_haystack import PhraseModel, PhraseModelConfig
+
+    other = PhraseModel.from_base(tiny_base_dir, PhraseModelConfig(max_passage_length=64, passage_stride=8))
+    with pytest.raises(ModelMismatchError, match="manifest.json"):
+        PhraseIndex.load(saved_index, model=other)
+
+
+def test_format_version_mismatch_names_the_file(saved_index):
+    manifest = json.loads((saved_index / "manifest.json").read_text())
+    manifest["format_version"] = 99
+    (saved_index / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(IndexLoadError, match=r"manifest.json.*version 99"):
+        PhraseIndex.load(saved_index)
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda d: (d / "manifest.json").write_text("{not json"), "manifest.json"),
+        (lambda d: (d / "manifest.json").unlink(), "manifest.json"),
+        (lambda d: (d / "vectors.bin").write_bytes(b"\0" * 10), "vectors.bin"),
+        (lambda d: (d / "tokens.bin").write_bytes((d / "tokens.bin").read_bytes()[:-7]), "tokens.bin"),
+        (lambda d: (d / "passages.jsonl").write_bytes((d / "passages.jsonl").read_bytes().replace(b"Paris", b"Pxris")), "passages.jsonl"),
+    ],
+)
+def test_corrupted_index_files_fail_with_the_file_named(saved_index, damage, message):
+    damage(saved_index)
+    with pytest.raises(IndexLoadError, match=message):
+        PhraseIndex.load(saved_index)
+
+
+def test_save_over_existing_index_is_atomic(tiny_model, saved_index):
+    index = PhraseIndex.load(saved_index)
+    index.delete_passages(["p0"])
+    other = PhraseIndex.create(tiny_model)
+    other.add_passages(tiny_passages()[:1], tiny_model, progress=False)
+    other.save(saved_index)  # replaces the directory as a whole
+    assert PhraseIndex.load(saved_index).num_passages == 1
+    assert not list(saved_index.parent.glob(".idx.*"))
+
+
+def test_create_refuses_non_empty_directory(tiny_model, tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "file").write_text("keep me")
+    with pytest.raises(InvalidParameterError, match="not empty"):
+        PhraseIndex.create(tiny_model, path=tmp_path / "x")
+    assert (tmp_path / "x" / "file").read_text() == "keep me"
+
+
+def test_uncommitted_append_is_ignored(tiny_model, tmp_path):
+    """Bytes appended after the last manifest commit (a crash mid-add) are invisible and overwritten."""
+    index = PhraseIndex.create(tiny_model, path=tmp_path / "idx")
+    index.add_passages(tiny_passages()[:3], tiny_model, progress=False)
+    with (tmp_path / "idx" / "vectors.bin").open("ab") as handle:
+        handle.write(b"\x01" * 1000)
+    with (tmp_path / "idx" / "passages.jsonl").open("ab") as handle:
+        handle.write(b'{"id": "half-written"')
+    reopened = PhraseIndex.load(tmp_path / "idx", model=tiny_model)
+    assert reopened.num_passages == 3
+    reopened.add_passages(tiny_passages()[3:], tiny_model, progress=False)
+    full = PhraseIndex.create(tiny_model)
+    full.add_passages(tiny_passages(), tiny_model, progress=False)
+    final = PhraseIndex.load(tmp_path / "idx", model=tiny_model)
+    assert np.array_equal(np.asarray(final.vectors()), full.vectors())
+    assert _top(final, tiny_model, "passage") == _top(full, tiny_model, "passage")
