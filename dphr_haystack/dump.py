@@ -98,12 +98,7 @@ def encode_shard(model: PhraseModel, passages: Sequence[Passage], codec: VectorC
     vec_parts, tok_parts, records = [], [], []
     for local, (passage, enc) in enumerate(zip(passages, encoded)):
         n = len(enc.vectors)
-        if filter_threshold is None or n == 0:
-            keep = np.arange(n)
-        else:
-            keep = np.nonzero(enc.filter_logits.max(axis=1) > filter_threshold)[0]
-            if keep.size == 0:
-                keep = np.zeros(1, dtype=np.int64)
+        keep = select_tokens(enc.filter_logits, filter_threshold)
         tokens = np.zeros(len(keep), dtype=TOKEN_DTYPE)
         tokens["passage"] = local
         tokens["position"] = keep
@@ -117,6 +112,15 @@ def encode_shard(model: PhraseModel, passages: Sequence[Passage], codec: VectorC
     vectors = np.concatenate(vec_parts) if vec_parts else np.zeros((0, d), np.float32)
     tokens = np.concatenate(tok_parts) if tok_parts else np.zeros(0, TOKEN_DTYPE)
     return PhraseShard(codec.encode(vectors), tokens, records, codec)
+
+
+def select_tokens(filter_logits: np.ndarray, threshold: float | None) -> np.ndarray:
+    """Token indices kept: start or end filter logit above ``threshold`` (all when None; at least the first)."""
+    n = len(filter_logits)
+    if threshold is None or n == 0:
+        return np.arange(n)
+    keep = np.nonzero(filter_logits.max(axis=1) > threshold)[0]
+    return keep if keep.size else np.zeros(1, dtype=np.int64)
 
 
 def chunked(items: Iterable[Any], size: int) -> Iterator[list[Any]]:

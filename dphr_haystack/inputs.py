@@ -39,7 +39,8 @@ class Window:
 
 def tokenize_passages(tokenizer, texts: Sequence[str], titles: Sequence[str], config: PhraseModelConfig) -> list[TokenizedPassage]:
     """Tokenise contexts (with offsets) and titles in one batched call each."""
-    enc = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True, return_attention_mask=False)
+    enc = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True, return_attention_mask=False,
+                    verbose=False)  # long passages are windowed, so no length warning
     if config.append_title and any(titles):
         title_ids = tokenizer(list(titles), add_special_tokens=False, return_attention_mask=False)["input_ids"]
     else:
