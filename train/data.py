@@ -1,0 +1,247 @@
+"""Reading-comprehension data: SQuAD-format files → examples → windowed features with gold token positions.
+
+Features use the inference-time input builder of :mod:`dphr_haystack.inputs` (same windows, titles and
+segment ids). A gold character span maps to context tokens through the tokenizer's offsets, then to
+window positions; an answer outside a window gets position 0 ([CLS]), as in DensePhrases.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import re
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dphr_haystack.config import PhraseModelConfig
+from dphr_haystack.inputs import TokenizedPassage, build_windows, pad_batch, tokenize_passages, tokenize_queries
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RCExample:
+    """A question with its answers and gold passage."""
+
+    qid: str
+    question: str
+    answers: list[str]
+    answer_starts: list[int]
+    passage_id: str
+
+
+@dataclass
+class RCData:
+    """Passages (``{id, document_id, title, text}``) and the questions asked about them."""
+
+    passages: list[dict[str, Any]]
+    examples: list[RCExample]
+    passage_index: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.passage_index = {p["id"]: i for i, p in enumerate(self.passages)}
+
+
+@dataclass
+class Feature:
+    """One (question, window) training input; ``start``/``end`` are window positions (0 = outside)."""
+
+    example: int
+    passage_id: str
+    input_ids: list[int]
+    token_type_ids: list[int]
+    start: int
+    end: int
+
+
+# A small built-in sample so that the smoke recipe runs where ../shared is absent.
+BUILTIN_SAMPLE: list[tuple[str, str, list[tuple[str, str]]]] = [
+    ("Paris", "Paris is the capital and most populous city of France. The city hosts the Louvre museum.",
+     [("What is the capital of France?", "Paris"), ("Which museum is in Paris?", "the Louvre museum")]),
+    ("Berlin", "Berlin is the capital of Germany. It is known for its art scene and modern landmarks.",
+     [("What is the capital of Germany?", "Berlin"), ("What is Berlin known for?", "its art scene")]),
+    ("Nile", "The Nile is a major river in northeastern Africa. It flows into the Mediterranean Sea.",
+     [("Where does the Nile flow into?", "the Mediterranean Sea"), ("Where is the Nile?", "northeastern Africa")]),
+    ("Hamlet", "Hamlet is a tragedy written by William Shakespeare sometime between 1599 and 1601.",
+     [("Who wrote Hamlet?", "William Shakespeare"), ("What kind of play is Hamlet?", "a tragedy")]),
+    ("Everest", "Mount Everest is Earth's highest mountain above sea level, located in the Himalayas.",
+     [("Where is Mount Everest?", "the Himalayas"), ("What is Earth's highest mountain?", "Mount Everest")]),
+    ("Python", "Python is a programming language created by Guido van Rossum and first released in 1991.",
+     [("Who created Python?", "Guido van Rossum"), ("When was Python first released?", "1991")]),
+    ("Amazon", "The Amazon rainforest covers much of the Amazon basin of South America, about 5.5 million km2.",
+     [("How large is the Amazon rainforest?", "5.5 million km2"), ("Where is the Amazon basin?", "South America")]),
+    ("Moon", "The Moon is Earth's only natural satellite. It orbits the Earth at an average distance of 384,400 km.",
+     [("What is Earth's only natural satellite?", "The Moon"), ("How far is the Moon?", "384,400 km")]),
+]
+
+
+def builtin_squad() -> dict[str, Any]:
+    """The built-in sample as a SQuAD-format dict."""
+    data = []
+    for title, context, qas in BUILTIN_SAMPLE:
+        items = [{"id": f"{title}-{i}", "question": q,
+                  "answers": [{"text": a, "answer_start": context.index(a)}]} for i, (q, a) in enumerate(qas)]
+        data.append({"title": title, "paragraphs": [{"context": context, "qas": items}]})
+    return {"version": "builtin", "data": data}
+
+
+def read_json(path: str | Path) -> Any:
+    """Read JSON, transparently from ``.gz``."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def load_squad(source: str | Path | dict[str, Any], max_paragraphs: int | None = None,
+               max_questions: int | None = None, skip_paragraphs: int = 0) -> RCData:
+    """SQuAD v1.1-format data → passages and examples.
+
+    Passage ids follow :func:`dphr_haystack.corpus.read_corpus` (``title-article-paragraph``), so an index
+    built from the same file has the same ids. ``skip_paragraphs``/``max_paragraphs`` select a run of
+    paragraphs in file order; ``max_questions`` keeps that many evenly spaced examples. ``source`` ``"builtin"`` is the sample.
+    """
+    data = builtin_squad() if source == "builtin" else source if isinstance(source, dict) else read_json(source)
+    passages: list[dict[str, Any]] = []
+    examples: list[RCExample] = []
+    seen = 0
+    for a_idx, article in enumerate(data["data"]):
+        title = str(article.get("title", ""))
+        for p_idx, para in enumerate(article.get("paragraphs", [])):
+            seen += 1
+            if seen <= skip_paragraphs:
+                continue
+            if max_paragraphs is not None and len(passages) >= max_paragraphs:
+                break
+            pid = f"{title or 'article'}-{a_idx}-{p_idx}"
+            passages.append({"id": pid, "document_id": title or f"article-{a_idx}", "title": title,
+                             "text": para["context"]})
+            for qa in para.get("qas", []):
+                answers = [a for a in qa.get("answers", []) if a.get("text")]
+                if not answers:
+                    continue
+                examples.append(RCExample(str(qa.get("id", f"{pid}-{len(examples)}")), qa["question"],
+                                          [a["text"] for a in answers], [int(a["answer_start"]) for a in answers],
+                                          pid))
+    if max_questions is not None and len(examples) > max_questions:
+        # Evenly spaced, so a capped question set still covers many passages (C0 stays representative).
+        picks = np.linspace(0, len(examples) - 1, max_questions).round().astype(int)
+        examples = [examples[i] for i in sorted(set(picks.tolist()))]
+    return RCData(passages, examples)
+
+
+# ----------------------------------------------------------------------------- answer normalisation (SQuAD)
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation: lower case, drop punctuation and articles, collapse whitespace."""
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def contains_answer(text: str, answers: Sequence[str]) -> bool:
+    """True when the normalised ``text`` contains a normalised answer as a run of whole words."""
+    haystack = f" {normalize_answer(text)} "
+    return any(norm and f" {norm} " in haystack for norm in (normalize_answer(a) for a in answers))
+
+
+def exact_match(prediction: str, answers: Sequence[str]) -> bool:
+    norm = normalize_answer(prediction)
+    return any(norm == normalize_answer(a) for a in answers)
+
+
+# ----------------------------------------------------------------------------- features
+class PassageWindows:
+    """Tokenised passages and their windows, built once with the inference-time input builder."""
+
+    def __init__(self, tokenizer, config: PhraseModelConfig, passages: Sequence[dict[str, Any]]) -> None:
+        self.ids = [p["id"] for p in passages]
+        self.row = {pid: i for i, pid in enumerate(self.ids)}
+        self.tokenized: list[TokenizedPassage] = tokenize_passages(
+            tokenizer, [p["text"] for p in passages], [p.get("title", "") for p in passages], config
+        )
+        self.windows: list[list[tuple[int, list[int], list[int]]]] = [[] for _ in passages]
+        for window in build_windows(tokenizer, self.tokenized, config):
+            if len(window.owned_context) == 0:
+                continue
+            prefix = 1 + (len(self.tokenized[window.passage].title_ids) + 1
+                          if self.tokenized[window.passage].title_ids else 0)
+            first = int(window.owned_context[0] - (window.owned_positions[0] - prefix))
+            self.windows[window.passage].append((first, window.input_ids, window.token_type_ids))
+        self.prefix = {}
+
+    def first_window(self, passage_id: str) -> tuple[list[int], list[int]]:
+        """input_ids and token_type_ids of a passage's first window."""
+        _, ids, types = self.windows[self.row[passage_id]][0]
+        return ids, types
+
+
+def char_span_to_tokens(offsets: np.ndarray, start: int, end: int) -> tuple[int, int] | None:
+    """Context token indices (first, last) covering characters [start, end), or None."""
+    if len(offsets) == 0:
+        return None
+    first = np.nonzero(offsets[:, 1] > start)[0]
+    last = np.nonzero(offsets[:, 0] < end)[0]
+    if len(first) == 0 or len(last) == 0 or last[-1] < first[0]:
+        return None
+    return int(first[0]), int(last[-1])
+
+
+def build_features(data: RCData, windows: PassageWindows, keep_unanswered_windows: bool = True) -> list[Feature]:
+    """One feature per (example, window of its gold passage); gold positions are 0 outside the window."""
+    features: list[Feature] = []
+    skipped = 0
+    for e_idx, ex in enumerate(data.examples):
+        row = windows.row.get(ex.passage_id)
+        if row is None:
+            skipped += 1
+            continue
+        tp = windows.tokenized[row]
+        span = char_span_to_tokens(tp.char_offsets, ex.answer_starts[0], ex.answer_starts[0] + len(ex.answers[0]))
+        if span is None:
+            skipped += 1
+            continue
+        prefix = 1 + (len(tp.title_ids) + 1 if tp.title_ids else 0)
+        for first, ids, types in windows.windows[row]:
+            n_context = len(ids) - prefix - 1
+            inside = first <= span[0] and span[1] < first + n_context
+            if not inside and not keep_unanswered_windows:
+                continue
+            start = prefix + span[0] - first if inside else 0
+            end = prefix + span[1] - first if inside else 0
+            features.append(Feature(e_idx, ex.passage_id, ids, types, start, end))
+    if skipped:
+        logger.warning("skipped %d examples whose answer span could not be located", skipped)
+    return features
+
+
+def collate(features: Sequence[Feature], questions: Sequence[str], tokenizer, config: PhraseModelConfig,
+            hard: Sequence[tuple[list[int], list[int]]] = (), pad_to: int | None = None) -> dict[str, Any]:
+    """Tensors for a batch: passages ``p_*``, queries ``q_*``, gold positions, optional hard passages ``h_*``."""
+    pad_id = tokenizer.pad_token_id or 0
+    ids = [f.input_ids for f in features]
+    types = [f.token_type_ids for f in features]
+    if pad_to is not None:  # fixed width, e.g. to all-gather states across DDP ranks
+        ids = ids + [[pad_id] * pad_to]
+        types = types + [[0] * pad_to]
+    p = pad_batch(ids, types, pad_id)
+    if pad_to is not None:
+        p = {k: v[:-1] for k, v in p.items()}
+    q = tokenize_queries(tokenizer, list(questions), config)
+    batch: dict[str, Any] = {
+        **{f"p_{k}": v for k, v in p.items()}, **{f"q_{k}": v for k, v in q.items()},
+        "start_positions": torch.tensor([f.start for f in features], dtype=torch.long),
+        "end_positions": torch.tensor([f.end for f in features], dtype=torch.long),
+        "passage_ids": [f.passage_id for f in features],
+    }
+    if hard:
+        h = pad_batch([x[0] for x in hard], [x[1] for x in hard], pad_id)
+        batch.update({f"h_{k}": v for k, v in h.items()})
+    return batch

@@ -1,0 +1,163 @@
+"""Token-filter training on a frozen encoder (Kim et al. 2022 App. A): BCE, AUC-PR, threshold sweep."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from dphr_haystack.codec import VectorCodec
+from dphr_haystack.dump import TOKEN_DTYPE, PhraseShard
+from dphr_haystack.index import PhraseIndex
+from dphr_haystack.model import PhraseModel
+
+from .data import Feature, RCData, collate
+from .losses import FilterLoss
+from .tasks import epoch_order
+from .validation import evaluate_index
+
+logger = logging.getLogger(__name__)
+
+
+class FilterTask:
+    """Trains ``filter_linear`` only: the phrase encoder runs in eval mode without gradients."""
+
+    def __init__(self, model: PhraseModel, data: RCData, features: Sequence[Feature],
+                 pos_weight: float | None = None) -> None:
+        self.tokenizer, self.config = model.tokenizer, model.config
+        self.data = data
+        self.features = [f for f in features if f.start > 0]  # the loss uses answerable windows only
+        self.loss = FilterLoss(pos_weight)
+
+    def num_batches(self, batch_size: int, world_size: int) -> int:
+        return max(1, len(self.features) // (batch_size * world_size))
+
+    def batches(self, epoch: int, batch_size: int, rank: int, world_size: int, seed: int) -> Iterator[dict[str, Any]]:
+        order = epoch_order(len(self.features), epoch, seed)[rank::world_size]
+        for b in range(self.num_batches(batch_size, world_size)):
+            feats = [self.features[i] for i in order[b * batch_size: (b + 1) * batch_size]]
+            if feats:
+                yield collate(feats, [self.data.examples[f.example].question for f in feats], self.tokenizer,
+                              self.config)
+
+    def step(self, model: PhraseModel, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        model.phrase_encoder.eval()
+        with torch.no_grad():
+            states = model.phrase_states(batch["p_input_ids"], batch["p_attention_mask"], batch["p_token_type_ids"])
+        logits = model.filter_linear(states)
+        loss = self.loss(logits, batch["start_positions"], batch["end_positions"], batch["p_attention_mask"])
+        return {"loss": loss}
+
+
+def average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Area under the precision-recall curve as average precision: Σ_n (R_n − R_{n−1}) P_n (ties grouped)."""
+    scores, labels = np.asarray(scores, dtype=np.float64), np.asarray(labels, dtype=bool)
+    n_pos = int(labels.sum())
+    if n_pos == 0:
+        return float("nan")
+    order = np.argsort(-scores, kind="mergesort")
+    scores, labels = scores[order], labels[order]
+    tp = np.cumsum(labels)
+    # Evaluate only at the last element of each run of equal scores (one threshold per distinct score).
+    last = np.r_[np.nonzero(np.diff(scores))[0], len(scores) - 1]
+    tp, seen = tp[last], last + 1
+    precision, recall = tp / seen, tp / n_pos
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+@torch.no_grad()
+def filter_scores(model: PhraseModel, data: RCData, features: Sequence[Feature],
+                  batch_size: int = 32) -> dict[str, np.ndarray]:
+    """Filter logits and 0/1 labels over the context tokens of answerable windows (for AUC-PR)."""
+    model.eval()
+    device = model.device
+    feats = [f for f in features if f.start > 0]
+    out: dict[str, list[np.ndarray]] = {"start": [], "end": [], "start_label": [], "end_label": []}
+    for b in range(0, len(feats), batch_size):
+        chunk = feats[b: b + batch_size]
+        batch = collate(chunk, [data.examples[f.example].question for f in chunk], model.tokenizer, model.config)
+        states = model.phrase_states(batch["p_input_ids"].to(device), batch["p_attention_mask"].to(device),
+                                     batch["p_token_type_ids"].to(device))
+        logits = model.filter_linear(states).float().cpu().numpy()
+        mask = batch["p_attention_mask"].numpy().astype(bool)
+        mask[:, 0] = False  # [CLS] is never indexed
+        for row, f in enumerate(chunk):
+            positions = np.nonzero(mask[row])[0]
+            out["start"].append(logits[row, positions, 0])
+            out["end"].append(logits[row, positions, 1])
+            out["start_label"].append(positions == f.start)
+            out["end_label"].append(positions == f.end)
+    return {k: np.concatenate(v) if v else np.zeros(0) for k, v in out.items()}
+
+
+def filter_metrics(scores: dict[str, np.ndarray]) -> dict[str, float]:
+    """AUC-PR of the start and end channels and of the index rule (max logit vs start-or-end label)."""
+    either = np.maximum(scores["start"], scores["end"])
+    return {"auc_pr_start": average_precision(scores["start"], scores["start_label"]),
+            "auc_pr_end": average_precision(scores["end"], scores["end_label"]),
+            "auc_pr": average_precision(either, scores["start_label"] | scores["end_label"])}
+
+
+def threshold_sweep(model: PhraseModel, passages: Sequence[dict[str, Any]], examples: Sequence[Any],
+                    thresholds: Sequence[float | None], batch_size: int = 32,
+                    ks: Sequence[int] = (1, 5, 20)) -> list[dict[str, Any]]:
+    """Index size and retrieval accuracy for each filter threshold (None = no filtering).
+
+    Passages are encoded once; each threshold keeps the tokens whose start or end filter logit exceeds it
+    (a passage left empty keeps its first token, as the dump does) and is indexed and searched.
+    """
+    encoded = model.encode_passages([p["text"] for p in passages], [p.get("title", "") for p in passages],
+                                    batch_size=batch_size)
+    total = sum(len(e.vectors) for e in encoded)
+    codec = VectorCodec("float16")
+    rows = []
+    for th in thresholds:
+        vec_parts, tok_parts, records = [], [], []
+        for local, (passage, enc) in enumerate(zip(passages, encoded, strict=True)):
+            n = len(enc.vectors)
+            keep = np.arange(n) if th is None else np.nonzero(enc.filter_logits.max(axis=1) > th)[0]
+            if keep.size == 0 and n:
+                keep = np.zeros(1, dtype=np.int64)
+            tokens = np.zeros(len(keep), dtype=TOKEN_DTYPE)
+            tokens["passage"], tokens["position"] = local, keep
+            tokens["char_start"], tokens["char_end"] = enc.char_offsets[keep, 0], enc.char_offsets[keep, 1]
+            vec_parts.append(enc.vectors[keep])
+            tok_parts.append(tokens)
+            records.append({"id": passage["id"], "document_id": passage.get("document_id", passage["id"]),
+                            "title": passage.get("title", ""), "text": passage["text"], "meta": {},
+                            "num_context_tokens": n})
+        shard = PhraseShard(codec.encode(np.concatenate(vec_parts)), np.concatenate(tok_parts), records, codec)
+        index = PhraseIndex.create(model, filter_threshold=th)
+        index.add_shard(shard)
+        metrics = evaluate_index(index, model, examples, ks)
+        rows.append({"threshold": th, "vectors": len(index), "kept_fraction": len(index) / max(1, total), **metrics})
+    return rows
+
+
+def plot_sweep(rows: Sequence[dict[str, Any]], path: Any) -> None:
+    """Index size (fraction of tokens kept) against EM@1 and acc@k, one point per threshold."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.warning("matplotlib is not installed: no threshold plot")
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    sizes = [r["kept_fraction"] for r in rows]
+    for key in [k for k in rows[0] if k == "em@1" or k.startswith("acc@")]:
+        ax.plot(sizes, [r[key] for r in rows], marker="o", label=key)
+    for r in rows:
+        ax.annotate("none" if r["threshold"] is None else f"{r['threshold']:g}", (r["kept_fraction"], r["em@1"]),
+                    fontsize=7)
+    ax.set_xlabel("index size (fraction of tokens kept)")
+    ax.set_ylabel("accuracy")
+    ax.set_title("filter threshold sweep")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -1,0 +1,146 @@
+"""The reading-comprehension training task: DensePhrases objective or unified loss, optional hard negatives."""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from dphr_haystack.model import PhraseModel
+
+from .data import Feature, PassageWindows, RCData, collate
+from .losses import DensePhrasesLoss, UnifiedLoss, build_loss, gold_vectors
+from .trainer import gather_with_grad
+
+
+def epoch_order(n: int, epoch: int, seed: int) -> list[int]:
+    """A permutation of range(n), fixed by (seed, epoch) so resumed runs see the same order."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=generator).tolist()
+
+
+class RCTask:
+    """Phrase-encoder + query-encoder training on windowed RC features.
+
+    ``loss`` is ``densephrases`` (single-passage + in/pre-batch gold negatives + filter BCE) or ``unified``
+    (Kim et al. Eq. 2 over all tokens of own, in-batch, pre-batch and hard passages). With ``negatives``
+    (example index → mined passage ids) each example brings ``hard_per_example`` hard passages, topped up
+    with random passages when it has too few.
+    """
+
+    def __init__(self, model: PhraseModel, data: RCData, features: Sequence[Feature], windows: PassageWindows,
+                 loss: str = "densephrases", loss_kwargs: dict[str, Any] | None = None, pre_batch: int = 2,
+                 negatives: dict[int, list[str]] | None = None, hard_per_example: int = 1,
+                 lambda_flt: float = 0.0, gather_negatives: bool = False, seed: int = 0) -> None:
+        self.tokenizer, self.config = model.tokenizer, model.config
+        self.data, self.features, self.windows = data, list(features), windows
+        self.loss_name = loss
+        self.loss = build_loss(loss, **(loss_kwargs or {}))
+        if not isinstance(self.loss, (DensePhrasesLoss, UnifiedLoss)):
+            raise ValueError(f"RC training takes the densephrases or unified loss, not {loss!r}")
+        self.filter_loss = build_loss("filter") if lambda_flt > 0 and loss == "unified" else None
+        self.lambda_flt = lambda_flt
+        self.queue: deque[dict[str, torch.Tensor]] = deque(maxlen=max(0, pre_batch))
+        self.negatives = negatives or {}
+        self.hard_per_example = hard_per_example if negatives is not None else 0
+        self.gather = gather_negatives
+        self.rng = random.Random(seed)
+
+    def num_batches(self, batch_size: int, world_size: int) -> int:
+        return len(self.features) // (batch_size * world_size) or 1
+
+    def batches(self, epoch: int, batch_size: int, rank: int, world_size: int, seed: int) -> Iterator[dict[str, Any]]:
+        order = epoch_order(len(self.features), epoch, seed)
+        per_step = batch_size * world_size
+        n_full = len(order) // per_step
+        if n_full == 0:  # tiny data: one (possibly short) batch
+            n_full, batch_size = 1, max(1, len(order) // world_size)
+        self.rng.seed(seed * 7919 + epoch)
+        for b in range(n_full):
+            chunk = order[b * per_step: (b + 1) * per_step][rank::world_size][:batch_size]
+            feats = [self.features[i] for i in chunk]
+            questions = [self.data.examples[f.example].question for f in feats]
+            hard = self._sample_hard(feats)
+            pad_to = self.config.max_passage_length if (self.gather and world_size > 1) else None
+            yield collate(feats, questions, self.tokenizer, self.config, hard=hard, pad_to=pad_to)
+
+    def _sample_hard(self, feats: Sequence[Feature]) -> list[tuple[list[int], list[int]]]:
+        if self.hard_per_example <= 0:
+            return []
+        out = []
+        batch_passages = {f.passage_id for f in feats}
+        for f in feats:
+            mined = [p for p in self.negatives.get(f.example, []) if p in self.windows.row and p not in batch_passages]
+            picked = self.rng.sample(mined, min(self.hard_per_example, len(mined)))
+            while len(picked) < self.hard_per_example:  # random passages when too few were mined
+                candidate = self.windows.ids[self.rng.randrange(len(self.windows.ids))]
+                if candidate not in batch_passages and candidate not in picked:
+                    picked.append(candidate)
+                elif len(self.windows.ids) <= len(batch_passages) + len(picked):
+                    break
+            out.extend(self.windows.first_window(p) for p in picked)
+        return out
+
+    def step(self, model: PhraseModel, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        states = model.phrase_states(batch["p_input_ids"], batch["p_attention_mask"], batch["p_token_type_ids"])
+        q_start, q_end = model.query_vectors(batch["q_input_ids"], batch["q_attention_mask"], batch["q_token_type_ids"])
+        mask = batch["p_attention_mask"]
+        starts, ends = batch["start_positions"], batch["end_positions"]
+        if isinstance(self.loss, DensePhrasesLoss):
+            pre_s = torch.cat([e["start"] for e in self.queue]) if self.queue else None
+            pre_e = torch.cat([e["end"] for e in self.queue]) if self.queue else None
+            out = self.loss(q_start, q_end, states, mask, starts, ends, filter_logits=model.filter_linear(states),
+                            pre_start=pre_s, pre_end=pre_e)
+            if self.queue.maxlen:
+                self.queue.append({"start": gold_vectors(states, starts).detach(),
+                                   "end": gold_vectors(states, ends).detach()})
+            return out
+        return self._unified_step(model, batch, states, q_start, q_end, mask, starts, ends)
+
+    def _unified_step(self, model: PhraseModel, batch: dict[str, Any], states: torch.Tensor, q_start: torch.Tensor,
+                      q_end: torch.Tensor, mask: torch.Tensor, starts: torch.Tensor,
+                      ends: torch.Tensor) -> dict[str, torch.Tensor]:
+        B = states.shape[0]
+        passage_ids = list(batch["passage_ids"])
+        own_index = torch.arange(B, device=states.device)
+        all_states, all_mask = states, mask
+        if self.gather and torch.distributed.is_available() and torch.distributed.is_initialized():
+            rank = torch.distributed.get_rank()
+            all_states, all_mask = gather_with_grad(states), gather_with_grad(mask)
+            own_index = own_index + rank * B
+            gathered: list[list[str]] = [[] for _ in range(torch.distributed.get_world_size())]
+            torch.distributed.all_gather_object(gathered, passage_ids)
+            all_ids = [p for ids in gathered for p in ids]
+        else:
+            all_ids = passage_ids
+        local_codes = self._codes(passage_ids, states.device)  # (B,)
+        exclude = local_codes[:, None] == self._codes(all_ids, states.device)[None, :]  # (B, K)
+        pre_vectors = pre_allowed = None
+        if self.queue:
+            pre_vectors = torch.cat([e["vectors"] for e in self.queue])  # (P, d)
+            pre_codes = torch.cat([e["codes"] for e in self.queue])  # (P,)
+            pre_allowed = local_codes[:, None] != pre_codes[None, :]  # (B, P)
+        hard_states = hard_mask = None
+        if "h_input_ids" in batch:
+            hard_states = model.phrase_states(batch["h_input_ids"], batch["h_attention_mask"],
+                                              batch["h_token_type_ids"])
+            hard_mask = batch["h_attention_mask"]
+        out = self.loss(q_start, q_end, all_states, all_mask, starts, ends, own_index=own_index, exclude=exclude,
+                        pre_vectors=pre_vectors, pre_allowed=pre_allowed, hard_states=hard_states,
+                        hard_mask=hard_mask)
+        if self.filter_loss is not None:
+            flt = self.filter_loss(model.filter_linear(states), starts, ends, mask)
+            out = {**out, "loss": out["loss"] + self.lambda_flt * flt, "filter": flt.detach()}
+        if self.queue.maxlen:
+            valid = mask.bool()
+            codes = local_codes[:, None].expand_as(valid)[valid]  # (P,) passage code of each stored token
+            self.queue.append({"vectors": states[valid].detach(), "codes": codes})
+        return out
+
+    def _codes(self, passage_ids: Sequence[str], device: torch.device) -> torch.Tensor:
+        """Integer code per passage id (ids seen for the first time get new codes)."""
+        table = self.__dict__.setdefault("_code_table", {})
+        return torch.tensor([table.setdefault(p, len(table)) for p in passage_ids], device=device)

@@ -1,0 +1,426 @@
+"""A small training loop for phrase models: AdamW, linear schedule, clipping, AMP, accumulation, DDP, resume.
+
+A :class:`TrainingTask` supplies batches and computes the loss from the model; the trainer owns the
+optimisation, checkpoints (``checkpoint-<step>/model`` in the dphr_haystack format plus
+``trainer_state.pt`` holding plain tensors and dicts, read back with ``weights_only=True``), the JSONL
+metrics log, the curves plot and checkpoint selection by a validation metric.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from dphr_haystack.model import PhraseModel
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "trainer_state.pt"
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+TRAINABLE = ("all", "query", "filter", "encoders")
+
+
+@dataclass
+class TrainArgs:
+    """Optimisation settings of one training stage.
+
+    Args:
+        output_dir: Where checkpoints, ``final/``, ``best/``, ``metrics.jsonl`` and ``curves.png`` go.
+        epochs: Passes over the task's examples (``max_steps`` overrides when set).
+        batch_size: Examples per micro-batch (per process under DDP).
+        grad_accum: Micro-batches per optimiser step.
+        lr, weight_decay, warmup_ratio: AdamW and the linear schedule (warmup then linear decay to 0).
+        max_grad_norm: Gradient clipping (0 disables).
+        freeze_word_embeddings: Keep every ``word_embeddings`` matrix fixed (DensePhrases does).
+        precision: ``auto`` (bf16 on CUDA when supported, else fp16; fp32 on CPU), ``fp32``, ``bf16``, ``fp16``.
+        trainable: ``all``, ``encoders`` (all but the filter), ``query`` (query encoders only, QSFT) or ``filter``.
+        log_every, save_every, eval_every: In optimiser steps; ``save_every``/``eval_every`` 0 means once
+            per epoch.
+        keep_checkpoints: How many ``checkpoint-*`` directories to keep.
+        select_metric: Validation metric to maximise when choosing ``best/`` (None: ``best`` = last).
+        resume: Continue from the last checkpoint in ``output_dir`` when there is one.
+        gather_negatives: Under DDP, all-gather passage states so every process sees all negatives.
+    """
+
+    output_dir: str = "runs/stage"
+    epochs: float = 1.0
+    max_steps: int | None = None
+    batch_size: int = 48
+    grad_accum: int = 1
+    lr: float = 3e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.0
+    max_grad_norm: float = 1.0
+    freeze_word_embeddings: bool = True
+    precision: str = "auto"
+    trainable: str = "all"
+    log_every: int = 10
+    save_every: int = 0
+    eval_every: int = 0
+    keep_checkpoints: int = 2
+    select_metric: str | None = None
+    resume: bool = True
+    gather_negatives: bool = False
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision={self.precision!r}; valid: {', '.join(PRECISIONS)}")
+        if self.trainable not in TRAINABLE:
+            raise ValueError(f"trainable={self.trainable!r}; valid: {', '.join(TRAINABLE)}")
+        if self.batch_size < 1 or self.grad_accum < 1:
+            raise ValueError("batch_size and grad_accum must be >= 1")
+
+
+class TrainingTask(Protocol):
+    """What the trainer needs from a stage: batches and a loss."""
+
+    def num_batches(self, batch_size: int, world_size: int) -> int:
+        """Micro-batches per epoch for this process."""
+
+    def batches(self, epoch: int, batch_size: int, rank: int, world_size: int, seed: int) -> Iterator[dict[str, Any]]:
+        """The epoch's micro-batches for this process, in a deterministic order."""
+
+    def step(self, model: PhraseModel, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Forward pass and loss: a dict holding ``loss`` and any scalars to log."""
+
+
+@dataclass
+class TrainResult:
+    final_dir: Path
+    best_dir: Path
+    steps: int
+    best_metric: float | None
+    last_metrics: dict[str, float]
+    samples_per_second: float
+
+
+class _TaskModule(nn.Module):
+    """Wraps model + task so DDP sees one ``forward`` (its gradient hooks fire on the parameters used)."""
+
+    def __init__(self, model: PhraseModel, task: TrainingTask) -> None:
+        super().__init__()
+        self.model = model
+        self.task = task
+
+    def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        return self.task.step(self.model, batch)
+
+
+def dist_info() -> tuple[int, int, int]:
+    """(rank, local_rank, world_size) from the torchrun environment; (0, 0, 1) without it."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
+    """Concatenate ``tensor`` from every DDP process along dim 0, keeping gradients for the local part."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return tensor
+    from torch.distributed.nn.functional import all_gather
+
+    return torch.cat(all_gather(tensor.contiguous()), dim=0)
+
+
+def set_trainable(model: PhraseModel, trainable: str, freeze_word_embeddings: bool) -> list[nn.Parameter]:
+    """Set ``requires_grad`` by role and return the trainable parameters."""
+    groups = model.parameter_groups()
+    chosen = {"all": ("phrase", "query", "filter"), "encoders": ("phrase", "query"), "query": ("query",),
+              "filter": ("filter",)}[trainable]
+    for role, params in groups.items():
+        for param in params:
+            param.requires_grad_(role in chosen)
+    if freeze_word_embeddings:
+        for name, param in model.named_parameters():
+            if "word_embeddings" in name:
+                param.requires_grad_(False)
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def linear_schedule(optimizer: torch.optim.Optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warmup over ``warmup`` steps, then linear decay to 0 at ``total``."""
+
+    def factor(step: int) -> float:
+        if warmup > 0 and step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+class Trainer:
+    """Runs a :class:`TrainingTask` on a :class:`PhraseModel`.
+
+    Example:
+        >>> result = Trainer(model, TrainArgs(output_dir="runs/rc"), task, eval_fn=validator).train()
+        >>> PhraseModel.load(result.best_dir)
+    """
+
+    def __init__(self, model: PhraseModel, args: TrainArgs, task: TrainingTask,
+                 eval_fn: Callable[[PhraseModel], dict[str, float]] | None = None) -> None:
+        self.model = model
+        self.args = args
+        self.task = task
+        self.eval_fn = eval_fn
+        self.out = Path(args.output_dir)
+        self.rank, self.local_rank, self.world_size = dist_info()
+        self.is_main = self.rank == 0
+
+    # ----------------------------------------------------------------- setup
+    def _setup_distributed(self) -> torch.device:
+        if self.world_size > 1 and not torch.distributed.is_initialized():
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            torch.distributed.init_process_group(backend=backend)
+        if torch.cuda.is_available():
+            torch.cuda.set_device(self.local_rank)
+            return torch.device("cuda", self.local_rank)
+        return torch.device("cpu")
+
+    def _autocast_dtype(self, device: torch.device) -> torch.dtype | None:
+        if device.type != "cuda" or self.args.precision == "fp32":
+            return None
+        if self.args.precision == "fp16":
+            return torch.float16
+        if self.args.precision == "bf16" or torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float16
+
+    # ----------------------------------------------------------------- checkpoints
+    def last_checkpoint(self) -> Path | None:
+        done = [p for p in self.out.glob("checkpoint-*") if (p / STATE_FILE).is_file() and (p / "model").is_dir()]
+        return max(done, key=lambda p: int(p.name.split("-")[1])) if done else None
+
+    def _save_checkpoint(self, step: int, state: dict[str, Any]) -> None:
+        if not self.is_main:
+            return
+        final = self.out / f"checkpoint-{step}"
+        tmp = self.out / f".checkpoint-{step}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save(tmp / "model")
+        torch.save(state, tmp / STATE_FILE)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        ckpts = sorted(self.out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+        for old in ckpts[: max(0, len(ckpts) - self.args.keep_checkpoints)]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _save_model(self, name: str) -> Path:
+        path = self.out / name
+        if self.is_main:
+            tmp = self.out / f".{name}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            self.model.save(tmp)
+            shutil.rmtree(path, ignore_errors=True)
+            os.replace(tmp, path)
+        return path
+
+    # ----------------------------------------------------------------- logging
+    def _log(self, record: dict[str, Any]) -> None:
+        if not self.is_main:
+            return
+        with (self.out / "metrics.jsonl").open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    # ----------------------------------------------------------------- loop
+    def train(self) -> TrainResult:
+        """Train, evaluating and checkpointing as configured; returns where the final and best models are."""
+        from tqdm.auto import tqdm
+
+        args = self.args
+        self.out.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(args.seed)
+        device = self._setup_distributed()
+        if self.is_main:
+            (self.out / "train_args.json").write_text(json.dumps(asdict(args), indent=1))
+        resume_from = self.last_checkpoint() if args.resume else None
+        if resume_from is not None:
+            loaded = PhraseModel.load(resume_from / "model")
+            self.model.load_state_dict(loaded.state_dict())
+            logger.info("resuming from %s", resume_from)
+        model = self.model.to(device)
+        params = set_trainable(model, args.trainable, args.freeze_word_embeddings)
+        decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim > 1]
+        no_decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim <= 1]
+        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                                       {"params": no_decay, "weight_decay": 0.0}], lr=args.lr)
+        per_epoch = max(1, self.task.num_batches(args.batch_size, self.world_size) // args.grad_accum)
+        total = args.max_steps or max(1, math.ceil(per_epoch * args.epochs))
+        scheduler = linear_schedule(optimizer, int(args.warmup_ratio * total), total)
+        amp_dtype = self._autocast_dtype(device)
+        scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
+        step, epoch, batches_done, best = 0, 0, 0, None
+        if resume_from is not None:
+            state = torch.load(resume_from / STATE_FILE, map_location="cpu", weights_only=True)
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            if "scaler" in state:
+                scaler.load_state_dict(state["scaler"])
+            step, epoch, batches_done = int(state["step"]), int(state["epoch"]), int(state["batches_done"])
+            best = state.get("best_metric")
+            best = None if best is None else float(best)
+            if "cpu_rng" in state:  # dropout masks continue as in an uninterrupted run
+                torch.set_rng_state(state["cpu_rng"])
+            if "cuda_rng" in state and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(state["cuda_rng"])
+        wrapped: nn.Module = _TaskModule(model, self.task)
+        if self.world_size > 1:
+            wrapped = nn.parallel.DistributedDataParallel(
+                wrapped, device_ids=[self.local_rank] if device.type == "cuda" else None, find_unused_parameters=True
+            )
+        save_every = args.save_every or per_epoch
+        eval_every = args.eval_every or per_epoch
+        bar = tqdm(total=total, initial=step, desc=self.out.name, disable=not (args.progress and self.is_main))
+        last_metrics: dict[str, float] = {}
+        samples, started = 0, time.perf_counter()
+        model.train()
+        while step < total:
+            micro, yielded = 0, False
+            accum: dict[str, float] = {}
+            for b_idx, batch in enumerate(self.task.batches(epoch, args.batch_size, self.rank, self.world_size,
+                                                            args.seed)):
+                yielded = True
+                if b_idx < batches_done:
+                    continue
+                batch = _to_device(batch, device)
+                sync = (micro + 1) % args.grad_accum == 0
+                context = wrapped.no_sync() if (self.world_size > 1 and not sync) else _nullcontext()
+                with context:
+                    with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                        out = wrapped(batch)
+                    loss = out["loss"] / args.grad_accum
+                    scaler.scale(loss).backward()
+                for key, value in out.items():
+                    accum[key] = accum.get(key, 0.0) + float(value.detach() if isinstance(value, torch.Tensor) else value) / args.grad_accum
+                micro += 1
+                batches_done = b_idx + 1
+                samples += len(batch["start_positions"]) if "start_positions" in batch else args.batch_size
+                if not sync:
+                    continue
+                if args.max_grad_norm > 0:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm)
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+                scheduler.step()
+                step += 1
+                bar.update(1)
+                elapsed = max(time.perf_counter() - started, 1e-9)
+                last_metrics = {**accum, "samples_per_s": samples * self.world_size / elapsed}
+                if step % args.log_every == 0 or step == total:
+                    self._log({"step": step, "epoch": epoch, "lr": scheduler.get_last_lr()[0], **last_metrics})
+                    bar.set_postfix(loss=f"{accum.get('loss', float('nan')):.4f}")
+                accum = {}
+                if step % eval_every == 0 or step == total:
+                    best = self._evaluate(step, epoch, best)
+                if step % save_every == 0 or step == total:
+                    state = {"step": step, "epoch": epoch, "batches_done": batches_done,
+                             "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                             "scaler": scaler.state_dict(), "best_metric": best, "cpu_rng": torch.get_rng_state()}
+                    if torch.cuda.is_available():
+                        state["cuda_rng"] = torch.cuda.get_rng_state_all()
+                    self._save_checkpoint(step, state)
+                if step >= total:
+                    break
+            else:
+                epoch += 1
+                batches_done = 0
+                if not yielded:  # an empty epoch would loop forever
+                    raise RuntimeError("the training task yielded no batch")
+                continue
+            break
+        bar.close()
+        model.eval()
+        final = self._save_model("final")
+        best_dir = self.out / "best"
+        if not (self.args.select_metric and best_dir.is_dir()):
+            best_dir = self._save_model("best") if self.is_main else best_dir
+        elapsed = max(time.perf_counter() - started, 1e-9)
+        if self.is_main:
+            plot_curves(self.out / "metrics.jsonl", self.out / "curves.png")
+        return TrainResult(final, best_dir, step, best, last_metrics, samples * self.world_size / elapsed)
+
+    def _evaluate(self, step: int, epoch: int, best: float | None) -> float | None:
+        if self.eval_fn is None or not self.is_main:
+            return best
+        was_training = self.model.training
+        self.model.eval()
+        metrics = self.eval_fn(self.model)
+        self.model.train(was_training)
+        self._log({"step": step, "epoch": epoch, **{f"eval/{k}": v for k, v in metrics.items()}})
+        key = self.args.select_metric
+        if key is not None:
+            if key not in metrics:
+                raise KeyError(f"select_metric {key!r} not among the validation metrics {sorted(metrics)}")
+            value = float(metrics[key])
+            if best is None or value > best:
+                best = value
+                self._save_model("best")
+                logger.info("step %d: new best %s = %.4f", step, key, value)
+        return best
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_curves(metrics_path: str | Path, out_path: str | Path) -> Path | None:
+    """Plot training terms and validation metrics against steps (PNG); None when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.warning("matplotlib is not installed: no curves plot (pip install 'dphr-haystack[train]')")
+        return None
+    records = read_metrics(metrics_path)
+    train_keys = sorted({k for r in records for k in r if not k.startswith("eval/")} - {"step", "epoch", "lr",
+                                                                                          "samples_per_s"})
+    eval_keys = sorted({k for r in records for k in r if k.startswith("eval/")})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for key in train_keys:
+        points = [(r["step"], r[key]) for r in records if key in r and isinstance(r[key], (int, float))]
+        if points:
+            axes[0].plot(*zip(*points, strict=True), label=key)
+    axes[0].set_xlabel("step")
+    axes[0].set_title("training")
+    for key in eval_keys:
+        points = [(r["step"], r[key]) for r in records if key in r]
+        if points:
+            axes[1].plot(*zip(*points, strict=True), marker="o", label=key[5:])
+    axes[1].set_xlabel("step")
+    axes[1].set_title("validation")
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=90)
+    plt.close(fig)
+    return Path(out_path)
