@@ -1,5 +1,20 @@
-"""Haystack 1.x nodes (written in the Haystack issue)."""
+"""Haystack 1.x nodes: PhraseDocumentStore, PhraseRetriever, hybrid joins and YAML loading.
+
+Importing this package (``import dphr_haystack`` does it) registers the node classes, so that
+``Pipeline.load_from_yaml`` finds them by name; :func:`load_pipeline` does the import for you.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from ._models import cached_models, clear_model_cache, load_phrase_model
+from .dense import MiniLMEmbeddingRetriever
+from .document_store import PhraseDocumentStore, PhraseIndexingStats
+from .joins import LinearFusionJoin, PhraseHybridJoin
+from .pipeline import PIPELINES_DIR, load_pipeline
+from .retriever import PhraseRetriever
+
+__all__ = [
+    "LinearFusionJoin", "MiniLMEmbeddingRetriever", "PIPELINES_DIR", "PhraseDocumentStore", "PhraseHybridJoin",
+    "PhraseIndexingStats", "PhraseRetriever", "cached_models", "clear_model_cache", "load_phrase_model",
+    "load_pipeline",
+]

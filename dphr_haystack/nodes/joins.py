@@ -1,0 +1,187 @@
+"""Join nodes for hybrids: DPR-style linear score fusion, and one node emitting phrase answers plus fused documents.
+
+Score normalisation of :class:`LinearFusionJoin`: **min-max per query and per input list**. Each input's
+scores are mapped to [0, 1] (best = 1, worst returned = 0; a single result or a tie = 1), then summed with the
+weights; a document missing from a list gets 0 from it, the floor of that list. Why min-max: BM25 scores
+(0–30 raw, or squashed by Haystack's expit(score/8)) and phrase scores (raw inner products in the tens or
+hundreds) have unrelated ranges, so raw DPR-style sums (BM25 + λ·dense, Karpukhin et al. 2020) would let one
+retriever dominate; min-max makes λ a relative weight on a common [0, 1] scale and, unlike z-scores, does not
+depend on the spread of a short top-k list or give missing documents an arbitrary value. Feed raw scores
+(``scale_score: false`` on both retrievers) so that expit squashing does not distort the spacing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from haystack.nodes.other.join import JoinNode
+from haystack.schema import Answer, Document
+
+from ..errors import InvalidParameterError
+from ._schema import typed_init
+
+RRF_K = 60  # Cormack et al. 2009
+
+
+def _check_weights(weights: list[float] | None, n: int) -> list[float]:
+    if weights is None:
+        return [1.0] * n
+    if len(weights) != n:
+        raise InvalidParameterError(f"{len(weights)} weights for {n} joined inputs")
+    return [float(w) for w in weights]
+
+
+def _copy(doc: Document, score: float) -> Document:
+    return Document(content=doc.content, content_type=doc.content_type, id=doc.id, meta=dict(doc.meta or {}),
+                    score=score, id_hash_keys=doc.id_hash_keys, embedding=doc.embedding)
+
+
+def minmax(scores: Sequence[float]) -> list[float]:
+    """Scores mapped to [0, 1]; all 1.0 when they are equal (or a single one)."""
+    if not scores:
+        return []
+    low, high = min(scores), max(scores)
+    if high == low:
+        return [1.0] * len(scores)
+    return [(s - low) / (high - low) for s in scores]
+
+
+def fuse_linear(lists: Sequence[Sequence[Document]], weights: list[float] | None = None,
+                normalization: str = "minmax") -> list[Document]:
+    """Σ_i w_i · norm_i(score) per document id (missing → 0), best first; input Documents are not modified."""
+    weights = _check_weights(weights, len(lists))
+    fused: dict[str, float] = {}
+    first: dict[str, Document] = {}
+    for weight, docs in zip(weights, lists):
+        raw = [float(d.score or 0.0) for d in docs]
+        normed = minmax(raw) if normalization == "minmax" else raw
+        seen: set[str] = set()
+        for doc, score in zip(docs, normed):
+            if doc.id in seen:
+                continue  # a list holding the same id twice counts its best entry once
+            seen.add(doc.id)
+            first.setdefault(doc.id, doc)
+            fused[doc.id] = fused.get(doc.id, 0.0) + weight * score
+    order = sorted(fused, key=lambda i: (-fused[i], i))
+    return [_copy(first[i], fused[i]) for i in order]
+
+
+def fuse_rrf(lists: Sequence[Sequence[Document]], weights: list[float] | None = None, k: int = RRF_K) -> list[Document]:
+    """Reciprocal rank fusion Σ_i w_i / (k + rank_i), scaled so a document ranked first everywhere scores 1."""
+    weights = _check_weights(weights, len(lists))
+    fused: dict[str, float] = {}
+    first: dict[str, Document] = {}
+    for weight, docs in zip(weights, lists):
+        seen: set[str] = set()
+        for rank, doc in enumerate(docs, 1):
+            if doc.id in seen:
+                continue
+            seen.add(doc.id)
+            first.setdefault(doc.id, doc)
+            fused[doc.id] = fused.get(doc.id, 0.0) + weight / (k + rank)
+    top = sum(weights) / (k + 1) or 1.0
+    order = sorted(fused, key=lambda i: (-fused[i], i))
+    return [_copy(first[i], fused[i] / top) for i in order]
+
+
+def dedupe_answers(answers: Sequence[Answer], top_k: int | None = None) -> list[Answer]:
+    """Answers best first, keeping one per (text, documents, offsets)."""
+    best: dict[tuple[Any, ...], Answer] = {}
+    for answer in answers:
+        offsets = tuple((s.start, s.end) for s in (answer.offsets_in_document or []))
+        key = (answer.answer, tuple(answer.document_ids or []), offsets)
+        if key not in best or (answer.score or 0.0) > (best[key].score or 0.0):
+            best[key] = answer
+    ranked = sorted(best.values(), key=lambda a: -(a.score or 0.0))
+    return ranked[:top_k] if top_k else ranked
+
+
+@typed_init
+class LinearFusionJoin(JoinNode):
+    """DPR-style hybrid: ``Σ_i weight_i · minmax(score_i)`` over the joined retrievers, in ``inputs`` order.
+
+    With ``inputs: [BM25, Phrase]`` and ``weights: [1.0, 1.1]`` this is BM25 + λ·phrase with λ = 1.1, the
+    combination of Karpukhin et al. (2020). The normalisation is described in this module's docstring.
+
+    Args:
+        weights: One weight per input (default: all 1.0).
+        normalization: ``minmax`` (per query and input) or ``none`` (raw scores, as in the DPR paper).
+        top_k_join: Documents kept after fusion (None: all).
+    """
+
+    outgoing_edges = 1
+
+    def __init__(self, weights: list[float] | None = None, normalization: Literal["minmax", "none"] = "minmax",
+                 top_k_join: int | None = None):
+        super().__init__()
+        if normalization not in ("minmax", "none"):
+            raise InvalidParameterError(f"normalization={normalization!r}; valid: minmax, none")
+        self.weights = weights
+        self.normalization = normalization
+        self.top_k_join = top_k_join
+
+    def run_accumulated(self, inputs: list[dict], top_k_join: int | None = None):
+        top_k = top_k_join or self.top_k_join
+        docs = fuse_linear([inp.get("documents") or [] for inp in inputs], self.weights, self.normalization)
+        return {"documents": docs[:top_k] if top_k else docs, "labels": inputs[0].get("labels")}, "output_1"
+
+    def run_batch_accumulated(self, inputs: list[dict], top_k_join: int | None = None):
+        top_k = top_k_join or self.top_k_join
+        per_query = zip(*[inp.get("documents") or [] for inp in inputs])
+        docs = [fuse_linear(lists, self.weights, self.normalization) for lists in per_query]
+        return {"documents": [d[:top_k] if top_k else d for d in docs], "labels": inputs[0].get("labels")}, "output_1"
+
+
+@typed_init
+class PhraseHybridJoin(JoinNode):
+    """Ends a hybrid pipeline with both outputs: the phrase ``answers`` and the fused ``documents``.
+
+    Haystack 1.x returns only the last node's output, so a pipeline whose retrievers run side by side needs
+    one node that emits answers and ranked documents together.
+
+    Args:
+        join_mode: ``reciprocal_rank_fusion`` or ``linear`` (min-max normalised, see :class:`LinearFusionJoin`).
+        weights: One weight per input, in ``inputs`` order (default: all 1.0).
+        top_k_join: Documents kept after fusion (None: all).
+        top_k_answers: Answers kept, deduplicated and best first (None: all).
+    """
+
+    outgoing_edges = 1
+
+    def __init__(self, join_mode: Literal["reciprocal_rank_fusion", "linear"] = "reciprocal_rank_fusion",
+                 weights: list[float] | None = None, top_k_join: int | None = None,
+                 top_k_answers: int | None = None):
+        super().__init__()
+        if join_mode not in ("reciprocal_rank_fusion", "linear"):
+            raise InvalidParameterError(f"join_mode={join_mode!r}; valid: reciprocal_rank_fusion, linear")
+        self.join_mode = join_mode
+        self.weights = weights
+        self.top_k_join = top_k_join
+        self.top_k_answers = top_k_answers
+
+    def _fuse(self, lists: Sequence[Sequence[Document]]) -> list[Document]:
+        if self.join_mode == "linear":
+            return fuse_linear(lists, self.weights)
+        return fuse_rrf(lists, self.weights)
+
+    def run_accumulated(self, inputs: list[dict], top_k_join: int | None = None):
+        top_k = top_k_join or self.top_k_join
+        docs = self._fuse([inp.get("documents") or [] for inp in inputs])
+        answers = dedupe_answers([a for inp in inputs for a in (inp.get("answers") or [])], self.top_k_answers)
+        output = {"documents": docs[:top_k] if top_k else docs, "answers": answers, "labels": inputs[0].get("labels")}
+        return output, "output_1"
+
+    def run_batch_accumulated(self, inputs: list[dict], top_k_join: int | None = None):
+        top_k = top_k_join or self.top_k_join
+        n = max(len(inp.get("documents") or []) for inp in inputs)
+        docs, answers = [], []
+        for q in range(n):
+            fused = self._fuse([(inp.get("documents") or [[]] * n)[q] for inp in inputs])
+            docs.append(fused[:top_k] if top_k else fused)
+            merged = [a for inp in inputs for a in ((inp.get("answers") or [[]] * n)[q] or [])]
+            answers.append(dedupe_answers(merged, self.top_k_answers))
+        return {"documents": docs, "answers": answers, "labels": inputs[0].get("labels")}, "output_1"
+
+
+__all__ = ["LinearFusionJoin", "PhraseHybridJoin", "dedupe_answers", "fuse_linear", "fuse_rrf", "minmax"]

@@ -1,0 +1,244 @@
+"""PhraseRetriever: phrase answers, phrase-ranked passages and documents from a PhraseDocumentStore."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Literal
+
+from haystack.document_stores import BaseDocumentStore
+from haystack.nodes import BaseRetriever
+from haystack.schema import Answer, Document, Span
+
+from ..errors import InvalidParameterError, ModelMismatchError
+from ..search import UNITS, DocumentHit, PassageHit, PhraseHit, PhraseSearcher
+from ._models import load_phrase_model, model_fingerprint
+from ._schema import typed_init
+from .document_store import PhraseDocumentStore
+
+logger = logging.getLogger(__name__)
+
+# Raw phrase scores are sums of two inner products; scale_score maps them to (0, 1) the way Haystack scales
+# dot-product similarities (expit(score / 100)), which keeps the ranking.
+_SCORE_SCALE = 100.0
+
+
+def _expit(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+@typed_init
+class PhraseRetriever(BaseRetriever):
+    """Dense phrase retrieval (DensePhrases) as a Haystack 1.x retriever.
+
+    ``retrieve`` returns Documents ranked by their best phrase: ``score`` is the phrase-derived passage
+    (or document) score and ``meta`` gains ``best_phrase``, ``best_phrase_start``/``best_phrase_end``
+    (char offsets in ``content``) and ``best_phrase_score`` (raw). In a pipeline, ``run`` also returns the
+    phrases as extractive ``Answer``s.
+
+    Example:
+        >>> store = PhraseDocumentStore()
+        >>> retriever = PhraseRetriever(document_store=store, model="minilm", unit="phrase")
+        >>> store.index_documents([Document("Hamlet was written by Shakespeare.")], retriever)
+        >>> retriever.run_query("Who wrote Hamlet?")[0]["answers"][0].answer
+
+    Args:
+        document_store: The PhraseDocumentStore to search.
+        model: Phrase model: ``minilm`` (untrained, built on the offline all-MiniLM-L6-v2), a model directory,
+            a DensePhrases checkpoint directory or a hub name. Loaded once per process and device.
+        top_k: Results per query.
+        unit: ``phrase`` (top-k phrases; documents are their passages, deduplicated), ``passage`` (top-k
+            passages by best phrase) or ``document`` (top-k documents by best passage, grouped by the store's
+            ``document_id_field``).
+        max_answer_length: Longest phrase in subwords (default: the model's).
+        filter_threshold: Token-filter threshold used when this retriever creates a phrase index (None: keep
+            every token).
+        batch_size: Batch size for passage and query encoding.
+        device: ``cpu``, ``cuda`` or ``auto``.
+        scale_score: Map scores to (0, 1) with expit(score / 100); raw scores otherwise.
+        return_answers: Emit ``answers`` besides ``documents`` in ``run``. Turn off for Haystack's SAS
+            evaluation, which cannot handle a node that emits both.
+    """
+
+    outgoing_edges = 1
+
+    def __init__(
+        self,
+        document_store: BaseDocumentStore | None = None,
+        model: str = "minilm",
+        top_k: int = 10,
+        unit: Literal["phrase", "passage", "document"] = "passage",
+        max_answer_length: int | None = None,
+        filter_threshold: float | None = None,
+        batch_size: int = 32,
+        device: Literal["cpu", "cuda", "auto"] = "auto",
+        scale_score: bool = True,
+        return_answers: bool = True,
+    ):
+        super().__init__()
+        if unit not in UNITS:
+            raise InvalidParameterError(f"unit={unit!r}; valid: {', '.join(UNITS)}")
+        if top_k < 1 or batch_size < 1:
+            raise InvalidParameterError(f"top_k and batch_size must be >= 1, got {top_k} and {batch_size}")
+        if max_answer_length is not None and max_answer_length < 1:
+            raise InvalidParameterError(f"max_answer_length must be >= 1, got {max_answer_length}")
+        if document_store is not None and not isinstance(document_store, PhraseDocumentStore):
+            raise InvalidParameterError(
+                f"PhraseRetriever needs a PhraseDocumentStore, got {type(document_store).__name__}"
+            )
+        self.document_store = document_store
+        self.model = model
+        self.top_k = top_k
+        self.unit = unit
+        self.filter_threshold = filter_threshold
+        self.batch_size = batch_size
+        self.device = device
+        self.scale_score = scale_score
+        self.return_answers = return_answers
+        self.phrase_model = load_phrase_model(model, device)
+        self.max_answer_length = max_answer_length or self.phrase_model.config.max_answer_length
+
+    # ----------------------------------------------------------------- BaseRetriever API
+    def retrieve(
+        self,
+        query: str,
+        filters: dict[str, Any] | None = None,
+        top_k: int | None = None,
+        index: str | None = None,
+        headers: dict[str, str] | None = None,
+        scale_score: bool | None = None,
+        document_store: BaseDocumentStore | None = None,
+    ) -> list[Document]:
+        """Top-k Documents for one query (see the class docstring for ``unit``)."""
+        return self._search([query], filters, top_k, index, scale_score, document_store)[0][0]
+
+    def retrieve_batch(
+        self,
+        queries: list[str],
+        filters: dict[str, Any] | list[dict[str, Any] | None] | None = None,
+        top_k: int | None = None,
+        index: str | None = None,
+        headers: dict[str, str] | None = None,
+        batch_size: int | None = None,
+        scale_score: bool | None = None,
+        document_store: BaseDocumentStore | None = None,
+    ) -> list[list[Document]]:
+        """Top-k Documents per query; queries are encoded in batches of ``batch_size``."""
+        return [docs for docs, _ in self._search(queries, filters, top_k, index, scale_score, document_store, batch_size)]
+
+    def run_query(
+        self,
+        query: str,
+        filters: dict[str, Any] | None = None,
+        top_k: int | None = None,
+        index: str | None = None,
+        headers: dict[str, str] | None = None,
+        scale_score: bool | None = None,
+    ):
+        docs, answers = self._search([query], filters, top_k, index, scale_score)[0]
+        output: dict[str, Any] = {"documents": docs}
+        if self.return_answers:
+            output["answers"] = answers
+        return output, "output_1"
+
+    def run_query_batch(
+        self,
+        queries: list[str],
+        filters: dict[str, Any] | list[dict[str, Any] | None] | None = None,
+        top_k: int | None = None,
+        index: str | None = None,
+        headers: dict[str, str] | None = None,
+        batch_size: int | None = None,
+    ):
+        if isinstance(queries, str):
+            return self.run_query(queries, filters if not isinstance(filters, list) else filters[0], top_k, index)
+        results = self._search(queries, filters, top_k, index, None, None, batch_size)
+        output: dict[str, Any] = {"documents": [docs for docs, _ in results]}
+        if self.return_answers:
+            output["answers"] = [answers for _, answers in results]
+        return output, "output_1"
+
+    # ----------------------------------------------------------------- search
+    def _search(self, queries: list[str], filters, top_k: int | None, index: str | None,
+                scale_score: bool | None, document_store: BaseDocumentStore | None = None,
+                batch_size: int | None = None) -> list[tuple[list[Document], list[Answer]]]:
+        store = document_store or self.document_store
+        if not isinstance(store, PhraseDocumentStore):
+            raise InvalidParameterError("PhraseRetriever has no PhraseDocumentStore: pass document_store")
+        if isinstance(queries, str):
+            raise InvalidParameterError("retrieve_batch takes a list of queries, not one string")
+        top_k = top_k or self.top_k
+        index = index or store.index
+        scale = self.scale_score if scale_score is None else scale_score
+        empty: list[tuple[list[Document], list[Answer]]] = [([], []) for _ in queries]
+        phrase_index = store.get_phrase_index(index)
+        if phrase_index is None or phrase_index.num_live_passages == 0:
+            if phrase_index is None and _index_exists(store, index) and store.get_document_count(index=index):
+                logger.warning("index %r has documents but no phrases: call document_store.update_embeddings(retriever)",
+                               index)
+            return empty
+        if phrase_index.model_fingerprint != model_fingerprint(self.phrase_model):
+            raise ModelMismatchError(
+                f"the phrase index of {index!r} was built with another phrase encoder than {self.model!r}"
+            )
+        searcher = PhraseSearcher(phrase_index, self.phrase_model, self.max_answer_length,
+                                  query_batch_size=batch_size or self.batch_size)
+        if isinstance(filters, list):
+            if len(filters) != len(queries):
+                raise InvalidParameterError(f"{len(filters)} filters for {len(queries)} queries")
+            hits = [searcher.search(q, self.unit, top_k, store.phrase_mask(f, index))
+                    for q, f in zip(queries, filters)]
+        else:
+            hits = searcher.search_batch(list(queries), self.unit, top_k, store.phrase_mask(filters, index))
+        wanted = {h.passage_id if isinstance(h, PhraseHit) else _passage_of(h).passage_id
+                  for per_query in hits for h in per_query}
+        stored = {d.id: d for d in store.get_documents_by_id(sorted(wanted), index=index)}
+        return [self._convert(per_query, stored, scale) for per_query in hits]
+
+    def _score(self, raw: float, scale: bool) -> float:
+        return _expit(raw / _SCORE_SCALE) if scale else float(raw)
+
+    def _convert(self, hits, stored: dict[str, Document], scale: bool) -> tuple[list[Document], list[Answer]]:
+        documents: list[Document] = []
+        answers: list[Answer] = []
+        seen: set[str] = set()
+        for hit in hits:
+            phrase = hit if isinstance(hit, PhraseHit) else _passage_of(hit).best_phrase
+            doc = stored.get(phrase.passage_id)
+            if doc is None:  # phrases of a document no longer in the store
+                continue
+            answers.append(self._answer(phrase, doc, scale))
+            if phrase.passage_id in seen:
+                continue
+            seen.add(phrase.passage_id)
+            documents.append(self._document(hit, phrase, doc, scale))
+        return documents, answers
+
+    def _document(self, hit, phrase: PhraseHit, doc: Document, scale: bool) -> Document:
+        meta = dict(doc.meta or {})
+        meta.update({"best_phrase": phrase.text, "best_phrase_start": phrase.start, "best_phrase_end": phrase.end,
+                     "best_phrase_score": phrase.score})
+        if isinstance(hit, DocumentHit):
+            meta["phrase_document_id"] = hit.document_id
+        score = hit.score if not isinstance(hit, PhraseHit) else phrase.score
+        return Document(content=doc.content, content_type=doc.content_type, id=doc.id, meta=meta,
+                        score=self._score(score, scale), id_hash_keys=doc.id_hash_keys)
+
+    def _answer(self, phrase: PhraseHit, doc: Document, scale: bool) -> Answer:
+        meta = dict(doc.meta or {})
+        meta.update({"raw_score": phrase.score, "title": phrase.title, "phrase_document_id": phrase.document_id})
+        span = Span(start=phrase.start, end=phrase.end)
+        return Answer(answer=phrase.text, type="extractive", score=self._score(phrase.score, scale),
+                      context=doc.content, offsets_in_document=[span], offsets_in_context=[Span(phrase.start, phrase.end)],
+                      document_ids=[doc.id], meta=meta)
+
+
+def _passage_of(hit) -> PassageHit:
+    return hit.best_passage if isinstance(hit, DocumentHit) else hit
+
+
+def _index_exists(store: PhraseDocumentStore, index: str) -> bool:
+    return not store.in_memory or index == store.index or index in store.inner.indexes  # type: ignore[attr-defined]
+
+
+__all__ = ["PhraseRetriever"]

@@ -1,0 +1,55 @@
+"""Fixtures for the Haystack layer: a saved tiny phrase model, stores filled with the tiny passages."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+pytest.importorskip("haystack", reason="farm-haystack is not installed (pip install 'dphr-haystack[haystack]')")
+
+REPO = Path(__file__).resolve().parents[2]
+PIPELINES = REPO / "pipelines"
+
+
+def pytest_configure(config) -> None:
+    # Haystack's conformance class carries this marker; register it so --strict-markers accepts it.
+    config.addinivalue_line("markers", "document_store: Haystack's DocumentStoreBaseTestAbstract suite")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, _tiny_model_session) -> Path:
+    """The session's tiny phrase model saved as a model directory (what YAML pipelines point at)."""
+    path = tmp_path_factory.mktemp("tiny-phrase-model")
+    _tiny_model_session.save(path)
+    return path
+
+
+@pytest.fixture
+def haystack_docs():
+    """The six tiny passages as Haystack Documents, with a title, a document id and a 'topic' meta field."""
+    from haystack.schema import Document
+
+    from tests.conftest import tiny_passages
+
+    topics = ["city", "city", "nature", "book", "nature", "tech"]
+    return [Document(content=p["text"], id=p["id"], meta={"title": p["title"], "topic": topic})
+            for p, topic in zip(tiny_passages(), topics)]
+
+
+@pytest.fixture
+def tiny_retriever(tiny_model_dir):
+    from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever
+
+    store = PhraseDocumentStore(progress_bar=False)
+    return PhraseRetriever(document_store=store, model=str(tiny_model_dir), top_k=3, device="cpu")
+
+
+@pytest.fixture
+def indexed_retriever(tiny_retriever, haystack_docs):
+    tiny_retriever.document_store.index_documents(haystack_docs, tiny_retriever)
+    return tiny_retriever

@@ -1,0 +1,221 @@
+"""Every pipelines/*.yml loads and runs; schema errors; joins; YAML round trip."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from haystack import Pipeline
+from haystack.errors import PipelineConfigError, PipelineSchemaError
+from haystack.schema import Answer, Document
+
+from dphr_haystack.errors import ModelLoadError
+from dphr_haystack.nodes import LinearFusionJoin, PhraseDocumentStore, PhraseRetriever, load_pipeline
+from dphr_haystack.nodes.joins import dedupe_answers, fuse_linear, fuse_rrf, minmax
+
+PIPELINES = Path(__file__).resolve().parents[2] / "pipelines"
+
+QUERY = "Who wrote the tragedy Hamlet?"
+
+
+def _load(name: str, tiny_model_dir, **extra):
+    overrides = {"DocumentStore": {"progress_bar": False}}
+    text = (PIPELINES / name).read_text()
+    if "type: PhraseRetriever" in text:
+        overrides["Retriever"] = {"model": str(tiny_model_dir), "device": "cpu"}
+    overrides.update(extra)
+    return load_pipeline(PIPELINES / name, overrides=overrides)
+
+
+def _fill(pipeline, docs):
+    store = pipeline.get_document_store()
+    assert isinstance(store, PhraseDocumentStore)
+    retriever = pipeline.get_node("Retriever")
+    if retriever is not None:
+        store.index_documents(docs, retriever)
+    else:
+        store.write_documents(docs)
+    return store
+
+
+def test_every_pipeline_file_is_tested():
+    tested = {"phrase_qa.yml", "phrase_passages.yml", "bm25.yml", "dense_passages.yml", "hybrid_rrf.yml",
+              "hybrid_dpr.yml", "hybrid_answers.yml", "indexing.yml"}
+    assert {p.name for p in PIPELINES.glob("*.yml")} == tested
+
+
+@pytest.mark.unit
+def test_phrase_qa(tiny_model_dir, haystack_docs):
+    pipeline = _load("phrase_qa.yml", tiny_model_dir)
+    _fill(pipeline, haystack_docs)
+    out = pipeline.run(query=QUERY, params={"Retriever": {"top_k": 3}})
+    assert len(out["answers"]) == 3 and all(a.type == "extractive" for a in out["answers"])
+    assert out["documents"] and {a.document_ids[0] for a in out["answers"]} == {d.id for d in out["documents"]}
+    batch = pipeline.run_batch(queries=[QUERY, "capital of France"], params={"Retriever": {"top_k": 2}})
+    assert [len(a) for a in batch["answers"]] == [2, 2]
+    filtered = pipeline.run(query=QUERY, params={"Retriever": {"filters": {"topic": "tech"}}})
+    assert {d.id for d in filtered["documents"]} == {"p5"}
+
+
+@pytest.mark.unit
+def test_phrase_passages(tiny_model_dir, haystack_docs):
+    pipeline = _load("phrase_passages.yml", tiny_model_dir)
+    _fill(pipeline, haystack_docs)
+    out = pipeline.run(query=QUERY)
+    assert len(out["documents"]) == 6 and "answers" not in out
+    assert all("best_phrase" in d.meta for d in out["documents"])
+
+
+@pytest.mark.unit
+def test_bm25(tiny_model_dir, haystack_docs):
+    pipeline = _load("bm25.yml", tiny_model_dir)
+    _fill(pipeline, haystack_docs)
+    assert pipeline.run(query=QUERY)["documents"][0].id == "p3"
+
+
+@pytest.mark.integration
+def test_dense_passages_on_the_offline_minilm(minilm_available, haystack_docs):
+    pipeline = load_pipeline(PIPELINES / "dense_passages.yml", overrides={"DocumentStore": {"progress_bar": False}})
+    store = _fill(pipeline, haystack_docs)
+    store.update_embeddings(pipeline.get_node("Dense"))
+    assert store.get_embedding_count() == 6
+    assert pipeline.run(query="Which river flows into the Mediterranean?")["documents"][0].id == "p2"
+
+
+@pytest.mark.unit
+def test_hybrid_rrf(tiny_model_dir, haystack_docs):
+    pipeline = _load("hybrid_rrf.yml", tiny_model_dir)
+    _fill(pipeline, haystack_docs)
+    docs = pipeline.run(query=QUERY)["documents"]
+    assert len(docs) == 6 and len({d.id for d in docs}) == 6
+    assert docs[0].score == pytest.approx(max(d.score for d in docs))
+
+
+@pytest.mark.unit
+def test_hybrid_dpr_fuses_minmax_bm25_plus_1_1_phrase(tiny_model_dir, haystack_docs):
+    pipeline = _load("hybrid_dpr.yml", tiny_model_dir)
+    _fill(pipeline, haystack_docs)
+    out = pipeline.run(query=QUERY, debug=True)
+    bm25 = {d.id: d.score for d in out["_debug"]["BM25"]["output"]["documents"]}
+    phrase = {d.id: d.score for d in out["_debug"]["Retriever"]["output"]["documents"]}
+    nb = dict(zip(bm25, minmax(list(bm25.values()))))
+    npr = dict(zip(phrase, minmax(list(phrase.values()))))
+    expected = {i: nb.get(i, 0.0) + 1.1 * npr.get(i, 0.0) for i in set(bm25) | set(phrase)}
+    got = {d.id: d.score for d in out["documents"]}
+    assert got == pytest.approx(expected)
+    assert [d.score for d in out["documents"]] == sorted(got.values(), reverse=True)
+    assert max(phrase.values()) > 1.0  # raw phrase scores reach the join (scale_score: false)
+
+
+@pytest.mark.unit
+def test_hybrid_answers_returns_answers_and_fused_documents(tiny_model_dir, haystack_docs):
+    pipeline = _load("hybrid_answers.yml", tiny_model_dir)
+    _fill(pipeline, haystack_docs)
+    out = pipeline.run(query=QUERY)
+    assert 0 < len(out["answers"]) <= 5 and all(isinstance(a, Answer) for a in out["answers"])
+    assert 0 < len(out["documents"]) <= 10
+    assert "p3" in [d.id for d in out["documents"]][:2]  # BM25 ranks it first; RRF keeps it near the top
+    batch = pipeline.run_batch(queries=[QUERY, "capital of Germany"])
+    assert len(batch["answers"]) == len(batch["documents"]) == 2
+
+
+@pytest.mark.unit
+def test_indexing_pipeline_then_update_embeddings(tiny_model_dir, tmp_path, haystack_docs):
+    files = []
+    for doc in haystack_docs:
+        path = tmp_path / f"{doc.meta['title']}.txt"
+        path.write_text(doc.content)
+        files.append(path)
+    (tmp_path / "empty.txt").write_text("")
+    indexing = _load("indexing.yml", tiny_model_dir)
+    titles = [{"title": f.stem} for f in files] + [{"title": "empty"}]
+    indexing.run(file_paths=files + [tmp_path / "empty.txt"], meta=titles)
+    store = indexing.get_document_store()
+    assert store.get_document_count() == 7  # the empty file is a document too...
+    stats = store.update_embeddings(indexing.get_node("Retriever"))
+    assert (stats.encoded, stats.skipped_non_text) == (6, 1)  # ...but has no phrases
+    assert store.get_phrase_count() == 6
+    docs = indexing.get_node("Retriever").retrieve("Who created Python?", top_k=6)
+    assert {d.meta["title"] for d in docs} == {f.stem for f in files}
+
+
+@pytest.mark.unit
+def test_schema_errors_for_unknown_params_and_types(tiny_model_dir):
+    with pytest.raises(PipelineSchemaError):
+        _load("phrase_qa.yml", tiny_model_dir, Retriever={"model": str(tiny_model_dir), "no_such_param": 1})
+    with pytest.raises(PipelineSchemaError):
+        _load("phrase_qa.yml", tiny_model_dir, Retriever={"model": str(tiny_model_dir), "top_k": "ten"})
+    with pytest.raises(PipelineSchemaError):
+        _load("phrase_qa.yml", tiny_model_dir, Retriever={"model": str(tiny_model_dir), "unit": "sentence"})
+    with pytest.raises(PipelineSchemaError):
+        _load("hybrid_dpr.yml", tiny_model_dir, Join={"normalization": "zscore"})
+    with pytest.raises(KeyError):
+        _load("phrase_qa.yml", tiny_model_dir, NoSuchComponent={"top_k": 1})
+    # Optional params accept an explicit null
+    assert _load("hybrid_dpr.yml", tiny_model_dir, Join={"top_k_join": None}).get_node("Join").top_k_join is None
+
+
+@pytest.mark.unit
+def test_missing_model_path_in_yaml_names_the_path(tmp_path):
+    missing = tmp_path / "missing-model"
+    with pytest.raises(ModelLoadError, match=str(missing)):
+        load_pipeline(PIPELINES / "phrase_qa.yml", overrides={"Retriever": {"model": str(missing)}})
+    text = (PIPELINES / "phrase_qa.yml").read_text().replace("model: minilm", f"model: {missing}")
+    (tmp_path / "p.yml").write_text(text)
+    with pytest.raises(PipelineConfigError) as excinfo:  # plain Haystack loading keeps it as the cause
+        Pipeline.load_from_yaml(tmp_path / "p.yml")
+    assert isinstance(excinfo.value.__cause__, ModelLoadError) and str(missing) in str(excinfo.value.__cause__)
+
+
+@pytest.mark.unit
+def test_env_variable_overrides_the_model(tiny_model_dir, monkeypatch):
+    monkeypatch.setenv("RETRIEVER_PARAMS_MODEL", str(tiny_model_dir))
+    pipeline = load_pipeline("phrase_qa.yml")  # bare names are found in pipelines/
+    assert pipeline.get_node("Retriever").model == str(tiny_model_dir)
+
+
+@pytest.mark.unit
+def test_save_to_yaml_round_trips_the_custom_nodes(tiny_model_dir, tmp_path):
+    pipeline = _load("hybrid_dpr.yml", tiny_model_dir)
+    pipeline.save_to_yaml(tmp_path / "saved.yml")
+    text = (tmp_path / "saved.yml").read_text()
+    assert "type: PhraseRetriever" in text and "type: LinearFusionJoin" in text
+    again = Pipeline.load_from_yaml(tmp_path / "saved.yml")
+    assert isinstance(again.get_node("Retriever"), PhraseRetriever)
+    assert isinstance(again.get_node("Join"), LinearFusionJoin) and again.get_node("Join").weights == [1.0, 1.1]
+
+
+@pytest.mark.unit
+def test_fusion_helpers():
+    a, b, c = Document("a", id="a", score=10.0), Document("b", id="b", score=5.0), Document("c", id="c", score=0.0)
+    assert minmax([3.0, 3.0]) == [1.0, 1.0] and minmax([]) == []
+    fused = fuse_linear([[a, b, c], [Document("c", id="c", score=2.0), Document("a", id="a", score=1.0)]], [1.0, 1.1])
+    assert {d.id: d.score for d in fused} == pytest.approx({"a": 1.0, "b": 0.5, "c": 1.1})
+    assert [d.id for d in fused] == ["c", "a", "b"]
+    assert a.score == 10.0  # inputs are not mutated
+    rrf = fuse_rrf([[a, b], [a, c]])
+    assert rrf[0].id == "a" and rrf[0].score == pytest.approx(1.0)
+    assert rrf[1].score == pytest.approx((1 / 62) / (2 / 61)) and math.isclose(rrf[1].score, rrf[2].score)
+    with pytest.raises(ValueError):
+        fuse_linear([[a], [b]], [1.0])
+    dup = [Answer("x", score=0.2, document_ids=["a"]), Answer("x", score=0.9, document_ids=["a"]),
+           Answer("y", score=0.5, document_ids=["b"])]
+    assert [(ans.answer, ans.score) for ans in dedupe_answers(dup)] == [("x", 0.9), ("y", 0.5)]
+    assert len(dedupe_answers(dup, top_k=1)) == 1
+
+
+@pytest.mark.integration
+def test_untrained_minilm_phrase_model_on_squad_paragraphs(minilm_available, squad_dev_paragraphs):
+    paragraphs = squad_dev_paragraphs[:8]
+    pipeline = load_pipeline(PIPELINES / "hybrid_answers.yml", overrides={"DocumentStore": {"progress_bar": False}})
+    docs = [Document(content=p["text"], id=p["id"], meta={"title": p["title"]}) for p in paragraphs]
+    _fill(pipeline, docs)
+    question = paragraphs[3]["qas"][0]["question"]
+    out = pipeline.run(query=question, debug=True)
+    assert out["answers"] and out["documents"]
+    inputs = [{d.id for d in out["_debug"][name]["output"]["documents"]} for name in ("BM25", "Retriever")]
+    assert {d.id for d in out["documents"]} == inputs[0] | inputs[1]
+    for answer in out["answers"]:
+        span = answer.offsets_in_document[0]
+        assert answer.context[span.start: span.end] == answer.answer

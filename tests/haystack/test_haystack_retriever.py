@@ -1,0 +1,110 @@
+"""PhraseRetriever: Documents and Answers, units, batching, model loading and the model cache."""
+
+from __future__ import annotations
+
+import pytest
+from haystack.schema import Answer, Document, Span
+
+from dphr_haystack.errors import InvalidParameterError, InvalidQueryError, ModelLoadError
+from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever, cached_models, clear_model_cache
+
+pytestmark = pytest.mark.unit
+
+QUERIES = ["What is the capital of France?", "Who wrote Hamlet?", "Where is Mount Everest?"]
+
+
+def test_run_query_returns_extractive_answers_with_offsets(indexed_retriever):
+    indexed_retriever.unit = "phrase"
+    out, edge = indexed_retriever.run_query(QUERIES[0], top_k=4)
+    assert edge == "output_1"
+    answers, docs = out["answers"], out["documents"]
+    assert len(answers) == 4 and all(isinstance(a, Answer) for a in answers)
+    scores = [a.score for a in answers]
+    assert scores == sorted(scores, reverse=True) and all(0.0 < s < 1.0 for s in scores)
+    for answer in answers:
+        assert answer.type == "extractive"
+        (span,) = answer.offsets_in_document
+        assert isinstance(span, Span) and answer.offsets_in_context == [span]
+        assert answer.context[span.start: span.end] == answer.answer
+        stored = indexed_retriever.document_store.get_document_by_id(answer.document_ids[0])
+        assert stored.content[span.start: span.end] == answer.answer
+    # unit=phrase: documents are the passages of the phrases, deduplicated, in phrase order
+    expected = list(dict.fromkeys(a.document_ids[0] for a in answers))
+    assert [d.id for d in docs] == expected
+
+
+def test_passage_documents_carry_the_best_phrase(indexed_retriever):
+    indexed_retriever.scale_score = False
+    docs = indexed_retriever.retrieve(QUERIES[1], top_k=6)
+    assert len(docs) == 6 and len({d.id for d in docs}) == 6
+    for doc in docs:
+        start, end = doc.meta["best_phrase_start"], doc.meta["best_phrase_end"]
+        assert doc.content[start:end] == doc.meta["best_phrase"]
+        assert doc.score == pytest.approx(doc.meta["best_phrase_score"])  # passage score = best phrase score
+        assert doc.meta["title"]  # the stored meta is kept
+    assert [d.score for d in docs] == sorted((d.score for d in docs), reverse=True)
+    out, _ = indexed_retriever.run_query(QUERIES[1], top_k=6)
+    assert [a.answer for a in out["answers"]] == [d.meta["best_phrase"] for d in docs]
+
+
+def test_document_unit_groups_passages_by_the_document_id_field(tiny_retriever, haystack_docs):
+    for doc in haystack_docs:
+        doc.meta["document_id"] = "europe" if doc.id in ("p0", "p1") else doc.id
+    tiny_retriever.document_store.index_documents(haystack_docs, tiny_retriever)
+    tiny_retriever.unit = "document"
+    docs = tiny_retriever.retrieve("capital city", top_k=6)
+    groups = [d.meta["phrase_document_id"] for d in docs]
+    assert len(docs) == 5 and len(set(groups)) == 5 and "europe" in groups
+    passage = PhraseRetriever(document_store=tiny_retriever.document_store, model=tiny_retriever.model,
+                              unit="passage", device="cpu", top_k=6).retrieve("capital city")
+    best_europe = next(d for d in passage if d.id in ("p0", "p1"))
+    assert next(d for d in docs if d.meta["phrase_document_id"] == "europe").id == best_europe.id
+
+
+def test_retrieve_batch_matches_single_queries(indexed_retriever):
+    batch = indexed_retriever.retrieve_batch(QUERIES, batch_size=2)
+    single = [indexed_retriever.retrieve(q) for q in QUERIES]
+    assert [[d.id for d in ds] for ds in batch] == [[d.id for d in ds] for ds in single]
+    out, _ = indexed_retriever.run_query_batch(QUERIES, filters=[None, {"title": "Hamlet"}, None])
+    assert len(out["documents"]) == len(out["answers"]) == 3
+    assert [d.id for d in out["documents"][1]] == ["p3"]
+
+
+def test_empty_store_gives_empty_results(tiny_retriever):
+    assert tiny_retriever.retrieve("anything") == []
+    assert tiny_retriever.retrieve_batch(["a", "b"]) == [[], []]
+    tiny_retriever.document_store.write_documents([Document("Not yet encoded.")])  # no update_embeddings yet
+    out, _ = tiny_retriever.run_query("anything")
+    assert out == {"documents": [], "answers": []}
+
+
+def test_bad_input_raises_typed_errors(indexed_retriever, tmp_path):
+    with pytest.raises(InvalidQueryError):
+        indexed_retriever.retrieve("   ")
+    with pytest.raises(InvalidParameterError):
+        PhraseRetriever(document_store=PhraseDocumentStore(), model=indexed_retriever.model, unit="sentence")
+    with pytest.raises(InvalidParameterError, match="PhraseDocumentStore"):
+        from haystack.document_stores import InMemoryDocumentStore
+
+        PhraseRetriever(document_store=InMemoryDocumentStore(), model=indexed_retriever.model)
+    missing = tmp_path / "no" / "such-model"
+    with pytest.raises(ModelLoadError, match=str(missing)):
+        PhraseRetriever(model=str(missing))
+    with pytest.raises(ModelLoadError, match="org/absent-model"):
+        PhraseRetriever(model="org/absent-model")  # HF_HUB_OFFLINE=1: no download, a clear error
+
+
+def test_model_cache_shares_one_model(tiny_model_dir):
+    clear_model_cache()
+    first = PhraseRetriever(model=str(tiny_model_dir), device="cpu")
+    second = PhraseRetriever(model=str(tiny_model_dir) + "/", device="cpu")
+    assert first.phrase_model is second.phrase_model
+    assert cached_models() == [(str(tiny_model_dir.resolve()), "cpu")]
+    clear_model_cache()
+    assert cached_models() == []
+    assert PhraseRetriever(model=str(tiny_model_dir), device="cpu").phrase_model is not first.phrase_model
+
+
+def test_plain_encoder_directory_builds_an_untrained_phrase_model(tiny_base_dir, caplog):
+    retriever = PhraseRetriever(model=str(tiny_base_dir), device="cpu")
+    assert retriever.phrase_model.hidden_size == 32
