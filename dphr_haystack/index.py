@@ -475,7 +475,7 @@ class PhraseIndex:
         for file in tmp.iterdir():
             _fsync_file(file)
         _atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=1))
-        _replace_dir(tmp, path)
+        replace_directory(tmp, path)
 
 
 def _write_faiss(index, file: Path) -> None:
@@ -515,7 +515,7 @@ def _atomic_write_text(file: Path, text: str) -> None:
     os.replace(tmp, file)
 
 
-def _replace_dir(new: Path, target: Path) -> None:
+def replace_directory(new: Path, target: Path) -> None:
     """Move ``new`` to ``target``; an existing ``target`` is swapped out first and removed after."""
     if target.exists():
         old = target.with_name(f".{target.name}.old-{os.getpid()}")

@@ -24,7 +24,7 @@ from haystack.errors import DocumentStoreError
 from haystack.schema import Document, Label
 
 from ..errors import InvalidParameterError, ModelMismatchError
-from ..index import PhraseIndex
+from ..index import PhraseIndex, replace_directory
 from ._filters import compile_filters, matches
 from ._models import model_fingerprint
 from ._schema import typed_init
@@ -537,14 +537,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
             phrase_index.save(tmp / f"phrases-{n}")
             manifest["phrases"][name] = f"phrases-{n}"
         (tmp / STORE_FILE).write_text(json.dumps(manifest, indent=1))
-        if path.exists():
-            old = path.with_name(f".{path.name}.old-{os.getpid()}")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
+        replace_directory(tmp, path)
 
     @classmethod
     def load(cls, path: str | Path, elasticsearch_password: str = "") -> PhraseDocumentStore:
