@@ -3,6 +3,7 @@
     dphr model init --base minilm --out models/minilm-phrase
     dphr index --model models/minilm-phrase --corpus corpus.jsonl --out my-index
     dphr search --index my-index --unit passage --top-k 5 "Who wrote Hamlet?"
+    dphr eval --index my-index --questions NQ-open.dev.jsonl.gz --out eval-out
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from .config import PhraseModelConfig
 from .errors import DphrError
+from .eval_cli import add_eval_parser, run_eval
 from .search import UNITS
 
 logger = logging.getLogger("dphr")
@@ -61,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--max-answer-length", type=int, default=None)
     search.add_argument("--json", action="store_true", help="print results as JSON lines")
     search.add_argument("query", nargs="+", help="one or more questions")
+    add_eval_parser(sub)
     return parser
 
 
@@ -72,6 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _model(args)
         if args.command == "index":
             return _index(args)
+        if args.command == "eval":
+            return run_eval(args)
         return _search(args)
     except DphrError as exc:
         print(f"dphr: error: {exc}", file=sys.stderr)
@@ -128,22 +133,10 @@ def _index(args: argparse.Namespace) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from .index import PhraseIndex
-    from .model import PhraseModel
-    from .search import PhraseSearcher, check_unit
+    from .search import check_unit, open_searcher
 
     check_unit(args.unit)
-    index = PhraseIndex.load(args.index)
-    model_dir = args.model or index.manifest.get("model_path")
-    if not model_dir:
-        print("dphr: error: the index does not record its model; pass --model", file=sys.stderr)
-        return 2
-    model = PhraseModel.load(model_dir)
-    if model.phrase_fingerprint() != index.model_fingerprint:
-        from .errors import ModelMismatchError
-
-        raise ModelMismatchError(f"{model_dir}: phrase encoder differs from the one {args.index} was built with")
-    searcher = PhraseSearcher(index, model, max_answer_length=args.max_answer_length)
+    searcher = open_searcher(args.index, args.model, max_answer_length=args.max_answer_length)
     results = searcher.search_batch(args.query, unit=args.unit, top_k=args.top_k)
     for query, hits in zip(args.query, results):
         if args.json:

@@ -230,3 +230,23 @@ def _aggregate(index: PhraseIndex, phrases: list[tuple[float, int, int, float, f
         if len(out) == top_k:
             break
     return out
+
+
+def open_searcher(index_dir, model_dir=None, **kwargs: Any) -> PhraseSearcher:
+    """A searcher over a saved index, with ``model_dir`` or else the model the index records it was built with.
+
+    Raises:
+        ModelLoadError: No model given and none recorded in the index.
+        ModelMismatchError: The model's phrase encoder is not the one the index was built with.
+    """
+    from .errors import ModelLoadError, ModelMismatchError
+    from .model import PhraseModel
+
+    index = PhraseIndex.load(index_dir)
+    model_dir = model_dir or index.manifest.get("model_path")
+    if not model_dir:
+        raise ModelLoadError(f"{index_dir}: the index does not record its model; pass a model directory")
+    model = PhraseModel.load(model_dir)
+    if model.phrase_fingerprint() != index.model_fingerprint:
+        raise ModelMismatchError(f"{model_dir}: phrase encoder differs from the one {index_dir} was built with")
+    return PhraseSearcher(index, model, **kwargs)

@@ -10,8 +10,6 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-import re
-import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,26 +133,6 @@ def load_squad(source: str | Path | dict[str, Any], max_paragraphs: int | None =
         picks = np.linspace(0, len(examples) - 1, max_questions).round().astype(int)
         examples = [examples[i] for i in sorted(set(picks.tolist()))]
     return RCData(passages, examples)
-
-
-# ----------------------------------------------------------------------------- answer normalisation (SQuAD)
-def normalize_answer(text: str) -> str:
-    """SQuAD normalisation: lower case, drop punctuation and articles, collapse whitespace."""
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in set(string.punctuation))
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
-
-
-def contains_answer(text: str, answers: Sequence[str]) -> bool:
-    """True when the normalised ``text`` contains a normalised answer as a run of whole words."""
-    haystack = f" {normalize_answer(text)} "
-    return any(norm and f" {norm} " in haystack for norm in (normalize_answer(a) for a in answers))
-
-
-def exact_match(prediction: str, answers: Sequence[str]) -> bool:
-    norm = normalize_answer(prediction)
-    return any(norm == normalize_answer(a) for a in answers)
 
 
 # ----------------------------------------------------------------------------- features

@@ -7,11 +7,12 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from dphr_haystack.evaluation import contains_answer
 from dphr_haystack.index import PhraseIndex
 from dphr_haystack.model import PhraseModel
 from dphr_haystack.search import PhraseSearcher
 
-from .data import RCData, contains_answer
+from .data import RCData
 
 logger = logging.getLogger(__name__)
 

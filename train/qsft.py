@@ -10,12 +10,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from dphr_haystack.evaluation import exact_match
 from dphr_haystack.index import PhraseIndex
 from dphr_haystack.inputs import tokenize_queries
 from dphr_haystack.model import PhraseModel
 from dphr_haystack.search import PhraseHit, PhraseSearcher
 
-from .data import RCData, exact_match
+from .data import RCData
 from .losses import QuerySideLoss
 from .tasks import epoch_order
 

@@ -18,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from dphr_haystack.evaluation import contains_answer, exact_match
 from dphr_haystack.index import PhraseIndex
 from dphr_haystack.model import PhraseModel
 from dphr_haystack.search import PhraseSearcher
 
-from .data import RCData, RCExample, contains_answer, exact_match
+from .data import RCData, RCExample
 
 logger = logging.getLogger(__name__)
 

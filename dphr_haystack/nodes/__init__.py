@@ -10,11 +10,11 @@ from ._models import cached_models, clear_model_cache, load_phrase_model
 from .dense import MiniLMEmbeddingRetriever
 from .document_store import PhraseDocumentStore, PhraseIndexingStats
 from .joins import LinearFusionJoin, PhraseHybridJoin
-from .pipeline import PIPELINES_DIR, load_pipeline
+from .pipeline import PIPELINES_DIR, corpus_documents, index_corpus, load_pipeline
 from .retriever import PhraseRetriever
 
 __all__ = [
     "LinearFusionJoin", "MiniLMEmbeddingRetriever", "PIPELINES_DIR", "PhraseDocumentStore", "PhraseHybridJoin",
-    "PhraseIndexingStats", "PhraseRetriever", "cached_models", "clear_model_cache", "load_phrase_model",
-    "load_pipeline",
+    "PhraseIndexingStats", "PhraseRetriever", "cached_models", "clear_model_cache", "corpus_documents",
+    "index_corpus", "load_phrase_model", "load_pipeline",
 ]

@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import copy
+import time
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
 from haystack import Pipeline
 from haystack.errors import PipelineConfigError
+from haystack.schema import Document
 
-from ..errors import DphrError
+from ..corpus import read_corpus
+from ..errors import CorpusFormatError, DphrError, InvalidParameterError
 
 PIPELINES_DIR = Path(__file__).resolve().parents[2] / "pipelines"
 
 
 def load_pipeline(path: str | Path, pipeline_name: str | None = None,
                   overrides: dict[str, dict[str, Any]] | None = None, overwrite_with_env_variables: bool = True,
-                  strict_version_check: bool = False) -> Pipeline:
+                  strict_version_check: bool = False, components: dict[str, Any] | None = None) -> Pipeline:
     """Load a Haystack YAML pipeline after registering the dphr_haystack nodes.
 
     Args:
@@ -29,6 +34,9 @@ def load_pipeline(path: str | Path, pipeline_name: str | None = None,
         overwrite_with_env_variables: Apply Haystack's ``<COMPONENT>_PARAMS_<PARAM>`` environment overrides
             (they arrive as strings).
         strict_version_check: Fail when the file's ``version`` differs from the installed Haystack.
+        components: Already built components used instead of the file's definitions of the same names, e.g.
+            ``{"DocumentStore": store}`` so that several pipelines query one store (and one phrase index in
+            memory) instead of each loading its own.
 
     Raises:
         haystack.errors.PipelineSchemaError: Unknown component types, unknown params or wrongly typed values.
@@ -43,15 +51,18 @@ def load_pipeline(path: str | Path, pipeline_name: str | None = None,
     config = yaml.safe_load(file.read_text())
     if overrides:
         config = copy.deepcopy(config)
-        components = {c["name"]: c for c in config.get("components", [])}
+        declared = {c["name"]: c for c in config.get("components", [])}
         for name, params in overrides.items():
-            if name not in components:
-                raise KeyError(f"{file}: no component named {name!r} (components: {sorted(components)})")
-            components[name].setdefault("params", {}).update(params)
+            if name not in declared:
+                raise KeyError(f"{file}: no component named {name!r} (components: {sorted(declared)})")
+            declared[name].setdefault("params", {}).update(params)
     try:
-        return Pipeline.load_from_config(config, pipeline_name=pipeline_name,
-                                         overwrite_with_env_variables=overwrite_with_env_variables,
-                                         strict_version_check=strict_version_check)
+        if not components:
+            return Pipeline.load_from_config(config, pipeline_name=pipeline_name,
+                                             overwrite_with_env_variables=overwrite_with_env_variables,
+                                             strict_version_check=strict_version_check)
+        return _load_with_components(config, pipeline_name, overwrite_with_env_variables, strict_version_check,
+                                     components, file)
     except PipelineConfigError as exc:
         # Haystack hides a component's own error behind "see the stacktrace"; surface ours (e.g. the missing
         # model path) in the message.
@@ -60,4 +71,69 @@ def load_pipeline(path: str | Path, pipeline_name: str | None = None,
         raise
 
 
-__all__ = ["PIPELINES_DIR", "load_pipeline"]
+def corpus_documents(corpora: Iterable[str | Path]) -> list[Document]:
+    """Haystack documents of one or more corpus files (:func:`dphr_haystack.corpus.read_corpus` formats), with
+    ``title`` and ``document_id`` in their meta, as PhraseDocumentStore expects."""
+    docs = [Document(content=p.text, id=p.id, meta={**p.meta, "title": p.title, "document_id": p.document_id})
+            for corpus in corpora for p in read_corpus(corpus)]
+    counts = Counter(doc.id for doc in docs)
+    repeated = [doc_id for doc_id, n in counts.items() if n > 1]
+    if repeated:
+        raise CorpusFormatError(f"{len(repeated)} passage ids occur more than once across the corpora, "
+                                f"e.g. {repeated[:3]}")
+    return docs
+
+
+def index_corpus(pipeline: Pipeline, documents: list[Document]) -> dict[str, Any]:
+    """Write ``documents`` into the pipeline's document store and build what each retriever needs.
+
+    Phrase retrievers get their phrase index, dense retrievers their embeddings (documents that already have
+    them keep them); BM25 needs nothing more. With no ``documents``, only what is missing for the documents
+    already stored is built. Returns per-step timings in seconds.
+    """
+    from haystack.nodes import DenseRetriever
+
+    store = pipeline.get_document_store()
+    if store is None:
+        raise InvalidParameterError("the pipeline has no document store to index into")
+    timings: dict[str, Any] = {}
+    if documents:
+        start = time.perf_counter()
+        store.write_documents(documents, duplicate_documents="skip")
+        timings["write_documents"] = time.perf_counter() - start
+    for name in pipeline.graph.nodes:
+        component = pipeline.graph.nodes[name].get("component")
+        start = time.perf_counter()
+        if hasattr(component, "phrase_model"):
+            store.update_embeddings(component)
+        elif isinstance(component, DenseRetriever):
+            store.update_embeddings(component, update_existing_embeddings=False)
+        else:
+            continue
+        timings[name] = time.perf_counter() - start
+    return timings
+
+
+def _load_with_components(config: dict[str, Any], pipeline_name: str | None, overwrite_with_env_variables: bool,
+                          strict_version_check: bool, prebuilt: dict[str, Any], file: Path) -> Pipeline:
+    """``Pipeline.load_from_config`` seeded with prebuilt components (Haystack 1.26 builds every one itself)."""
+    from haystack.pipelines.config import get_component_definitions, get_pipeline_definition, validate_config
+
+    declared = {c["name"] for c in config.get("components", [])}
+    unknown = sorted(set(prebuilt) - declared)
+    if unknown:
+        raise KeyError(f"{file}: no component named {unknown} to replace (components: {sorted(declared)})")
+    validate_config(config, strict_version_check=strict_version_check)
+    definition = get_pipeline_definition(pipeline_config=config, pipeline_name=pipeline_name)
+    definitions = get_component_definitions(pipeline_config=config,
+                                            overwrite_with_env_variables=overwrite_with_env_variables)
+    built = dict(prebuilt)
+    pipeline = Pipeline()
+    for node in definition["nodes"]:
+        component = Pipeline._load_or_get_component(name=node["name"], definitions=definitions, components=built)
+        pipeline.add_node(component=component, name=node["name"], inputs=node["inputs"])
+    pipeline.update_config_hash()
+    return pipeline
+
+
+__all__ = ["PIPELINES_DIR", "corpus_documents", "index_corpus", "load_pipeline"]

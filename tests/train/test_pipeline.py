@@ -11,14 +11,8 @@ import torch
 
 os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 
-from train.data import (  # noqa: E402
-    PassageWindows,
-    build_features,
-    collate,
-    contains_answer,
-    load_squad,
-    normalize_answer,
-)
+from dphr_haystack.evaluation import contains_answer, normalize_answer  # noqa: E402
+from train.data import PassageWindows, build_features, collate, load_squad  # noqa: E402
 from train.filter import average_precision  # noqa: E402
 from train.recipes import load_recipe  # noqa: E402
 from train.tasks import RCTask  # noqa: E402
