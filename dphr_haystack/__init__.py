@@ -37,7 +37,10 @@ __all__ = [
     "dump_phrases", "encode_shard", "list_shards", "read_corpus", "resolve_base",
 ]
 
-if os.environ.get("DPHR_HAYSTACK_NODES", "1") != "0" and importlib.util.find_spec("haystack") is not None:
+# A real Haystack install only: a bare ``haystack`` directory on sys.path (e.g. tests/haystack, which pytest puts
+# there where farm-haystack is absent) is a namespace package without an origin.
+_HAYSTACK = importlib.util.find_spec("haystack")
+if os.environ.get("DPHR_HAYSTACK_NODES", "1") != "0" and _HAYSTACK is not None and _HAYSTACK.origin is not None:
     os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
     from . import nodes as nodes  # noqa: F401  (registers the Haystack node classes for YAML)
     from .nodes import *  # noqa: F401,F403

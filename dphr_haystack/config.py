@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +33,9 @@ class PhraseModelConfig:
         query_layout: ``separate`` (three encoders, the DensePhrases layout) or ``shared`` (one query
             encoder whose [CLS] state feeds two linear heads).
         base_model: Where the encoders were initialised from (informational).
+        filter_threshold: Token-filter threshold chosen by the filter training stage; ``dphr index`` keeps the
+            tokens whose start or end filter logit exceeds it unless told otherwise (None: keep every token).
+            Not part of :meth:`passage_side`: it changes which vectors are stored, not the vectors.
     """
 
     max_passage_length: int = 384
@@ -44,6 +48,7 @@ class PhraseModelConfig:
     max_answer_length: int = 10
     query_layout: Literal["separate", "shared"] = "separate"
     base_model: str = ""
+    filter_threshold: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -65,6 +70,10 @@ class PhraseModelConfig:
             )
         if self.max_title_length < 0 or self.max_query_length < 3 or self.max_answer_length < 1:
             raise InvalidParameterError("max_title_length >= 0, max_query_length >= 3, max_answer_length >= 1")
+        threshold = self.filter_threshold
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                      or not math.isfinite(threshold)):
+            raise InvalidParameterError(f"filter_threshold must be a finite number or None, got {threshold!r}")
 
     def passage_side(self) -> dict[str, Any]:
         """The settings that change phrase vectors (part of an index's model fingerprint)."""
@@ -84,6 +93,8 @@ class PhraseModelConfig:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"cannot read model config {path}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ModelLoadError(f"{path}: expected a JSON object, got {type(data).__name__}")
         version = data.pop("format_version", None)
         if version != CONFIG_FORMAT_VERSION:
             raise ModelLoadError(f"{path}: config format version {version!r}, this library reads {CONFIG_FORMAT_VERSION}")
@@ -91,4 +102,21 @@ class PhraseModelConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ModelLoadError(f"{path}: unknown config keys {unknown}")
-        return cls(**data)
+        defaults = cls()
+        for key, value in data.items():  # a damaged file must fail here, not deep inside the model
+            default = getattr(defaults, key)
+            if default is not None and not _same_json_type(value, default):
+                raise ModelLoadError(f"{path}: {key} must be {type(default).__name__}, got {value!r:.60}")
+        try:
+            return cls(**data)
+        except InvalidParameterError as exc:
+            raise ModelLoadError(f"{path}: {exc}") from exc
+
+
+def _same_json_type(value: Any, default: Any) -> bool:
+    """True when a JSON value has the type of a config default (bool is not an int; an int is a float)."""
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    return isinstance(value, type(default))

@@ -36,7 +36,10 @@ def make_tiny_base(out_dir: str | Path, texts: Iterable[str] = (), hidden_size: 
             vocab.append(word)
             seen.add(word)
     (out / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tokenizer = transformers.BertTokenizerFast(vocab_file=str(out / "vocab.txt"), do_lower_case=True)
+    if int(transformers.__version__.split(".")[0]) >= 5:  # 5.x takes the vocab itself and ignores vocab_file
+        tokenizer = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
+    else:
+        tokenizer = transformers.BertTokenizerFast(vocab_file=str(out / "vocab.txt"), do_lower_case=True)
     tokenizer.save_pretrained(str(out))
     config = transformers.BertConfig(
         vocab_size=len(vocab), hidden_size=hidden_size, num_hidden_layers=layers, num_attention_heads=heads,

@@ -1,4 +1,7 @@
-"""``python -m train <stage> --config recipe.yaml [--output-dir DIR] [--set key=value ...]``."""
+"""``python -m train <stage> --config recipe.yaml [--output-dir DIR] [--set key=value ...]``.
+
+Under ``torchrun --nproc_per_node N -m train ...`` every rank runs the stage (see :mod:`train.trainer`).
+"""
 
 from __future__ import annotations
 
@@ -42,6 +45,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides["output_dir"] = args.output_dir
     recipe = load_recipe(args.config, overrides)
     result = run_all(recipe) if args.stage == "run-all" else run_stage(recipe, args.stage)
-    json.dump(result, sys.stdout, indent=1, default=str)
-    sys.stdout.write("\n")
+    from .trainer import dist_info, is_distributed
+
+    if dist_info()[0] == 0:  # under torchrun, one summary (rank 0's)
+        json.dump(result, sys.stdout, indent=1, default=str)
+        sys.stdout.write("\n")
+    if is_distributed():
+        import torch
+
+        torch.distributed.destroy_process_group()
     return 0

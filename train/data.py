@@ -49,7 +49,11 @@ class RCData:
 
 @dataclass
 class Feature:
-    """One (question, window) training input; ``start``/``end`` are window positions (0 = outside)."""
+    """One (question, window) training input; ``start``/``end`` are window positions (0 = outside).
+
+    ``context_start`` is the window position of the first context token (after [CLS] and the title); the
+    context runs to the window's final [SEP].
+    """
 
     example: int
     passage_id: str
@@ -57,6 +61,7 @@ class Feature:
     token_type_ids: list[int]
     start: int
     end: int
+    context_start: int = 1
 
 
 # A small built-in sample so that the smoke recipe runs where ../shared is absent.
@@ -194,7 +199,7 @@ def build_features(data: RCData, windows: PassageWindows, keep_unanswered_window
                 continue
             start = prefix + span[0] - first if inside else 0
             end = prefix + span[1] - first if inside else 0
-            features.append(Feature(e_idx, ex.passage_id, ids, types, start, end))
+            features.append(Feature(e_idx, ex.passage_id, ids, types, start, end, prefix))
     if skipped:
         logger.warning("skipped %d examples whose answer span could not be located", skipped)
     return features
@@ -217,9 +222,15 @@ def collate(features: Sequence[Feature], questions: Sequence[str], tokenizer, co
         **{f"p_{k}": v for k, v in p.items()}, **{f"q_{k}": v for k, v in q.items()},
         "start_positions": torch.tensor([f.start for f in features], dtype=torch.long),
         "end_positions": torch.tensor([f.end for f in features], dtype=torch.long),
+        "p_context_start": torch.tensor([f.context_start for f in features], dtype=torch.long),
         "passage_ids": [f.passage_id for f in features],
     }
     if hard:
-        h = pad_batch([x[0] for x in hard], [x[1] for x in hard], pad_id)
+        h_ids, h_types = [x[0] for x in hard], [x[1] for x in hard]
+        if pad_to is not None:
+            h_ids, h_types = h_ids + [[pad_id] * pad_to], h_types + [[0] * pad_to]
+        h = pad_batch(h_ids, h_types, pad_id)
+        if pad_to is not None:
+            h = {k: v[:-1] for k, v in h.items()}
         batch.update({f"h_{k}": v for k, v in h.items()})
     return batch

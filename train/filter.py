@@ -1,18 +1,21 @@
-"""Token-filter training on a frozen encoder (Kim et al. 2022 App. A): BCE, AUC-PR, threshold sweep."""
+"""Token-filter training on a frozen encoder (Kim et al. 2022 App. A): BCE, AUC-PR, threshold sweep and choice."""
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from dphr_haystack.codec import VectorCodec
+from dphr_haystack.config import PhraseModelConfig
 from dphr_haystack.dump import TOKEN_DTYPE, PhraseShard
 from dphr_haystack.index import PhraseIndex
-from dphr_haystack.model import PhraseModel
+from dphr_haystack.model import CONFIG_FILE, PhraseModel
 
 from .data import Feature, RCData, collate
 from .losses import FilterLoss
@@ -137,8 +140,57 @@ def threshold_sweep(model: PhraseModel, passages: Sequence[dict[str, Any]], exam
     return rows
 
 
-def plot_sweep(rows: Sequence[dict[str, Any]], path: Any) -> None:
-    """Index size (fraction of tokens kept) against EM@1 and acc@k, one point per threshold."""
+def choose_threshold(rows: Sequence[dict[str, Any]], metric: str = "em@1", max_drop: float = 0.01) -> dict[str, Any]:
+    """Pick the filter threshold of a sweep: the smallest index whose accuracy is within ``max_drop`` of no filtering.
+
+    The rule:
+
+    1. the reference is the unfiltered row (threshold None) or, when it was not swept, the row keeping the
+       most vectors;
+    2. a row is acceptable when its ``metric`` ≥ reference ``metric`` − ``max_drop`` (absolute);
+    3. the chosen row is the acceptable one with the fewest vectors (ties: higher ``metric``, then higher
+       threshold). The reference itself is acceptable, so there is always a choice; it is None (keep every
+       token) when no filtering threshold keeps the accuracy;
+    4. when the reference scores 0 the sweep carries no signal and the choice is None (no filtering).
+
+    Kim et al. (2022, App. A) note that filtering can even raise accuracy and that the best threshold moves
+    with the corpus size: the rule is applied on the validation subcorpus the sweep ran on.
+
+    Returns:
+        ``threshold``, the ``metric`` and ``max_drop`` used, ``reference`` and ``chosen`` metric values,
+        ``kept_fraction`` of the chosen row and a one-line ``rule``.
+    """
+    if not rows:
+        raise ValueError("choose_threshold: the sweep has no rows")
+    if metric not in rows[0]:
+        valid = [k for k in rows[0] if k == "em@1" or k.startswith("acc@")]
+        raise ValueError(f"choose_threshold: metric {metric!r} not in the sweep; valid: {', '.join(valid)}")
+    if max_drop < 0:
+        raise ValueError(f"choose_threshold: max_drop must be >= 0, got {max_drop}")
+    unfiltered = [r for r in rows if r["threshold"] is None]
+    reference = unfiltered[0] if unfiltered else max(rows, key=lambda r: r["vectors"])
+    floor = reference[metric] - max_drop
+    acceptable = [r for r in rows if r[metric] >= floor - 1e-12] if reference[metric] > 0 else [reference]
+    # min over (size, -accuracy, -threshold); no filtering counts as the lowest threshold
+    chosen = min(acceptable, key=lambda r: (r["vectors"], -r[metric],
+                                            math.inf if r["threshold"] is None else -r["threshold"]))
+    return {"threshold": chosen["threshold"], "metric": metric, "max_drop": max_drop,
+            "reference": reference[metric], "reference_threshold": reference["threshold"],
+            "chosen": chosen[metric], "kept_fraction": chosen["kept_fraction"],
+            "rule": (f"fewest vectors with {metric} >= {metric}(no filter) - {max_drop:g}" if reference[metric] > 0
+                     else f"{metric}(no filter) = 0: no signal, no filtering")}
+
+
+def store_filter_threshold(model_dir: str | Path, threshold: float | None) -> None:
+    """Write ``filter_threshold`` into a saved model's ``dphr_config.json`` (the ``dphr index`` default)."""
+    path = Path(model_dir) / CONFIG_FILE
+    config = PhraseModelConfig.load(path)
+    config.filter_threshold = None if threshold is None else float(threshold)
+    config.save(path)
+
+
+def plot_sweep(rows: Sequence[dict[str, Any]], path: Any, chosen: float | None | str = "unset") -> None:
+    """Index size (fraction of tokens kept) against EM@1 and acc@k, one point per threshold (chosen one ringed)."""
     try:
         import matplotlib
 
@@ -154,6 +206,10 @@ def plot_sweep(rows: Sequence[dict[str, Any]], path: Any) -> None:
     for r in rows:
         ax.annotate("none" if r["threshold"] is None else f"{r['threshold']:g}", (r["kept_fraction"], r["em@1"]),
                     fontsize=7)
+    picked = [r for r in rows if chosen != "unset" and r["threshold"] == chosen]
+    if picked:
+        ax.scatter([picked[0]["kept_fraction"]], [picked[0]["em@1"]], s=160, facecolors="none", edgecolors="red",
+                   label="chosen")
     ax.set_xlabel("index size (fraction of tokens kept)")
     ax.set_ylabel("accuracy")
     ax.set_title("filter threshold sweep")

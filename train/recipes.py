@@ -31,7 +31,7 @@ from dphr_haystack.config import PhraseModelConfig
 from dphr_haystack.model import PhraseModel
 
 from .data import PassageWindows, RCData, build_features, load_squad
-from .trainer import TrainArgs, Trainer, dist_info
+from .trainer import TrainArgs, Trainer, barrier, dist_info, init_distributed
 from .validation import Validator, build_index, build_subcorpora
 
 logger = logging.getLogger(__name__)
@@ -71,6 +71,7 @@ class RCSection:
     hard_per_example: int = 1
     select_on: str | None = None
     gather_negatives: bool = False
+    teacher: str | None = None  # an AutoModelForQuestionAnswering directory (densephrases loss, lambda_kl > 0)
     train: dict[str, Any] = field(default_factory=dict)
 
 
@@ -89,6 +90,8 @@ class FilterSection:
     pos_weight: float | None = None
     thresholds: list[float | None] = field(default_factory=lambda: [None, -3.0, -2.0, -1.0, 0.0, 1.0])
     sweep_subcorpus: str = "C0"
+    choose_metric: str = "em@1"  # the threshold rule: see train.filter.choose_threshold
+    max_drop: float = 0.01
     train: dict[str, Any] = field(default_factory=dict)
 
 
@@ -178,6 +181,10 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
         unknown = sorted(set(section.train) - valid)
         if unknown:
             raise ValueError(f"{path}: {name}.train has unknown keys {unknown}; valid: {', '.join(sorted(valid))}")
+    metrics = ["em@1", *(f"acc@{k}" for k in recipe.validate.ks)]
+    if recipe.filter.choose_metric not in metrics:
+        raise ValueError(f"{path}: filter.choose_metric {recipe.filter.choose_metric!r} is not swept; valid: "
+                         f"{', '.join(metrics)} (validate.ks)")
     return recipe
 
 
@@ -187,6 +194,13 @@ def _resolve_data(path: str) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def _resolve_dir(path: str) -> Path:
+    for candidate in (Path(path), REPO_ROOT / path):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"directory not found: {path}")
 
 
 def _device() -> torch.device:
@@ -208,6 +222,8 @@ class Context:
 
     def _load(self, which: str) -> RCData:
         d = self.recipe.data
+        if (d.train if which == "train" else d.dev) == "builtin":
+            return load_squad("builtin")
         path = _resolve_data(d.train if which == "train" else d.dev)
         if path is None:
             if not d.fallback_builtin:
@@ -231,20 +247,27 @@ class Context:
         return self._dev
 
     # -- models
-    def base_model(self) -> PhraseModel:
-        m = self.recipe.model
-        config = PhraseModelConfig(**m.config)
-        base = m.base
-        if base == "tiny":
-            from dphr_haystack.testing import make_tiny_base
+    def tiny_base_dir(self) -> Path:
+        """The random tiny base of ``model.base: tiny`` (vocabulary from the data), built on first use."""
+        from dphr_haystack.testing import make_tiny_base
 
+        target = self.recipe.out / "base"
+        if not (target / "config.json").is_file():
             texts = [p["text"] for p in self.train_data.passages + self.dev_data.passages]
             texts += [ex.question for ex in self.train_data.examples]
-            target = self.recipe.out / "base"
-            if not (target / "config.json").is_file():
-                make_tiny_base(target, texts, seed=self.recipe.seed, **m.tiny)
-            base = str(target)
-        return PhraseModel.from_base(base, config=config, seed=self.recipe.seed)
+            tiny = dict(self.recipe.model.tiny)
+            dropout = tiny.pop("dropout", None)
+            make_tiny_base(target, texts, seed=self.recipe.seed, **tiny)
+            if dropout is not None:  # e.g. 0.0 for runs that must be deterministic across batch layouts
+                cfg = json.loads((target / "config.json").read_text())
+                cfg["hidden_dropout_prob"] = cfg["attention_probs_dropout_prob"] = float(dropout)
+                (target / "config.json").write_text(json.dumps(cfg, indent=2))
+        return target
+
+    def base_model(self) -> PhraseModel:
+        m = self.recipe.model
+        base = str(self.tiny_base_dir()) if m.base == "tiny" else m.base
+        return PhraseModel.from_base(base, config=PhraseModelConfig(**m.config), seed=self.recipe.seed)
 
     def stage_model_dir(self, stage: str) -> Path | None:
         for name in ("best", "final"):
@@ -280,9 +303,14 @@ class Context:
         return sub
 
     def validator(self, select_on: str | None, reference_dir: str | None) -> tuple[Validator | None, str | None]:
-        """A validator for checkpoint selection on ``select_on`` (H_k falls back to C0 without a reference)."""
+        """A validator for checkpoint selection on ``select_on`` (H_k falls back to C0 without a reference).
+
+        Under torchrun only rank 0 validates: the other ranks get no validator.
+        """
         if not select_on:
             return None, None
+        if not _is_main():
+            return None, f"{select_on}/em@1"
         reference = PhraseModel.load(reference_dir) if reference_dir else None
         sub = self.subcorpora(reference, reference_dir or "none")
         if select_on not in sub:
@@ -332,21 +360,30 @@ def run_rc(ctx: Context, stage: str = "rc") -> dict[str, Any]:
     reference = recipe.validate.reference or (str(ctx.stage_model_dir("rc")) if stage == "hn" and
                                               ctx.stage_model_dir("rc") else None)
     validator, metric = ctx.validator(section.select_on, reference)
+    teacher = None
+    if section.teacher:
+        from .teacher import CrossEncoderTeacher
+
+        teacher = CrossEncoderTeacher.load(_resolve_dir(section.teacher), model.tokenizer)
     task = RCTask(model, data, features, windows, loss=section.loss, loss_kwargs=section.loss_kwargs,
                   pre_batch=section.pre_batch, negatives=negatives, hard_per_example=section.hard_per_example,
-                  lambda_flt=section.lambda_flt, gather_negatives=section.gather_negatives, seed=recipe.seed)
+                  lambda_flt=section.lambda_flt, gather_negatives=section.gather_negatives, seed=recipe.seed,
+                  teacher=teacher)
     args = _train_args(recipe, stage, {"trainable": "all" if section.loss == "densephrases" else "encoders",
                                        **section.train}, metric)
     result = Trainer(model, args, task, eval_fn=validator).train()
     return {"init": source, "features": len(features), "examples": len(data.examples), "steps": result.steps,
-            "final": result.final_dir, "best": result.best_dir, "best_metric": result.best_metric,
-            "select_metric": metric, "last": result.last_metrics, "samples_per_s": result.samples_per_second}
+            "teacher": section.teacher, "final": result.final_dir, "best": result.best_dir,
+            "best_metric": result.best_metric, "select_metric": metric, "last": result.last_metrics,
+            "samples_per_s": result.samples_per_second}
 
 
 def run_mine(ctx: Context) -> dict[str, Any]:
     """Index the training corpus with the round-1 model and mine hard negatives for every training question."""
     from .mining import mine_hard_negatives, mining_stats, write_negatives
 
+    if not _is_main():  # rank 0 mines; the others wait in run_stage's barrier
+        return {"rank": dist_info()[0], "skipped": "mining runs on rank 0"}
     recipe, m = ctx.recipe, ctx.recipe.mine
     model, source = ctx.init_model(m.init, ("rc",))
     model = model.to(_device())
@@ -373,8 +410,20 @@ def _set_nprobe(index: Any, nprobe: int) -> None:
 
 
 def run_filter(ctx: Context) -> dict[str, Any]:
-    """Train the token filter on the frozen encoder, report AUC-PR before/after, sweep thresholds."""
-    from .filter import FilterTask, filter_metrics, filter_scores, plot_sweep, threshold_sweep
+    """Train the token filter on the frozen encoder, report AUC-PR before/after, sweep and choose a threshold.
+
+    The chosen threshold (:func:`train.filter.choose_threshold`) is written into ``filter/final`` and
+    ``filter/best`` (``dphr_config.json`` ``filter_threshold``), where ``dphr index`` picks it up by default.
+    """
+    from .filter import (
+        FilterTask,
+        choose_threshold,
+        filter_metrics,
+        filter_scores,
+        plot_sweep,
+        store_filter_threshold,
+        threshold_sweep,
+    )
 
     recipe, f = ctx.recipe, ctx.recipe.filter
     model, source = ctx.init_model(f.init, ("hn", "rc"))
@@ -383,23 +432,33 @@ def run_filter(ctx: Context) -> dict[str, Any]:
     features = build_features(train, PassageWindows(model.tokenizer, model.config, train.passages))
     dev_features = build_features(dev, PassageWindows(model.tokenizer, model.config, dev.passages))
     model = model.to(_device())
-    before = filter_metrics(filter_scores(model, dev, dev_features))
+    main = _is_main()
+    before = filter_metrics(filter_scores(model, dev, dev_features)) if main else {}
     args = _train_args(recipe, "filter", {"trainable": "filter", "freeze_word_embeddings": False, **f.train}, None)
     result = Trainer(model, args, FilterTask(model, train, features, f.pos_weight)).train()
+    if not main:  # rank 0 evaluates, sweeps and writes
+        return {"rank": dist_info()[0], "steps": result.steps}
     model = PhraseModel.load(result.final_dir).to(_device())
     after = filter_metrics(filter_scores(model, dev, dev_features))
-    metrics = {"init": source, "auc_pr_before": before, "auc_pr_after": after, "steps": result.steps,
-               "final": result.final_dir}
-    _write_json(out / "metrics.json", metrics)
-    if _is_main() and f.thresholds:
-        sub = ctx.subcorpora(None, "none")
+    metrics: dict[str, Any] = {"init": source, "auc_pr_before": before, "auc_pr_after": after,
+                               "steps": result.steps, "final": result.final_dir}
+    if f.thresholds:
+        ref_dir = recipe.validate.reference or (str(ctx.stage_model_dir("rc")) if ctx.stage_model_dir("rc") else None)
+        sub = ctx.subcorpora(PhraseModel.load(ref_dir) if ref_dir else None, ref_dir or "none")
         name = f.sweep_subcorpus if f.sweep_subcorpus in sub else "C0"
+        if name != f.sweep_subcorpus:
+            logger.warning("filter sweep: subcorpus %s unavailable (no reference model?), using C0", f.sweep_subcorpus)
         passages = [dev.passages[dev.passage_index[p]] for p in sub[name]]
         rows = threshold_sweep(model, passages, dev.examples[: recipe.validate.max_questions], f.thresholds,
                                recipe.validate.batch_size, recipe.validate.ks)
-        _write_json(out / "sweep.json", {"subcorpus": name, "rows": rows})
-        plot_sweep(rows, out / "sweep.png")
-        metrics["sweep"] = rows
+        choice = choose_threshold(rows, f.choose_metric, f.max_drop)
+        for directory in {result.final_dir, result.best_dir}:
+            store_filter_threshold(directory, choice["threshold"])
+        _write_json(out / "sweep.json", {"subcorpus": name, "rows": rows, "choice": choice})
+        plot_sweep(rows, out / "sweep.png", chosen=choice["threshold"])
+        logger.info("filter threshold %s (%s)", choice["threshold"], choice["rule"])
+        metrics.update({"sweep": rows, "filter_threshold": choice["threshold"], "threshold_choice": choice})
+    _write_json(out / "metrics.json", metrics)
     return metrics
 
 
@@ -425,6 +484,8 @@ def run_qsft(ctx: Context) -> dict[str, Any]:
 
 def run_validate(ctx: Context) -> dict[str, Any]:
     """Score each listed model (stage name or directory) on C0, R_r and H_k of the validation corpus."""
+    if not _is_main():
+        return {"rank": dist_info()[0], "skipped": "validation runs on rank 0"}
     recipe, v = ctx.recipe, ctx.recipe.validate
     ref_dir = v.reference or (str(ctx.stage_model_dir("rc")) if ctx.stage_model_dir("rc") else None)
     reference = PhraseModel.load(ref_dir) if ref_dir else None
@@ -453,11 +514,18 @@ def run_stage(recipe: Recipe, stage: str, ctx: Context | None = None) -> dict[st
     if stage not in RUNNERS:
         raise ValueError(f"unknown stage {stage!r}; valid: {', '.join(RUNNERS)}")
     ctx = ctx or Context(recipe)
+    init_distributed()
     recipe.out.mkdir(parents=True, exist_ok=True)
+    if recipe.model.base == "tiny":  # under torchrun rank 0 builds it before any rank reads it
+        if _is_main():
+            ctx.tiny_base_dir()
+        barrier()
     if recipe.torch_threads:
         torch.set_num_threads(recipe.torch_threads)
     torch.manual_seed(recipe.seed)
-    return RUNNERS[stage](ctx)
+    result = RUNNERS[stage](ctx)
+    barrier()  # under torchrun, the next stage starts when every rank (and rank 0's files) are done
+    return result
 
 
 def run_all(recipe: Recipe) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -13,7 +14,10 @@ from dphr_haystack.model import PhraseModel
 
 from .data import Feature, PassageWindows, RCData, collate
 from .losses import DensePhrasesLoss, UnifiedLoss, build_loss, gold_vectors
-from .trainer import gather_with_grad
+from .teacher import CrossEncoderTeacher
+from .trainer import gather_with_grad, is_distributed
+
+logger = logging.getLogger(__name__)
 
 
 def epoch_order(n: int, epoch: int, seed: int) -> list[int]:
@@ -28,19 +32,30 @@ class RCTask:
     ``loss`` is ``densephrases`` (single-passage + in/pre-batch gold negatives + filter BCE) or ``unified``
     (Kim et al. Eq. 2 over all tokens of own, in-batch, pre-batch and hard passages). With ``negatives``
     (example index → mined passage ids) each example brings ``hard_per_example`` hard passages, topped up
-    with random passages when it has too few.
+    with random passages when it has too few. A ``teacher`` (densephrases loss with ``lambda_kl`` > 0) adds
+    the distillation term on the teacher's logits over the same windows.
+
+    Under DDP each process takes ``rank::world_size`` of every global batch. With ``gather_negatives`` the
+    passages (unified) or gold vectors (densephrases), hard passages and pre-batch queue entries of all
+    processes are all-gathered, so every query sees the same negatives as in one process with the global batch.
     """
 
     def __init__(self, model: PhraseModel, data: RCData, features: Sequence[Feature], windows: PassageWindows,
                  loss: str = "densephrases", loss_kwargs: dict[str, Any] | None = None, pre_batch: int = 2,
                  negatives: dict[int, list[str]] | None = None, hard_per_example: int = 1,
-                 lambda_flt: float = 0.0, gather_negatives: bool = False, seed: int = 0) -> None:
+                 lambda_flt: float = 0.0, gather_negatives: bool = False, seed: int = 0,
+                 teacher: CrossEncoderTeacher | None = None) -> None:
         self.tokenizer, self.config = model.tokenizer, model.config
         self.data, self.features, self.windows = data, list(features), windows
         self.loss_name = loss
         self.loss = build_loss(loss, **(loss_kwargs or {}))
         if not isinstance(self.loss, (DensePhrasesLoss, UnifiedLoss)):
             raise ValueError(f"RC training takes the densephrases or unified loss, not {loss!r}")
+        if teacher is not None and not (isinstance(self.loss, DensePhrasesLoss) and self.loss.lambda_kl > 0):
+            raise ValueError("a distillation teacher needs loss: densephrases with loss_kwargs.lambda_kl > 0")
+        if teacher is None and isinstance(self.loss, DensePhrasesLoss) and self.loss.lambda_kl > 0:
+            logger.warning("lambda_kl = %g but no teacher is set: the distillation term stays 0", self.loss.lambda_kl)
+        self.teacher = teacher
         self.filter_loss = build_loss("filter") if lambda_flt > 0 and loss == "unified" else None
         self.lambda_flt = lambda_flt
         self.queue: deque[dict[str, torch.Tensor]] = deque(maxlen=max(0, pre_batch))
@@ -64,7 +79,7 @@ class RCTask:
             feats = [self.features[i] for i in chunk]
             questions = [self.data.examples[f.example].question for f in feats]
             hard = self._sample_hard(feats)
-            pad_to = self.config.max_passage_length if (self.gather and world_size > 1) else None
+            pad_to = self.config.max_passage_length if (self.gather and world_size > 1) else None  # same shapes
             yield collate(feats, questions, self.tokenizer, self.config, hard=hard, pad_to=pad_to)
 
     def _sample_hard(self, feats: Sequence[Feature]) -> list[tuple[list[int], list[int]]]:
@@ -84,21 +99,40 @@ class RCTask:
             out.extend(self.windows.first_window(p) for p in picked)
         return out
 
+    def _gathering(self) -> bool:
+        return self.gather and is_distributed()
+
     def step(self, model: PhraseModel, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         states = model.phrase_states(batch["p_input_ids"], batch["p_attention_mask"], batch["p_token_type_ids"])
         q_start, q_end = model.query_vectors(batch["q_input_ids"], batch["q_attention_mask"], batch["q_token_type_ids"])
         mask = batch["p_attention_mask"]
         starts, ends = batch["start_positions"], batch["end_positions"]
         if isinstance(self.loss, DensePhrasesLoss):
-            pre_s = torch.cat([e["start"] for e in self.queue]) if self.queue else None
-            pre_e = torch.cat([e["end"] for e in self.queue]) if self.queue else None
-            out = self.loss(q_start, q_end, states, mask, starts, ends, filter_logits=model.filter_linear(states),
-                            pre_start=pre_s, pre_end=pre_e)
-            if self.queue.maxlen:
-                self.queue.append({"start": gold_vectors(states, starts).detach(),
-                                   "end": gold_vectors(states, ends).detach()})
-            return out
+            return self._densephrases_step(model, batch, states, q_start, q_end, mask, starts, ends)
         return self._unified_step(model, batch, states, q_start, q_end, mask, starts, ends)
+
+    def _densephrases_step(self, model: PhraseModel, batch: dict[str, Any], states: torch.Tensor,
+                           q_start: torch.Tensor, q_end: torch.Tensor, mask: torch.Tensor, starts: torch.Tensor,
+                           ends: torch.Tensor) -> dict[str, torch.Tensor]:
+        pre_s = torch.cat([e["start"] for e in self.queue]) if self.queue else None
+        pre_e = torch.cat([e["end"] for e in self.queue]) if self.queue else None
+        gold_s, gold_e = gold_vectors(states, starts), gold_vectors(states, ends)  # (B, d) each
+        own_index = None
+        if self._gathering():  # every process's gold vectors are in-batch negatives of every query
+            own_index = torch.arange(len(starts), device=states.device) + torch.distributed.get_rank() * len(starts)
+            gold_s, gold_e = gather_with_grad(gold_s), gather_with_grad(gold_e)  # (K, d) each
+        teacher_s = teacher_e = None
+        if self.teacher is not None:
+            if self.teacher.device != states.device:
+                self.teacher.to(states.device)
+            teacher_s, teacher_e = self.teacher.logits(batch)  # (B, L) each
+        out = self.loss(q_start, q_end, states, mask, starts, ends, filter_logits=model.filter_linear(states),
+                        pre_start=pre_s, pre_end=pre_e, teacher_start=teacher_s, teacher_end=teacher_e,
+                        batch_start=gold_s if own_index is not None else None,
+                        batch_end=gold_e if own_index is not None else None, own_index=own_index)
+        if self.queue.maxlen:
+            self.queue.append({"start": gold_s.detach(), "end": gold_e.detach()})
+        return out
 
     def _unified_step(self, model: PhraseModel, batch: dict[str, Any], states: torch.Tensor, q_start: torch.Tensor,
                       q_end: torch.Tensor, mask: torch.Tensor, starts: torch.Tensor,
@@ -107,7 +141,7 @@ class RCTask:
         passage_ids = list(batch["passage_ids"])
         own_index = torch.arange(B, device=states.device)
         all_states, all_mask = states, mask
-        if self.gather and torch.distributed.is_available() and torch.distributed.is_initialized():
+        if self._gathering():
             rank = torch.distributed.get_rank()
             all_states, all_mask = gather_with_grad(states), gather_with_grad(mask)
             own_index = own_index + rank * B
@@ -117,7 +151,8 @@ class RCTask:
         else:
             all_ids = passage_ids
         local_codes = self._codes(passage_ids, states.device)  # (B,)
-        exclude = local_codes[:, None] == self._codes(all_ids, states.device)[None, :]  # (B, K)
+        all_codes = self._codes(all_ids, states.device)  # (K,)
+        exclude = local_codes[:, None] == all_codes[None, :]  # (B, K)
         pre_vectors = pre_allowed = None
         if self.queue:
             pre_vectors = torch.cat([e["vectors"] for e in self.queue])  # (P, d)
@@ -128,16 +163,18 @@ class RCTask:
             hard_states = model.phrase_states(batch["h_input_ids"], batch["h_attention_mask"],
                                               batch["h_token_type_ids"])
             hard_mask = batch["h_attention_mask"]
+            if self._gathering():
+                hard_states, hard_mask = gather_with_grad(hard_states), gather_with_grad(hard_mask)
         out = self.loss(q_start, q_end, all_states, all_mask, starts, ends, own_index=own_index, exclude=exclude,
                         pre_vectors=pre_vectors, pre_allowed=pre_allowed, hard_states=hard_states,
                         hard_mask=hard_mask)
         if self.filter_loss is not None:
             flt = self.filter_loss(model.filter_linear(states), starts, ends, mask)
             out = {**out, "loss": out["loss"] + self.lambda_flt * flt, "filter": flt.detach()}
-        if self.queue.maxlen:
-            valid = mask.bool()
-            codes = local_codes[:, None].expand_as(valid)[valid]  # (P,) passage code of each stored token
-            self.queue.append({"vectors": states[valid].detach(), "codes": codes})
+        if self.queue.maxlen:  # under gathering, every process's passages (as one process would store them)
+            valid = all_mask.bool()  # (K, L)
+            codes = all_codes[:, None].expand_as(valid)[valid]  # (P,) passage code of each stored token
+            self.queue.append({"vectors": all_states[valid].detach(), "codes": codes})
         return out
 
     def _codes(self, passage_ids: Sequence[str], device: torch.device) -> torch.Tensor:

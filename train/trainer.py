@@ -4,6 +4,11 @@ A :class:`TrainingTask` supplies batches and computes the loss from the model; t
 optimisation, checkpoints (``checkpoint-<step>/model`` in the dphr_haystack format plus
 ``trainer_state.pt`` holding plain tensors and dicts, read back with ``weights_only=True``), the JSONL
 metrics log, the curves plot and checkpoint selection by a validation metric.
+
+Under ``torchrun`` (``WORLD_SIZE`` > 1) the model is wrapped in DistributedDataParallel (NCCL on CUDA, gloo
+on CPU): each process takes its own shard of every global batch (the task's ``batches(rank, world_size)``),
+gradients are averaged across processes, logged metrics are averaged across processes, and only rank 0
+writes files (checkpoints, ``metrics.jsonl``, models). Validation runs on rank 0 while the others wait.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -50,7 +56,6 @@ class TrainArgs:
         keep_checkpoints: How many ``checkpoint-*`` directories to keep.
         select_metric: Validation metric to maximise when choosing ``best/`` (None: ``best`` = last).
         resume: Continue from the last checkpoint in ``output_dir`` when there is one.
-        gather_negatives: Under DDP, all-gather passage states so every process sees all negatives.
     """
 
     output_dir: str = "runs/stage"
@@ -71,7 +76,6 @@ class TrainArgs:
     keep_checkpoints: int = 2
     select_metric: str | None = None
     resume: bool = True
-    gather_negatives: bool = False
     seed: int = 0
     progress: bool = True
 
@@ -124,13 +128,94 @@ def dist_info() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
-def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
-    """Concatenate ``tensor`` from every DDP process along dim 0, keeping gradients for the local part."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return tensor
-    from torch.distributed.nn.functional import all_gather
+def is_distributed() -> bool:
+    """True inside an initialised process group."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
 
-    return torch.cat(all_gather(tensor.contiguous()), dim=0)
+
+def init_distributed() -> None:
+    """Join the torchrun process group (NCCL on CUDA, gloo on CPU) when ``WORLD_SIZE`` > 1; no-op otherwise.
+
+    The timeout (``DPHR_DIST_TIMEOUT_MINUTES``, default 120) bounds how long the other ranks wait while rank 0
+    validates, mines or writes a model; NCCL's own default (10 minutes) is too short for a validation pass.
+    """
+    _, local_rank, world_size = dist_info()
+    if world_size <= 1 or is_distributed():
+        return
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    timeout = timedelta(minutes=float(os.environ.get("DPHR_DIST_TIMEOUT_MINUTES", 120)))
+    torch.distributed.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo", timeout=timeout)
+
+
+def barrier() -> None:
+    """Wait for every process (no-op without a process group)."""
+    if is_distributed():
+        torch.distributed.barrier()
+
+
+def average_across_ranks(values: dict[str, float], device: torch.device) -> dict[str, float]:
+    """Mean of each value over the processes (every rank must pass the same keys); unchanged without DDP."""
+    if not is_distributed() or not values:
+        return values
+    keys = sorted(values)
+    tensor = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(tensor)
+    tensor /= torch.distributed.get_world_size()
+    return dict(zip(keys, tensor.tolist(), strict=True))
+
+
+def parameter_spread(model: nn.Module, device: torch.device) -> float:
+    """Largest difference across processes of any parameter tensor's sum and sum of squares (0 when in sync)."""
+    if not is_distributed():
+        return 0.0
+    stats = torch.stack([torch.stack([p.detach().double().sum(), p.detach().double().square().sum()])
+                         for p in model.parameters()]).to(device)  # (n_params, 2)
+    high, low = stats.clone(), stats.clone()
+    torch.distributed.all_reduce(high, op=torch.distributed.ReduceOp.MAX)
+    torch.distributed.all_reduce(low, op=torch.distributed.ReduceOp.MIN)
+    return float((high - low).abs().max())
+
+
+class _GatherWithGrad(torch.autograd.Function):
+    """All-gather along dim 0; backward sums every process's gradient and returns this process's rows.
+
+    Written out rather than ``torch.distributed.nn.functional.all_gather``: on gloo that one receives the
+    gradient into ``empty_like`` buffers that keep a non-contiguous gradient's strides, so the rows it hands
+    back are scrambled (padding positions got gradient, real ones none) whenever the gradient arriving from
+    the loss is not contiguous, e.g. after an einsum.
+    """
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
+        tensor = tensor.contiguous()
+        ctx.rows, ctx.rank = tensor.shape[0], torch.distributed.get_rank()
+        parts = [torch.empty_like(tensor) for _ in range(torch.distributed.get_world_size())]
+        torch.distributed.all_gather(parts, tensor)
+        return torch.cat(parts, dim=0)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.clone(memory_format=torch.contiguous_format)  # (world·rows, ...)
+        torch.distributed.all_reduce(grad)  # Σ over processes of d(their loss)/d(gathered)
+        return grad[ctx.rank * ctx.rows: (ctx.rank + 1) * ctx.rows]
+
+
+def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
+    """Concatenate ``tensor`` from every DDP process along dim 0, keeping gradients for the local part.
+
+    Every process must pass the same shape. The gradient of the local rows is the sum over processes of
+    their losses' gradients; DDP then averages parameter gradients, so the result equals one process
+    training on the concatenated batch with the mean of the per-process losses.
+    """
+    if not is_distributed():
+        return tensor
+    if not tensor.requires_grad:
+        parts = [torch.empty_like(tensor, memory_format=torch.contiguous_format)
+                 for _ in range(torch.distributed.get_world_size())]
+        torch.distributed.all_gather(parts, tensor.contiguous())
+        return torch.cat(parts, dim=0)
+    return _GatherWithGrad.apply(tensor)
 
 
 def set_trainable(model: PhraseModel, trainable: str, freeze_word_embeddings: bool) -> list[nn.Parameter]:
@@ -179,9 +264,7 @@ class Trainer:
 
     # ----------------------------------------------------------------- setup
     def _setup_distributed(self) -> torch.device:
-        if self.world_size > 1 and not torch.distributed.is_initialized():
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
-            torch.distributed.init_process_group(backend=backend)
+        init_distributed()
         if torch.cuda.is_available():
             torch.cuda.set_device(self.local_rank)
             return torch.device("cuda", self.local_rank)
@@ -309,7 +392,8 @@ class Trainer:
                     continue
                 if args.max_grad_norm > 0:
                     scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm)
+                    # The norm of the (DDP-averaged) gradient before clipping: the same on every rank.
+                    accum["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm))
                 scaler.step(optimizer)
                 scaler.update()
                 optimizer.zero_grad(set_to_none=True)
@@ -317,7 +401,8 @@ class Trainer:
                 step += 1
                 bar.update(1)
                 elapsed = max(time.perf_counter() - started, 1e-9)
-                last_metrics = {**accum, "samples_per_s": samples * self.world_size / elapsed}
+                last_metrics = {**average_across_ranks(accum, device),
+                                "samples_per_s": samples * self.world_size / elapsed}
                 if step % args.log_every == 0 or step == total:
                     self._log({"step": step, "epoch": epoch, "lr": scheduler.get_last_lr()[0], **last_metrics})
                     bar.set_postfix(loss=f"{accum.get('loss', float('nan')):.4f}")
@@ -341,6 +426,11 @@ class Trainer:
                 continue
             break
         bar.close()
+        if self.world_size > 1:
+            spread = parameter_spread(model, device)
+            self._log({"step": step, "ddp/world_size": self.world_size, "ddp/parameter_spread": spread})
+            if spread > 0:
+                logger.warning("parameters differ across DDP ranks after training (spread %.3g)", spread)
         model.eval()
         final = self._save_model("final")
         best_dir = self.out / "best"
@@ -349,6 +439,7 @@ class Trainer:
         elapsed = max(time.perf_counter() - started, 1e-9)
         if self.is_main:
             plot_curves(self.out / "metrics.jsonl", self.out / "curves.png")
+        barrier()  # the other ranks must not read final/ or best/ before rank 0 has written them
         return TrainResult(final, best_dir, step, best, last_metrics, samples * self.world_size / elapsed)
 
     def _evaluate(self, step: int, epoch: int, best: float | None) -> float | None:
@@ -401,8 +492,8 @@ def plot_curves(metrics_path: str | Path, out_path: str | Path) -> Path | None:
         logger.warning("matplotlib is not installed: no curves plot (pip install 'dphr-haystack[train]')")
         return None
     records = read_metrics(metrics_path)
-    train_keys = sorted({k for r in records for k in r if not k.startswith("eval/")} - {"step", "epoch", "lr",
-                                                                                          "samples_per_s"})
+    train_keys = sorted({k for r in records for k in r if not k.startswith(("eval/", "ddp/"))}
+                        - {"step", "epoch", "lr", "samples_per_s"})
     eval_keys = sorted({k for r in records for k in r if k.startswith("eval/")})
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for key in train_keys:

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from train.losses import LOSSES, DensePhrasesLoss, FilterLoss, QuerySideLoss, UnifiedLoss, build_loss
+from train.losses import LOSSES, DensePhrasesLoss, FilterLoss, QuerySideLoss, UnifiedLoss, build_loss, gold_vectors
 
 pytestmark = pytest.mark.unit
 
@@ -113,6 +113,25 @@ def test_densephrases_loss_matches_reference():
     for a, b in zip(_grads(out["loss"], inputs), _grads(ref, inputs), strict=True):
         _assert_close(a, b)
     assert set(out) == {"loss", "single", "neg", "kl", "filter"}
+
+
+def test_densephrases_loss_with_gathered_gold_vectors_splits_like_one_batch():
+    """Under DDP each process passes every process's gold vectors: the mean over processes is the batch loss."""
+    B, L, d = 4, 5, 3
+    qs, qe, h = _leaf(B, d, seed=30), _leaf(B, d, seed=31), _leaf(B, L, d, seed=32)
+    mask = torch.ones(B, L, dtype=torch.long)
+    starts, ends = torch.tensor([1, 0, 2, 3]), torch.tensor([2, 0, 4, 3])
+    loss = DensePhrasesLoss(lambda_neg=2.0, lambda_flt=0.0)
+    whole = loss(qs, qe, h, mask, starts, ends)["loss"]
+    gathered_s, gathered_e = gold_vectors(h, starts), gold_vectors(h, ends)
+    parts = []
+    for rank in (0, 1):
+        rows = slice(2 * rank, 2 * rank + 2)
+        parts.append(loss(qs[rows], qe[rows], h[rows], mask[rows], starts[rows], ends[rows], batch_start=gathered_s,
+                          batch_end=gathered_e, own_index=torch.arange(2) + 2 * rank)["loss"])
+    _assert_close(0.5 * (parts[0] + parts[1]), whole)
+    for a, b in zip(_grads(0.5 * (parts[0] + parts[1]), [qs, qe, h]), _grads(whole, [qs, qe, h]), strict=True):
+        _assert_close(a, b)
 
 
 def _ref_unified(qs, qe, h, mask, starts, ends, exclude, pre, hard, hard_mask, lam_inp, lam_inb, lam_hard):

@@ -53,6 +53,12 @@ def test_smoke_recipe_runs_every_stage(tmp_path):
     assert (out / "filter" / "sweep.png").is_file() and (out / "filter" / "final" / "model.safetensors").is_file()
     filt = json.loads((out / "filter" / "metrics.json").read_text())
     assert 0.0 <= filt["auc_pr_after"]["auc_pr"] <= 1.0
+    sweep = json.loads((out / "filter" / "sweep.json").read_text())
+    chosen = sweep["choice"]["threshold"]
+    assert chosen in [r["threshold"] for r in sweep["rows"]] and chosen == filt["filter_threshold"]
+    for stage in ("filter", "qsft"):  # stored with the model; QSFT starts from the filter model and keeps it
+        config = json.loads((out / stage / "final" / "dphr_config.json").read_text())
+        assert config["filter_threshold"] == chosen
     results = json.loads((out / "validate" / "results.json").read_text())
     assert set(results["subcorpora"]) >= {"C0", "H_10"}
     assert set(results["models"]) == {"rc", "hn", "filter", "qsft"}

@@ -26,7 +26,8 @@ class DensePhrasesLoss(nn.Module):
                    vectors g^s_k = h^(k)_{a_k} followed by the detached pre-batch gold vectors (queue of
                    the C previous batches); likewise for the end; the target of row i is column i
         L_kl     = ½ [KL(softmax(t^s) ‖ softmax(l^s)) + KL(softmax(t^e) ‖ softmax(l^e))], summed over
-                   positions, averaged over the batch (only when teacher logits t are given)
+                   positions, averaged over the batch (only when teacher logits t are given, e.g. by
+                   :class:`train.teacher.CrossEncoderTeacher`)
         L_flt    = :class:`FilterLoss` (BCE, pos_weight = L, answerable examples only)
 
     Unlike DensePhrases, padding positions are masked out of the single-passage softmax (DensePhrases pads
@@ -40,6 +41,9 @@ class DensePhrasesLoss(nn.Module):
         filter_logits: (B, L, 2) or None.
         pre_start, pre_end: (P, d) detached pre-batch gold vectors or None.
         teacher_start, teacher_end: (B, L) teacher logits or None.
+        batch_start, batch_end: (K, d) in-batch gold vectors of every DDP process (all-gathered, K ≥ B);
+            None: this batch's own gold vectors.
+        own_index: (B,) column of each query's own gold vector in ``batch_start`` (default ``arange(B)``).
 
     Returns:
         dict with ``loss`` and the unweighted terms ``single``, ``neg``, ``kl``, ``filter``.
@@ -61,20 +65,23 @@ class DensePhrasesLoss(nn.Module):
                 start_positions: torch.Tensor, end_positions: torch.Tensor,
                 filter_logits: torch.Tensor | None = None, pre_start: torch.Tensor | None = None,
                 pre_end: torch.Tensor | None = None, teacher_start: torch.Tensor | None = None,
-                teacher_end: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                teacher_end: torch.Tensor | None = None, batch_start: torch.Tensor | None = None,
+                batch_end: torch.Tensor | None = None,
+                own_index: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         q_start, q_end, states = upcast(q_start), upcast(q_end), upcast(states)
         valid = mask.bool()  # (B, L)
         start_logits = torch.einsum("bd,bld->bl", q_start, states).masked_fill(~valid, float("-inf"))  # (B, L)
         end_logits = torch.einsum("bd,bld->bl", q_end, states).masked_fill(~valid, float("-inf"))  # (B, L)
         single = 0.5 * (F.cross_entropy(start_logits, start_positions) + F.cross_entropy(end_logits, end_positions))
 
-        targets = torch.arange(states.shape[0], device=states.device)  # (B,)
+        targets = own_index if own_index is not None else torch.arange(states.shape[0], device=states.device)  # (B,)
         neg_terms = []
-        for q, positions, pre in ((q_start, start_positions, pre_start), (q_end, end_positions, pre_end)):
-            columns = gold_vectors(states, positions)  # (B, d)
+        for q, positions, gathered, pre in ((q_start, start_positions, batch_start, pre_start),
+                                            (q_end, end_positions, batch_end, pre_end)):
+            columns = upcast(gathered) if gathered is not None else gold_vectors(states, positions)  # (K, d)
             if pre is not None and len(pre):
-                columns = torch.cat([columns, upcast(pre)])  # (B + P, d)
-            neg_terms.append(F.cross_entropy(q @ columns.T, targets))  # scores (B, B + P)
+                columns = torch.cat([columns, upcast(pre)])  # (K + P, d)
+            neg_terms.append(F.cross_entropy(q @ columns.T, targets))  # scores (B, K + P)
         neg = 0.5 * (neg_terms[0] + neg_terms[1])
 
         kl = zero_loss(single)

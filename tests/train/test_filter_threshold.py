@@ -1,0 +1,109 @@
+"""The filter stage's threshold rule, its place in dphr_config.json, and ``dphr index`` taking it by default."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
+
+from dphr_haystack import PhraseModel, PhraseModelConfig  # noqa: E402
+from dphr_haystack.errors import InvalidParameterError, ModelLoadError  # noqa: E402
+from train.filter import choose_threshold, store_filter_threshold  # noqa: E402
+from train.recipes import load_recipe  # noqa: E402
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models on a shared 2-core machine run far faster on one thread."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _row(threshold, vectors, em, acc=0.5):
+    return {"threshold": threshold, "vectors": vectors, "kept_fraction": vectors / 1000, "em@1": em, "acc@20": acc}
+
+
+SWEEP = [_row(None, 1000, 0.40), _row(-2.0, 700, 0.41), _row(-1.0, 400, 0.395), _row(0.0, 150, 0.37),
+         _row(1.0, 50, 0.20)]
+
+
+def test_smallest_index_within_the_allowed_drop():
+    choice = choose_threshold(SWEEP, "em@1", max_drop=0.01)
+    assert choice["threshold"] == -1.0 and choice["reference"] == 0.40 and choice["chosen"] == 0.395
+    assert choose_threshold(SWEEP, "em@1", max_drop=0.05)["threshold"] == 0.0
+    assert choose_threshold(SWEEP, "em@1", max_drop=0.0)["threshold"] == -2.0  # filtering may even help
+    assert choose_threshold(SWEEP, "em@1", max_drop=1.0)["threshold"] == 1.0
+
+
+def test_no_threshold_when_filtering_always_costs_too_much_or_there_is_no_signal():
+    losing = [_row(None, 1000, 0.40), _row(-1.0, 400, 0.30), _row(0.0, 100, 0.10)]
+    assert choose_threshold(losing, "em@1", 0.01)["threshold"] is None
+    silent = [_row(None, 1000, 0.0), _row(0.0, 100, 0.0)]
+    choice = choose_threshold(silent, "em@1", 0.01)
+    assert choice["threshold"] is None and "no signal" in choice["rule"]
+
+
+def test_reference_without_an_unfiltered_row_and_ties():
+    rows = [_row(-3.0, 900, 0.40), _row(-2.0, 600, 0.395), _row(-1.0, 600, 0.395)]
+    # reference: the largest index (-3); -2 and -1 tie on size and accuracy: the higher threshold wins
+    assert choose_threshold(rows, "em@1", 0.01)["threshold"] == -1.0
+    assert choose_threshold(rows, "acc@20", 0.0)["threshold"] == -1.0
+    with pytest.raises(ValueError, match="valid: em@1, acc@20"):
+        choose_threshold(rows, "acc@7")
+
+
+def test_recipe_rejects_a_metric_the_sweep_does_not_report(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("filter: {choose_metric: acc@3}\nvalidate: {ks: [1, 5]}\n")
+    with pytest.raises(ValueError, match="choose_metric"):
+        load_recipe(bad)
+
+
+def test_threshold_is_stored_in_the_model_config_and_used_by_dphr_index(tiny_model, tmp_path, capsys):
+    from dphr_haystack.cli import main as dphr
+    from dphr_haystack.index import PhraseIndex
+    from tests.conftest import tiny_passages
+
+    model_dir = tmp_path / "model"
+    tiny_model.save(model_dir)
+    fingerprint = tiny_model.phrase_fingerprint()
+    store_filter_threshold(model_dir, 0.25)
+    loaded = PhraseModel.load(model_dir)
+    assert loaded.config.filter_threshold == 0.25
+    assert loaded.phrase_fingerprint() == fingerprint  # an index built before still matches the model
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(p) + "\n" for p in tiny_passages()))
+    runs = {"default": [], "explicit": ["--filter-threshold", "-0.5"], "none": ["--filter-threshold", "none"]}
+    sizes = {}
+    for name, extra in runs.items():
+        out = tmp_path / f"index-{name}"
+        assert dphr(["index", "--model", str(model_dir), "--corpus", str(corpus), "--out", str(out),
+                     "--no-progress", *extra]) == 0
+        index = PhraseIndex.load(out)
+        sizes[name] = (index.filter_threshold, len(index))
+    capsys.readouterr()
+    assert sizes["default"][0] == 0.25 and sizes["explicit"][0] == -0.5 and sizes["none"][0] is None
+    assert sizes["default"][1] <= sizes["explicit"][1] <= sizes["none"][1]
+    store_filter_threshold(model_dir, None)
+    assert PhraseModel.load(model_dir).config.filter_threshold is None
+
+
+def test_config_rejects_a_non_numeric_threshold(tmp_path):
+    with pytest.raises(InvalidParameterError, match="filter_threshold"):
+        PhraseModelConfig(filter_threshold=float("nan"))
+    path = tmp_path / "dphr_config.json"
+    PhraseModelConfig().save(path)
+    data = json.loads(path.read_text())
+    data["filter_threshold"] = "high"
+    path.write_text(json.dumps(data))
+    with pytest.raises((ModelLoadError, InvalidParameterError), match="filter_threshold"):
+        PhraseModelConfig.load(path)

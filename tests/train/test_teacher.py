@@ -1,0 +1,160 @@
+"""Distillation teacher: safe loading, logits aligned to the student's windows, a non-zero KL term with gradients."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+
+import pytest
+import torch
+
+os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
+
+from dphr_haystack.errors import ModelLoadError  # noqa: E402
+from train.data import PassageWindows, build_features, collate, load_squad  # noqa: E402
+from train.tasks import RCTask  # noqa: E402
+from train.teacher import MASKED_LOGIT, CrossEncoderTeacher, load_qa_model  # noqa: E402
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def teacher_dir(tiny_base_dir, tmp_path_factory):
+    """A tiny random BertForQuestionAnswering on the tiny base's vocabulary, saved as safetensors."""
+    import transformers
+
+    config = transformers.BertConfig.from_pretrained(str(tiny_base_dir))
+    torch.manual_seed(7)
+    out = tmp_path_factory.mktemp("teacher")
+    transformers.BertForQuestionAnswering(config).save_pretrained(str(out), safe_serialization=True)
+    return out
+
+
+@pytest.fixture
+def batch_and_task(tiny_model, teacher_dir):
+    data = load_squad("builtin")
+    windows = PassageWindows(tiny_model.tokenizer, tiny_model.config, data.passages)
+    features = build_features(data, windows)[:6]
+    batch = collate(features, [data.examples[f.example].question for f in features], tiny_model.tokenizer,
+                    tiny_model.config)
+    teacher = CrossEncoderTeacher.load(teacher_dir, tiny_model.tokenizer)
+    return data, features, windows, batch, teacher
+
+
+def test_teacher_logits_line_up_with_the_student_window(tiny_model, batch_and_task):
+    _, features, _, batch, teacher = batch_and_task
+    t_start, t_end = teacher.logits(batch)
+    assert t_start.shape == batch["p_input_ids"].shape == t_end.shape
+    tok = tiny_model.tokenizer
+    for row, feature in enumerate(features):
+        ids = feature.input_ids
+        context = ids[feature.context_start: len(ids) - 1]
+        question = [t for t, m in zip(batch["q_input_ids"][row].tolist(), batch["q_attention_mask"][row].tolist(),
+                                      strict=True) if m]
+        direct_ids = torch.tensor([question + context + [tok.sep_token_id]])
+        types = torch.tensor([[0] * len(question) + [1] * (len(context) + 1)])
+        with torch.no_grad():
+            direct = teacher.model(input_ids=direct_ids, token_type_ids=types)
+        cs, n = feature.context_start, len(context)
+        for aligned, raw in ((t_start, direct.start_logits[0]), (t_end, direct.end_logits[0])):
+            torch.testing.assert_close(aligned[row, cs: cs + n], raw[len(question): len(question) + n])
+            torch.testing.assert_close(aligned[row, 0], raw[0])  # [CLS]
+            torch.testing.assert_close(aligned[row, len(ids) - 1], raw[-1])  # final [SEP]
+            assert (aligned[row, 1:cs] == MASKED_LOGIT).all()  # title and its [SEP]: unseen by the teacher
+    assert features[0].context_start > 1, "the sample should have titles"
+
+
+def test_kl_term_is_non_zero_and_trains_the_student(tiny_model, batch_and_task):
+    data, features, windows, batch, teacher = batch_and_task
+
+    def grads(lambda_kl: float, with_teacher: bool) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        tiny_model.zero_grad(set_to_none=True)
+        task = RCTask(tiny_model, data, features, windows, loss="densephrases", pre_batch=0,
+                      loss_kwargs={"lambda_neg": 1.0, "lambda_flt": 1.0, "lambda_kl": lambda_kl},
+                      teacher=teacher if with_teacher else None)
+        out = task.step(tiny_model, batch)
+        out["loss"].backward()
+        return out, {n: p.grad.clone() for n, p in tiny_model.named_parameters() if p.grad is not None}
+
+    tiny_model.eval()  # no dropout: both passes see the same student
+    with_kl, g_kl = grads(2.0, True)
+    without, g_plain = grads(0.0, False)
+    assert with_kl["kl"].item() > 1e-3 and without["kl"].item() == 0.0
+    assert with_kl["loss"].item() == pytest.approx(without["loss"].item() + 2.0 * with_kl["kl"].item(), rel=1e-5)
+    for prefix in ("phrase_encoder.encoder", "query_start_encoder.encoder", "query_end_encoder.encoder"):
+        diff = sum((g_kl[n] - g_plain[n]).abs().sum().item() for n in g_kl if n.startswith(prefix))
+        assert diff > 0, f"the KL term sends no gradient to {prefix}"
+    assert all(p.grad is None for p in teacher.model.parameters())  # the teacher stays frozen
+
+
+def test_teacher_needs_the_densephrases_kl_term(tiny_model, batch_and_task):
+    data, features, windows, _, teacher = batch_and_task
+    with pytest.raises(ValueError, match="lambda_kl"):
+        RCTask(tiny_model, data, features, windows, loss="unified", teacher=teacher)
+    with pytest.raises(ValueError, match="lambda_kl"):
+        RCTask(tiny_model, data, features, windows, loss="densephrases", loss_kwargs={"lambda_kl": 0.0},
+               teacher=teacher)
+
+
+class _MakesADirectory:
+    """Unpickling this calls os.makedirs(path): what a hostile checkpoint could do."""
+
+    def __init__(self, path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (os.makedirs, (self.path,))
+
+
+def test_teacher_loading_refuses_pickles_and_foreign_vocabularies(tiny_model, teacher_dir, tmp_path):
+    # A pytorch_model.bin that would run code when unpickled is refused, and nothing runs.
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "config.json").write_text((teacher_dir / "config.json").read_text())
+    marker = tmp_path / "pwned"
+    (evil / "pytorch_model.bin").write_bytes(pickle.dumps({"qa_outputs.weight": _MakesADirectory(marker)}, protocol=2))
+    with pytest.raises(ModelLoadError, match="refused"):
+        load_qa_model(evil)
+    assert not marker.exists()
+    # No weights at all.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.json").write_text((teacher_dir / "config.json").read_text())
+    with pytest.raises(ModelLoadError, match="neither"):
+        load_qa_model(empty)
+    # A teacher whose tokenizer differs from the student's cannot be aligned token by token.
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (other / name).write_bytes((teacher_dir / name).read_bytes())
+    (other / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "other", "words"]))
+    with pytest.raises(ModelLoadError, match="vocabulary"):
+        CrossEncoderTeacher.load(other, tiny_model.tokenizer)
+
+
+def test_recipe_rc_stage_distils_from_a_teacher_directory(teacher_dir, tmp_path, tiny_base_dir):
+    from train.recipes import load_recipe, run_stage
+
+    overrides = {"output_dir": str(tmp_path / "run"), "model.base": str(tiny_base_dir),
+                 "model.config": {"max_passage_length": 48, "passage_stride": 8, "max_query_length": 24},
+                 "data.train": "builtin", "data.dev": "builtin", "stages": ["rc"], "torch_threads": 1,
+                 "rc.loss": "densephrases", "rc.teacher": str(teacher_dir), "rc.select_on": None,
+                 "rc.loss_kwargs": {"lambda_neg": 4.0, "lambda_flt": 1.0, "lambda_kl": 1.0},
+                 "rc.train": {"max_steps": 2, "batch_size": 4, "lr": 1e-3, "log_every": 1, "progress": False}}
+    threads = torch.get_num_threads()
+    try:
+        result = run_stage(load_recipe("train/configs/smoke.yaml", overrides), "rc")
+    finally:
+        torch.set_num_threads(threads)
+    assert result["steps"] == 2 and result["teacher"] == str(teacher_dir)
+    records = [json.loads(line) for line in (tmp_path / "run" / "rc" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2] and all(r["kl"] > 0 for r in records)

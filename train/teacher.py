@@ -1,0 +1,156 @@
+"""A cross-encoder teacher for the distillation term of the DensePhrases objective (Lee et al. 2021a).
+
+DensePhrases distils a span reader that reads ``[CLS] question [SEP] context [SEP]`` jointly into the phrase
+model: L_kl = ½[KL(softmax(t^s) ‖ softmax(l^s)) + KL(softmax(t^e) ‖ softmax(l^e))]. The teacher here is any
+``AutoModelForQuestionAnswering`` directory (e.g. a BERT/SpanBERT reader fine-tuned on SQuAD, keys
+``bert.*`` + ``qa_outputs.*``). It reads the student's own windows, so its logits line up with the student's
+positions token for token: context tokens take the teacher's logit of the same token, [CLS] and the final
+[SEP] take the teacher's [CLS] and [SEP] logits, and title positions get −1e4 (as in DensePhrases).
+
+Weights load without unpickling: ``model.safetensors`` (sharded or not) through ``use_safetensors=True``, or
+``pytorch_model.bin`` through ``torch.load(weights_only=True)``. The teacher must share the student's
+vocabulary (re-tokenising across vocabularies is not supported); a directory without tokenizer files is
+assumed to use the student's tokenizer, as the DensePhrases teachers do.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dphr_haystack._lazy import require
+from dphr_haystack.errors import ModelLoadError
+
+logger = logging.getLogger(__name__)
+
+MASKED_LOGIT = -1e4  # title positions: what DensePhrases gives positions the teacher does not see
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model")
+
+
+def load_qa_model(path: str | Path) -> torch.nn.Module:
+    """An ``AutoModelForQuestionAnswering`` from a local directory, in eval mode with gradients off."""
+    transformers = require("transformers")
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"teacher directory {path} has no config.json")
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(path))
+    except Exception as exc:  # noqa: BLE001 - a damaged config raises anything
+        raise ModelLoadError(f"cannot read the teacher config in {path}: {exc}") from exc
+    if (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file():
+        try:
+            model = transformers.AutoModelForQuestionAnswering.from_pretrained(str(path), use_safetensors=True)
+        except Exception as exc:  # noqa: BLE001
+            raise ModelLoadError(f"cannot load the teacher in {path}: {exc}") from exc
+    elif (path / "pytorch_model.bin").is_file():
+        try:
+            state = torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - torch raises many types for refused or corrupt files
+            raise ModelLoadError(f"refused to load {path / 'pytorch_model.bin'}: not a plain tensor checkpoint "
+                                 f"({exc})") from exc
+        if not isinstance(state, dict):
+            raise ModelLoadError(f"{path / 'pytorch_model.bin'}: expected a state dict, got {type(state).__name__}")
+        model = transformers.AutoModelForQuestionAnswering.from_config(config)
+        result = model.load_state_dict(state, strict=False)
+        missing = [k for k in result.missing_keys if not k.endswith(("position_ids", "token_type_ids"))]
+        if missing:
+            raise ModelLoadError(f"{path / 'pytorch_model.bin'}: not a question-answering model "
+                                 f"(missing {missing[:5]})")
+    else:
+        raise ModelLoadError(f"teacher directory {path} has neither model.safetensors nor pytorch_model.bin")
+    model.eval()
+    for param in model.parameters():
+        param.requires_grad_(False)
+    return model
+
+
+class CrossEncoderTeacher:
+    """Start/end logits of a frozen QA reader over the student's windows, aligned to the student's positions.
+
+    Example:
+        >>> teacher = CrossEncoderTeacher.load("models/spanbert-squad-reader", student.tokenizer)
+        >>> t_start, t_end = teacher.logits(batch)   # (B, L) each, like the student's window logits
+    """
+
+    def __init__(self, model: torch.nn.Module, tokenizer) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_length = int(getattr(model.config, "max_position_embeddings", 512))
+        self.use_token_types = getattr(model.config, "type_vocab_size", 2) >= 2
+
+    @classmethod
+    def load(cls, path: str | Path, student_tokenizer) -> CrossEncoderTeacher:
+        """Load the reader at ``path``; its vocabulary must equal the student's."""
+        path = Path(path)
+        model = load_qa_model(path)
+        if any((path / name).is_file() for name in _TOKENIZER_FILES):
+            transformers = require("transformers")
+            teacher_vocab = transformers.AutoTokenizer.from_pretrained(str(path)).get_vocab()
+            if teacher_vocab != student_tokenizer.get_vocab():
+                raise ModelLoadError(f"the teacher at {path} has another vocabulary than the student: both must "
+                                     f"tokenise alike (re-tokenising across vocabularies is not supported)")
+        vocab_size = getattr(model.config, "vocab_size", None)
+        if isinstance(vocab_size, int) and len(student_tokenizer) > vocab_size:
+            raise ModelLoadError(f"the teacher at {path} embeds {vocab_size} tokens, the student's tokenizer has "
+                                 f"{len(student_tokenizer)}")
+        logger.info("distillation teacher: %s (%s)", path, type(model).__name__)
+        return cls(model, student_tokenizer)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def to(self, device: torch.device | str) -> CrossEncoderTeacher:
+        self.model.to(device)
+        return self
+
+    def inputs(self, batch: dict[str, Any]) -> tuple[dict[str, torch.Tensor], list[tuple[int, int, int, int]]]:
+        """Teacher inputs ``[CLS] q [SEP] context [SEP]`` per row and each row's alignment.
+
+        The alignment tuple is (student context start, context length, teacher context start, student final
+        [SEP] position).
+        """
+        q_ids, q_mask = batch["q_input_ids"].tolist(), batch["q_attention_mask"].tolist()
+        p_ids, p_mask = batch["p_input_ids"].tolist(), batch["p_attention_mask"].tolist()
+        context_starts = batch["p_context_start"].tolist()
+        rows, types, align = [], [], []
+        for qi, qm, pi, pm, cs in zip(q_ids, q_mask, p_ids, p_mask, context_starts, strict=True):
+            question = [t for t, m in zip(qi, qm, strict=True) if m]  # [CLS] q [SEP]
+            n_real = sum(pm)
+            context = pi[cs: n_real - 1]  # up to the final [SEP]
+            overflow = len(question) + len(context) + 1 - self.max_length
+            if overflow > 0:  # keep the whole context; shorten the question
+                question = question[: max(2, len(question) - overflow - 1)] + [question[-1]]
+                context = context[: self.max_length - len(question) - 1]
+            rows.append(question + context + [pi[n_real - 1]])
+            types.append([0] * len(question) + [1] * (len(context) + 1))
+            align.append((cs, len(context), len(question), n_real - 1))
+        pad_id = self.tokenizer.pad_token_id or 0
+        width = max(len(r) for r in rows)
+        input_ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], dtype=torch.long)
+        attention = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], dtype=torch.long)
+        token_types = torch.tensor([t + [0] * (width - len(t)) for t in types], dtype=torch.long)
+        tensors = {"input_ids": input_ids, "attention_mask": attention}
+        if self.use_token_types:
+            tensors["token_type_ids"] = token_types
+        return tensors, align
+
+    @torch.no_grad()
+    def logits(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher start and end logits on the student's window positions: two float32 (B, L) tensors."""
+        tensors, align = self.inputs(batch)
+        device = self.device
+        out = self.model(**{k: v.to(device) for k, v in tensors.items()})
+        t_start, t_end = out.start_logits.float(), out.end_logits.float()  # (B, Lt)
+        B, L = batch["p_input_ids"].shape
+        aligned = [torch.full((B, L), MASKED_LOGIT, device=device) for _ in range(2)]  # (B, L) each
+        for row, (cs, n_context, teacher_cs, final_sep) in enumerate(align):
+            for target, source in zip(aligned, (t_start, t_end), strict=True):
+                target[row, 0] = source[row, 0]  # [CLS]: the answer is not in this window
+                target[row, cs: cs + n_context] = source[row, teacher_cs: teacher_cs + n_context]
+                target[row, final_sep] = source[row, teacher_cs + n_context]
+        return aligned[0], aligned[1]
+
