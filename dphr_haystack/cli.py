@@ -4,6 +4,8 @@
     dphr index --model models/minilm-phrase --corpus corpus.jsonl --out my-index
     dphr search --index my-index --unit passage --top-k 5 "Who wrote Hamlet?"
     dphr eval --index my-index --questions NQ-open.dev.jsonl.gz --out eval-out
+    dphr dump --model models/minilm-phrase --corpus corpus.jsonl --out dump --ray --num-workers 4
+    dphr merge --dump dump --out my-index --type ivf-sq8; dphr reindex --index my-index --out idx-pq --type opq-ivf-pq
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from .config import PhraseModelConfig
 from .errors import DphrError
 from .eval_cli import add_eval_parser, run_eval
+from .scale_cli import add_scale_parsers, run_scale_command
 from .search import UNITS
 
 logger = logging.getLogger("dphr")
@@ -47,7 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     index.add_argument("--model", required=True, type=Path)
     index.add_argument("--corpus", required=True, type=Path, help="SQuAD JSON or JSON lines {id, title, text}; .gz ok")
     index.add_argument("--out", required=True, type=Path)
-    index.add_argument("--filter-threshold", type=float, default=None, help="keep tokens whose filter logit exceeds T")
+    index.add_argument("--filter-threshold", type=_threshold_arg, default=None,
+                       help="keep tokens whose filter logit exceeds T; 'none' keeps every token "
+                            "(default: the model's filter_threshold, chosen by the filter training stage)")
     index.add_argument("--faiss-factory", default="Flat", help="any FAISS index_factory string (default Flat)")
     index.add_argument("--dtype", default="float16", choices=["float16", "int8"])
     index.add_argument("--batch-size", type=int, default=32)
@@ -64,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--json", action="store_true", help="print results as JSON lines")
     search.add_argument("query", nargs="+", help="one or more questions")
     add_eval_parser(sub)
+    add_scale_parsers(sub)
     return parser
 
 
@@ -77,10 +83,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _index(args)
         if args.command == "eval":
             return run_eval(args)
+        if args.command in ("dump", "merge", "reindex"):
+            return run_scale_command(args)
         return _search(args)
     except DphrError as exc:
         print(f"dphr: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _threshold_arg(text: str) -> float | str:
+    """``--filter-threshold``: a number, or ``none`` for no filtering."""
+    return "none" if text.strip().lower() == "none" else float(text)
 
 
 def _device(name: str) -> str:
@@ -109,19 +122,25 @@ def _model(args: argparse.Namespace) -> int:
 
 
 def _index(args: argparse.Namespace) -> int:
+    from ._memory import pin_malloc_thresholds
     from .index import MANIFEST, PhraseIndex
     from .model import PhraseModel
 
+    pin_malloc_thresholds()  # this process only indexes: keep its memory flat (benchmarks/bench_memory.py)
     model = PhraseModel.load(args.model, device=_device(args.device))
     started = time.perf_counter()
+    # flat_search="mmap": indexing never searches, so a flat index keeps no in-RAM FAISS copy of its vectors and
+    # memory stays flat however large the corpus (benchmarks/bench_memory.py).
     if (args.out / MANIFEST).is_file():
-        index = PhraseIndex.load(args.out, model=model)
+        index = PhraseIndex.load(args.out, model=model, flat_search="mmap")
         print(f"resuming {args.out}: {index.num_passages} passages already indexed")
         duplicates = "skip"
     else:
-        index = PhraseIndex.create(model, path=args.out, faiss_factory=args.faiss_factory,
-                                   filter_threshold=args.filter_threshold, dtype=args.dtype,
-                                   model_path=str(args.model.resolve()))
+        threshold = model.config.filter_threshold if args.filter_threshold is None else args.filter_threshold
+        threshold = None if threshold == "none" else threshold
+        PhraseIndex.create(model, path=args.out, faiss_factory=args.faiss_factory, filter_threshold=threshold,
+                           dtype=args.dtype, model_path=str(args.model.resolve()))
+        index = PhraseIndex.load(args.out, model=model, flat_search="mmap")
         duplicates = "fail"
     stats = index.add_passages(args.corpus, model, batch_size=args.batch_size, chunk_size=args.chunk_size,
                                duplicates=duplicates, progress=not args.no_progress)

@@ -9,6 +9,7 @@ Layout of an index directory::
     passages.jsonl    one record per passage: id, document_id, title, text, meta
     tombstones.bin    passage rows deleted (int64)
     faiss-N.index     the trained FAISS index (only for non-flat types; flat ones are rebuilt from vectors)
+    faiss-N.ivfdata   inverted lists kept on disk and memory-mapped (``reindex(..., on_disk=True)``, IVF types)
 
 Files are append-only and the manifest records how much of each is valid, so an add commits by
 appending, then atomically replacing ``manifest.json``; a crash before that leaves the previous state.
@@ -28,11 +29,13 @@ from typing import Any
 
 import numpy as np
 
+from . import _atomic, index_types
 from ._lazy import require
+from ._memory import release_free_memory
 from .codec import VectorCodec
 from .corpus import CorpusStats, Passage, read_corpus
-from .dump import TOKEN_DTYPE, PhraseShard, chunked, encode_shard
-from .errors import EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
+from .dump import TOKEN_DTYPE, PhraseShard, chunked, encode_shard, list_shards
+from .errors import DphrError, EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +99,9 @@ class _Column:
 class PhraseIndex:
     """Phrase vectors of a corpus, searchable by maximum inner product.
 
+    Thread safety: any number of threads may search one index at once; adding or deleting passages while
+    other threads search it needs a lock around both (PhraseDocumentStore holds one).
+
     Example:
         >>> index = PhraseIndex.create(model)                      # in memory, flat inner product
         >>> index.add_passages("corpus.jsonl")
@@ -120,6 +126,10 @@ class PhraseIndex:
         self._live_by_id: dict[str, int] = {}
         self._faiss = None
         self._passage_bytes = int(manifest.get("passages_bytes", 0))
+        self._flat_search = "faiss"  # or "mmap": exact torch top-k over vectors.bin, no in-RAM FAISS flat
+        self._device = "cpu"
+        self._search = None  # accel backend (GPU FAISS / torch top-k); None = the CPU FAISS index
+        self._deferred = False  # inside from_dump: no FAISS adds, no commit per shard
 
     # ----------------------------------------------------------------- creation and loading
     @classmethod
@@ -144,6 +154,7 @@ class PhraseIndex:
         }
         if path is not None:
             path = Path(path)
+            _remove_uncommitted_files(path)  # a create killed before its first commit leaves only these
             if path.exists() and any(path.iterdir()):
                 raise InvalidParameterError(f"{path} exists and is not empty; load it or choose another path")
             path.mkdir(parents=True, exist_ok=True)
@@ -154,10 +165,19 @@ class PhraseIndex:
         return index
 
     @classmethod
-    def load(cls, path: str | Path, model=None, verify: bool = True) -> PhraseIndex:
-        """Open an index directory. With ``model``, its phrase fingerprint must match the index's."""
+    def load(cls, path: str | Path, model=None, verify: bool = True, flat_search: str = "faiss",
+             device: str = "cpu") -> PhraseIndex:
+        """Open an index directory. With ``model``, its phrase fingerprint must match the index's.
+
+        ``flat_search="mmap"`` searches a flat index by exact torch top-k over the memory-mapped vectors
+        instead of rebuilding an in-RAM FAISS flat (for indexes larger than RAM); ``device`` places the
+        search (see :meth:`to`).
+        """
+        if flat_search not in ("faiss", "mmap"):
+            raise InvalidParameterError(f"flat_search={flat_search!r}; valid: faiss, mmap")
         path = Path(path)
         manifest_path = path / MANIFEST
+        _atomic.recover_directory(path)  # a save() killed mid-swap (platforms without an atomic exchange)
         if not manifest_path.is_file():
             raise IndexLoadError(f"{manifest_path} not found: not a phrase index directory")
         try:
@@ -171,20 +191,32 @@ class PhraseIndex:
                 f"{manifest_path}: index format version {manifest.get('format_version')!r}; "
                 f"this library reads version {INDEX_FORMAT_VERSION}: rebuild the index"
             )
+        _check_manifest(manifest, manifest_path)
+        if model is not None and model.hidden_size != manifest["dim"]:
+            raise ModelMismatchError(f"{manifest_path}: the index holds {manifest['dim']}-dimensional vectors, the "
+                                     f"given model makes {model.hidden_size}-dimensional ones")
         if model is not None and model.phrase_fingerprint() != manifest["model_fingerprint"]:
             raise ModelMismatchError(
                 f"{manifest_path}: the index was built with another phrase encoder (fingerprint "
                 f"{manifest['model_fingerprint'][:12]}…, given model {model.phrase_fingerprint()[:12]}…)"
             )
-        index = cls(manifest, path)
-        index._check_files(verify)
-        index._read_passages()
-        tomb = index._tombstones.view()
-        index.deleted[tomb] = True
-        for pid, row in list(index._live_by_id.items()):
-            if index.deleted[row]:
-                del index._live_by_id[pid]
-        index._load_faiss()
+        try:
+            index = cls(manifest, path)
+            index._flat_search = flat_search
+            index._check_files(verify)
+            index._read_passages()
+            tomb = index._tombstones.view()
+            index.deleted[tomb] = True
+            for pid, row in list(index._live_by_id.items()):
+                if index.deleted[row]:
+                    del index._live_by_id[pid]
+            index._load_faiss()
+        except DphrError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, RuntimeError) as exc:
+            raise IndexLoadError(f"{path} is corrupted: {type(exc).__name__}: {exc}") from exc
+        if device != "cpu":
+            index.to(device)
         return index
 
     def _check_files(self, verify: bool) -> None:
@@ -207,8 +239,10 @@ class PhraseIndex:
     def _read_passages(self) -> None:
         assert self.path is not None
         file = self.path / _FILES["passages"]
-        with file.open("rb") as handle:
-            data = handle.read(self._passage_bytes)
+        data = b""
+        if self._passage_bytes:  # no file yet before the first passage (an index killed right after create)
+            with file.open("rb") as handle:
+                data = handle.read(self._passage_bytes)
         records = []
         for line_no, line in enumerate(data.splitlines(), 1):
             try:
@@ -217,7 +251,13 @@ class PhraseIndex:
                 raise IndexLoadError(f"{file}:{line_no} is corrupted: {exc}") from exc
         if len(records) != self.manifest["counts"]["passages"]:
             raise IndexLoadError(f"{file}: {len(records)} passages, manifest says {self.manifest['counts']['passages']}")
-        counts = np.bincount(self._tokens.view()["passage"], minlength=len(records)) if len(self) else np.zeros(len(records))
+        if not all(isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("id", "document_id", "text"))
+                   and isinstance(r.get("title", ""), str) and isinstance(r.get("meta", {}), dict) for r in records):
+            raise IndexLoadError(f"{file} is corrupted: every line must be a passage object (id, document_id, text)")
+        rows = self._tokens.view()["passage"]
+        if len(rows) and (rows[0] < 0 or rows[-1] >= len(records) or np.any(np.diff(rows) < 0)):
+            raise IndexLoadError(f"{self.path / _FILES['tokens']} is corrupted: token rows are not consecutive per passage")
+        counts = np.bincount(rows, minlength=len(records)) if len(self) else np.zeros(len(records))
         self._register_passages(records, counts[: len(records)])
 
     def _load_faiss(self) -> None:
@@ -225,12 +265,18 @@ class PhraseIndex:
         name = self.manifest.get("faiss_file")
         if name:
             file = self.path / name
+            ivfdata = self.manifest.get("faiss_ivfdata")
+            if ivfdata and not (self.path / ivfdata).is_file():
+                raise IndexLoadError(f"{self.path / ivfdata} (the on-disk inverted lists of {file}) is missing")
             try:
-                self._faiss = faiss.read_index(str(file))
+                self._faiss = index_types.read_faiss(file, ondisk=bool(ivfdata))
             except RuntimeError as exc:
                 raise IndexLoadError(f"cannot read FAISS index {file}: {exc}") from exc
             if self._faiss.ntotal != len(self) or self._faiss.d != self.dim:
                 raise IndexLoadError(f"{file}: {self._faiss.ntotal} vectors of dim {self._faiss.d}, expected {len(self)} of {self.dim}")
+            index_types.apply_search_params(self._faiss, self.search_params)
+        elif _is_flat(self.faiss_factory) and self._flat_search == "mmap":
+            self._faiss = None  # searched by exact torch top-k over the memory-mapped vectors
         else:
             self._faiss = faiss.index_factory(self.dim, self.faiss_factory, faiss.METRIC_INNER_PRODUCT)
             self._faiss_add(self._vectors.view())
@@ -262,7 +308,18 @@ class PhraseIndex:
 
     @property
     def faiss_index(self):
+        """The CPU FAISS structure (None for a flat index loaded with ``flat_search="mmap"``)."""
         return self._faiss
+
+    @property
+    def search_params(self) -> dict[str, Any]:
+        """FAISS search parameters applied on load (``nprobe``, ``efSearch``, …)."""
+        return dict(self.manifest.get("search_params") or {})
+
+    @property
+    def search_device(self) -> str:
+        """Where token search runs: ``cpu`` or ``cuda[:N]``."""
+        return self._device
 
     @property
     def tokens(self) -> np.ndarray:
@@ -288,6 +345,51 @@ class PhraseIndex:
     def live_passage_ids(self) -> list[str]:
         return list(self._live_by_id)
 
+    # ----------------------------------------------------------------- token search (MIPS)
+    def search_tokens(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` (scores, rows) by inner product for each query vector (FAISS semantics: row -1 = none)."""
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        if self._search is None and self._faiss is None:
+            self._search = self._make_search("cpu")
+        backend = self._search if self._search is not None else self._faiss
+        refine = int(self.search_params.get("refine", 1))
+        if refine <= 1:
+            return backend.search(queries, k)
+        _, ids = backend.search(queries, min(k * refine, max(len(self), k)))
+        return index_types.refine_exact(queries, ids, k, self._vectors.view(), self.codec.decode)
+
+    def to(self, device: str = "auto") -> PhraseIndex:
+        """Run token search on ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``); returns self.
+
+        On CUDA: faiss-gpu when installed, else exact torch matmul top-k for flat indexes (vectors resident
+        on the GPU in fp16); other index types without faiss-gpu, or no usable GPU, stay on the CPU with a
+        :class:`~dphr_haystack.accel.DeviceFallbackWarning`.
+        """
+        from .accel import resolve_device
+
+        self._search = self._make_search(resolve_device(device))
+        self._device = str(getattr(self._search, "device", "cpu"))  # None: the CPU FAISS index
+        return self
+
+    def _make_search(self, device: str):
+        from .accel import FaissSearch, make_search_backend
+
+        backend = make_search_backend(self._faiss, _is_flat(self.faiss_factory), self._vectors.view, self.codec,
+                                      device, self.search_params, self._flat_search)
+        if isinstance(backend, FaissSearch) and backend.index is self._faiss:
+            return None  # plain CPU FAISS: searched directly
+        return backend
+
+    def set_search_params(self, **params: Any) -> None:
+        """Set and persist FAISS search parameters, e.g. ``set_search_params(nprobe=64)`` or ``efSearch=256``."""
+        if self._faiss is not None:
+            index_types.apply_search_params(self._faiss, params)
+        self.manifest["search_params"] = {**self.search_params, **params}
+        if self._search is not None:
+            self.to(self._device)
+        if self.path is not None:
+            self._commit()
+
     # ----------------------------------------------------------------- writing
     def add_passages(self, corpus: str | Path | Iterable[Any], model, batch_size: int = 32, chunk_size: int = 512,
                      duplicates: str = "fail", progress: bool = True) -> CorpusStats:
@@ -310,6 +412,7 @@ class PhraseIndex:
             if chunk:
                 self._ensure_codec(model, chunk, batch_size)
                 self.add_shard(encode_shard(model, chunk, self.codec, self.filter_threshold, batch_size))
+                release_free_memory()  # flat peak memory however many chunks (see _memory.py)
             bar.update(len(chunk))
         bar.close()
         if stats.passages == 0 and self.num_passages == 0:
@@ -343,6 +446,11 @@ class PhraseIndex:
             raise InvalidParameterError(f"duplicate passage ids: {(clashes or ids)[:5]}")
         if shard.vectors.shape[1:] != (self.dim,):
             raise ModelMismatchError(f"shard vectors have dim {shard.vectors.shape[1:]}, index {self.dim}")
+        if not self._deferred and self._faiss is not None and index_types.has_ondisk_lists(self._faiss):
+            raise InvalidParameterError(
+                "this index keeps its FAISS inverted lists on disk, which are read-only: add to an index with "
+                "in-RAM lists (reindex(factory) without on_disk), then reindex(factory, on_disk=True) again"
+            )
         if not self.manifest.get("codec_calibrated", True):
             self.codec = VectorCodec.calibrate(self.codec.dtype, shard.codec.decode(shard.vectors[:20000]))
             self.manifest["codec"], self.manifest["codec_calibrated"] = self.codec.to_dict(), True
@@ -350,12 +458,21 @@ class PhraseIndex:
         tokens = np.array(shard.tokens, dtype=TOKEN_DTYPE, copy=True)
         tokens["passage"] += self.num_passages
         records = [{k: r[k] for k in ("id", "document_id", "title", "text", "meta") if k in r} for r in shard.passages]
-        self._train_faiss_if_needed(self.codec.decode(stored))
+        try:  # fail before anything is appended, so a bad record never leaves half a shard behind
+            json.dumps(records, ensure_ascii=False).encode("utf-8")
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidParameterError(f"shard passages cannot be stored as JSON: {exc}") from exc
+        if not self._deferred:
+            self._train_faiss_if_needed(stored)
         self._vectors.append(stored)
         self._tokens.append(tokens)
-        self._faiss_add(stored)
+        if not self._deferred:
+            self._faiss_add(stored)
         self._append_passages(records, tokens)
-        self._commit()
+        if not self._deferred:
+            self._commit()
+            if self._search is not None and type(self._search).__name__ == "FaissSearch":
+                self._search = self._make_search(self._device)  # a GPU copy does not see CPU adds
 
     def _append_passages(self, records: list[dict[str, Any]], tokens: np.ndarray) -> None:
         if self.path is not None:
@@ -405,23 +522,143 @@ class PhraseIndex:
         return len(rows)
 
     # ----------------------------------------------------------------- FAISS
-    def _train_faiss_if_needed(self, vectors: np.ndarray, max_train: int = 200_000, seed: int = 29) -> None:
-        if self._faiss.is_trained or len(vectors) == 0:
+    def _train_faiss_if_needed(self, stored: np.ndarray) -> None:
+        """Train an untrained FAISS structure on a sized sample of the first stored-dtype vectors added.
+
+        Training on the first batch only is a convenience for small corpora; for large ones build flat (or
+        dump shards), then :meth:`reindex`, which samples the whole index (see ``index_types``).
+        """
+        if self._faiss is None or self._faiss.is_trained or len(stored) == 0:
             return
-        rng = np.random.default_rng(seed)
-        sample = vectors if len(vectors) <= max_train else vectors[np.sort(rng.choice(len(vectors), max_train, replace=False))]
-        try:
-            self._faiss.train(np.ascontiguousarray(sample, dtype=np.float32))
-        except RuntimeError as exc:
-            raise InvalidParameterError(
-                f"training FAISS {self.faiss_factory!r} on the first {len(vectors)} vectors failed ({exc}); "
-                "add more passages in the first batch or use 'Flat'"
-            ) from exc
+        index_types.train_faiss(self._faiss, self.faiss_factory, stored, self.codec.decode)
+        self.manifest["search_params"] = {**index_types.default_search_params(self._faiss), **self.search_params}
+        index_types.apply_search_params(self._faiss, self.search_params)
 
     def _faiss_add(self, stored: np.ndarray, chunk: int = 65536) -> None:
         """Add stored-dtype vectors to FAISS (decoded to float32 a chunk at a time)."""
+        if self._faiss is None:
+            return
         for start in range(0, len(stored), chunk):
             self._faiss.add(np.ascontiguousarray(self.codec.decode(stored[start: start + chunk])))
+
+    def _faiss_file_name(self) -> str:
+        generation = int(self.manifest.get("faiss_generation", 0))  # bumped by reindex: a new name, crash-safe
+        return f"faiss-{len(self)}-{self._tombstones.length}" + (f"-g{generation}" if generation else "") + ".index"
+
+    # ----------------------------------------------------------------- other FAISS structures, merging dumps
+    def reindex(self, faiss_factory: str, path: str | Path | None = None, on_disk: bool = False,
+                train_size: int | None = None, max_train: int = index_types.DEFAULT_MAX_TRAIN,
+                search_params: dict[str, Any] | None = None, progress: bool = True,
+                pq_max_train: int | None = None) -> PhraseIndex:
+        """Build another FAISS structure (any factory string) from the stored vectors, without re-encoding.
+
+        In place when ``path`` is None, else on a copy written to ``path`` (this index stays as it is); returns
+        the reindexed index. Training samples all stored vectors (``index_types.training_sample_size``, or
+        ``train_size``). ``on_disk`` (IVF types, indexes on disk) writes the inverted lists to an
+        ``.ivfdata`` file that searches memory-map, so the structure never has to fit in RAM; ``pq_max_train``
+        caps OPQ/PQ codebook training points (see ``index_types.make_faiss_index``). The swap is atomic: the new
+        FAISS file is written under a new name before the manifest points to it.
+
+        Example:
+            >>> index.reindex(index_types.factory_for("opq-ivf-pq", len(index), index.dim), path="idx-opq")
+        """
+        if path is not None:
+            self.save(path)
+            copy = PhraseIndex.load(path, verify=False, flat_search="mmap")
+            return copy.reindex(faiss_factory, None, on_disk, train_size, max_train, search_params, progress,
+                                pq_max_train)
+        if on_disk and self.path is None:
+            raise InvalidParameterError("on_disk=True keeps inverted lists in a file: save the index first or pass path")
+        index_types.make_faiss_index(self.dim, faiss_factory)  # validates the factory string
+        if len(self) == 0 and not _is_flat(faiss_factory):
+            raise InvalidParameterError(f"cannot train FAISS {faiss_factory!r} on an empty index: add passages first")
+        started = time.perf_counter()
+        generation = int(self.manifest.get("faiss_generation", 0)) + 1
+        old_ivfdata = self.manifest.get("faiss_ivfdata")
+        ivfdata = f"faiss-g{generation}.ivfdata" if on_disk else None
+        stored = self._vectors.view()
+        if _is_flat(faiss_factory):
+            if on_disk:
+                raise InvalidParameterError("on_disk applies to IVF types; a flat index can be searched memory-mapped "
+                                            "instead: PhraseIndex.load(path, flat_search='mmap')")
+            new = None
+            if self._flat_search != "mmap":
+                new = index_types.make_faiss_index(self.dim, faiss_factory)
+                index_types.add_in_chunks(new, stored, self.codec.decode, progress=progress)
+            trained_on = 0
+        else:
+            new, trained_on = index_types.build_faiss(
+                faiss_factory, self.dim, stored, self.codec.decode, max_train=max_train, train_size=train_size,
+                ivfdata=self.path / ivfdata if ivfdata else None, progress=progress, pq_max_train=pq_max_train)
+        params = {**(index_types.default_search_params(new) if new is not None else {}), **(search_params or {})}
+        if new is not None:
+            index_types.apply_search_params(new, params)
+        self._faiss = new
+        old_file = self.manifest.get("faiss_file")
+        self.manifest.update({
+            "faiss_factory": faiss_factory, "faiss_generation": generation, "faiss_ivfdata": ivfdata,
+            "search_params": params, "faiss_file": None if _is_flat(faiss_factory) else old_file,
+            "faiss_build": {"train_vectors": int(trained_on), "seconds": round(time.perf_counter() - started, 3),
+                            "on_disk": bool(on_disk)},
+        })
+        self._commit()  # writes the new FAISS file under a new name, then the manifest
+        if self.path is not None:
+            for stale in (old_file, old_ivfdata):
+                if stale and stale not in (self.manifest.get("faiss_file"), ivfdata):
+                    (self.path / stale).unlink(missing_ok=True)
+        self._search = None
+        if self._device != "cpu":
+            self.to(self._device)
+        return self
+
+    @classmethod
+    def from_dump(cls, dump_dir: str | Path, path: str | Path | None = None, faiss_factory: str = "Flat",
+                  model=None, model_path: str | None = None, on_disk: bool = False, flat_search: str = "faiss",
+                  progress: bool = True, **reindex_options: Any) -> PhraseIndex:
+        """Merge the shards of a phrase dump (serial, multi-process or Ray) into one index, in corpus order.
+
+        Every shard must be present: a distributed dump must be ``complete`` in ``dump-status.json``, which
+        gives the shard count; otherwise gaps in the shard numbers are detected. Vectors are appended once, the
+        manifest committed once, then the FAISS structure is built from all of them (:meth:`reindex`).
+        With ``path``, the index is built in a temporary sibling directory and renamed into place.
+        """
+        from tqdm.auto import tqdm
+
+        dump_dir = Path(dump_dir)
+        settings, shards = _read_dump(dump_dir)
+        if model is not None and model.phrase_fingerprint() != settings["model_fingerprint"]:
+            raise ModelMismatchError(f"{dump_dir}: the dump was made with another phrase encoder than the given model")
+        first = json.loads((shards[0] / "shard.json").read_text())
+        building = None
+        if path is not None:
+            path = Path(path)
+            _remove_uncommitted_files(path)  # a create killed before its first commit leaves only these
+            if path.exists() and any(path.iterdir()):
+                raise InvalidParameterError(f"{path} exists and is not empty; choose another path")
+            building = path.with_name(f".{path.name}.building-{os.getpid()}")
+            shutil.rmtree(building, ignore_errors=True)
+        index = cls.create(_DumpedModel(settings), building, faiss_factory="Flat",
+                           filter_threshold=settings.get("filter_threshold"), dtype=settings.get("dtype", "float16"),
+                           model_path=model_path, codec=VectorCodec(**first["codec"]))
+        index._faiss, index._flat_search, index._deferred = None, "mmap", True
+        try:
+            for shard_dir in tqdm(shards, desc="merging shards", unit="shard", disable=not progress):
+                index.add_shard(PhraseShard.load(shard_dir))
+        finally:
+            index._deferred = False
+        index._commit()
+        index._flat_search = flat_search
+        if _is_flat(faiss_factory):
+            index._load_faiss()
+        else:
+            index.reindex(faiss_factory, on_disk=on_disk, progress=progress, **reindex_options)
+        if building is None:
+            return index
+        del index
+        if path.exists():
+            path.rmdir()
+        os.replace(building, path)
+        return cls.load(path, flat_search=flat_search)
 
     # ----------------------------------------------------------------- persistence
     def _commit(self) -> None:
@@ -431,7 +668,7 @@ class PhraseIndex:
             return
         old_faiss = self.manifest.get("faiss_file")
         if not _is_flat(self.faiss_factory) and self._faiss is not None and self._faiss.is_trained:
-            name = f"faiss-{len(self)}-{self._tombstones.length}.index"
+            name = self._faiss_file_name()
             if name != old_faiss:
                 _write_faiss(self._faiss, self.path / name)
                 self.manifest["faiss_file"] = name
@@ -469,13 +706,94 @@ class PhraseIndex:
         manifest["counts"] = {"vectors": len(self), "passages": self.num_passages, "tombstones": self._tombstones.length}
         manifest["faiss_file"] = None
         if not _is_flat(self.faiss_factory) and self._faiss.is_trained:
-            manifest["faiss_file"] = f"faiss-{len(self)}-{self._tombstones.length}.index"
+            manifest["faiss_file"] = self._faiss_file_name()
             _write_faiss(self._faiss, tmp / manifest["faiss_file"])
+            if manifest.get("faiss_ivfdata"):  # on-disk inverted lists: the header names this file, same dir
+                index_types.copy_ivfdata(self.path / manifest["faiss_ivfdata"], tmp / manifest["faiss_ivfdata"])
         manifest["checksums"] = {key: _sha256_prefix(tmp / _FILES[key], None) for key in ("tokens", "passages", "tombstones")}
         for file in tmp.iterdir():
             _fsync_file(file)
         _atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=1))
         replace_directory(tmp, path)
+
+
+class _DumpedModel:
+    """What :meth:`PhraseIndex.create` reads from a model, taken from a dump's ``dump.json``."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.hidden_size = int(settings["dim"])
+        self._fingerprint = settings["model_fingerprint"]
+        self._config = dict(settings["model_config"])
+        self.config = self
+
+    def phrase_fingerprint(self) -> str:
+        return self._fingerprint
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._config
+
+
+def _read_dump(dump_dir: Path) -> tuple[dict[str, Any], list[Path]]:
+    """A dump's settings and its complete shards, checked for gaps (and against dump-complete.json)."""
+    settings_file = dump_dir / "dump.json"
+    if not settings_file.is_file():
+        raise IndexLoadError(f"{settings_file} not found: not a phrase dump directory")
+    settings = json.loads(settings_file.read_text())
+    shards = list_shards(dump_dir)
+    numbers = [int(p.name.split("-")[1]) for p in shards]
+    status_file = dump_dir / "dump-status.json"  # written by dphr_haystack.distributed
+    status = json.loads(status_file.read_text()) if status_file.is_file() else {}
+    if status and status.get("state") != "complete":
+        raise IndexLoadError(f"{dump_dir}: the distributed dump is {status.get('state')!r}, not complete; "
+                             "re-run it (complete shards are kept) before merging")
+    expected = status.get("num_shards")
+    wanted = range(expected) if expected is not None else range(max(numbers, default=-1) + 1)
+    missing = sorted(set(wanted) - set(numbers))
+    if missing or not shards:
+        raise IndexLoadError(
+            f"{dump_dir}: shards {missing[:5] or 'all'} missing or incomplete; re-run the dump "
+            "(complete shards are kept) before merging"
+        )
+    if expected is None:
+        logger.info("%s has no dump-status.json: trailing shards cannot be checked", dump_dir)
+    return settings, [p for p, n in zip(shards, numbers) if n in wanted]
+
+
+_MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
+    "model_fingerprint": (str,), "dim": (int,), "codec": (dict,), "faiss_factory": (str,), "counts": (dict,),
+    "passages_bytes": (int,), "checksums": (dict,), "filter_threshold": (int, float, type(None)),
+    "faiss_file": (str, type(None)), "model_path": (str, type(None)), "model_config": (dict,),
+}
+
+
+def _check_manifest(manifest: dict[str, Any], manifest_path: Path) -> None:
+    """Raise IndexLoadError on a manifest whose fields have the wrong types or impossible values."""
+    for key, types in _MANIFEST_TYPES.items():
+        value = manifest.get(key)
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise IndexLoadError(f"{manifest_path} is corrupted: {key}={value!r:.80}")
+    counts = manifest["counts"]
+    if manifest["dim"] < 1 or manifest["passages_bytes"] < 0 or not all(
+            isinstance(counts.get(k), int) and not isinstance(counts.get(k), bool) and counts[k] >= 0
+            for k in ("vectors", "passages", "tombstones")):
+        raise IndexLoadError(f"{manifest_path} is corrupted: dim {manifest['dim']!r}, counts {counts!r:.120}")
+    for key in ("faiss_file", "faiss_ivfdata"):
+        name = manifest.get(key)
+        if name is not None and (not isinstance(name, str) or Path(name).name != name or name.startswith(".")):
+            raise IndexLoadError(f"{manifest_path} is corrupted: {key}={name!r:.80} is not a file of the index")
+    try:
+        VectorCodec(**manifest["codec"])
+    except (TypeError, InvalidParameterError) as exc:
+        raise IndexLoadError(f"{manifest_path} is corrupted: codec {manifest['codec']!r:.80} ({exc})") from exc
+
+
+def _remove_uncommitted_files(path: Path) -> None:
+    """Delete a directory's ``*.tmp`` files when it holds nothing else (what a killed create() leaves)."""
+    if path.is_dir():
+        entries = list(path.iterdir())
+        if entries and all(e.is_file() and e.name.endswith(".tmp") for e in entries):
+            for entry in entries:
+                entry.unlink(missing_ok=True)
 
 
 def _write_faiss(index, file: Path) -> None:
@@ -516,12 +834,5 @@ def _atomic_write_text(file: Path, text: str) -> None:
 
 
 def replace_directory(new: Path, target: Path) -> None:
-    """Move ``new`` to ``target``; an existing ``target`` is swapped out first and removed after."""
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(target, old)
-        os.replace(new, target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(new, target)
+    """Move ``new`` to ``target``, replacing an existing ``target`` crash-safely (see :mod:`._atomic`)."""
+    _atomic.replace_directory(new, target)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidParameterError, InvalidQueryError
+from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
 from .index import PhraseIndex
 
 UNITS = ("phrase", "passage", "document")
@@ -75,6 +75,8 @@ def check_unit(unit: str) -> str:
 class PhraseSearcher:
     """Searches a :class:`PhraseIndex` with a phrase model's query encoders.
 
+    Thread safe: one searcher may serve many threads; each gets exactly the results of a serial search.
+
     Example:
         >>> searcher = PhraseSearcher(index, model)
         >>> searcher.search("Who wrote Hamlet?", unit="phrase", top_k=5)[0].text
@@ -112,6 +114,9 @@ class PhraseSearcher:
             raise InvalidParameterError(f"top_k must be >= 1, got {top_k}")
         q_start = np.ascontiguousarray(q_start, dtype=np.float32)
         q_end = np.ascontiguousarray(q_end, dtype=np.float32)
+        if q_start.ndim != 2 or q_start.shape != q_end.shape or q_start.shape[1] != self.index.dim:
+            raise ModelMismatchError(f"query vectors of shape {q_start.shape} / {q_end.shape} do not fit an index of "
+                                     f"{self.index.dim}-dimensional vectors")
         n_queries, total = len(q_start), len(self.index)
         results: list[list[Hit]] = [[] for _ in range(n_queries)]
         if n_queries == 0 or total == 0:
@@ -124,7 +129,7 @@ class PhraseSearcher:
         c = min(candidates or (top_k if unit == "phrase" else 2 * top_k), total)
         pending = np.arange(n_queries)
         while len(pending):
-            scores, ids = self.index.faiss_index.search(np.concatenate([q_start[pending], q_end[pending]]), c)
+            scores, ids = self.index.search_tokens(np.concatenate([q_start[pending], q_end[pending]]), c)
             still = []
             for pos, qi in enumerate(pending):
                 phrases = self._spans(q_start[qi], q_end[qi], ids[pos], ids[pos + len(pending)], allowed)
