@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,10 @@ class VectorCodec:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise InvalidParameterError(f"vector dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
+        for name in ("offset", "scale"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise InvalidParameterError(f"codec {name} must be a finite number, got {value!r:.40}")
         if self.scale <= 0:
             raise InvalidParameterError(f"int8 scale must be > 0, got {self.scale}")
 

@@ -46,8 +46,12 @@ def _open_text(path: Path) -> IO[str]:
 
 def _squad_passages(data: Mapping[str, Any], path: Path) -> Iterator[dict[str, Any]]:
     for a_idx, article in enumerate(data.get("data", [])):
+        if not isinstance(article, Mapping) or not isinstance(article.get("paragraphs", []), list):
+            raise CorpusFormatError(f"{path}: article {a_idx} is not a SQuAD article {{title, paragraphs: [...]}}")
         title = str(article.get("title", ""))
         for p_idx, paragraph in enumerate(article.get("paragraphs", [])):
+            if not isinstance(paragraph, Mapping):
+                raise CorpusFormatError(f"{path}: article {a_idx} paragraph {p_idx} is not an object")
             yield {
                 "id": f"{title or 'article'}-{a_idx}-{p_idx}",
                 "document_id": title or f"article-{a_idx}",
@@ -129,19 +133,41 @@ def _read_file(path: Path) -> Iterator[Any]:
 
 def _to_passage(record: Any, position: int) -> Passage:
     if isinstance(record, Passage):
+        _check_storable(record, position)
         return record
     if isinstance(record, str):
-        return Passage(id=str(position), text=record)
+        passage = Passage(id=str(position), text=record)
+        _check_storable(passage, position)
+        return passage
     if isinstance(record, Mapping):
         text = record.get("text", record.get("content", record.get("context")))
         if text is not None and not isinstance(text, str):
             raise CorpusFormatError(f"record {position}: text must be a string, got {type(text).__name__}")
-        pid = record.get("id", position)
-        return Passage(
-            id=str(pid),
+        meta = record.get("meta", {}) or {}
+        if not isinstance(meta, Mapping):
+            raise CorpusFormatError(f"record {position}: meta must be a mapping, got {type(meta).__name__}")
+        passage = Passage(
+            id=str(record.get("id", position)),
             text=text or "",
             title=str(record.get("title", "") or ""),
             document_id=str(record.get("document_id", "") or ""),
-            meta=dict(record.get("meta", {}) or {}),
+            meta=dict(meta),
         )
+        _check_storable(passage, position)
+        return passage
     raise CorpusFormatError(f"record {position}: expected Passage, mapping or str, got {type(record).__name__}")
+
+
+def _check_storable(passage: Passage, position: int) -> None:
+    """Raise CorpusFormatError unless the passage can be written as UTF-8 JSON (what an index stores)."""
+    for name in ("id", "text", "title", "document_id"):
+        if not isinstance(getattr(passage, name), str):
+            raise CorpusFormatError(f"record {position}: {name} must be a string, got "
+                                    f"{type(getattr(passage, name)).__name__}")
+    if not isinstance(passage.meta, Mapping):
+        raise CorpusFormatError(f"record {position}: meta must be a mapping, got {type(passage.meta).__name__}")
+    try:
+        json.dumps([passage.id, passage.text, passage.title, passage.document_id, dict(passage.meta)],
+                   ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as exc:  # non-JSON meta values, lone surrogates in the text
+        raise CorpusFormatError(f"record {position} (id {passage.id[:60]!r}) cannot be stored: {exc}") from exc

@@ -2,7 +2,8 @@
 
 A shard is a directory holding ``vectors.npy`` (float16 or int8, consecutive per passage),
 ``tokens.npy`` (per stored token: passage, subword position, char start, char end), ``passages.jsonl``
-and, written last, ``shard.json``. A shard without ``shard.json`` is incomplete and is redone on resume.
+and, written last, ``shard.json`` (counts, codec and the SHA-256 of the other files and of itself). A shard
+without an intact ``shard.json`` or whose files do not match it is incomplete and is redone on resume.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from ._memory import pin_malloc_thresholds, release_free_memory
 from .codec import VectorCodec
 from .corpus import CorpusStats, Passage, read_corpus
-from .errors import EmptyCorpusError, IndexLoadError, ModelMismatchError
+from .errors import EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
 from .model import PhraseModel
 
 logger = logging.getLogger(__name__)
@@ -56,28 +58,49 @@ class PhraseShard:
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
         meta = {"format_version": DUMP_FORMAT_VERSION, "num_vectors": len(self.tokens),
                 "num_passages": len(self.passages), "codec": self.codec.to_dict(),
-                "passage_ids_sha256": passage_ids_digest(r["id"] for r in self.passages)}
+                "passage_ids_sha256": passage_ids_digest(r["id"] for r in self.passages),
+                "files_sha256": {name: _file_sha256(tmp / name) for name in _SHARD_FILES}}
+        meta["sha256"] = _meta_digest(meta)
         (tmp / "shard.json").write_text(json.dumps(meta, indent=1))
         shutil.rmtree(path, ignore_errors=True)
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: str | Path) -> PhraseShard:
+    def load(cls, path: str | Path, verify: bool = True) -> PhraseShard:
+        """Read a shard; with ``verify``, its files must match the SHA-256 sums in ``shard.json``."""
         path = Path(path)
         meta_path = path / "shard.json"
         try:
             meta = json.loads(meta_path.read_text())
+            if not isinstance(meta, dict):
+                raise ValueError(f"{meta_path} is not a JSON object")
+            if meta.get("format_version") != DUMP_FORMAT_VERSION:
+                raise IndexLoadError(
+                    f"{meta_path}: dump format {meta.get('format_version')!r}, expected {DUMP_FORMAT_VERSION}")
+            if verify:
+                _verify_shard(path, meta)
+            # allow_pickle=False: a .npy holding objects (a pickle) is refused, never unpickled
             vectors = np.load(path / "vectors.npy", mmap_mode="r", allow_pickle=False)
             tokens = np.load(path / "tokens.npy", allow_pickle=False)
             with (path / "passages.jsonl").open(encoding="utf-8") as handle:
                 passages = [json.loads(line) for line in handle]
-        except (OSError, ValueError) as exc:
+            codec = VectorCodec(**meta["codec"])
+            counts_match = (len(vectors) == meta["num_vectors"] == len(tokens)
+                            and len(passages) == meta["num_passages"])
+        except IndexLoadError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:  # DphrError's ValueErrors included
             raise IndexLoadError(f"incomplete or corrupted shard {path}: {exc}") from exc
-        if meta.get("format_version") != DUMP_FORMAT_VERSION:
-            raise IndexLoadError(f"{meta_path}: dump format {meta.get('format_version')!r}, expected {DUMP_FORMAT_VERSION}")
-        if len(vectors) != meta["num_vectors"] or len(tokens) != meta["num_vectors"] or len(passages) != meta["num_passages"]:
+        if not counts_match:
             raise IndexLoadError(f"{path}: shard files disagree with {meta_path} (truncated?)")
-        return cls(vectors, tokens, passages, VectorCodec(**meta["codec"]))
+        if vectors.ndim != 2 or tokens.dtype != TOKEN_DTYPE or vectors.dtype != codec.numpy_dtype:
+            raise IndexLoadError(f"{path}: vectors {vectors.dtype}{vectors.shape} / tokens {tokens.dtype} are not "
+                                 f"what a {codec.dtype} shard holds")
+        if not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in passages):
+            raise IndexLoadError(f"{path / 'passages.jsonl'}: every line must be a passage object with an id")
+        if len(tokens) and (tokens["passage"].min() < 0 or tokens["passage"].max() >= len(passages)):
+            raise IndexLoadError(f"{path / 'tokens.npy'}: token rows point outside the shard's passages")
+        return cls(vectors, tokens, passages, codec)
 
 
 def passage_ids_digest(ids: Iterable[str]) -> str:
@@ -149,10 +172,13 @@ def dump_phrases(model: PhraseModel, corpus: str | Path | Iterable[Any], out_dir
     Shard ``i`` holds passages ``[i·shard_size, (i+1)·shard_size)`` of the corpus; worker ``w`` of
     ``num_workers`` encodes the shards with ``i % num_workers == w``, so independent processes (or
     machines) can split one dump. ``dump.json`` records the model fingerprint and settings; resuming
-    with another model or other settings fails instead of mixing vectors.
+    with another model or other settings fails instead of mixing vectors. Memory stays flat however large
+    the corpus: one shard is in memory at a time, and on glibc the process's malloc thresholds are pinned
+    (see :mod:`dphr_haystack._memory`).
     """
     from tqdm.auto import tqdm
 
+    pin_malloc_thresholds()  # a dump's memory stays flat however large the corpus (see _memory.py)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fingerprint = model.phrase_fingerprint()
@@ -169,10 +195,10 @@ def dump_phrases(model: PhraseModel, corpus: str | Path | Iterable[Any], out_dir
             continue
         path = out / f"shard-{shard_no:06d}"
         digest = passage_ids_digest(p.id for p in chunk)
-        meta_path = path / "shard.json"
-        if meta_path.is_file() and json.loads(meta_path.read_text()).get("passage_ids_sha256") == digest:
+        done = _complete_shard_meta(path / "shard.json")
+        if done.get("passage_ids_sha256") == digest and isinstance(done.get("num_vectors"), int):
             skipped += 1
-            vectors += json.loads(meta_path.read_text())["num_vectors"]
+            vectors += done["num_vectors"]
         else:
             if codec is None:
                 first = model.encode_passages([p.text for p in chunk[:64]], [p.title for p in chunk[:64]], batch_size)
@@ -181,6 +207,8 @@ def dump_phrases(model: PhraseModel, corpus: str | Path | Iterable[Any], out_dir
             shard.save(path)
             encoded += 1
             vectors += len(shard)
+            del shard
+            release_free_memory()  # flat peak memory however many shards (see _memory.py)
         shards.append(path)
         bar.update(len(chunk))
     bar.close()
@@ -189,9 +217,59 @@ def dump_phrases(model: PhraseModel, corpus: str | Path | Iterable[Any], out_dir
     return DumpSummary(shards, encoded, skipped, stats.passages, stats.skipped_empty, vectors)
 
 
+def _complete_shard_meta(meta_path: Path) -> dict[str, Any]:
+    """A shard's ``shard.json`` when the shard is complete and intact, else {} (the shard is encoded again).
+
+    Resuming therefore reads every finished shard once to check its sums: far cheaper than encoding it.
+    """
+    try:
+        meta = json.loads(meta_path.read_text())
+        if not isinstance(meta, dict):
+            return {}
+        _verify_shard(meta_path.parent, meta)
+    except (OSError, ValueError, TypeError, AttributeError):  # IndexLoadError included (an OSError)
+        return {}
+    return meta
+
+
+_SHARD_FILES = ("vectors.npy", "tokens.npy", "passages.jsonl")
+
+
+def _file_sha256(file: Path) -> str:
+    digest = hashlib.sha256()
+    with file.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _meta_digest(meta: dict[str, Any]) -> str:
+    body = {k: v for k, v in meta.items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _verify_shard(path: Path, meta: dict[str, Any]) -> None:
+    """Raise IndexLoadError unless ``shard.json`` and the shard's files match their recorded SHA-256 sums."""
+    if meta.get("sha256") != _meta_digest(meta):
+        raise IndexLoadError(f"{path / 'shard.json'} is corrupted (or from a dump without checksums): "
+                             "delete the shard directory and resume the dump to encode it again")
+    sums = meta.get("files_sha256")
+    if not isinstance(sums, dict) or set(sums) != set(_SHARD_FILES):
+        raise IndexLoadError(f"{path / 'shard.json'} lists no checksums for {', '.join(_SHARD_FILES)}")
+    for name in _SHARD_FILES:
+        if not (path / name).is_file() or _file_sha256(path / name) != sums[name]:
+            raise IndexLoadError(f"{path / name} is missing or corrupted (checksum mismatch): delete "
+                                 f"{path} and resume the dump to encode it again")
+
+
 def _check_or_write_dump_settings(path: Path, settings: dict[str, Any]) -> None:
     if path.is_file():
-        previous = json.loads(path.read_text())
+        try:
+            previous = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise IndexLoadError(f"{path} is corrupted ({exc}); remove the dump directory and start again") from exc
+        if not isinstance(previous, dict):
+            raise IndexLoadError(f"{path} is corrupted (not a JSON object); remove the dump directory and start again")
         for key in ("model_fingerprint", "filter_threshold", "dtype", "shard_size", "dim"):
             if previous.get(key) != settings[key]:
                 raise ModelMismatchError(
@@ -206,7 +284,12 @@ def _check_or_write_dump_settings(path: Path, settings: dict[str, Any]) -> None:
 
 def _existing_codec(out: Path) -> VectorCodec | None:
     for meta_path in sorted(out.glob("shard-*/shard.json")):
-        return VectorCodec(**json.loads(meta_path.read_text())["codec"])
+        codec = _complete_shard_meta(meta_path).get("codec")
+        if isinstance(codec, dict):
+            try:
+                return VectorCodec(**codec)
+            except (TypeError, InvalidParameterError):
+                continue
     return None
 
 

@@ -33,3 +33,7 @@ class IndexLoadError(DphrError, OSError):
 
 class ModelMismatchError(DphrError, ValueError):
     """An index was built with a different phrase encoder than the one given."""
+
+
+class DistributedDumpError(DphrError, RuntimeError):
+    """A distributed dump worker failed after its retries (complete shards are kept: re-run to resume)."""

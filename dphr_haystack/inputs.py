@@ -7,14 +7,20 @@ sides (the BERT/SQuAD "max context" rule), so every token gets exactly one vecto
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from .config import PhraseModelConfig
-from .errors import InvalidQueryError
+from .errors import InvalidQueryError, ModelLoadError
+
+# A fast tokenizer is a Rust object that every call with other truncation/padding settings mutates; two threads
+# calling it at once fail with "RuntimeError: Already borrowed". Tokenising is cheap, so calls are serialised.
+_TOKENIZER_LOCK = threading.Lock()
 
 
 @dataclass
@@ -39,12 +45,13 @@ class Window:
 
 def tokenize_passages(tokenizer, texts: Sequence[str], titles: Sequence[str], config: PhraseModelConfig) -> list[TokenizedPassage]:
     """Tokenise contexts (with offsets) and titles in one batched call each."""
-    enc = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True, return_attention_mask=False,
-                    verbose=False)  # long passages are windowed, so no length warning
-    if config.append_title and any(titles):
-        title_ids = tokenizer(list(titles), add_special_tokens=False, return_attention_mask=False)["input_ids"]
-    else:
-        title_ids = [[] for _ in texts]
+    with _TOKENIZER_LOCK, _tokenizer_failures():
+        enc = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True,
+                        return_attention_mask=False, verbose=False)  # long passages are windowed, so no length warning
+        if config.append_title and any(titles):
+            title_ids = tokenizer(list(titles), add_special_tokens=False, return_attention_mask=False)["input_ids"]
+        else:
+            title_ids = [[] for _ in texts]
     out = []
     for ids, offsets, t_ids in zip(enc["input_ids"], enc["offset_mapping"], title_ids):
         out.append(
@@ -55,6 +62,21 @@ def tokenize_passages(tokenizer, texts: Sequence[str], titles: Sequence[str], co
             )
         )
     return out
+
+
+@contextmanager
+def _tokenizer_failures() -> Iterator[None]:
+    """A damaged tokenizer file can make the Rust tokenizer panic (pyo3 PanicException, a BaseException) on some
+    inputs: report that as ModelLoadError instead of letting it escape every ``except Exception``."""
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:
+        if isinstance(exc, Exception) and not type(exc).__module__.startswith(("pyo3", "tokenizers")):
+            raise
+        raise ModelLoadError(f"the model's tokenizer failed ({type(exc).__name__}: {exc}); its files are damaged") \
+            from exc
 
 
 def build_windows(tokenizer, passages: Sequence[TokenizedPassage], config: PhraseModelConfig) -> list[Window]:
@@ -70,17 +92,17 @@ def build_windows(tokenizer, passages: Sequence[TokenizedPassage], config: Phras
         if starts[-1] + room < n:
             starts.append(n - room)
         spans = [(s, min(s + room, n)) for s in starts]
-        # Max-context rule: score(token, window) = min(left, right) + 0.01 * window length.
+        # Max-context rule: score(token, window) = min(left, right) + 0.01 * window length; ties go to the
+        # earlier window. One pass over the windows, O(passage length) memory however long the passage.
         best_window = np.zeros(n, dtype=np.int64)
         if len(spans) > 1:
-            k = np.arange(n)
-            scores = np.stack(
-                [
-                    np.where((k >= a) & (k < b), np.minimum(k - a, b - 1 - k) + 0.01 * (b - a), -1.0)
-                    for a, b in spans
-                ]
-            )
-            best_window = scores.argmax(axis=0)
+            best_score = np.full(n, -1.0)
+            for w_idx, (a, b) in enumerate(spans):
+                k = np.arange(a, b)
+                score = np.minimum(k - a, b - 1 - k) + 0.01 * (b - a)
+                better = score > best_score[a:b]
+                best_score[a:b][better] = score[better]
+                best_window[a:b][better] = w_idx
         for w_idx, (a, b) in enumerate(spans):
             ids = prefix + tp.context_ids[a:b] + [sep_id]
             types = _token_types(len(prefix), b - a, config)
@@ -111,10 +133,21 @@ def pad_batch(sequences: Sequence[Sequence[int]], types: Sequence[Sequence[int]]
     return {"input_ids": ids, "token_type_ids": tt, "attention_mask": mask}
 
 
+def is_valid_unicode(text: str) -> bool:
+    """False when ``text`` cannot be encoded as UTF-8 (a lone surrogate, e.g. from JSON ``"\\ud800"``)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def normalize_query(query: str, config: PhraseModelConfig) -> str:
     """Validate a query and apply the DensePhrases conventions (one trailing '?' stripped)."""
     if not isinstance(query, str):
         raise InvalidQueryError(f"a query must be a string, got {type(query).__name__}")
+    if not is_valid_unicode(query):
+        raise InvalidQueryError(f"a query must be valid Unicode text (it holds a lone surrogate): {query[:40]!r}")
     text = query.strip()
     if config.strip_question_mark and text.endswith("?"):
         text = text[:-1].rstrip()
@@ -126,12 +159,13 @@ def normalize_query(query: str, config: PhraseModelConfig) -> str:
 def tokenize_queries(tokenizer, queries: Sequence[str], config: PhraseModelConfig) -> dict[str, torch.Tensor]:
     """``[CLS] q [SEP]`` with segment 0, truncated to ``max_query_length``."""
     texts = [normalize_query(q, config) for q in queries]
-    enc = tokenizer(
-        texts,
-        max_length=config.max_query_length,
-        truncation=True,
-        padding=True,
-        return_tensors="pt",
-        return_token_type_ids=True,
-    )
+    with _TOKENIZER_LOCK, _tokenizer_failures():
+        enc = tokenizer(
+            texts,
+            max_length=config.max_query_length,
+            truncation=True,
+            padding=True,
+            return_tensors="pt",
+            return_token_type_ids=True,
+        )
     return {k: enc[k] for k in ("input_ids", "token_type_ids", "attention_mask")}

@@ -125,14 +125,18 @@ class PhraseModel(nn.Module):
                 raise ModelLoadError(f"{path / name} is missing: not a dphr_haystack model directory")
         config = PhraseModelConfig.load(path / CONFIG_FILE)
         try:
-            enc_config = transformers.AutoConfig.for_model(**json.loads((path / ENCODER_CONFIG_FILE).read_text()))
+            raw = json.loads((path / ENCODER_CONFIG_FILE).read_text())
+            if not isinstance(raw, dict):
+                raise ValueError(f"{ENCODER_CONFIG_FILE} holds a {type(raw).__name__}, not a JSON object")
+            enc_config = transformers.AutoConfig.for_model(**raw)
             tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), use_fast=True)
-        except (OSError, ValueError, KeyError) as exc:
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - damaged files raise anything, the Rust tokenizer even panics
             raise ModelLoadError(f"cannot read encoder config or tokenizer in {path}: {exc}") from exc
         _check_fast(tokenizer, path)
-        model = cls._from_encoder_config(enc_config, tokenizer, config)
         state = _read_safetensors(path / WEIGHTS_FILE)
-        model._load_state(state, source=path / WEIGHTS_FILE)
+        model = cls._build_checked(enc_config, tokenizer, config, state, source=path)
         return model.to(device).eval()
 
     @classmethod
@@ -156,12 +160,17 @@ class PhraseModel(nn.Module):
             raw.pop("architectures", None)
             raw.setdefault("model_type", "bert")
             enc_config = transformers.AutoConfig.for_model(**raw)
-        except (OSError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - a damaged config.json raises anything (not a dict, bad values)
             raise ModelLoadError(f"cannot read {path / 'config.json'}: {exc}") from exc
         tok_source = str(tokenizer) if tokenizer is not None else str(path)
         try:
+            if Path(tok_source).is_dir() and not _has_tokenizer_files(Path(tok_source)):
+                # transformers 5.x builds an empty tokenizer (special tokens only) from such a directory
+                raise OSError(f"{tok_source} holds no tokenizer files")
             tok = transformers.AutoTokenizer.from_pretrained(tok_source, use_fast=True)
-        except (OSError, ValueError) as exc:
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - tokenizers raises plain Exception (or panics) on damaged files
             raise ModelLoadError(
                 f"no tokenizer for {path}: DensePhrases checkpoints ship none; pass tokenizer=<path to the "
                 f"SpanBERT/spanbert-base-cased tokenizer> ({exc})"
@@ -174,11 +183,13 @@ class PhraseModel(nn.Module):
         if not isinstance(state, dict):
             raise ModelLoadError(f"{weights}: expected a state dict, got {type(state).__name__}")
         state = _densephrases_state(state)
-        config = PhraseModelConfig(passage_token_type="all_one", max_title_length=10,
-                                   max_passage_length=min(384, enc_config.max_position_embeddings),
-                                   base_model=f"densephrases:{path.name}")
-        model = cls._from_encoder_config(enc_config, tok, config)
-        model._load_state(state, source=weights)
+        try:
+            config = PhraseModelConfig(passage_token_type="all_one", max_title_length=10,
+                                       max_passage_length=min(384, int(enc_config.max_position_embeddings)),
+                                       base_model=f"densephrases:{path.name}")
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ModelLoadError(f"{path / 'config.json'}: unusable max_position_embeddings ({exc})") from exc
+        model = cls._build_checked(enc_config, tok, config, state, source=weights)
         return model.to(device).eval()
 
     @classmethod
@@ -192,7 +203,47 @@ class PhraseModel(nn.Module):
             return cls(build(), build(), build(), tokenizer, config)
         return cls(build(), None, None, tokenizer, config, query_encoder=build())
 
-    def _load_state(self, state: dict[str, torch.Tensor], source: Path) -> None:
+    @classmethod
+    def _build_checked(cls, enc_config, tokenizer, config: PhraseModelConfig, state: dict[str, torch.Tensor],
+                       source: Path) -> PhraseModel:
+        """Build a model whose shapes match ``state``, load it and run a test forward pass.
+
+        A damaged or hostile config must fail with ModelLoadError before it allocates anything: the model is
+        first built on the meta device (no memory) and compared with the weights, then built for real.
+        """
+        layers = {k.split(".layer.")[1].split(".")[0] for k in state if k.startswith("phrase_encoder.") and ".layer." in k}
+        declared = getattr(enc_config, "num_hidden_layers", None)
+        if layers and declared != len(layers):
+            raise ModelLoadError(f"{source}: the encoder config declares {declared!r} layers, the weights hold {len(layers)}")
+        try:
+            with torch.device("meta"):
+                probe = cls._from_encoder_config(enc_config, tokenizer, config)
+            probe._load_state(state, source=source, check_only=True)
+            del probe
+            model = cls._from_encoder_config(enc_config, tokenizer, config)
+        except ModelLoadError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bad config value fails anywhere inside transformers
+            raise ModelLoadError(f"{source}: the encoder config cannot build a model ({exc})") from exc
+        model._load_state(state, source=source)
+        max_positions = getattr(enc_config, "max_position_embeddings", None)
+        if isinstance(max_positions, int) and max(config.max_passage_length, config.max_query_length) > max_positions:
+            raise ModelLoadError(f"{source}: max_passage_length {config.max_passage_length} / max_query_length "
+                                 f"{config.max_query_length} exceed the encoder's {max_positions} positions")
+        vocab = getattr(enc_config, "vocab_size", None)
+        if isinstance(vocab, int) and len(tokenizer) > vocab:
+            raise ModelLoadError(f"{source}: the tokenizer has {len(tokenizer)} tokens, the encoder embeds {vocab}")
+        probe = "Self test: who won Super Bowl 50 in 2016? 1,234.5 £€ Ünïcödé 東京 😀 naïve-résumé"
+        try:
+            model.eval().encode_queries([probe])
+            model.encode_passages([probe], [probe])
+        except ModelLoadError as exc:
+            raise ModelLoadError(f"{source}: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - a config value that only fails in forward
+            raise ModelLoadError(f"{source}: the loaded model fails a test forward pass ({exc})") from exc
+        return model
+
+    def _load_state(self, state: dict[str, torch.Tensor], source: Path, check_only: bool = False) -> None:
         own = self.state_dict()
         # Buffers some transformers versions save and others do not (e.g. position_ids) are optional.
         optional = {k for k in own if k.endswith("position_ids") or k.endswith("token_type_ids")}
@@ -207,7 +258,8 @@ class PhraseModel(nn.Module):
         for key, value in state.items():
             if own[key].shape != value.shape:
                 raise ModelLoadError(f"{source}: {key} has shape {tuple(value.shape)}, expected {tuple(own[key].shape)}")
-        self.load_state_dict(state, strict=False)
+        if not check_only:
+            self.load_state_dict(state, strict=False)
 
     def save(self, path: str | Path) -> None:
         """Write ``dphr_config.json``, ``encoder_config.json``, ``model.safetensors`` and tokenizer files."""
@@ -343,6 +395,14 @@ def _autocast(device: torch.device):
         dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.autocast("cuda", dtype=dtype)
     return torch.autocast("cpu", enabled=False)
+
+
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
+
+
+def _has_tokenizer_files(directory: Path) -> bool:
+    """True when ``directory`` holds a vocabulary a tokenizer can be built from."""
+    return any((directory / name).is_file() for name in TOKENIZER_FILES)
 
 
 def _check_fast(tokenizer, source) -> None:

@@ -9,24 +9,34 @@ own :class:`~dphr_haystack.PhraseIndex`; one Haystack document is one phrase-ind
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import os
 import shutil
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import pandas as pd
 from haystack.document_stores import BaseDocumentStore, InMemoryDocumentStore, KeywordDocumentStore
 from haystack.errors import DocumentStoreError
 from haystack.schema import Document, Label
 
-from ..errors import InvalidParameterError, ModelMismatchError
+from .._atomic import fsync_directory, recover_directory
+from .._memory import release_free_memory
+from ..codec import VectorCodec
+from ..corpus import Passage
+from ..dump import PhraseShard, chunked, encode_shard
+from ..errors import DphrError, InvalidParameterError, ModelMismatchError
 from ..index import PhraseIndex, replace_directory
+from ..inputs import is_valid_unicode
 from ._filters import compile_filters, matches
 from ._models import model_fingerprint
+from ._rwlock import ReadWriteLock, read_locked, write_locked
 from ._schema import typed_init
 
 logger = logging.getLogger(__name__)
@@ -54,6 +64,21 @@ class PhraseDocumentStore(KeywordDocumentStore):
         >>> retriever = PhraseRetriever(document_store=store, model="minilm")
         >>> store.index_documents([Document("Paris is the capital of France.")], retriever)
         >>> retriever.retrieve("What is the capital of France?")
+
+    Thread safety: one store may serve many threads. A reader-writer lock guards it: queries, retrieval
+    (``PhraseRetriever`` holds the read lock for a whole search) and document reads share it; writes
+    (``write_documents``, ``delete_documents``, ``update_document_meta``, ``delete_index``, labels, ``save``) take
+    it exclusively, so a search sees the store either before or after a write, never half of one.
+    ``update_embeddings`` encodes outside the lock and takes it only to commit each chunk of phrases; one
+    phrase-indexing run per store at a time. Documents deleted or changed while their chunk was being encoded
+    are left out of that commit. ``get_all_documents_generator`` yields a snapshot.
+
+    Persistence: :meth:`save` replaces its target directory atomically: a save killed at any point leaves the
+    previous one. After :meth:`load` or :meth:`save`, phrase indexes kept on disk live in that directory and
+    phrase *additions* are committed there as they happen, so an ``update_embeddings`` killed part-way resumes
+    where it stopped; documents and phrase *deletions* reach the directory only through :meth:`save` (the first
+    deletion moves the phrase index to a private copy). On load, phrases whose document the directory does not
+    hold (added by a run killed before its save) are dropped.
 
     Args:
         index: Default Haystack index for documents.
@@ -105,10 +130,30 @@ class PhraseDocumentStore(KeywordDocumentStore):
         elasticsearch_password: str = "",
     ):
         super().__init__()
+        self._lock = ReadWriteLock()
+        self._indexing = ReadWriteLock()  # its write lock: one update_embeddings per store at a time
+        # Haystack's in-memory BM25 query writes each hit's score into the stored Document before copying it, so
+        # two concurrent queries could swap scores: they take this mutex (its write lock) in turn.
+        self._bm25_mutex = ReadWriteLock()
         if duplicate_documents not in self.duplicate_documents_options:
             raise InvalidParameterError(
                 f"duplicate_documents={duplicate_documents!r}; valid: {', '.join(self.duplicate_documents_options)}"
             )
+        _check_bm25(bm25_algorithm, bm25_parameters)
+        if isinstance(embedding_dim, bool) or not isinstance(embedding_dim, int) or embedding_dim < 1:
+            raise InvalidParameterError(f"embedding_dim must be a positive integer, got {embedding_dim!r}")
+        for name, value in (("index", index), ("label_index", label_index), ("title_field", title_field),
+                            ("document_id_field", document_id_field), ("faiss_factory", faiss_factory)):
+            if not isinstance(value, str) or (name.endswith("index") and not value):
+                raise InvalidParameterError(f"{name} must be a{' non-empty' if name.endswith('index') else ''} "
+                                            f"string, got {value!r:.60}")
+        if phrase_dtype not in ("float16", "float32", "int8") or similarity not in ("dot_product", "cosine"):
+            raise InvalidParameterError(f"phrase_dtype={phrase_dtype!r} (float16, float32, int8), "
+                                        f"similarity={similarity!r} (dot_product, cosine)")
+        for name, value in (("return_embedding", return_embedding), ("progress_bar", progress_bar),
+                            ("use_bm25", use_bm25)):
+            if not isinstance(value, bool):
+                raise InvalidParameterError(f"{name} must be true or false, got {value!r:.60}")
         self.index = index
         self.label_index = label_index
         self.duplicate_documents = duplicate_documents
@@ -127,6 +172,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
             "elasticsearch_scheme": elasticsearch_scheme, "elasticsearch_username": elasticsearch_username,
         }
         self._phrase_indexes: dict[str, PhraseIndex] = {}
+        self._snapshots: set[Path] = set()  # phrase index folders of the directory this store was loaded from
         if elasticsearch_host:
             from haystack.document_stores import ElasticsearchDocumentStore
 
@@ -193,6 +239,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
                 doc.embedding = None
         return docs
 
+    @read_locked
     def matching_ids(self, filters: dict[str, Any] | None, index: str | None = None) -> set[str]:
         """Ids of the documents of ``index`` that pass ``filters``."""
         index = index or self.index
@@ -202,6 +249,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
         return {d.id for d in self.inner.get_all_documents_generator(index=index, filters=filters, return_embedding=False)}
 
     # ----------------------------------------------------------------- documents
+    @write_locked
     def write_documents(
         self,
         documents: list[dict] | list[Document],
@@ -211,27 +259,69 @@ class PhraseDocumentStore(KeywordDocumentStore):
         headers: dict[str, str] | None = None,
     ):
         """Write documents to the inner store (Haystack's duplicate policy applies); phrases come from
-        :meth:`update_embeddings`. Overwritten documents whose text or title changed lose their stale phrases."""
+        :meth:`update_embeddings`. Overwritten documents whose text or title changed lose their stale phrases.
+
+        All or nothing: a document the inner store cannot take (e.g. ``content_type="text"`` with a DataFrame)
+        raises DocumentStoreError and no document of the call is written.
+        """
         index = index or self.index
         policy = duplicate_documents or self.duplicate_documents
+        documents = _checked_documents(documents, self._create_document_field_map())
         phrase_index = self._phrase_indexes.get(index)
-        stale: list[str] = []
         if phrase_index is not None and policy == "overwrite":
-            field_map = self._create_document_field_map()
-            documents = [Document.from_dict(copy.deepcopy(d), field_map=field_map) if isinstance(d, dict) else d
-                         for d in documents]
-            for doc in documents:
-                row = phrase_index.passage_row(doc.id)
-                if row is None:
-                    continue
-                record = phrase_index.passages[row]
-                passage = self._to_passage(doc)
-                if passage is None or (passage["text"], passage["title"]) != (record["text"], record.get("title", "")):
-                    stale.append(doc.id)
-        self.inner.write_documents(documents, index=index, batch_size=batch_size, duplicate_documents=policy,
-                                   headers=headers)
-        if stale:
-            phrase_index.delete_passages(stale)  # type: ignore[union-attr]
+            stale = [doc.id for doc in documents if self._phrases_outdated(phrase_index, doc)]
+            # Phrases go first: a write failing after this leaves documents without phrases (update_embeddings
+            # encodes them again), never phrases of a text that is no longer stored.
+            if stale:
+                self._private(index).delete_passages(stale)
+        self._inner_write(index, lambda: self.inner.write_documents(
+            documents, index=index, batch_size=batch_size, duplicate_documents=policy, headers=headers))
+
+    def _phrases_outdated(self, phrase_index: PhraseIndex, doc: Document) -> bool:
+        """True when ``doc`` has phrases encoded from another text, title or document id."""
+        row = phrase_index.passage_row(doc.id)
+        if row is None:
+            return False
+        record = phrase_index.passages[row]
+        passage = self._to_passage(doc)
+        return passage is None or (passage["text"], passage["title"], passage["document_id"]) != (
+            record["text"], record.get("title", ""), record.get("document_id", record["id"]))
+
+    def _inner_write(self, index: str, call) -> None:
+        """Run a write on the inner store; in memory, a failure restores the index as it was.
+
+        Haystack's in-memory store stores documents before it rebuilds BM25, so a failing rebuild would leave
+        them half written. A corpus with no token at all (only empty or non-text documents) makes rank_bm25 divide
+        by zero: the index then simply has no BM25 representation (``query`` returns nothing) until it has text.
+        """
+        if not self.in_memory:
+            call()
+            return
+        indexes = self.inner.indexes  # type: ignore[attr-defined]
+        before = dict(indexes[index]) if index in indexes else None
+        try:
+            call()
+        except ZeroDivisionError:
+            self.inner.bm25.pop(index, None)  # type: ignore[attr-defined]
+        except BaseException:
+            after = indexes.get(index)
+            changed = after is None or len(after) != len(before or {}) or any(
+                after.get(key) is not doc for key, doc in (before or {}).items())
+            if before is None:
+                indexes.pop(index, None)
+            else:
+                indexes[index] = before
+            if changed:
+                self._rebuild_bm25(index)
+            raise
+
+    def _rebuild_bm25(self, index: str) -> None:
+        if not (self.in_memory and self.inner.use_bm25 and index in self.inner.indexes):  # type: ignore[attr-defined]
+            return
+        try:
+            self.inner.update_bm25(index=index)  # type: ignore[attr-defined]
+        except ZeroDivisionError:
+            self.inner.bm25.pop(index, None)  # type: ignore[attr-defined]
 
     def get_all_documents(
         self,
@@ -253,8 +343,10 @@ class PhraseDocumentStore(KeywordDocumentStore):
     ) -> Iterator[Document]:
         index = index or self.index
         if self.in_memory:
-            self._check_index(index)
-            yield from self._filtered_memory(index, filters, return_embedding)
+            with self._lock.read():  # a snapshot: the lock is not held while the caller iterates
+                self._check_index(index)
+                docs = self._filtered_memory(index, filters, return_embedding)
+            yield from docs
             return
         yield from self.inner.get_all_documents_generator(index=index, filters=filters, return_embedding=return_embedding,
                                                           batch_size=batch_size, headers=headers)
@@ -263,6 +355,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
         docs = self.get_documents_by_id([id], index=index, headers=headers)
         return docs[0] if docs else None
 
+    @read_locked
     def get_documents_by_id(
         self,
         ids: list[str],
@@ -277,6 +370,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
             return [copy.deepcopy(stored[i]) for i in ids if isinstance(stored.get(i), Document)]
         return self.inner.get_documents_by_id(ids, index=index, batch_size=batch_size, headers=headers)
 
+    @read_locked
     def get_document_count(
         self,
         filters: dict[str, Any] | None = None,
@@ -294,13 +388,30 @@ class PhraseDocumentStore(KeywordDocumentStore):
                                              only_documents_without_embedding=only_documents_without_embedding,
                                              headers=headers)
 
+    @read_locked
     def get_embedding_count(self, filters: dict[str, Any] | None = None, index: str | None = None) -> int:
         """Number of documents with a dense embedding (phrase vectors are counted by :meth:`get_phrase_count`)."""
         return self.inner.get_embedding_count(filters=filters, index=index or self.index)
 
+    @write_locked
     def update_document_meta(self, id: str, meta: dict[str, Any], index: str | None = None):
-        self.inner.update_document_meta(id, meta, index=index or self.index)
+        """Replace a document's meta; a changed title or document id drops its phrases until update_embeddings."""
+        index = index or self.index
+        if not isinstance(meta, dict):
+            raise DocumentStoreError(f"update_document_meta takes a dict, got {type(meta).__name__}")
+        if self.in_memory and not isinstance(self._memory_docs(index).get(id), Document):
+            raise DocumentStoreError(f"no document with id {id!r} in index {index!r}")
+        phrase_index = self._phrase_indexes.get(index)
+        if phrase_index is not None and phrase_index.passage_row(id) is not None:
+            current = self.get_document_by_id(id, index=index)
+            if current is not None:
+                changed = copy.copy(current)
+                changed.meta = {**(current.meta or {}), **(meta or {})}
+                if self._phrases_outdated(phrase_index, changed):
+                    self._private(index).delete_passages([id])
+        self.inner.update_document_meta(id, meta, index=index)
 
+    @write_locked
     def delete_documents(
         self,
         index: str | None = None,
@@ -316,8 +427,8 @@ class PhraseDocumentStore(KeywordDocumentStore):
         if ids is not None and len(ids) == 0:
             return
         if not ids and not filters:
-            self.inner.delete_documents(index=index, headers=headers)
             self._phrase_indexes.pop(index, None)
+            self._inner_write(index, lambda: self.inner.delete_documents(index=index, headers=headers))
             return
         targets = list(ids) if ids else None
         if filters:
@@ -325,32 +436,38 @@ class PhraseDocumentStore(KeywordDocumentStore):
             targets = [i for i in targets if i in allowed] if targets is not None else sorted(allowed)
         if not targets:
             return
-        self.inner.delete_documents(index=index, ids=targets, headers=headers)
         phrase_index = self._phrase_indexes.get(index)
-        if phrase_index is not None:
-            phrase_index.delete_passages(targets)
+        if phrase_index is not None:  # phrases first (see write_documents)
+            self._private(index).delete_passages(targets)
+        self._inner_write(index, lambda: self.inner.delete_documents(index=index, ids=targets, headers=headers))
 
+    @write_locked
     def delete_index(self, index: str):
         """Delete an index: its documents, its labels if it is a label index, and its phrase index."""
-        self.inner.delete_index(index)
         self._phrase_indexes.pop(index, None)
+        self.inner.delete_index(index)
 
     # ----------------------------------------------------------------- labels
+    @write_locked
     def write_labels(self, labels, index: str | None = None, headers: dict[str, str] | None = None):
         self.inner.write_labels(labels, index=index or self.label_index, headers=headers)
 
+    @read_locked
     def get_all_labels(self, index: str | None = None, filters: dict[str, Any] | None = None,
                        headers: dict[str, str] | None = None) -> list[Label]:
         return self.inner.get_all_labels(index=index or self.label_index, filters=filters, headers=headers)
 
+    @read_locked
     def get_label_count(self, index: str | None = None, headers: dict[str, str] | None = None) -> int:
         return self.inner.get_label_count(index=index or self.label_index, headers=headers)
 
+    @write_locked
     def delete_labels(self, index: str | None = None, ids: list[str] | None = None,
                       filters: dict[str, Any] | None = None, headers: dict[str, str] | None = None):
         self.inner.delete_labels(index=index or self.label_index, ids=ids, filters=filters, headers=headers)
 
     # ----------------------------------------------------------------- BM25 and dense queries
+    @read_locked
     def query(
         self,
         query: str | None,
@@ -371,14 +488,19 @@ class PhraseDocumentStore(KeywordDocumentStore):
         stored = self._memory_docs(index)
         if query is None or not any(isinstance(d, Document) for d in stored.values()):
             return []
+        if self.inner.use_bm25 and index not in self.inner.bm25:  # type: ignore[attr-defined]
+            return []  # no document with a token yet (see _inner_write)
         if not filters:
-            return self.inner.query(query, top_k=top_k, index=index, scale_score=scale_score)
+            with self._bm25_mutex.write():
+                return self.inner.query(query, top_k=top_k, index=index, scale_score=scale_score)
         allowed = self.matching_ids(filters, index)
         if not allowed:
             return []
-        ranked = self.inner.query(query, top_k=len(stored), index=index, scale_score=scale_score)
+        with self._bm25_mutex.write():
+            ranked = self.inner.query(query, top_k=len(stored), index=index, scale_score=scale_score)
         return [d for d in ranked if d.id in allowed][:top_k]
 
+    @read_locked
     def query_batch(
         self,
         queries: list[str],
@@ -396,6 +518,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
         return [self.query(q, f, top_k, custom_query, index, headers, all_terms_must_match, scale_score)
                 for q, f in zip(queries, per_query)]
 
+    @read_locked
     def query_by_embedding(
         self,
         query_emb: np.ndarray,
@@ -414,15 +537,21 @@ class PhraseDocumentStore(KeywordDocumentStore):
                                              return_embedding=return_embedding, headers=headers, scale_score=scale_score)
 
     # ----------------------------------------------------------------- phrases
+    def reading(self) -> AbstractContextManager[None]:
+        """The store's read lock, for a multi-step read such as a retrieval (see the class docstring)."""
+        return self._lock.read()
+
     def get_phrase_index(self, index: str | None = None) -> PhraseIndex | None:
         """The phrase index of a Haystack index, or None before the first :meth:`update_embeddings`."""
         return self._phrase_indexes.get(index or self.index)
 
+    @read_locked
     def get_phrase_count(self, index: str | None = None) -> int:
         """Number of live (not deleted) documents in the phrase index."""
         phrase_index = self.get_phrase_index(index)
         return 0 if phrase_index is None else phrase_index.num_live_passages
 
+    @read_locked
     def phrase_mask(self, filters: dict[str, Any] | None, index: str | None = None) -> np.ndarray | None:
         """Boolean mask over phrase-index passage rows of the documents passing ``filters`` (None: no filter)."""
         if not filters:
@@ -434,11 +563,13 @@ class PhraseDocumentStore(KeywordDocumentStore):
         return np.fromiter((p["id"] in allowed for p in phrase_index.passages), dtype=bool, count=phrase_index.num_passages)
 
     def _to_passage(self, doc: Document) -> dict[str, str] | None:
+        """The phrase-index passage of a document, or None for non-text, empty or invalid (lone surrogate) text."""
         if doc.content_type != "text" or not isinstance(doc.content, str) or not doc.content.strip():
             return None
-        meta = doc.meta or {}
-        return {"id": doc.id, "text": doc.content, "title": str(meta.get(self.title_field) or ""),
-                "document_id": str(meta.get(self.document_id_field) or doc.id)}
+        meta = doc.meta if isinstance(doc.meta, dict) else {}
+        passage = {"id": str(doc.id), "text": doc.content, "title": str(meta.get(self.title_field) or ""),
+                   "document_id": str(meta.get(self.document_id_field) or doc.id)}
+        return passage if all(is_valid_unicode(value) for value in passage.values()) else None
 
     def update_embeddings(
         self,
@@ -458,13 +589,70 @@ class PhraseDocumentStore(KeywordDocumentStore):
         index = index or self.index
         if not hasattr(retriever, "phrase_model"):
             update = True if update_existing_embeddings is None else update_existing_embeddings
-            return self.inner.update_embeddings(retriever, index=index, filters=filters,
-                                                update_existing_embeddings=update, batch_size=batch_size)
+            with self._lock.write():
+                return self.inner.update_embeddings(retriever, index=index, filters=filters,
+                                                    update_existing_embeddings=update, batch_size=batch_size)
         if batch_size < 1:
             raise InvalidParameterError(f"batch_size must be >= 1, got {batch_size}")
-        update = bool(update_existing_embeddings)
+        with self._indexing.write():
+            return self._update_phrases(retriever, index, filters, bool(update_existing_embeddings), batch_size)
+
+    def _update_phrases(self, retriever, index: str, filters: dict[str, Any] | None, update: bool,
+                        batch_size: int) -> PhraseIndexingStats:
+        """Encode the documents that need phrases, a chunk at a time; each chunk commits under the write lock."""
+        from tqdm.auto import tqdm
+
         model = retriever.phrase_model
         stats = PhraseIndexingStats()
+        with self._lock.write():
+            phrase_index = self._phrase_index_for(retriever, index)
+            pending: list[dict[str, str]] = []
+            docs: Iterable[Document] = []
+            if not self.in_memory or index == self.index or index in self.inner.indexes:  # type: ignore[attr-defined]
+                docs = self.get_all_documents_generator(index=index, filters=filters, return_embedding=False)
+            for doc in docs:
+                if not update and phrase_index.passage_row(doc.id) is not None:
+                    stats.skipped_existing += 1
+                    continue
+                passage = self._to_passage(doc)
+                if passage is None:
+                    stats.skipped_non_text += 1
+                    continue
+                pending.append(passage)
+        if stats.skipped_non_text:
+            logger.warning("update_embeddings: skipped %d non-text, empty or invalid documents", stats.skipped_non_text)
+        bar = tqdm(total=len(pending), desc="indexing phrases", unit="doc", disable=not (self.progress_bar and pending))
+        for chunk in chunked(pending, min(batch_size, 512)):
+            calibrated = phrase_index.manifest.get("codec_calibrated", True)  # int8: add_shard calibrates on float32
+            codec = phrase_index.codec if calibrated else VectorCodec("float32")
+            shard = encode_shard(model, [Passage(**p) for p in chunk], codec, phrase_index.filter_threshold,
+                                 retriever.batch_size)  # outside the lock: searches go on meanwhile
+            with self._lock.write():
+                # The index object may have been swapped meanwhile (a private copy, or the copy save() wrote).
+                phrase_index = self._phrase_indexes.get(index)  # type: ignore[assignment]
+                if phrase_index is None or phrase_index.model_fingerprint != model_fingerprint(model):
+                    logger.warning("update_embeddings: index %r was deleted or replaced meanwhile; stopping", index)
+                    break
+                current = {d.id: self._to_passage(d) for d in self.get_documents_by_id([p["id"] for p in chunk],
+                                                                                       index=index)}
+                keep = [i for i, p in enumerate(chunk) if current.get(p["id"]) == p]  # not deleted or changed since
+                if update:
+                    phrase_index = self._private(index)
+                    phrase_index.delete_passages([chunk[i]["id"] for i in keep])
+                keep = [i for i in keep if phrase_index.passage_row(chunk[i]["id"]) is None]
+                if keep:
+                    phrase_index.add_shard(_subset_shard(shard, keep))
+                stats.encoded += len(keep)
+            del shard
+            release_free_memory()  # flat peak memory however many chunks (see dphr_haystack/_memory.py)
+            bar.update(len(chunk))
+        bar.close()
+        logger.info("update_embeddings(%r): %s", index, stats)
+        return stats
+
+    def _phrase_index_for(self, retriever, index: str) -> PhraseIndex:
+        """The phrase index of ``index`` (created for the retriever's model when missing); the model must match."""
+        model = retriever.phrase_model
         phrase_index = self._phrase_indexes.get(index)
         if phrase_index is None:
             phrase_index = PhraseIndex.create(model, faiss_factory=self.faiss_factory, dtype=self.phrase_dtype,
@@ -478,27 +666,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
         elif phrase_index.filter_threshold != retriever.filter_threshold:
             logger.warning("phrase index %r keeps filter_threshold=%s (the retriever asks for %s)", index,
                            phrase_index.filter_threshold, retriever.filter_threshold)
-        pending: list[dict[str, str]] = []
-        docs: Iterable[Document] = []
-        if not self.in_memory or index == self.index or index in self.inner.indexes:  # type: ignore[attr-defined]
-            docs = self.get_all_documents_generator(index=index, filters=filters, return_embedding=False)
-        for doc in docs:
-            if not update and phrase_index.passage_row(doc.id) is not None:
-                stats.skipped_existing += 1
-                continue
-            passage = self._to_passage(doc)
-            if passage is None:
-                stats.skipped_non_text += 1
-                continue
-            pending.append(passage)
-        if stats.skipped_non_text:
-            logger.warning("update_embeddings: skipped %d non-text or empty documents", stats.skipped_non_text)
-        if pending:
-            phrase_index.add_passages(pending, model, batch_size=retriever.batch_size, chunk_size=min(batch_size, 512),
-                                      duplicates="overwrite" if update else "skip", progress=self.progress_bar)
-            stats.encoded = len(pending)
-        logger.info("update_embeddings(%r): %s", index, stats)
-        return stats
+        return phrase_index
 
     def index_documents(
         self,
@@ -512,14 +680,71 @@ class PhraseDocumentStore(KeywordDocumentStore):
         self.write_documents(documents, index=index, duplicate_documents=duplicate_documents, batch_size=batch_size)
         return self.update_embeddings(retriever, index=index, batch_size=batch_size)
 
+    @write_locked
+    def attach_phrase_index(self, phrase_index: PhraseIndex, index: str | None = None) -> None:
+        """Serve ``index`` with a phrase index built elsewhere (e.g. by ``dphr index`` over the same corpus).
+
+        Raises:
+            InvalidParameterError: A passage of the phrase index is not a document of ``index``.
+        """
+        index = index or self.index
+        doc_ids = {doc.id for doc in self.get_all_documents_generator(index=index, return_embedding=False)}
+        missing = [pid for pid in phrase_index.live_passage_ids() if pid not in doc_ids]
+        if missing:
+            raise InvalidParameterError(f"{len(missing)} passages of the phrase index are not documents of "
+                                        f"{index!r}, e.g. {missing[:3]}; write the same corpus first")
+        self._phrase_indexes[index] = phrase_index
+
     # ----------------------------------------------------------------- persistence
+    @write_locked
     def save(self, path: str | Path) -> None:
         """Write documents, labels (in-memory store only; Elasticsearch keeps its own) and phrase indexes to
-        ``path``, atomically (a temporary directory renamed over ``path``)."""
+        ``path``, atomically: a complete temporary directory, fsynced, then swapped with ``path``.
+
+        Raises:
+            DocumentStoreError: A document or label cannot be written as JSON (e.g. a ``set`` in its meta);
+                ``path`` is left as it was.
+        """
         path = Path(path).resolve()
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
+        try:
+            manifest = self._write_snapshot(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        replace_directory(tmp, path)
+        # Phrase indexes kept on disk now live in the new copy (their folder may have been renumbered): later
+        # phrase additions are committed there.
+        self._snapshots = set()
+        for name, folder in manifest["phrases"].items():
+            if self._phrase_indexes[name].path is not None:
+                self._phrase_indexes[name] = PhraseIndex.load(path / folder, verify=False)
+                self._snapshots.add((path / folder).resolve())
+
+    def _private(self, index: str) -> PhraseIndex:
+        """The phrase index of ``index``, first moved to a private copy when it lives in a saved directory.
+
+        Phrase additions are committed in place (they only extend the saved index, and load() drops those whose
+        document the directory does not hold), but a deletion would remove phrases of documents the saved
+        directory still holds; so the saved directory only loses phrases through save().
+        """
+        import tempfile
+        import weakref
+
+        phrase_index = self._phrase_indexes[index]
+        if phrase_index.path is None or phrase_index.path.resolve() not in self._snapshots:
+            return phrase_index
+        folder = Path(tempfile.mkdtemp(prefix="dphr-phrases-"))
+        phrase_index.save(folder / "index")
+        private = PhraseIndex.load(folder / "index", verify=False)
+        weakref.finalize(private, shutil.rmtree, folder, True)
+        self._phrase_indexes[index] = private
+        logger.info("phrase index %r moved from %s to a private copy until the next save()", index, phrase_index.path)
+        return private
+
+    def _write_snapshot(self, tmp: Path) -> dict[str, Any]:
         manifest: dict[str, Any] = {"format": STORE_FORMAT, "format_version": STORE_FORMAT_VERSION,
                                     "config": self._config, "documents": {}, "labels": {}, "phrases": {}}
         if self.in_memory:
@@ -531,13 +756,24 @@ class PhraseDocumentStore(KeywordDocumentStore):
                 file = f"{kind}-{n}.jsonl"
                 with (tmp / file).open("w", encoding="utf-8") as handle:
                     for item in values:
-                        handle.write(item.to_json() + "\n")
+                        try:
+                            line = item.to_json()
+                        except (TypeError, ValueError, RecursionError) as exc:
+                            raise DocumentStoreError(f"cannot save {kind[:-1]} {item.id!r} of index {name!r}: "
+                                                     f"its content or meta is not JSON ({exc})") from exc
+                        handle.write(line + "\n")
+                    handle.flush()
+                    os.fsync(handle.fileno())
                 manifest[kind][name] = file
         for n, (name, phrase_index) in enumerate(sorted(self._phrase_indexes.items())):
             phrase_index.save(tmp / f"phrases-{n}")
             manifest["phrases"][name] = f"phrases-{n}"
-        (tmp / STORE_FILE).write_text(json.dumps(manifest, indent=1))
-        replace_directory(tmp, path)
+        with (tmp / STORE_FILE).open("w", encoding="utf-8") as handle:
+            handle.write(json.dumps(manifest, indent=1))
+            handle.flush()
+            os.fsync(handle.fileno())
+        fsync_directory(tmp)
+        return manifest
 
     @classmethod
     def load(cls, path: str | Path, elasticsearch_password: str = "") -> PhraseDocumentStore:
@@ -546,30 +782,138 @@ class PhraseDocumentStore(KeywordDocumentStore):
         config = dict(manifest["config"])
         if config.get("elasticsearch_host"):
             config["elasticsearch_password"] = elasticsearch_password
-        return cls(**config, load_path=str(path))
+        try:
+            return cls(**config, load_path=str(path))
+        except (DphrError, DocumentStoreError):
+            raise
+        except (TypeError, ValueError, KeyError) as exc:  # a damaged config section
+            raise DocumentStoreError(f"{Path(path) / STORE_FILE}: unusable store settings ({exc})") from exc
 
     def _restore(self, path: Path) -> None:
         manifest = _read_manifest(path)
         for name, file in manifest["documents"].items():
-            with (path / file).open(encoding="utf-8") as handle:
-                docs = [_document_from_json(line) for line in handle if line.strip()]
-            self.inner.write_documents(docs, index=name, duplicate_documents="overwrite")
+            docs = _read_items(path / file, _document_from_json)
+            self._inner_write(name, functools.partial(self.inner.write_documents, docs, index=name,
+                                                      duplicate_documents="overwrite"))
         for name, file in manifest["labels"].items():
-            with (path / file).open(encoding="utf-8") as handle:
-                labels = [Label.from_json(line) for line in handle if line.strip()]
-            self.inner.write_labels(labels, index=name)
+            self.inner.write_labels(_read_items(path / file, Label.from_json), index=name)
         for name, folder in manifest["phrases"].items():
-            self._phrase_indexes[name] = PhraseIndex.load(path / folder)
+            self._phrase_indexes[name] = phrase_index = PhraseIndex.load(path / folder)
+            self._snapshots.add((path / folder).resolve())
+            if self.in_memory:
+                self._drop_orphan_phrases(name, phrase_index)
+
+    def _drop_orphan_phrases(self, index: str, phrase_index: PhraseIndex) -> None:
+        """Tombstone phrases whose document is missing or changed (a run killed between a phrase commit and save)."""
+        docs = self._memory_docs(index)
+        orphans = []
+        for pid in phrase_index.live_passage_ids():
+            doc = docs.get(pid)
+            record = phrase_index.passages[phrase_index.passage_row(pid)]
+            passage = self._to_passage(doc) if isinstance(doc, Document) else None
+            if passage is None or (passage["text"], passage["title"]) != (record["text"], record.get("title", "")):
+                orphans.append(pid)
+        if orphans:
+            logger.warning("phrase index %r: dropping phrases of %d documents missing from the saved documents, "
+                           "e.g. %s (left by a run stopped before save())", index, len(orphans), orphans[:3])
+            try:
+                phrase_index.delete_passages(orphans)
+            except OSError as exc:  # a read-only directory: the retriever skips hits of missing documents anyway
+                logger.warning("could not drop them from %s: %s", phrase_index.path, exc)
+
+
+_BM25_PARAMETERS = {"BM25Okapi": ("k1", "b", "epsilon"), "BM25L": ("k1", "b", "delta"), "BM25Plus": ("k1", "b", "delta")}
+
+
+def _check_bm25(algorithm: str, parameters: dict[str, float] | None) -> None:
+    """Fail at construction, not at the first write, on a BM25 variant or parameter rank_bm25 does not take."""
+    if algorithm not in _BM25_PARAMETERS:
+        raise InvalidParameterError(f"bm25_algorithm={algorithm!r}; valid: {', '.join(_BM25_PARAMETERS)}")
+    if parameters is None:
+        return
+    if not isinstance(parameters, dict):
+        raise InvalidParameterError(f"bm25_parameters must be a mapping, got {type(parameters).__name__}")
+    for name, value in parameters.items():
+        if name not in _BM25_PARAMETERS[algorithm]:
+            raise InvalidParameterError(f"bm25_parameters: {algorithm} takes {', '.join(_BM25_PARAMETERS[algorithm])},"
+                                        f" not {name!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidParameterError(f"bm25_parameters[{name!r}] must be a number, got {value!r}")
+
+
+def _checked_documents(documents, field_map: dict) -> list[Document]:
+    """Documents (dicts converted) whose content matches their content_type, else DocumentStoreError."""
+    if isinstance(documents, (str, bytes, Document, dict)) or not isinstance(documents, (list, tuple)):
+        raise DocumentStoreError(f"write_documents takes a list of Documents or dicts, got {type(documents).__name__}")
+    checked = []
+    for position, doc in enumerate(documents):
+        if isinstance(doc, dict):
+            try:
+                doc = Document.from_dict(copy.deepcopy(doc), field_map=field_map)
+            except Exception as exc:  # noqa: BLE001 - Haystack raises anything on a malformed dict
+                raise DocumentStoreError(f"document {position} is not a valid Haystack document: {exc}") from exc
+        if not isinstance(doc, Document):
+            raise DocumentStoreError(f"document {position} is a {type(doc).__name__}, not a Document or dict")
+        if doc.content_type == "text" and not isinstance(doc.content, str):
+            raise DocumentStoreError(f"document {doc.id!r}: content_type 'text' needs str content, "
+                                     f"got {type(doc.content).__name__}")
+        if doc.content_type == "table" and not isinstance(doc.content, pd.DataFrame):
+            raise DocumentStoreError(f"document {doc.id!r}: content_type 'table' needs a pandas DataFrame, "
+                                     f"got {type(doc.content).__name__}")
+        checked.append(doc)
+    return checked
+
+
+def _subset_shard(shard: PhraseShard, keep: list[int]) -> PhraseShard:
+    """The passages ``keep`` (local positions, ascending) of a shard, with their tokens and vectors."""
+    if len(keep) == len(shard.passages):
+        return shard
+    remap = np.full(len(shard.passages), -1, dtype=np.int64)
+    remap[keep] = np.arange(len(keep))
+    rows = remap[shard.tokens["passage"]] >= 0
+    tokens = shard.tokens[rows].copy()
+    tokens["passage"] = remap[tokens["passage"]]
+    return PhraseShard(shard.vectors[rows], tokens, [shard.passages[i] for i in keep], shard.codec)
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:
     file = path / STORE_FILE
+    recover_directory(path)  # a save() killed mid-swap (platforms without an atomic exchange)
     if not file.is_file():
         raise DocumentStoreError(f"{file} not found: not a directory written by PhraseDocumentStore.save")
-    manifest = json.loads(file.read_text())
-    if manifest.get("format") != STORE_FORMAT or manifest.get("format_version") != STORE_FORMAT_VERSION:
+    try:
+        manifest = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DocumentStoreError(f"{file} is corrupted: {exc}") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != STORE_FORMAT or \
+            manifest.get("format_version") != STORE_FORMAT_VERSION:
         raise DocumentStoreError(f"{file}: not a {STORE_FORMAT} v{STORE_FORMAT_VERSION} manifest")
+    if not isinstance(manifest.get("config"), dict):
+        raise DocumentStoreError(f"{file} is corrupted: no store settings")
+    for kind in ("documents", "labels", "phrases"):
+        entries = manifest.get(kind)
+        if not isinstance(entries, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and Path(v).name == v and not v.startswith(".")
+                for k, v in entries.items()):
+            raise DocumentStoreError(f"{file} is corrupted: {kind} must map index names to files of {path}")
     return manifest
+
+
+def _read_items(file: Path, parse) -> list:
+    """Parse a JSON-lines file of documents or labels; a damaged line raises DocumentStoreError naming it."""
+    items = []
+    try:
+        with file.open(encoding="utf-8") as handle:
+            for line_no, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    items.append(parse(line))
+                except Exception as exc:  # noqa: BLE001 - Haystack's from_json raises anything on bad input
+                    raise DocumentStoreError(f"{file}:{line_no} is corrupted: {type(exc).__name__}: {exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DocumentStoreError(f"cannot read {file}: {exc}") from exc
+    return items
 
 
 def _document_from_json(line: str) -> Document:

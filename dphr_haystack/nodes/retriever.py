@@ -97,6 +97,9 @@ class PhraseRetriever(BaseRetriever):
         self.return_answers = return_answers
         self.phrase_model = load_phrase_model(model, device)
         self.max_answer_length = max_answer_length or self.phrase_model.config.max_answer_length
+        if self.max_answer_length > self.phrase_model.config.max_passage_length:
+            raise InvalidParameterError(f"max_answer_length={self.max_answer_length} exceeds the model's passage "
+                                        f"windows ({self.phrase_model.config.max_passage_length} subwords)")
 
     # ----------------------------------------------------------------- BaseRetriever API
     def retrieve(
@@ -165,6 +168,12 @@ class PhraseRetriever(BaseRetriever):
         store = document_store or self.document_store
         if not isinstance(store, PhraseDocumentStore):
             raise InvalidParameterError("PhraseRetriever has no PhraseDocumentStore: pass document_store")
+        with store.reading():  # writes wait until this search has read the phrase index and the documents
+            return self._search_locked(store, queries, filters, top_k, index, scale_score, batch_size)
+
+    def _search_locked(self, store: PhraseDocumentStore, queries: list[str], filters, top_k: int | None,
+                       index: str | None, scale_score: bool | None,
+                       batch_size: int | None) -> list[tuple[list[Document], list[Answer]]]:
         if isinstance(queries, str):
             raise InvalidParameterError("retrieve_batch takes a list of queries, not one string")
         top_k = top_k or self.top_k

@@ -1,0 +1,127 @@
+"""Crash-safe replacement of a whole directory (an index or a saved store) by a complete new one.
+
+On Linux the swap is one ``renameat2(RENAME_EXCHANGE)`` call, so a process killed at any instant leaves
+either the old or the new directory at the target path. Elsewhere (or on file systems without the call)
+the target is first renamed to ``.<name>.old-<pid>`` and the new directory moved in; a process killed
+between the two renames leaves no target, and :func:`recover_directory` (called by the loaders) moves the
+old one back.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+_LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<kind>old|tmp)-(?P<pid>\d+)")
+
+
+def _libc_renameat2():
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_RENAMEAT2 = _libc_renameat2()
+
+
+def exchange(first: Path, second: Path) -> bool:
+    """Atomically swap two existing paths; False when the platform or file system cannot."""
+    if _RENAMEAT2 is None:
+        return False
+    if _RENAMEAT2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM):
+        return False
+    raise OSError(code, f"cannot swap {first} and {second}: {os.strerror(code)}")
+
+
+def fsync_directory(path: Path) -> None:
+    """Make a rename inside ``path`` durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def replace_directory(new: Path, target: Path) -> None:
+    """Move the complete directory ``new`` to ``target``, replacing what is there, crash-safely."""
+    new, target = Path(new), Path(target)
+    remove_leftovers(target)
+    if target.exists():
+        if exchange(new, target):
+            fsync_directory(target.parent)
+            shutil.rmtree(new, ignore_errors=True)  # now holds the previous version
+            return
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+        os.replace(new, target)
+        fsync_directory(target.parent)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(new, target)
+        fsync_directory(target.parent)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _leftovers(target: Path) -> list[tuple[Path, str]]:
+    """``(path, kind)`` of the temporary and swapped-out siblings of ``target`` left by dead processes."""
+    found = []
+    if not target.parent.is_dir():
+        return found
+    for entry in target.parent.iterdir():
+        match = _LEFTOVER.fullmatch(entry.name)
+        if match and match["name"] == target.name and not _pid_alive(int(match["pid"])):
+            found.append((entry, match["kind"]))
+    return found
+
+
+def recover_directory(target: Path) -> bool:
+    """Undo an interrupted two-rename swap: when ``target`` is missing, move the newest old copy back."""
+    target = Path(target)
+    if target.exists():
+        return False
+    olds = sorted((p for p, kind in _leftovers(target) if kind == "old"), key=lambda p: p.stat().st_mtime)
+    if not olds:
+        return False
+    os.replace(olds[-1], target)
+    logger.warning("recovered %s from %s, left by a save that was interrupted", target, olds[-1].name)
+    return True
+
+
+def remove_leftovers(target: Path) -> None:
+    """Delete temporary and swapped-out copies of ``target`` that crashed processes left behind."""
+    recover_directory(target)
+    for path, _ in _leftovers(target):
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,245 @@
+"""Fuzzed damaged files: truncated, bit-flipped, garbage-appended, deleted or JSON-mutated index files, model
+checkpoints, dump shards and saved stores. Loading either works (and then searching works) or raises a typed error
+with a message. Case counts: see tests/reliability/_fuzz.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher, PhraseShard, dump_phrases, list_shards
+from tests.reliability import _fuzz
+from tests.reliability._checks import assert_index_consistent, check_hits, outcome_of
+
+QUERIES = ["Which NFL team represented the AFC at Super Bowl 50?", "capital of france", "Where is the Nile?"]
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _damage(folder: Path, names: list[str], rnd, json_value, count: int) -> list[str]:
+    done = []
+    for _ in range(count):
+        name = rnd.choice(names)
+        done.append(_fuzz.damage_file(folder / name, rnd, json_value))
+    return done
+
+
+@pytest.fixture(scope="module")
+def saved_indexes(tmp_path_factory, _tiny_model_session, squad_passages):
+    """A flat float16 index and an IVF int8 index (with a FAISS file) of 12 SQuAD paragraphs."""
+    import torch
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("indexes")
+    out = {}
+    for name, factory, dtype in (("flat", "Flat", "float16"), ("ivf", "IVF4,Flat", "int8")):
+        index = PhraseIndex.create(_tiny_model_session, path=root / name, faiss_factory=factory, dtype=dtype)
+        index.add_passages(squad_passages[:8], _tiny_model_session, progress=False)
+        index.add_passages(squad_passages[8:12], _tiny_model_session, progress=False)
+        index.delete_passages([squad_passages[0]["id"]])
+        out[name] = root / name
+    return out
+
+
+def test_index_files(fuzz_profile, fuzz_log, saved_indexes, tiny_model, tmp_path):
+    """Damaged manifest, vectors, tokens, passages, tombstones and FAISS files of a phrase index."""
+    counter = iter(range(10**9))
+    searcher_model = tiny_model
+
+    @_fuzz.fuzz_settings("index_files", fuzz_profile)
+    @given(kind=st.sampled_from(sorted(saved_indexes)), rnd=st.randoms(use_true_random=False),
+           json_value=_fuzz.JSON_VALUES, count=st.integers(1, 3), verify=st.booleans())
+    def run(kind, rnd, json_value, count, verify):
+        folder = _copy(saved_indexes[kind], tmp_path / f"idx-{next(counter)}")
+        names = sorted(p.name for p in folder.iterdir())
+        _damage(folder, names, rnd, json_value, count)
+        loaded = []
+
+        def load():
+            loaded.append(PhraseIndex.load(folder, model=searcher_model, verify=verify))
+
+        fuzz_log.example()
+        if fuzz_log.record("load", outcome_of(load)) != "ok":
+            return
+        index = loaded[0]
+        if verify:  # checksums passed: the bookkeeping must be intact
+            assert_index_consistent(index)
+        searcher = PhraseSearcher(index, searcher_model)
+
+        def search():
+            for unit in ("phrase", "passage", "document"):
+                for hits in searcher.search_batch(QUERIES, unit=unit, top_k=5):
+                    if verify:  # vectors.bin carries no checksum: damaged vectors may score NaN
+                        check_hits(index, hits, 5, finite=False)
+
+        fuzz_log.record("search", outcome_of(search))
+
+    run()
+
+
+@pytest.fixture(scope="module")
+def saved_models(tmp_path_factory, _tiny_model_session):
+    """The tiny model saved in the dphr format and as a DensePhrases checkpoint (config.json + pytorch_model.bin)."""
+    import torch
+
+    root = tmp_path_factory.mktemp("models")
+    _tiny_model_session.save(root / "dphr")
+    dp = root / "densephrases"
+    dp.mkdir()
+    (dp / "config.json").write_text(_tiny_model_session.phrase_encoder.config.to_json_string())
+    state = {k.replace("phrase_encoder.", "bert_start."): v for k, v in _tiny_model_session.state_dict().items()}
+    torch.save(state, dp / "pytorch_model.bin")
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (root / "dphr" / name).is_file():
+            shutil.copy(root / "dphr" / name, dp / name)
+    return {"dphr": root / "dphr", "densephrases": dp}
+
+
+def test_model_checkpoints(fuzz_profile, fuzz_log, saved_models, tmp_path):
+    """Damaged dphr model directories and DensePhrases checkpoints: weights, configs, tokenizer files."""
+    counter = iter(range(10**9))
+
+    @_fuzz.fuzz_settings("model_checkpoints", fuzz_profile)
+    @given(kind=st.sampled_from(sorted(saved_models)), rnd=st.randoms(use_true_random=False),
+           json_value=_fuzz.JSON_VALUES, count=st.integers(1, 2))
+    def run(kind, rnd, json_value, count):
+        folder = _copy(saved_models[kind], tmp_path / f"model-{next(counter)}")
+        _damage(folder, sorted(p.name for p in folder.iterdir()), rnd, json_value, count)
+        loaded = []
+
+        def load():
+            loaded.append(PhraseModel.load(folder))
+
+        fuzz_log.example()
+        if fuzz_log.record("load", outcome_of(load)) != "ok":
+            return
+        model = loaded[0]
+        q_start, q_end = model.encode_queries(["Who won Super Bowl 50?", "😀 " * 300])
+        assert q_start.shape == q_end.shape == (2, model.hidden_size)
+        encoded = model.encode_passages(["Denver won Super Bowl 50. " * 20], ["Super Bowl"])
+        assert encoded[0].vectors.shape[1] == model.hidden_size
+        fuzz_log.record("encode", "ok")
+
+    run()
+
+
+@pytest.fixture(scope="module")
+def saved_dump(tmp_path_factory, _tiny_model_session, squad_passages):
+    import torch
+
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("dump") / "dump"
+    dump_phrases(_tiny_model_session, squad_passages[:12], out, shard_size=4, progress=False)
+    return out
+
+
+def test_dump_shards(fuzz_profile, fuzz_log, saved_dump, tiny_model, tmp_path, squad_passages):
+    """Damaged shard files: loading refuses them (checksums) or merges; resuming the dump repairs them."""
+    counter = iter(range(10**9))
+    corpus = squad_passages[:12]
+    clean = PhraseIndex.create(tiny_model)
+    for shard_dir in list_shards(saved_dump):
+        clean.add_shard(PhraseShard.load(shard_dir))
+
+    @_fuzz.fuzz_settings("dump_shards", fuzz_profile)
+    @given(rnd=st.randoms(use_true_random=False), json_value=_fuzz.JSON_VALUES, count=st.integers(1, 3))
+    def run(rnd, json_value, count):
+        folder = _copy(saved_dump, tmp_path / f"dump-{next(counter)}")
+        files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+        _damage(folder, files, rnd, json_value, count)
+        fuzz_log.example()
+        index = PhraseIndex.create(tiny_model)
+
+        def merge():
+            for shard_dir in list_shards(folder):
+                index.add_shard(PhraseShard.load(shard_dir))
+
+        if fuzz_log.record("merge", outcome_of(merge)) == "ok":
+            assert_index_consistent(index)
+            PhraseSearcher(index, tiny_model).search_batch(QUERIES, unit="passage", top_k=3)
+
+        def resume():  # resuming repairs a damaged dump to the clean result, or refuses with a typed error
+            dump_phrases(tiny_model, corpus, folder, shard_size=4, progress=False)
+            repaired = PhraseIndex.create(tiny_model)
+            for shard_dir in list_shards(folder):
+                repaired.add_shard(PhraseShard.load(shard_dir))
+            assert repaired.passages == clean.passages
+            assert np.array_equal(repaired.vectors(), clean.vectors())
+
+        fuzz_log.record("resume", outcome_of(resume))
+
+    run()
+
+
+@pytest.fixture(scope="module")
+def saved_store(tmp_path_factory, model_dir, squad_passages):
+    pytest.importorskip("haystack")
+    import torch
+    from haystack.schema import Document
+
+    from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever
+
+    torch.set_num_threads(1)
+    store = PhraseDocumentStore(progress_bar=False)
+    retriever = PhraseRetriever(document_store=store, model=str(model_dir), top_k=3, device="cpu")
+    store.index_documents([Document(content=p["text"], id=p["id"], meta={"title": p["title"], "n": n})
+                           for n, p in enumerate(squad_passages[:10])], retriever)
+    path = tmp_path_factory.mktemp("store") / "store"
+    store.save(path)
+    return path
+
+
+def test_saved_stores(fuzz_profile, fuzz_log, saved_store, model_dir, tmp_path):
+    """Damaged saved PhraseDocumentStore directories: manifest, documents file, phrase index files."""
+    from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever
+    from tests.reliability._checks import assert_store_consistent, check_documents
+
+    counter = iter(range(10**9))
+
+    @_fuzz.fuzz_settings("saved_stores", fuzz_profile)
+    @given(rnd=st.randoms(use_true_random=False), json_value=_fuzz.JSON_VALUES, count=st.integers(1, 2))
+    def run(rnd, json_value, count):
+        folder = _copy(saved_store, tmp_path / f"store-{next(counter)}")
+        files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+        _damage(folder, files, rnd, json_value, count)
+        loaded = []
+
+        def load():
+            loaded.append(PhraseDocumentStore.load(folder))
+
+        fuzz_log.example()
+        if fuzz_log.record("load", outcome_of(load)) != "ok":
+            return
+        store = loaded[0]
+        assert_store_consistent(store)
+        retriever = PhraseRetriever(document_store=store, model=str(model_dir), top_k=3, device="cpu")
+
+        def retrieve():
+            check_documents(store, retriever.retrieve(QUERIES[0]))
+            store.update_embeddings(retriever)
+            assert_store_consistent(store)
+
+        fuzz_log.record("retrieve", outcome_of(retrieve))
+
+    run()
+
+
+def test_corrupted_shard_json_is_redone_on_resume(saved_dump, tiny_model, tmp_path, squad_passages):
+    """A shard whose shard.json is unreadable counts as incomplete: resuming encodes it again."""
+    folder = _copy(saved_dump, tmp_path / "dump")
+    shard = list_shards(folder)[1]
+    (shard / "shard.json").write_text("{not json")
+    summary = dump_phrases(tiny_model, squad_passages[:12], folder, shard_size=4, progress=False)
+    assert (summary.encoded_shards, summary.skipped_shards) == (1, 2)
+    assert json.loads((shard / "shard.json").read_text())["num_passages"] == 4
