@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,4 +70,18 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
+
+
+def finish_result(name: str, result: dict[str, Any], markdown: Callable[[dict], str],
+                  plot: Callable[[dict, Path], None]) -> Path:
+    """Record the end load average and the markdown, write the JSON and its plot, and print the table."""
+    import os
+
+    result["load_average_end"] = os.getloadavg()
+    result["markdown"] = markdown(result)
+    path = write_result(name, result)
+    plot(result, path.with_suffix(".png"))
+    print(result["markdown"])
+    print(f"wrote {path} and {path.with_suffix('.png')} in {result['seconds'] / 60:.1f} min")
     return path

@@ -27,9 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks._common import machine, percentiles, squad_passages, write_result  # noqa: E402
+from benchmarks._common import SQUAD_DEV, machine, percentiles, squad_passages, write_result  # noqa: E402
 from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher, dump_phrases  # noqa: E402
-from dphr_haystack.dump import select_tokens  # noqa: E402
 
 
 def bench_dump(model: PhraseModel, passages: list[dict], batch_size: int, rounds: int) -> dict:
@@ -95,14 +94,22 @@ def bench_search(model: PhraseModel, passages: list[dict], questions: list[str],
     return out
 
 
-def bench_filter(model: PhraseModel, passages: list[dict], thresholds: list[float | None]) -> dict:
-    encoded = model.encode_passages([p["text"] for p in passages], [p["title"] for p in passages])
-    rows = []
-    for t in thresholds:
-        kept = [len(select_tokens(e.filter_logits, t)) for e in encoded]
-        rows.append({"threshold": t, "vectors_per_passage": float(np.mean(kept)),
-                     "fraction_kept": float(sum(kept) / sum(len(e.vectors) for e in encoded))})
-    return {"passages": len(passages), "rows": rows}
+def bench_filter(model: PhraseModel, max_paragraphs: int, thresholds: list[float | None],
+                 questions: int = 300) -> dict:
+    """Index size (vectors, bytes) against accuracy for each filter threshold, on the first dev paragraphs and
+    their own questions (open-domain over that sub-corpus; train.filter.threshold_sweep encodes once)."""
+    from dphr_haystack.dump import TOKEN_DTYPE
+    from train.data import load_squad
+    from train.filter import threshold_sweep
+
+    data = load_squad(SQUAD_DEV, max_paragraphs=max_paragraphs, max_questions=questions)
+    rows = threshold_sweep(model, data.passages, data.examples, thresholds)
+    row_bytes = 2 * model.hidden_size + TOKEN_DTYPE.itemsize  # fp16 vector + token metadata, as stored
+    for row in rows:
+        row["vectors_per_passage"] = row["vectors"] / len(data.passages)
+        row["fraction_kept"] = row.pop("kept_fraction")
+        row["bytes"] = row["vectors"] * row_bytes
+    return {"passages": len(data.passages), "questions": len(data.examples), "rows": rows}
 
 
 def plot(result: dict, path: Path) -> None:
@@ -127,10 +134,16 @@ def plot(result: dict, path: Path) -> None:
     axes[1].set_title(f"Search latency, {result['search']['passages']} passages")
     axes[1].legend()
     rows = result["filter"]["rows"]
-    axes[2].plot([str(r["threshold"]) for r in rows], [r["vectors_per_passage"] for r in rows], marker="o")
-    axes[2].set_xlabel("filter threshold")
-    axes[2].set_ylabel("stored vectors / passage")
-    axes[2].set_title("Index size vs filter threshold")
+    size = [r["bytes"] / 2**20 for r in rows]
+    axes[2].plot(size, [100 * r["acc@20"] for r in rows], marker="o", label="passage acc@20")
+    axes[2].plot(size, [100 * r["em@1"] for r in rows], marker="s", label="phrase EM@1")
+    for r, x in zip(rows, size):
+        axes[2].annotate("none" if r["threshold"] is None else f"{r['threshold']:g}", (x, 100 * r["acc@20"]),
+                         textcoords="offset points", xytext=(3, 4), fontsize=7)
+    axes[2].set_xlabel("index size (MiB, vectors + token metadata)")
+    axes[2].set_ylabel("accuracy (%)")
+    axes[2].set_title(f"Size vs accuracy by filter threshold ({result['filter']['passages']} passages)")
+    axes[2].legend(fontsize=8)
     fig.suptitle(f"dphr core benchmark: {result['machine']['cpu']} ({result['machine']['cores']} cores)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -155,7 +168,7 @@ def main() -> None:
     result = {"machine": machine(), "model": args.model, "command": " ".join(sys.argv)}
     result["dump"] = bench_dump(model, passages[: args.dump_passages], args.batch_size, args.rounds)
     print("dump:", {k: v for k, v in result["dump"].items() if "seconds" not in k})
-    result["filter"] = bench_filter(model, passages[: args.dump_passages], [None, *args.thresholds])
+    result["filter"] = bench_filter(model, args.dump_passages, [None, *args.thresholds])
     print("filter:", result["filter"]["rows"])
     result["search"] = bench_search(model, passages, sample_q, args.top_k)
     print("search:", result["search"])

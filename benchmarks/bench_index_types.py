@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks._common import ROOT, SQUAD_DEV, machine, percentiles, write_result  # noqa: E402
+from benchmarks._common import ROOT, SQUAD_DEV, finish_result, machine, percentiles, write_result  # noqa: E402
 from dphr_haystack import index_types as it  # noqa: E402
 from dphr_haystack.index import MANIFEST, PhraseIndex  # noqa: E402
 
@@ -242,12 +242,7 @@ def main() -> None:
         write_result(args.name, {**result, "markdown": markdown(result)})
     shutil.rmtree(args.workdir, ignore_errors=True)
     result["seconds"] = time.perf_counter() - started
-    result["load_average_end"] = os.getloadavg()
-    result["markdown"] = markdown(result)
-    path = write_result(args.name, result)
-    plot(result, path.with_suffix(".png"))
-    print(result["markdown"])
-    print(f"wrote {path} and {path.with_suffix('.png')} in {result['seconds'] / 60:.1f} min")
+    finish_result(args.name, result, markdown, plot)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 
-from benchmarks._common import RESULTS, machine, percentiles, write_result  # noqa: E402
+from benchmarks._common import RESULTS, finish_result, machine, percentiles, write_result  # noqa: E402
 from dphr_haystack import index_types as it  # noqa: E402
 from dphr_haystack.accel import TorchFlatSearch  # noqa: E402
 from dphr_haystack.codec import VectorCodec  # noqa: E402
@@ -378,12 +378,7 @@ def main() -> None:
     if not args.keep:
         shutil.rmtree(args.workdir, ignore_errors=True)
     result["seconds"] = base_seconds + time.perf_counter() - started
-    result["load_average_end"] = os.getloadavg()
-    result["markdown"] = markdown(result)
-    path = write_result(args.name, result)
-    plot(result, path.with_suffix(".png"))
-    print(result["markdown"])
-    print(f"wrote {path} and {path.with_suffix('.png')} in {result['seconds'] / 60:.1f} min")
+    finish_result(args.name, result, markdown, plot)
 
 
 if __name__ == "__main__":

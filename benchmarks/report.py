@@ -37,11 +37,16 @@ def core_section(r: dict) -> list[str]:
     ]
     for unit, u in s["units"].items():
         lines.append(f"| {unit} | {u['p50_ms']:.1f} | {u['p95_ms']:.1f} | {u['batched_queries_per_s']:.1f} |")
-    lines += ["", f"**Stored vectors per passage** by filter threshold ({f['passages']} passages; the model's own filter):", "",
-              "| threshold | vectors / passage | fraction kept |", "|---|---:|---:|"]
+    lines += ["", f"**Index size against accuracy** by filter threshold (the model's own filter; the first "
+              f"{f['passages']} dev paragraphs and {f.get('questions', '?')} of their questions, open-domain over them):",
+              "", "| threshold | vectors / passage | fraction kept | MiB | phrase EM@1 | passage acc@1 | acc@20 |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
     for row in f["rows"]:
         t = "none" if row["threshold"] is None else row["threshold"]
-        lines.append(f"| {t} | {row['vectors_per_passage']:.1f} | {row['fraction_kept']:.3f} |")
+        acc = (f"{100 * row['em@1']:.1f} | {100 * row['acc@1']:.1f} | {100 * row['acc@20']:.1f}" if "em@1" in row
+               else "– | – | –")
+        mib = f"{row['bytes'] / 2**20:.1f}" if "bytes" in row else "–"
+        lines.append(f"| {t} | {row['vectors_per_passage']:.1f} | {row['fraction_kept']:.3f} | {mib} | {acc} |")
     lines += ["", f"![core benchmark](results/{Path(r.get('_file', 'core.json')).stem}.png)", ""]
     return lines
 

@@ -33,6 +33,17 @@ def tiny_passages() -> list[dict]:
     return [{"id": f"p{i}", "title": title, "text": text} for i, (title, text) in enumerate(TINY_TEXTS)]
 
 
+@pytest.fixture
+def one_torch_thread():
+    """Tiny models on a shared 2-core machine run far faster (and reproducibly) on one torch thread."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tiny_base_dir(tmp_path_factory) -> Path:
     from dphr_haystack.testing import make_tiny_base

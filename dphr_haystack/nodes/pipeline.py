@@ -48,7 +48,8 @@ def load_pipeline(path: str | Path, pipeline_name: str | None = None,
     file = Path(path)
     if not file.is_file() and (PIPELINES_DIR / file.name).is_file() and not file.parent.parts:
         file = PIPELINES_DIR / file.name
-    config = yaml.safe_load(file.read_text())
+    config = _read_yaml(file)
+    _check_structure(config, file)
     if overrides:
         config = copy.deepcopy(config)
         declared = {c["name"]: c for c in config.get("components", [])}
@@ -66,9 +67,48 @@ def load_pipeline(path: str | Path, pipeline_name: str | None = None,
     except PipelineConfigError as exc:
         # Haystack hides a component's own error behind "see the stacktrace"; surface ours (e.g. the missing
         # model path) in the message.
-        if isinstance(exc.__cause__, DphrError):
-            raise type(exc.__cause__)(f"{file}: {exc} {exc.__cause__}") from exc
+        cause = exc.__cause__
+        while isinstance(cause, PipelineConfigError):  # a component loading another (a retriever's store)
+            cause = cause.__cause__
+        if isinstance(cause, DphrError):
+            raise type(cause)(f"{file}: {exc} {cause}") from exc
         raise
+
+
+def _check_structure(config: dict[str, Any], file: Path) -> None:
+    """Raise PipelineConfigError on a malformed layout (Haystack's validator crashes on some with KeyError)."""
+    def fail(what: str) -> None:
+        raise PipelineConfigError(f"{file}: {what}")
+
+    components, pipelines = config.get("components", []), config.get("pipelines", [])
+    if not isinstance(components, list) or not isinstance(pipelines, list):
+        fail("'components' and 'pipelines' must be lists")
+    for n, component in enumerate(components):
+        if not isinstance(component, dict) or not isinstance(component.get("name"), str) or \
+                not isinstance(component.get("type"), str) or not isinstance(component.get("params", {}), dict):
+            fail(f"component {n} must be a mapping with a string name and type and optional params mapping")
+    for n, pipeline in enumerate(pipelines):
+        nodes = pipeline.get("nodes") if isinstance(pipeline, dict) else None
+        if not isinstance(pipeline, dict) or not isinstance(pipeline.get("name"), str) or not isinstance(nodes, list):
+            fail(f"pipeline {n} must be a mapping with a string name and a list of nodes")
+        for node in nodes:
+            if not isinstance(node, dict) or not isinstance(node.get("name"), str) or \
+                    not isinstance(node.get("inputs"), list) or not all(isinstance(i, str) for i in node["inputs"]):
+                fail(f"pipeline {pipeline['name']!r}: each node needs a string name and a list of input names")
+
+
+def _read_yaml(file: Path) -> dict[str, Any]:
+    """The pipeline file as a mapping; an unreadable, malformed or non-mapping file raises PipelineConfigError."""
+    try:
+        config = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PipelineConfigError(f"cannot read pipeline file {file}: {exc}") from exc
+    except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
+        raise PipelineConfigError(f"{file} is not valid YAML: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(config, dict):
+        raise PipelineConfigError(f"{file}: a pipeline file is a YAML mapping with version, components and "
+                                  f"pipelines, got {type(config).__name__}")
+    return config
 
 
 def corpus_documents(corpora: Iterable[str | Path]) -> list[Document]:

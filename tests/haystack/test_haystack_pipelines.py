@@ -41,7 +41,7 @@ def _fill(pipeline, docs):
 
 def test_every_pipeline_file_is_tested():
     tested = {"phrase_qa.yml", "phrase_passages.yml", "bm25.yml", "dense_passages.yml", "hybrid_rrf.yml",
-              "hybrid_dpr.yml", "hybrid_answers.yml", "indexing.yml"}
+              "hybrid_dpr.yml", "hybrid_answers.yml", "indexing.yml", "dense_faiss.yml"}
     assert {p.name for p in PIPELINES.glob("*.yml")} == tested
 
 
@@ -81,6 +81,25 @@ def test_dense_passages_on_the_offline_minilm(minilm_available, haystack_docs):
     store.update_embeddings(pipeline.get_node("Dense"))
     assert store.get_embedding_count() == 6
     assert pipeline.run(query="Which river flows into the Mediterranean?")["documents"][0].id == "p2"
+
+
+@pytest.mark.integration
+def test_dense_faiss_gives_the_in_memory_ranking(minilm_available, haystack_docs):
+    from haystack.schema import Document
+
+    memory = load_pipeline(PIPELINES / "dense_passages.yml", overrides={"DocumentStore": {"progress_bar": False}})
+    store = _fill(memory, haystack_docs)
+    store.update_embeddings(memory.get_node("Dense"))
+    faiss = load_pipeline("dense_faiss.yml")
+    # The same embeddings written into Haystack's FAISSDocumentStore (exact inner product over normalised vectors).
+    faiss.get_document_store().write_documents(
+        [Document(content=d.content, id=d.id, meta=d.meta, embedding=d.embedding)
+         for d in store.get_all_documents(return_embedding=True)])
+    for query in ("Which river flows into the Mediterranean?", "Who wrote Hamlet?", "capital of France"):
+        ours = memory.run(query=query, params={"Dense": {"top_k": 6}})["documents"]
+        theirs = faiss.run(query=query, params={"Dense": {"top_k": 6}})["documents"]
+        assert [d.id for d in ours] == [d.id for d in theirs]
+        assert [d.score for d in ours] == pytest.approx([d.score for d in theirs], abs=1e-4)
 
 
 @pytest.mark.unit

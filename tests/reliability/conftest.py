@@ -19,14 +19,8 @@ from tests.reliability import _fuzz  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny models on a shared 2-core machine run far faster (and reproducibly) on one thread."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_torch_thread(one_torch_thread):
     yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

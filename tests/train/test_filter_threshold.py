@@ -17,17 +17,6 @@ from train.recipes import load_recipe  # noqa: E402
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models on a shared 2-core machine run far faster on one thread."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _row(threshold, vectors, em, acc=0.5):
     return {"threshold": threshold, "vectors": vectors, "kept_fraction": vectors / 1000, "em@1": em, "acc@20": acc}
 

@@ -21,15 +21,6 @@ from train.trainer import STATE_FILE, TrainArgs, Trainer, linear_schedule  # noq
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models on a shared 2-core machine run far faster on one thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture
 def sample():
     return load_squad("builtin")

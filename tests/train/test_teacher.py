@@ -19,14 +19,6 @@ from train.teacher import MASKED_LOGIT, CrossEncoderTeacher, load_qa_model  # no
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def teacher_dir(tiny_base_dir, tmp_path_factory):
     """A tiny random BertForQuestionAnswering on the tiny base's vocabulary, saved as safetensors."""

@@ -1,0 +1,280 @@
+"""SQuAD-open-small: every retriever through its Haystack YAML pipeline on one store, one accuracy table.
+
+    .venv/bin/python benchmarks/bench_squad_open_small.py                 # build (cached, resumable) + evaluate
+    .venv/bin/python benchmarks/bench_squad_open_small.py --questions 200 # quicker
+    .venv/bin/python benchmarks/bench_squad_open_small.py --model DIR     # a trained phrase model
+
+Corpus: every paragraph of SQuAD train-rebuilt and dev-public (~20.6k, design.md). Questions: dev-public
+questions, open-domain (no gold passage given), without those of the held-out validation articles
+(:data:`VALIDATION_TITLES`, kept for model selection), sampled with a fixed seed. Each pipeline file in
+``pipelines/`` is loaded with ``components={"DocumentStore": store}``, so BM25, dense, phrase and hybrid
+pipelines query the same documents and ids; the FAISS dense variant holds the same embeddings in Haystack's
+FAISSDocumentStore. The in-memory dense scan (~1.7 s/query here) runs on a smaller subset.
+
+Build artifacts go to ``benchmarks/cache/squad-open-small`` (git-ignored): dense embeddings in resumable
+chunks and a resumable phrase index (``PhraseIndex`` commits every chunk). Results: ``results/squad_open_small.json``
+and ``.png``; per-question predictions in the cache's ``eval/`` folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from benchmarks._common import ROOT, SQUAD_DEV, SQUAD_TRAIN, machine, percentiles, write_result  # noqa: E402
+
+CACHE = ROOT / "benchmarks" / "cache" / "squad-open-small"
+DENSE_CHUNK = 2048
+# The first 8 dev-public articles (by file order) are held out for model selection; the benchmark never asks
+# their questions (their paragraphs stay in the corpus).
+VALIDATION_ARTICLES = 8
+
+
+def validation_titles() -> list[str]:
+    """Titles of the held-out dev-public articles."""
+    with gzip.open(SQUAD_DEV, "rt", encoding="utf-8") as handle:
+        return [a["title"] for a in json.load(handle)["data"][:VALIDATION_ARTICLES]]
+
+
+# ----------------------------------------------------------------------------- build (cached)
+def build_dense(docs, out: Path) -> dict:
+    """MiniLM passage embeddings in chunks of DENSE_CHUNK documents (a finished chunk is never redone)."""
+    from dphr_haystack.nodes import MiniLMEmbeddingRetriever
+
+    out.mkdir(parents=True, exist_ok=True)
+    retriever = MiniLMEmbeddingRetriever(document_store=None, batch_size=64, progress_bar=False)
+    chunks = range(0, len(docs), DENSE_CHUNK)
+    start, encoded = time.perf_counter(), 0
+    from tqdm import tqdm
+
+    for c, lo in enumerate(tqdm(chunks, desc="dense embeddings", unit="chunk")):
+        file = out / f"chunk-{c:04d}.npy"
+        if file.is_file():
+            continue
+        emb = retriever.embed_documents(docs[lo: lo + DENSE_CHUNK]).astype(np.float32)
+        tmp = file.with_suffix(".tmp.npy")
+        np.save(tmp, emb, allow_pickle=False)
+        tmp.replace(file)
+        encoded += len(emb)
+    return {"documents_encoded": encoded, "seconds": time.perf_counter() - start}
+
+
+def load_dense(out: Path, n: int) -> np.ndarray:
+    files = sorted(out.glob("chunk-*.npy"))
+    emb = np.concatenate([np.load(f, allow_pickle=False) for f in files])
+    if len(emb) != n:
+        raise SystemExit(f"{out}: {len(emb)} embeddings for {n} documents; delete it and rebuild")
+    return emb
+
+
+def build_phrases(model, model_name: str, passages: list[dict], out: Path) -> dict:
+    """The phrase index of all passages (resumes from its last committed chunk)."""
+    from dphr_haystack.index import MANIFEST, PhraseIndex
+
+    start = time.perf_counter()
+    if (out / MANIFEST).is_file():
+        index = PhraseIndex.load(out, model=model)
+    else:
+        index = PhraseIndex.create(model, path=out, model_path=model_name)
+    before = index.num_passages
+    index.add_passages(passages, model, batch_size=32, chunk_size=512, duplicates="skip", progress=True)
+    return {"passages_encoded": index.num_passages - before, "seconds": time.perf_counter() - start,
+            "passages": index.num_passages, "vectors": len(index)}
+
+
+def build(model_name: str, cache: Path, max_passages: int | None = None) -> tuple[list, dict]:
+    from dphr_haystack.nodes import corpus_documents, load_phrase_model
+
+    docs = corpus_documents([SQUAD_DEV] if max_passages else [SQUAD_TRAIN, SQUAD_DEV])[:max_passages]
+    stats_file = cache / "build.json"
+    stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {}
+    dense = build_dense(docs, cache / "dense")
+    if dense["documents_encoded"]:
+        stats["dense"] = dense
+    model = load_phrase_model(model_name)
+    passages = [{"id": d.id, "text": d.content, "title": d.meta["title"], "document_id": d.meta["document_id"]}
+                for d in docs]
+    phrases = build_phrases(model, model_name, passages, cache / "phrases")
+    if phrases["passages_encoded"]:
+        stats["phrases"] = phrases
+    stats.update(documents=len(docs), model=model_name)
+    cache.mkdir(parents=True, exist_ok=True)
+    stats_file.write_text(json.dumps(stats, indent=2))
+    return docs, stats
+
+
+# ----------------------------------------------------------------------------- evaluate
+# (system, pipeline file, overrides, uses the FAISS store, the slow in-memory subset)
+SYSTEMS = [
+    ("BM25", "bm25.yml", {}, False, False),
+    ("Dense MiniLM (FAISS flat)", "dense_faiss.yml", {}, True, False),
+    ("Dense MiniLM (in-memory)", "dense_passages.yml", {}, False, True),
+    ("Phrase → passages", "phrase_passages.yml", {"Retriever": {}}, False, False),
+    ("Phrase answers", "phrase_qa.yml", {"Retriever": {}}, False, False),
+    ("Hybrid RRF (BM25 + phrase)", "hybrid_rrf.yml", {"Retriever": {}}, False, False),
+    ("Hybrid DPR-λ (BM25 + phrase)", "hybrid_dpr.yml", {"Retriever": {}}, False, False),
+]
+
+
+def make_stores(docs, embeddings: np.ndarray, cache: Path):
+    """The shared PhraseDocumentStore (documents, BM25, dense embeddings, phrase index) and the FAISS store."""
+    from haystack.document_stores import FAISSDocumentStore
+
+    from dphr_haystack.index import PhraseIndex
+    from dphr_haystack.nodes import PhraseDocumentStore
+
+    for doc, vector in zip(docs, embeddings, strict=True):
+        doc.embedding = vector
+    start = time.perf_counter()
+    store = PhraseDocumentStore(embedding_dim=embeddings.shape[1], similarity="cosine", progress_bar=False)
+    store.write_documents(docs)
+    store.attach_phrase_index(PhraseIndex.load(cache / "phrases"))
+    faiss_store = FAISSDocumentStore(sql_url="sqlite://", faiss_index_factory_str="Flat",
+                                     embedding_dim=embeddings.shape[1], similarity="cosine", progress_bar=False)
+    faiss_store.write_documents(docs)
+    print(f"stores loaded in {time.perf_counter() - start:.0f}s")
+    return store, faiss_store
+
+
+def evaluate_all(docs, embeddings: np.ndarray, cache: Path, args) -> dict:
+    """Every system of :data:`SYSTEMS` on the same sampled questions; summaries, latencies and ratios."""
+    from dphr_haystack.evaluation import evaluate_pipeline, markdown_table, read_questions
+    from dphr_haystack.nodes import load_pipeline
+
+    held_out = validation_titles()
+    examples = read_questions(SQUAD_DEV, limit=args.questions, seed=args.seed, exclude_titles=held_out)
+    store, faiss_store = make_stores(docs, embeddings, cache)
+    reports, rows = [], []
+    for name, yml, overrides, uses_faiss, slow in SYSTEMS:
+        overrides = {node: {**params, "model": args.model} for node, params in overrides.items()}
+        pipeline = load_pipeline(yml, overrides=overrides or None,
+                                 components={"DocumentStore": faiss_store if uses_faiss else store})
+        questions = examples[: args.in_memory_dense_questions] if slow else examples
+        pipeline.run(query=questions[0].question)  # warm-up: model loading and caches are not query latency
+        report = evaluate_pipeline(pipeline, questions, top_k=args.top_k, system=name)
+        report.write(cache / "eval")
+        reports.append(report)
+        latency = percentiles([1000 * r.seconds for r in report.results])
+        rows.append({"system": name, "pipeline": yml, "questions": len(questions), "metrics": report.summary,
+                     "latency": latency})
+        print(markdown_table([report]).splitlines()[-1], f"p50 {latency['p50_ms']:.1f} ms", flush=True)
+    by_name = {row["system"]: row for row in rows}
+    for row in rows:
+        row["p50_vs_bm25"] = row["latency"]["p50_ms"] / by_name["BM25"]["latency"]["p50_ms"]
+        row["p50_vs_dense_faiss"] = row["latency"]["p50_ms"] / by_name["Dense MiniLM (FAISS flat)"]["latency"]["p50_ms"]
+    table = markdown_table(reports)
+    print(table)
+    return {"benchmark": "SQuAD-open-small", "phrase_model": args.model,
+            "phrase_model_note": "untrained: all-MiniLM-L6-v2 copied into the phrase and query encoders"
+            if args.model == "minilm" else "", "corpus_passages": len(docs), "questions_sampled": len(examples),
+            "held_out_titles": held_out, "seed": args.seed, "top_k": args.top_k, "systems": rows,
+            "table_markdown": table, "phrase_vectors": len(store.get_phrase_index())}
+
+
+def markdown(payload: dict) -> str:
+    """The accuracy table, the latency/ratio table and what was run, for benchmarks/README.md."""
+    rows = payload["systems"]
+    lines = [f"Corpus: {payload['corpus_passages']:,} passages (SQuAD train-rebuilt + dev-public); "
+             f"{payload['questions_sampled']} dev-public questions sampled with seed {payload['seed']}, open-domain, "
+             f"held-out validation articles excluded ({len(payload['held_out_titles'])}). Phrase model: "
+             f"`{payload['phrase_model']}` {payload['phrase_model_note']}; phrase index: "
+             f"{payload['phrase_vectors']:,} vectors, flat. Accuracies in %, top-{payload['top_k']} retrieved.", "",
+             payload["table_markdown"], "",
+             "| system | questions | p50 ms | p95 ms | p50 / BM25 | p50 / dense (FAISS) |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        lat = row["latency"]
+        lines.append(f"| {row['system']} | {row['questions']} | {lat['p50_ms']:.1f} | {lat['p95_ms']:.1f} | "
+                     f"{row['p50_vs_bm25']:.2f} | {row['p50_vs_dense_faiss']:.2f} |")
+    build = payload.get("build", {})
+    if "dense" in build and "phrases" in build:
+        lines += ["", f"Indexing cost (this machine, timed when the cache under benchmarks/cache/ was built): dense embeddings {build['dense']['seconds'] / 60:.1f} min, "
+                      f"phrase index {build['phrases']['seconds'] / 60:.1f} min "
+                      f"({build['phrases']['vectors']:,} vectors). This run, on the cached build: "
+                      f"{payload['benchmark_seconds'] / 60:.1f} min (evaluation "
+                      f"{payload['evaluation_seconds'] / 60:.1f} min)."]
+    return "\n".join(lines)
+
+
+def plot(payload: dict, path: Path) -> None:
+    """Passage accuracy@k per system, and p50 latency (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = payload["systems"]
+    names = [r["system"] for r in rows]
+    fig, (acc_ax, lat_ax) = plt.subplots(1, 2, figsize=(13, 4.8))
+    width = 0.26
+    for i, k in enumerate((1, 5, 20)):
+        values = [100 * r["metrics"].get(f"passage_acc@{k}", 0.0) for r in rows]
+        acc_ax.bar(np.arange(len(rows)) + (i - 1) * width, values, width, label=f"acc@{k}")
+    acc_ax.set_xticks(np.arange(len(rows)), names, rotation=30, ha="right", fontsize=8)
+    acc_ax.set_ylabel("passage accuracy (%)")
+    acc_ax.set_title(f"SQuAD-open-small, {payload['questions_sampled']} questions")
+    acc_ax.legend()
+    lat_ax.barh(names, [r["latency"]["p50_ms"] for r in rows], color="tab:gray")
+    lat_ax.set_xscale("log")
+    lat_ax.set_xlabel("p50 ms per query (log)")
+    lat_ax.invert_yaxis()
+    lat_ax.tick_params(axis="y", labelsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="minilm", help="phrase model: 'minilm' (untrained) or a directory")
+    parser.add_argument("--questions", type=int, default=300, help="dev questions to sample (default 300)")
+    parser.add_argument("--in-memory-dense-questions", type=int, default=50,
+                        help="questions for the slow in-memory dense scan (default 50)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--top-k", type=int, default=20)
+    parser.add_argument("--build-only", action="store_true")
+    parser.add_argument("--max-passages", type=int, default=None,
+                        help="smoke run: only the first N dev paragraphs (separate cache; not SQuAD-open-small)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
+    if not SQUAD_TRAIN.is_file() or not SQUAD_DEV.is_file():
+        raise SystemExit("SQuAD train-rebuilt and dev-public are needed (../shared/data/squad)")
+    cache = CACHE if args.model == "minilm" else CACHE.with_name(f"squad-open-small-{Path(args.model).name}")
+    if args.max_passages:
+        cache = cache.with_name(f"{cache.name}-smoke{args.max_passages}")
+    started = time.perf_counter()
+    docs, build_stats = build(args.model, cache, args.max_passages)
+    print(f"build: {json.dumps(build_stats)}")
+    if args.build_only:
+        return 0
+    eval_started = time.perf_counter()
+    payload = evaluate_all(docs, load_dense(cache / "dense", len(docs)), cache, args)
+    payload["build"] = build_stats
+    payload["evaluation_seconds"] = time.perf_counter() - eval_started
+    payload["benchmark_seconds"] = time.perf_counter() - started
+    payload["machine"] = machine()
+    payload["command"] = "python benchmarks/bench_squad_open_small.py " + " ".join(argv or sys.argv[1:])
+    payload["markdown"] = markdown(payload)
+    path = write_result("squad_open_small" + (f"_smoke{args.max_passages}" if args.max_passages else ""), payload)
+    plot(payload, path.with_suffix(".png"))
+    print(f"wrote {path} in {payload['benchmark_seconds'] / 60:.1f} min")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
