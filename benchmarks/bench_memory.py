@@ -123,6 +123,30 @@ def _model_dir(kind: str, root: Path) -> Path:
     return out
 
 
+def _markdown(result: dict) -> str:
+    """Peak RSS per mode and corpus size, and its growth per 1,000 passages, for benchmarks/README.md."""
+    modes = list(result["runs"])
+    lines = [f"Model `{result['model']}`; corpus: {result['corpus']}; batch {result['batch_size']}, "
+             f"{result['shard_size']} passages per shard/commit. Peak RSS (VmHWM) of a fresh process, MiB. "
+             f"Total runtime {result['runtime_seconds'] / 60:.1f} min.", "",
+             "| passages | " + " | ".join(modes) + " | stored vectors MiB |", "|---:|" + "---:|" * (len(modes) + 1)]
+    for i, size in enumerate(result["sizes"]):
+        stored = next((runs[i].get("vectors_mib") for runs in result["runs"].values() if "vectors_mib" in runs[i]), None)
+        lines.append(f"| {size:,} | " + " | ".join(f"{result['runs'][m][i]['peak_rss_mib']:,.0f}" for m in modes)
+                     + f" | {'–' if stored is None else f'{stored:,.1f}'} |")
+    lines.append("| growth MiB / 1,000 passages | " + " | ".join(
+        f"{result['growth'][m]['mib_per_1000_passages']:+.1f}" for m in modes) + " | |")
+    drift = []
+    for mode in modes:
+        trace = result["runs"][mode][-1]["trace"]
+        if len(trace) > 1:
+            drift.append(f"{mode} {trace[0]['VmRSS']:,.0f} → {trace[-1]['VmRSS']:,.0f}")
+    if drift:
+        lines += ["", f"Resident memory (VmRSS) after the first and the last chunk of the {result['sizes'][-1]:,}-passage "
+                      f"runs, MiB: {'; '.join(drift)}. The peak of `dump` and `index` is the model load's."]
+    return "\n".join(lines)
+
+
 def _plot(result: dict, path: Path) -> None:
     import matplotlib
 
@@ -212,6 +236,7 @@ def main() -> None:
             "corpus": f"first N paragraphs of {SQUAD_TRAIN.name} as JSON lines", "runs": runs, "growth": growth,
             "runtime_seconds": round(time.perf_counter() - started, 1),
         }
+        result["markdown"] = _markdown(result)
         path = write_result(args.name, result)
         _plot(result, path.with_suffix(".png"))
         print(json.dumps(growth, indent=1))

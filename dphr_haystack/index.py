@@ -770,7 +770,7 @@ def _check_manifest(manifest: dict[str, Any], manifest_path: Path) -> None:
     """Raise IndexLoadError on a manifest whose fields have the wrong types or impossible values."""
     for key, types in _MANIFEST_TYPES.items():
         value = manifest.get(key)
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        if key not in manifest or not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             raise IndexLoadError(f"{manifest_path} is corrupted: {key}={value!r:.80}")
     counts = manifest["counts"]
     if manifest["dim"] < 1 or manifest["passages_bytes"] < 0 or not all(

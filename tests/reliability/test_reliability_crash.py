@@ -40,10 +40,13 @@ def _kill_points(steps: int, profile: str, sample: int, tail: int = 3) -> list[i
     """All steps 1..steps (full), or (ci) the first three (creating the directory), the last ``tail`` (a final
     save's directory swap and clean-up) and ``sample`` more spread evenly in between."""
     if profile == "full" or steps <= sample + 3 + tail:
-        return list(range(1, steps + 1))
-    last = steps - tail + 1
-    middle = {round(4 + (i + 1) * (last - 5) / (sample + 1)) for i in range(sample)}
-    return sorted({1, 2, 3} | set(range(last, steps + 1)) | middle)
+        points = list(range(1, steps + 1))
+    else:
+        last = steps - tail + 1
+        middle = {round(4 + (i + 1) * (last - 5) / (sample + 1)) for i in range(sample)}
+        points = sorted({1, 2, 3} | set(range(last, steps + 1)) | middle)
+    print(f"kill points: {len(points)} of {steps} durability steps")  # shown by pytest -rA
+    return points
 
 
 def _assert_killed(result: dict) -> None:

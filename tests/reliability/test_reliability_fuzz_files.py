@@ -52,6 +52,20 @@ def saved_indexes(tmp_path_factory, _tiny_model_session, squad_passages):
     return out
 
 
+@pytest.mark.parametrize("key", ["model_fingerprint", "dim", "codec", "faiss_factory", "counts", "passages_bytes",
+                                 "checksums", "filter_threshold", "faiss_file", "model_path", "model_config"])
+def test_a_manifest_missing_a_field_is_refused_on_load(saved_indexes, tmp_path, key):
+    """Found by the 10,000-case run: a manifest without ``filter_threshold`` loaded, then failed with a KeyError."""
+    from dphr_haystack.errors import IndexLoadError
+
+    folder = _copy(saved_indexes["flat"], tmp_path / "index")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest[key]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(IndexLoadError, match=key):
+        PhraseIndex.load(folder)
+
+
 def test_index_files(fuzz_profile, fuzz_log, saved_indexes, tiny_model, tmp_path):
     """Damaged manifest, vectors, tokens, passages, tombstones and FAISS files of a phrase index."""
     counter = iter(range(10**9))
