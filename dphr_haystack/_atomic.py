@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import hashlib
 import logging
 import os
 import re
@@ -125,3 +126,12 @@ def remove_leftovers(target: Path) -> None:
     recover_directory(target)
     for path, _ in _leftovers(target):
         shutil.rmtree(path, ignore_errors=True)
+
+
+def file_sha256(file: Path) -> str:
+    """SHA-256 of a file's bytes, read in 4 MiB blocks."""
+    digest = hashlib.sha256()
+    with file.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -45,6 +45,13 @@ def _parser() -> argparse.ArgumentParser:
     imp.add_argument("--checkpoint", required=True, type=Path)
     imp.add_argument("--tokenizer", help="tokenizer directory (DensePhrases checkpoints ship none)")
     imp.add_argument("--out", required=True, type=Path)
+    export = model.add_parser("export", help="re-save a phrase model compactly (float16, bounded shards, no base tensors)")
+    export.add_argument("--model", required=True, type=Path)
+    export.add_argument("--out", required=True, type=Path)
+    export.add_argument("--weights-dtype", default="float16", choices=["float32", "float16"])
+    export.add_argument("--max-shard-mb", type=float, default=15.0, help="largest weight file, MiB (default 15)")
+    export.add_argument("--omit-base-weights", action="store_true",
+                        help="leave out tensors identical to the base model's (read from the installed base on load)")
 
     index = sub.add_parser("index", help="encode a corpus into a phrase index (resumable)")
     index.add_argument("--model", required=True, type=Path)
@@ -110,6 +117,14 @@ def _device(name: str) -> str:
 def _model(args: argparse.Namespace) -> int:
     from .model import PhraseModel
 
+    if args.model_command == "export":
+        written = PhraseModel.load(args.model).save(args.out, weights_dtype=args.weights_dtype,
+                                                    max_shard_mb=args.max_shard_mb,
+                                                    omit_base_weights=args.omit_base_weights)
+        model = PhraseModel.load(args.out)
+        print(f"saved phrase model to {args.out}: {len(written['files'])} weight files, {written['bytes'] / 2**20:.1f} MiB, "
+              f"{written['from_base']} tensors from the base model (fingerprint {model.phrase_fingerprint()[:12]})")
+        return 0
     if args.model_command == "init":
         stride = args.passage_stride if args.passage_stride is not None else min(128, args.max_passage_length // 4)
         config = PhraseModelConfig(max_passage_length=args.max_passage_length, passage_stride=stride)

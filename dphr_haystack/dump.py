@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ._atomic import file_sha256
 from ._memory import pin_malloc_thresholds, release_free_memory
 from .codec import VectorCodec
 from .corpus import CorpusStats, Passage, read_corpus
@@ -59,7 +60,7 @@ class PhraseShard:
         meta = {"format_version": DUMP_FORMAT_VERSION, "num_vectors": len(self.tokens),
                 "num_passages": len(self.passages), "codec": self.codec.to_dict(),
                 "passage_ids_sha256": passage_ids_digest(r["id"] for r in self.passages),
-                "files_sha256": {name: _file_sha256(tmp / name) for name in _SHARD_FILES}}
+                "files_sha256": {name: file_sha256(tmp / name) for name in _SHARD_FILES}}
         meta["sha256"] = _meta_digest(meta)
         (tmp / "shard.json").write_text(json.dumps(meta, indent=1))
         shutil.rmtree(path, ignore_errors=True)
@@ -235,14 +236,6 @@ def _complete_shard_meta(meta_path: Path) -> dict[str, Any]:
 _SHARD_FILES = ("vectors.npy", "tokens.npy", "passages.jsonl")
 
 
-def _file_sha256(file: Path) -> str:
-    digest = hashlib.sha256()
-    with file.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _meta_digest(meta: dict[str, Any]) -> str:
     body = {k: v for k, v in meta.items() if k != "sha256"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
@@ -257,7 +250,7 @@ def _verify_shard(path: Path, meta: dict[str, Any]) -> None:
     if not isinstance(sums, dict) or set(sums) != set(_SHARD_FILES):
         raise IndexLoadError(f"{path / 'shard.json'} lists no checksums for {', '.join(_SHARD_FILES)}")
     for name in _SHARD_FILES:
-        if not (path / name).is_file() or _file_sha256(path / name) != sums[name]:
+        if not (path / name).is_file() or file_sha256(path / name) != sums[name]:
             raise IndexLoadError(f"{path / name} is missing or corrupted (checksum mismatch): delete "
                                  f"{path} and resume the dump to encode it again")
 

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,10 +26,10 @@ from ._lazy import require
 from .config import PhraseModelConfig
 from .errors import ModelLoadError
 from .inputs import build_windows, pad_batch, tokenize_passages, tokenize_queries
+from .weights import WEIGHTS_FILE, WEIGHTS_INDEX_FILE, read_base_state, read_weights, write_weights
 
 logger = logging.getLogger(__name__)
 
-WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "dphr_config.json"
 ENCODER_CONFIG_FILE = "encoder_config.json"
 # One attention kernel for every way of building an encoder, so save/load round trips are bit-identical.
@@ -120,9 +121,12 @@ class PhraseModel(nn.Module):
             raise ModelLoadError(f"model directory not found: {path}")
         if (path / "pytorch_model.bin").is_file() and not (path / CONFIG_FILE).is_file():
             return cls.from_densephrases(path, device=device)
-        for name in (CONFIG_FILE, ENCODER_CONFIG_FILE, WEIGHTS_FILE):
+        for name in (CONFIG_FILE, ENCODER_CONFIG_FILE):
             if not (path / name).is_file():
                 raise ModelLoadError(f"{path / name} is missing: not a dphr_haystack model directory")
+        if not (path / WEIGHTS_FILE).is_file() and not (path / WEIGHTS_INDEX_FILE).is_file():
+            raise ModelLoadError(f"{path / WEIGHTS_FILE} (or {WEIGHTS_INDEX_FILE}) is missing: not a dphr_haystack "
+                                 "model directory")
         config = PhraseModelConfig.load(path / CONFIG_FILE)
         try:
             raw = json.loads((path / ENCODER_CONFIG_FILE).read_text())
@@ -135,7 +139,7 @@ class PhraseModel(nn.Module):
         except BaseException as exc:  # noqa: BLE001 - damaged files raise anything, the Rust tokenizer even panics
             raise ModelLoadError(f"cannot read encoder config or tokenizer in {path}: {exc}") from exc
         _check_fast(tokenizer, path)
-        state = _read_safetensors(path / WEIGHTS_FILE)
+        state = read_weights(path)
         model = cls._build_checked(enc_config, tokenizer, config, state, source=path)
         return model.to(device).eval()
 
@@ -261,16 +265,27 @@ class PhraseModel(nn.Module):
         if not check_only:
             self.load_state_dict(state, strict=False)
 
-    def save(self, path: str | Path) -> None:
-        """Write ``dphr_config.json``, ``encoder_config.json``, ``model.safetensors`` and tokenizer files."""
-        safetensors_torch = require("safetensors.torch")
+    def save(self, path: str | Path, weights_dtype: str = "float32", max_shard_mb: float | None = None,
+             omit_base_weights: bool = False) -> dict[str, Any]:
+        """Write ``dphr_config.json``, ``encoder_config.json``, the weights and tokenizer files; returns what
+        :func:`~dphr_haystack.weights.write_weights` wrote.
+
+        By default the weights are one float32 ``model.safetensors``. For shipping or moving a model,
+        ``weights_dtype="float16"`` halves them, ``max_shard_mb`` splits them into shards of at most that size,
+        and ``omit_base_weights`` leaves out tensors identical to the base model's (``config.base_model``, e.g.
+        the frozen word embeddings of a model trained from ``minilm``), which are then read from the installed
+        base at load time.
+        """
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.config.save(path / CONFIG_FILE)
         (path / ENCODER_CONFIG_FILE).write_text(self.phrase_encoder.config.to_json_string())
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items() if not k.endswith("position_ids")}
-        safetensors_torch.save_file(state, str(path / WEIGHTS_FILE), metadata={"format": "pt", "dphr": "1"})
+        base_state = read_base_state(self.config.base_model) if omit_base_weights else None
+        written = write_weights(state, path, dtype=weights_dtype, max_shard_mb=max_shard_mb, base_state=base_state,
+                                base_model=self.config.base_model)
         self.tokenizer.save_pretrained(str(path))
+        return written
 
     # ----------------------------------------------------------------- encoders
     @property
@@ -408,14 +423,6 @@ def _has_tokenizer_files(directory: Path) -> bool:
 def _check_fast(tokenizer, source) -> None:
     if not getattr(tokenizer, "is_fast", False):
         raise ModelLoadError(f"{source}: a fast (Rust) tokenizer is required for character offsets")
-
-
-def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    safetensors_torch = require("safetensors.torch")
-    try:
-        return safetensors_torch.load_file(str(path))
-    except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
-        raise ModelLoadError(f"cannot read {path}: corrupted or not a safetensors file ({exc})") from exc
 
 
 def _densephrases_state(state: dict) -> dict[str, torch.Tensor]:

@@ -1,0 +1,192 @@
+"""Model weight files: one ``model.safetensors``, or compact shards that leave out what the base model ships.
+
+A compact save writes ``model.safetensors.index.json`` plus ``model-NNNNN.safetensors`` shards, each at most
+``max_shard_mb`` MiB (a tensor larger than that is split by rows across shards), optionally in float16, and
+optionally without the tensors that are bit-identical to the base model's (the frozen word embeddings of a
+model trained from ``minilm``): those are recorded by base key and SHA-256 and read back from the base model
+at load time, which must then be installed. Everything is safetensors and JSON; nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ._atomic import file_sha256
+from ._lazy import require
+from .errors import InvalidParameterError, ModelLoadError
+
+WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
+WEIGHTS_FORMAT = "dphr-weights"
+WEIGHTS_FORMAT_VERSION = 1
+ENCODER_PREFIXES = ("phrase_encoder.", "query_start_encoder.", "query_end_encoder.", "query_encoder.")
+SHARD_HEADER_ROOM = 64 * 1024
+DTYPES = {"float32": torch.float32, "float16": torch.float16}
+
+
+def tensor_sha256(tensor: torch.Tensor) -> str:
+    """SHA-256 of a tensor's dtype, shape and bytes."""
+    tensor = tensor.detach().cpu().contiguous()
+    digest = hashlib.sha256(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
+    digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
+def write_weights(state: dict[str, torch.Tensor], path: Path, dtype: str = "float32", max_shard_mb: float | None = None,
+                  base_state: dict[str, torch.Tensor] | None = None, base_model: str = "") -> dict[str, Any]:
+    """Write ``state`` to ``path``; returns a summary (files, bytes, tensors taken from the base).
+
+    Without ``max_shard_mb``, ``dtype="float32"`` and ``base_state`` this is the single ``model.safetensors``.
+    """
+    safetensors_torch = require("safetensors.torch")
+    if dtype not in DTYPES:
+        raise InvalidParameterError(f"weights dtype {dtype!r}; valid: {', '.join(DTYPES)}")
+    if max_shard_mb is not None and not max_shard_mb > 0:
+        raise InvalidParameterError(f"max_shard_mb must be > 0, got {max_shard_mb}")
+    for stale in [path / WEIGHTS_FILE, path / WEIGHTS_INDEX_FILE, *path.glob("model-*.safetensors")]:
+        stale.unlink(missing_ok=True)
+    from_base = _base_references(state, base_state) if base_state is not None else {}
+    stored = {k: _cast(v, dtype) for k, v in state.items() if k not in from_base}
+    if max_shard_mb is None and dtype == "float32" and not from_base:
+        safetensors_torch.save_file(stored, str(path / WEIGHTS_FILE), metadata={"format": "pt", "dphr": "1"})
+        return {"files": [WEIGHTS_FILE], "bytes": (path / WEIGHTS_FILE).stat().st_size, "from_base": 0}
+    # safetensors adds a JSON header (tensor names, shapes, offsets) to each shard: keep room for it
+    limit = max(1, int(max_shard_mb * 2**20) - SHARD_HEADER_ROOM) if max_shard_mb is not None else None
+    pieces, split = _split_rows(stored, limit)
+    shards = _pack(pieces, limit)
+    weight_map: dict[str, str] = {}
+    files = []
+    for number, shard in enumerate(shards, 1):
+        name = f"model-{number:05d}.safetensors"
+        safetensors_torch.save_file(shard, str(path / name), metadata={"format": "pt", "dphr": "1"})
+        weight_map.update({key: name for key in shard})
+        files.append(name)
+    index = {"format": WEIGHTS_FORMAT, "format_version": WEIGHTS_FORMAT_VERSION, "dtype": dtype,
+             "base_model": base_model, "weight_map": weight_map, "split": split, "from_base": from_base,
+             "files_sha256": {name: file_sha256(path / name) for name in files}}
+    (path / WEIGHTS_INDEX_FILE).write_text(json.dumps(index, indent=1, sort_keys=True))
+    return {"files": files + [WEIGHTS_INDEX_FILE], "bytes": sum((path / f).stat().st_size for f in files),
+            "from_base": len(from_base)}
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The float32 state dict saved in ``path`` by :func:`write_weights` (single file or compact shards)."""
+    if (path / WEIGHTS_FILE).is_file():
+        return _read_safetensors(path / WEIGHTS_FILE)
+    index_file = path / WEIGHTS_INDEX_FILE
+    try:
+        index = json.loads(index_file.read_text())
+        if not isinstance(index, dict) or index.get("format") != WEIGHTS_FORMAT:
+            raise ValueError("not a dphr weights index")
+        if index.get("format_version") != WEIGHTS_FORMAT_VERSION:
+            raise ValueError(f"format version {index.get('format_version')!r}, this library reads {WEIGHTS_FORMAT_VERSION}")
+        weight_map, split, from_base = index["weight_map"], index["split"], index["from_base"]
+        files = sorted(set(weight_map.values()))
+        sums = index["files_sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"cannot read {index_file}: {exc}") from exc
+    pieces: dict[str, torch.Tensor] = {}
+    for name in files:
+        file = path / name
+        if Path(name).name != name or not file.is_file() or file_sha256(file) != sums.get(name):
+            raise ModelLoadError(f"{file} is missing or corrupted (checksum mismatch with {index_file.name})")
+        pieces.update(_read_safetensors(file))
+    state = {}
+    for key in {k.split("::part")[0] for k in pieces}:
+        parts = split.get(key)
+        state[key] = torch.cat([pieces[f"{key}::part{i}"] for i in range(parts)]) if parts else pieces[key]
+    if from_base:
+        state.update(_read_from_base(index.get("base_model", ""), from_base, index_file))
+    return {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
+
+
+def read_base_state(base_model: str) -> dict[str, torch.Tensor]:
+    """The safetensors weights of a base model directory (``minilm`` resolves to the offline package)."""
+    from .model import resolve_base
+
+    try:
+        directory = Path(resolve_base(base_model))
+    except ImportError as exc:
+        raise ModelLoadError(f"base model {base_model!r} is not installed ({exc})") from exc
+    if not (directory / WEIGHTS_FILE).is_file():
+        raise ModelLoadError(f"base model {base_model!r}: {directory / WEIGHTS_FILE} not found")
+    return _read_safetensors(directory / WEIGHTS_FILE)
+
+
+def _base_references(state: dict[str, torch.Tensor], base: dict[str, torch.Tensor]) -> dict[str, dict[str, str]]:
+    """Keys of ``state`` whose tensor equals the base's (encoder prefix removed): {key: {base_key, sha256}}."""
+    out = {}
+    for key, value in state.items():
+        prefix = next((p for p in ENCODER_PREFIXES if key.startswith(p)), None)
+        base_key = key[len(prefix):] if prefix else None
+        reference = base.get(base_key) if base_key else None
+        if reference is not None and reference.shape == value.shape and reference.dtype == value.dtype \
+                and torch.equal(reference, value.detach().cpu()):
+            out[key] = {"base_key": base_key, "sha256": tensor_sha256(reference)}
+    return out
+
+
+def _read_from_base(base_model: str, from_base: dict[str, Any], index_file: Path) -> dict[str, torch.Tensor]:
+    if not base_model:
+        raise ModelLoadError(f"{index_file} takes tensors from a base model but names none")
+    base = read_base_state(base_model)
+    out = {}
+    for key, ref in from_base.items():
+        tensor = base.get(ref.get("base_key")) if isinstance(ref, dict) else None
+        if tensor is None or tensor_sha256(tensor) != ref.get("sha256"):
+            raise ModelLoadError(f"{index_file}: {key} comes from base model {base_model!r}, whose "
+                                 f"{ref.get('base_key') if isinstance(ref, dict) else ref!r} is missing or differs "
+                                 "(another version of the base is installed)")
+        out[key] = tensor
+    return out
+
+
+def _cast(tensor: torch.Tensor, dtype: str) -> torch.Tensor:
+    tensor = tensor.detach().cpu()
+    if tensor.is_floating_point():
+        tensor = tensor.to(DTYPES[dtype])
+    return tensor.contiguous()
+
+
+def _split_rows(state: dict[str, torch.Tensor], limit: int | None) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
+    """Tensors larger than ``limit`` bytes become row ranges ``key::partI``; returns pieces and part counts."""
+    pieces, split = {}, {}
+    for key, tensor in state.items():
+        size = tensor.numel() * tensor.element_size()
+        if limit is None or size <= limit or tensor.dim() == 0 or len(tensor) < 2:
+            pieces[key] = tensor
+            continue
+        rows_per_part = max(1, limit // max(1, size // len(tensor)))
+        parts = math.ceil(len(tensor) / rows_per_part)
+        for i in range(parts):
+            pieces[f"{key}::part{i}"] = tensor[i * rows_per_part: (i + 1) * rows_per_part].clone()
+        split[key] = parts
+    return pieces, split
+
+
+def _pack(pieces: dict[str, torch.Tensor], limit: int | None) -> list[dict[str, torch.Tensor]]:
+    """Greedy, in key order: each shard holds tensors totalling at most ``limit`` bytes."""
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    used = 0
+    for key in sorted(pieces):
+        size = pieces[key].numel() * pieces[key].element_size()
+        if limit is not None and shards[-1] and used + size > limit:
+            shards.append({})
+            used = 0
+        shards[-1][key] = pieces[key]
+        used += size
+    return shards
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    safetensors_torch = require("safetensors.torch")
+    try:
+        return safetensors_torch.load_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
+        raise ModelLoadError(f"cannot read {path}: corrupted or not a safetensors file ({exc})") from exc
