@@ -1,7 +1,8 @@
 """Model weight files: one ``model.safetensors``, or compact shards that leave out what the base model ships.
 
 A compact save writes ``model.safetensors.index.json`` plus ``model-NNNNN.safetensors`` shards, each at most
-``max_shard_mb`` MiB (a tensor larger than that is split by rows across shards), optionally in float16, and
+``max_shard_mb`` MiB (a tensor larger than that is split by rows across shards), optionally in float16 or int8
+(weight matrices quantized per row, symmetric, with a float32 scale per row; small tensors float16), and
 optionally without the tensors that are bit-identical to the base model's (the frozen word embeddings of a
 model trained from ``minilm``): those are recorded by base key and SHA-256 and read back from the base model
 at load time, which must then be installed. Everything is safetensors and JSON; nothing is unpickled.
@@ -27,7 +28,9 @@ WEIGHTS_FORMAT = "dphr-weights"
 WEIGHTS_FORMAT_VERSION = 1
 ENCODER_PREFIXES = ("phrase_encoder.", "query_start_encoder.", "query_end_encoder.", "query_encoder.")
 SHARD_HEADER_ROOM = 64 * 1024
-DTYPES = {"float32": torch.float32, "float16": torch.float16}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "int8": torch.int8}
+INT8_MIN_ELEMENTS = 4096  # matrices at least this large are quantized; biases and LayerNorms stay float16
+SCALE_SUFFIX = "::scale"
 
 
 def tensor_sha256(tensor: torch.Tensor) -> str:
@@ -52,7 +55,10 @@ def write_weights(state: dict[str, torch.Tensor], path: Path, dtype: str = "floa
     for stale in [path / WEIGHTS_FILE, path / WEIGHTS_INDEX_FILE, *path.glob("model-*.safetensors")]:
         stale.unlink(missing_ok=True)
     from_base = _base_references(state, base_state) if base_state is not None else {}
-    stored = {k: _cast(v, dtype) for k, v in state.items() if k not in from_base}
+    stored: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        if key not in from_base:
+            stored.update(_encode(key, value, dtype))
     if max_shard_mb is None and dtype == "float32" and not from_base:
         safetensors_torch.save_file(stored, str(path / WEIGHTS_FILE), metadata={"format": "pt", "dphr": "1"})
         return {"files": [WEIGHTS_FILE], "bytes": (path / WEIGHTS_FILE).stat().st_size, "from_base": 0}
@@ -97,13 +103,17 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
         if Path(name).name != name or not file.is_file() or file_sha256(file) != sums.get(name):
             raise ModelLoadError(f"{file} is missing or corrupted (checksum mismatch with {index_file.name})")
         pieces.update(_read_safetensors(file))
-    state = {}
-    for key in {k.split("::part")[0] for k in pieces}:
-        parts = split.get(key)
-        state[key] = torch.cat([pieces[f"{key}::part{i}"] for i in range(parts)]) if parts else pieces[key]
+    try:
+        state = {}
+        for key in {k.split("::part")[0] for k in pieces}:
+            parts = split.get(key)
+            state[key] = torch.cat([pieces[f"{key}::part{i}"] for i in range(parts)]) if parts else pieces[key]
+        state = _decode(state)
+    except (KeyError, TypeError, RuntimeError) as exc:
+        raise ModelLoadError(f"{index_file} does not match its shards: {type(exc).__name__}: {exc}") from exc
     if from_base:
-        state.update(_read_from_base(index.get("base_model", ""), from_base, index_file))
-    return {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
+        state.update({k: v.float() for k, v in _read_from_base(index.get("base_model", ""), from_base, index_file).items()})
+    return state
 
 
 def read_base_state(base_model: str) -> dict[str, torch.Tensor]:
@@ -147,11 +157,35 @@ def _read_from_base(base_model: str, from_base: dict[str, Any], index_file: Path
     return out
 
 
-def _cast(tensor: torch.Tensor, dtype: str) -> torch.Tensor:
+def _encode(key: str, tensor: torch.Tensor, dtype: str) -> dict[str, torch.Tensor]:
+    """One tensor as stored: cast to float16, or (int8) rows quantized symmetrically with a float32 scale per row."""
     tensor = tensor.detach().cpu()
-    if tensor.is_floating_point():
-        tensor = tensor.to(DTYPES[dtype])
-    return tensor.contiguous()
+    if not tensor.is_floating_point():
+        return {key: tensor.contiguous()}
+    if dtype != "int8":
+        return {key: tensor.to(DTYPES[dtype]).contiguous()}
+    if tensor.dim() != 2 or tensor.numel() < INT8_MIN_ELEMENTS:
+        return {key: tensor.to(torch.float16).contiguous()}
+    scale = tensor.float().abs().amax(dim=1).clamp_min(1e-12) / 127.0
+    codes = torch.round(tensor.float() / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    return {key: codes.contiguous(), key + SCALE_SUFFIX: scale.contiguous()}
+
+
+def _decode(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Float32 tensors back from :func:`_encode`'s output."""
+    out = {}
+    for key, tensor in state.items():
+        if key.endswith(SCALE_SUFFIX):
+            continue
+        scale = state.get(key + SCALE_SUFFIX)
+        if scale is not None:
+            if tensor.dtype != torch.int8 or scale.shape != tensor.shape[:1]:
+                raise ModelLoadError(f"{key}: int8 codes {tuple(tensor.shape)} do not match scales {tuple(scale.shape)}")
+            tensor = tensor.float() * scale.float()[:, None]
+        elif tensor.dtype == torch.int8:
+            raise ModelLoadError(f"{key}: int8 weights without their {SCALE_SUFFIX} row scales")
+        out[key] = tensor.float() if tensor.is_floating_point() else tensor
+    return out
 
 
 def _split_rows(state: dict[str, torch.Tensor], limit: int | None) -> tuple[dict[str, torch.Tensor], dict[str, int]]:

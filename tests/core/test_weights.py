@@ -104,3 +104,34 @@ def test_dphr_model_export_writes_a_loadable_compact_model(tiny_model, tmp_path,
     assert "3 tensors from the base model" in capsys.readouterr().out
     loaded = PhraseModel.load(tmp_path / "compact")
     np.testing.assert_allclose(_vectors(loaded)[1], _vectors(model)[1], atol=5e-2 * np.abs(_vectors(model)[1]).max())
+
+
+def test_int8_weights_are_smaller_than_float16_and_keep_vectors_close(tiny_model, tmp_path):
+    half = tiny_model.save(tmp_path / "fp16", weights_dtype="float16")
+    quantized = tiny_model.save(tmp_path / "int8", weights_dtype="int8")
+    index = json.loads((tmp_path / "int8" / WEIGHTS_INDEX_FILE).read_text())
+    assert any(key.endswith("::scale") for key in index["weight_map"])
+    assert quantized["bytes"] < 0.85 * half["bytes"]  # the tiny model's many small tensors stay float16
+    loaded = PhraseModel.load(tmp_path / "int8")
+    for got, want in zip(_vectors(loaded), _vectors(tiny_model)):
+        cosine = (got * want).sum(-1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1))
+        assert cosine.min() > 0.95 and not np.array_equal(got, want)
+
+
+def test_int8_codes_without_their_scales_are_refused(tiny_model, tmp_path):
+    tiny_model.save(tmp_path / "m", weights_dtype="int8")
+    index_file = tmp_path / "m" / WEIGHTS_INDEX_FILE
+    index = json.loads(index_file.read_text())
+    scale_key = next(key for key in index["weight_map"] if key.endswith("::scale"))
+    shard = tmp_path / "m" / index["weight_map"][scale_key]
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(shard))
+    del tensors[scale_key]
+    save_file(tensors, str(shard))
+    from dphr_haystack._atomic import file_sha256
+
+    index["files_sha256"][shard.name] = file_sha256(shard)
+    index_file.write_text(json.dumps(index))
+    with pytest.raises(ModelLoadError, match="row scales"):
+        PhraseModel.load(tmp_path / "m")
