@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from .config import PhraseModelConfig
+from .config import PhraseModelConfig, effective_filter_threshold, parse_threshold_arg
 from .errors import DphrError
 from .eval_cli import add_eval_parser, run_eval
 from .scale_cli import add_scale_parsers, run_scale_command
@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     index.add_argument("--model", required=True, type=Path)
     index.add_argument("--corpus", required=True, type=Path, help="SQuAD JSON or JSON lines {id, title, text}; .gz ok")
     index.add_argument("--out", required=True, type=Path)
-    index.add_argument("--filter-threshold", type=_threshold_arg, default=None,
+    index.add_argument("--filter-threshold", type=parse_threshold_arg, default=None,
                        help="keep tokens whose filter logit exceeds T; 'none' keeps every token "
                             "(default: the model's filter_threshold, chosen by the filter training stage)")
     index.add_argument("--faiss-factory", default="Flat", help="any FAISS index_factory string (default Flat)")
@@ -96,11 +96,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DphrError as exc:
         print(f"dphr: error: {exc}", file=sys.stderr)
         return 2
-
-
-def _threshold_arg(text: str) -> float | str:
-    """``--filter-threshold``: a number, or ``none`` for no filtering."""
-    return "none" if text.strip().lower() == "none" else float(text)
 
 
 def _device(name: str) -> str:
@@ -151,8 +146,7 @@ def _index(args: argparse.Namespace) -> int:
         print(f"resuming {args.out}: {index.num_passages} passages already indexed")
         duplicates = "skip"
     else:
-        threshold = model.config.filter_threshold if args.filter_threshold is None else args.filter_threshold
-        threshold = None if threshold == "none" else threshold
+        threshold = effective_filter_threshold(args.filter_threshold, model.config)
         PhraseIndex.create(model, path=args.out, faiss_factory=args.faiss_factory, filter_threshold=threshold,
                            dtype=args.dtype, model_path=str(args.model.resolve()))
         index = PhraseIndex.load(args.out, model=model, flat_search="mmap")

@@ -120,3 +120,15 @@ def _same_json_type(value: Any, default: Any) -> bool:
     if isinstance(default, float):
         return isinstance(value, (int, float))
     return isinstance(value, type(default))
+
+
+def parse_threshold_arg(text: str) -> float | str:
+    """A command line's ``--filter-threshold``: a number, or ``none`` for no filtering."""
+    return "none" if text.strip().lower() == "none" else float(text)
+
+
+def effective_filter_threshold(requested: float | str | None, config: PhraseModelConfig) -> float | None:
+    """The threshold to dump with: ``requested`` (``"none"``: keep every token), else the model's own."""
+    if requested is None:
+        return config.filter_threshold
+    return None if requested == "none" else float(requested)

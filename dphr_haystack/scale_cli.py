@@ -12,6 +12,7 @@ import json
 import time
 from pathlib import Path
 
+from .config import PhraseModelConfig, effective_filter_threshold, parse_threshold_arg
 from .index_types import INDEX_TYPES
 
 
@@ -22,7 +23,8 @@ def add_scale_parsers(sub: argparse._SubParsersAction) -> None:
     dump.add_argument("--corpus", required=True, type=Path, help="SQuAD JSON or JSON lines {id, title, text}; .gz ok")
     dump.add_argument("--out", required=True, type=Path, help="dump directory (re-running resumes)")
     dump.add_argument("--shard-size", type=int, default=1000, help="passages per shard (the unit of work and resume)")
-    dump.add_argument("--filter-threshold", type=float, default=None)
+    dump.add_argument("--filter-threshold", type=parse_threshold_arg, default=None,
+                      help="keep tokens whose filter logit exceeds T; 'none' keeps every token (default: the model's)")
     dump.add_argument("--dtype", default="float16", choices=["float16", "int8"])
     dump.add_argument("--batch-size", type=int, default=32)
     dump.add_argument("--device", default="auto", help="auto, cpu, cuda (without --ray); CUDA encodes under bf16")
@@ -85,12 +87,17 @@ def _factory(args: argparse.Namespace, num_vectors: int, dim: int) -> str:
 
 
 def _dump(args: argparse.Namespace) -> int:
+    from .model import CONFIG_FILE
+
     started = time.perf_counter()
+    config_file = args.model / CONFIG_FILE  # absent for a DensePhrases checkpoint: no threshold of its own
+    config = PhraseModelConfig.load(config_file) if config_file.is_file() else PhraseModelConfig()
+    threshold = effective_filter_threshold(args.filter_threshold, config)
     if args.ray:
         from .distributed import dump_distributed, summary_dict
 
         summary = dump_distributed(args.model, args.corpus, args.out, num_workers=args.num_workers,
-                                   shard_size=args.shard_size, filter_threshold=args.filter_threshold, dtype=args.dtype,
+                                   shard_size=args.shard_size, filter_threshold=threshold, dtype=args.dtype,
                                    batch_size=args.batch_size, gpus_per_worker=args.gpus_per_worker,
                                    cpus_per_worker=args.cpus_per_worker, max_retries=args.max_retries,
                                    address=args.ray_address)
@@ -104,7 +111,7 @@ def _dump(args: argparse.Namespace) -> int:
 
     model = PhraseModel.load(args.model, device=resolve_device(args.device))
     summary = dump_phrases(model, args.corpus, args.out, shard_size=args.shard_size,
-                           filter_threshold=args.filter_threshold, dtype=args.dtype, batch_size=args.batch_size,
+                           filter_threshold=threshold, dtype=args.dtype, batch_size=args.batch_size,
                            progress=not args.no_progress, worker=args.worker, num_workers=args.num_workers)
     print(f"worker {args.worker}/{args.num_workers}: {summary.encoded_shards} shards encoded, {summary.skipped_shards} "
           f"already complete, {summary.vectors} vectors in {time.perf_counter() - started:.1f}s -> {args.out}")

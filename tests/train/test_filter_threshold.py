@@ -1,4 +1,5 @@
-"""The filter stage's threshold rule, its place in dphr_config.json, and ``dphr index`` taking it by default."""
+"""The filter stage's threshold rule, its place in dphr_config.json, and ``dphr index``/``dphr dump`` taking it by
+default."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def test_recipe_rejects_a_metric_the_sweep_does_not_report(tmp_path):
         load_recipe(bad)
 
 
-def test_threshold_is_stored_in_the_model_config_and_used_by_dphr_index(tiny_model, tmp_path, capsys):
+def test_threshold_is_stored_in_the_model_config_and_used_by_dphr_index_and_dump(tiny_model, tmp_path, capsys):
     from dphr_haystack.cli import main as dphr
     from dphr_haystack.index import PhraseIndex
     from tests.conftest import tiny_passages
@@ -79,6 +80,10 @@ def test_threshold_is_stored_in_the_model_config_and_used_by_dphr_index(tiny_mod
                      "--no-progress", *extra]) == 0
         index = PhraseIndex.load(out)
         sizes[name] = (index.filter_threshold, len(index))
+        dump = tmp_path / f"dump-{name}"
+        assert dphr(["dump", "--model", str(model_dir), "--corpus", str(corpus), "--out", str(dump), "--device", "cpu",
+                     "--no-progress", *extra]) == 0
+        assert json.loads((dump / "dump.json").read_text())["filter_threshold"] == index.filter_threshold
     capsys.readouterr()
     assert sizes["default"][0] == 0.25 and sizes["explicit"][0] == -0.5 and sizes["none"][0] is None
     assert sizes["default"][1] <= sizes["explicit"][1] <= sizes["none"][1]
