@@ -232,17 +232,13 @@ def test_read_write_lock_semantics():
         with pytest.raises(RuntimeError, match="read lock"):
             with lock.write():
                 pass
-    inside, most = [0], [0]
+    all_inside = threading.Barrier(4, timeout=10)
 
     def reader(_no: int) -> None:
         with lock.read():
-            inside[0] += 1
-            most[0] = max(most[0], inside[0])
-            time.sleep(0.05)
-            inside[0] -= 1
+            all_inside.wait()  # passes only if all four readers hold the read lock at once
 
-    assert _run_threads(reader, n=4) == []
-    assert most[0] > 1  # readers overlap
+    assert _run_threads(reader, n=4) == []  # readers overlap (else BrokenBarrierError)
     # a waiting writer is not starved by a stream of new readers
     order: list[str] = []
     stop = threading.Event()
