@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_squad_open_small.py                 # build (cached, resumable) + evaluate
     .venv/bin/python benchmarks/bench_squad_open_small.py --questions 200 # quicker
-    .venv/bin/python benchmarks/bench_squad_open_small.py --model DIR     # a trained phrase model
+    .venv/bin/python benchmarks/bench_squad_open_small.py --model DIR     # another phrase model ('minilm': untrained)
 
 Corpus: every paragraph of SQuAD train-rebuilt and dev-public (~20.6k, design.md). Questions: dev-public
 questions, open-domain (no gold passage given), without those of the held-out validation articles
@@ -79,15 +79,35 @@ def load_dense(out: Path, n: int) -> np.ndarray:
     return emb
 
 
+def phrase_cache(model, cache: Path) -> Path:
+    """Where ``model``'s phrase index lives: one per phrase encoder and filter threshold, so models that differ
+    only on the query side (query-side fine-tuning) share it. The untrained ``minilm`` keeps ``phrases/``."""
+    if model.config.base_model.lower() == "minilm" and not model.config.filter_threshold and \
+            (cache / "phrases").is_dir() and model.phrase_fingerprint() == _manifest_fingerprint(cache / "phrases"):
+        return cache / "phrases"
+    threshold = "none" if model.config.filter_threshold is None else f"{model.config.filter_threshold:g}"
+    return cache / f"phrases-{model.phrase_fingerprint()[:12]}-filter-{threshold}"
+
+
+def _manifest_fingerprint(path: Path) -> str | None:
+    from dphr_haystack.index import MANIFEST
+
+    try:
+        return json.loads((path / MANIFEST).read_text())["model_fingerprint"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def build_phrases(model, model_name: str, passages: list[dict], out: Path) -> dict:
-    """The phrase index of all passages (resumes from its last committed chunk)."""
+    """The phrase index of all passages with the model's filter threshold (resumes from its last committed chunk)."""
     from dphr_haystack.index import MANIFEST, PhraseIndex
 
     start = time.perf_counter()
     if (out / MANIFEST).is_file():
         index = PhraseIndex.load(out, model=model)
     else:
-        index = PhraseIndex.create(model, path=out, model_path=model_name)
+        index = PhraseIndex.create(model, path=out, model_path=model_name,
+                                   filter_threshold=model.config.filter_threshold)
     before = index.num_passages
     index.add_passages(passages, model, batch_size=32, chunk_size=512, duplicates="skip", progress=True)
     return {"passages_encoded": index.num_passages - before, "seconds": time.perf_counter() - start,
@@ -106,10 +126,11 @@ def build(model_name: str, cache: Path, max_passages: int | None = None) -> tupl
     model = load_phrase_model(model_name)
     passages = [{"id": d.id, "text": d.content, "title": d.meta["title"], "document_id": d.meta["document_id"]}
                 for d in docs]
-    phrases = build_phrases(model, model_name, passages, cache / "phrases")
+    phrase_dir = phrase_cache(model, cache)
+    phrases = build_phrases(model, model_name, passages, phrase_dir)
     if phrases["passages_encoded"]:
-        stats["phrases"] = phrases
-    stats.update(documents=len(docs), model=model_name)
+        stats.setdefault("phrase_indexes", {})[phrase_dir.name] = phrases
+    stats.update(documents=len(docs), model=model_name, phrase_index=phrase_dir.name)
     cache.mkdir(parents=True, exist_ok=True)
     stats_file.write_text(json.dumps(stats, indent=2))
     return docs, stats
@@ -128,7 +149,7 @@ SYSTEMS = [
 ]
 
 
-def make_stores(docs, embeddings: np.ndarray, cache: Path):
+def make_stores(docs, embeddings: np.ndarray, cache: Path, build_stats: dict):
     """The shared PhraseDocumentStore (documents, BM25, dense embeddings, phrase index) and the FAISS store."""
     from haystack.document_stores import FAISSDocumentStore
 
@@ -140,7 +161,7 @@ def make_stores(docs, embeddings: np.ndarray, cache: Path):
     start = time.perf_counter()
     store = PhraseDocumentStore(embedding_dim=embeddings.shape[1], similarity="cosine", progress_bar=False)
     store.write_documents(docs)
-    store.attach_phrase_index(PhraseIndex.load(cache / "phrases"))
+    store.attach_phrase_index(PhraseIndex.load(cache / build_stats["phrase_index"]))
     faiss_store = FAISSDocumentStore(sql_url="sqlite://", faiss_index_factory_str="Flat",
                                      embedding_dim=embeddings.shape[1], similarity="cosine", progress_bar=False)
     faiss_store.write_documents(docs)
@@ -148,14 +169,14 @@ def make_stores(docs, embeddings: np.ndarray, cache: Path):
     return store, faiss_store
 
 
-def evaluate_all(docs, embeddings: np.ndarray, cache: Path, args) -> dict:
+def evaluate_all(docs, embeddings: np.ndarray, cache: Path, build_stats: dict, args) -> dict:
     """Every system of :data:`SYSTEMS` on the same sampled questions; summaries, latencies and ratios."""
     from dphr_haystack.evaluation import evaluate_pipeline, markdown_table, read_questions
     from dphr_haystack.nodes import load_pipeline
 
     held_out = validation_titles()
     examples = read_questions(SQUAD_DEV, limit=args.questions, seed=args.seed, exclude_titles=held_out)
-    store, faiss_store = make_stores(docs, embeddings, cache)
+    store, faiss_store = make_stores(docs, embeddings, cache, build_stats)
     reports, rows = [], []
     for name, yml, overrides, uses_faiss, slow in SYSTEMS:
         overrides = {node: {**params, "model": args.model} for node, params in overrides.items()}
@@ -164,7 +185,7 @@ def evaluate_all(docs, embeddings: np.ndarray, cache: Path, args) -> dict:
         questions = examples[: args.in_memory_dense_questions] if slow else examples
         pipeline.run(query=questions[0].question)  # warm-up: model loading and caches are not query latency
         report = evaluate_pipeline(pipeline, questions, top_k=args.top_k, system=name)
-        report.write(cache / "eval")
+        report.write(cache / "eval" / Path(args.model).name)
         reports.append(report)
         latency = percentiles([1000 * r.seconds for r in report.results])
         rows.append({"system": name, "pipeline": yml, "questions": len(questions), "metrics": report.summary,
@@ -180,7 +201,8 @@ def evaluate_all(docs, embeddings: np.ndarray, cache: Path, args) -> dict:
             "phrase_model_note": "untrained: all-MiniLM-L6-v2 copied into the phrase and query encoders"
             if args.model == "minilm" else "", "corpus_passages": len(docs), "questions_sampled": len(examples),
             "held_out_titles": held_out, "seed": args.seed, "top_k": args.top_k, "systems": rows,
-            "table_markdown": table, "phrase_vectors": len(store.get_phrase_index())}
+            "table_markdown": table, "phrase_vectors": len(store.get_phrase_index()),
+            "filter_threshold": store.get_phrase_index().filter_threshold}
 
 
 def markdown(payload: dict) -> str:
@@ -190,7 +212,7 @@ def markdown(payload: dict) -> str:
              f"{payload['questions_sampled']} dev-public questions sampled with seed {payload['seed']}, open-domain, "
              f"held-out validation articles excluded ({len(payload['held_out_titles'])}). Phrase model: "
              f"`{payload['phrase_model']}` {payload['phrase_model_note']}; phrase index: "
-             f"{payload['phrase_vectors']:,} vectors, flat. Accuracies in %, top-{payload['top_k']} retrieved.", "",
+             f"{payload['phrase_vectors']:,} vectors, flat, filter threshold {payload.get('filter_threshold')}. Accuracies in %, top-{payload['top_k']} retrieved.", "",
              payload["table_markdown"], "",
              "| system | questions | p50 ms | p95 ms | p50 / BM25 | p50 / dense (FAISS) |",
              "|---|---:|---:|---:|---:|---:|"]
@@ -199,10 +221,11 @@ def markdown(payload: dict) -> str:
         lines.append(f"| {row['system']} | {row['questions']} | {lat['p50_ms']:.1f} | {lat['p95_ms']:.1f} | "
                      f"{row['p50_vs_bm25']:.2f} | {row['p50_vs_dense_faiss']:.2f} |")
     build = payload.get("build", {})
-    if "dense" in build and "phrases" in build:
-        lines += ["", f"Indexing cost (this machine, timed when the cache under benchmarks/cache/ was built): dense embeddings {build['dense']['seconds'] / 60:.1f} min, "
-                      f"phrase index {build['phrases']['seconds'] / 60:.1f} min "
-                      f"({build['phrases']['vectors']:,} vectors). This run, on the cached build: "
+    phrases = build.get("phrase_indexes", {}).get(build.get("phrase_index"))
+    if "dense" in build and phrases:
+        lines += ["", f"Indexing cost (this machine, timed when the cache under benchmarks/cache/ was built): dense "
+                      f"embeddings {build['dense']['seconds'] / 60:.1f} min, phrase index {phrases['seconds'] / 60:.1f} min "
+                      f"({phrases['vectors']:,} vectors). This run, on the cached build: "
                       f"{payload['benchmark_seconds'] / 60:.1f} min (evaluation "
                       f"{payload['evaluation_seconds'] / 60:.1f} min)."]
     return "\n".join(lines)
@@ -238,7 +261,8 @@ def plot(payload: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="minilm", help="phrase model: 'minilm' (untrained) or a directory")
+    parser.add_argument("--model", default="dphr-minilm-squad",
+                        help="phrase model: 'dphr-minilm-squad' (shipped), 'minilm' (untrained) or a directory")
     parser.add_argument("--questions", type=int, default=300, help="dev questions to sample (default 300)")
     parser.add_argument("--in-memory-dense-questions", type=int, default=50,
                         help="questions for the slow in-memory dense scan (default 50)")
@@ -254,16 +278,14 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     if not SQUAD_TRAIN.is_file() or not SQUAD_DEV.is_file():
         raise SystemExit("SQuAD train-rebuilt and dev-public are needed (../shared/data/squad)")
-    cache = CACHE if args.model == "minilm" else CACHE.with_name(f"squad-open-small-{Path(args.model).name}")
-    if args.max_passages:
-        cache = cache.with_name(f"{cache.name}-smoke{args.max_passages}")
+    cache = CACHE.with_name(f"{CACHE.name}-smoke{args.max_passages}") if args.max_passages else CACHE
     started = time.perf_counter()
     docs, build_stats = build(args.model, cache, args.max_passages)
     print(f"build: {json.dumps(build_stats)}")
     if args.build_only:
         return 0
     eval_started = time.perf_counter()
-    payload = evaluate_all(docs, load_dense(cache / "dense", len(docs)), cache, args)
+    payload = evaluate_all(docs, load_dense(cache / "dense", len(docs)), cache, build_stats, args)
     payload["build"] = build_stats
     payload["evaluation_seconds"] = time.perf_counter() - eval_started
     payload["benchmark_seconds"] = time.perf_counter() - started

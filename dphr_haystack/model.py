@@ -26,6 +26,7 @@ from ._lazy import require
 from .config import PhraseModelConfig
 from .errors import ModelLoadError
 from .inputs import build_windows, pad_batch, tokenize_passages, tokenize_queries
+from .shipped import is_shipped_name, shipped_model_path
 from .weights import WEIGHTS_FILE, WEIGHTS_INDEX_FILE, read_base_state, read_weights, write_weights
 
 logger = logging.getLogger(__name__)
@@ -114,8 +115,14 @@ class PhraseModel(nn.Module):
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu") -> PhraseModel:
-        """Load a model saved by :meth:`save` (safetensors weights; nothing is unpickled)."""
+        """Load a model saved by :meth:`save` (safetensors weights; nothing is unpickled).
+
+        ``path`` may also name a model shipped with the package (``dphr-minilm-squad``, alias ``default``) when no
+        directory of that name exists.
+        """
         transformers = require("transformers")
+        if not Path(path).is_dir() and is_shipped_name(path):
+            path = shipped_model_path(path)
         path = Path(path)
         if not path.is_dir():
             raise ModelLoadError(f"model directory not found: {path}")

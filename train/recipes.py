@@ -101,6 +101,10 @@ class QsftSection:
     top_k: int = 100
     label_strategy: str = "phrase"
     faiss_factory: str = "Flat"
+    # An existing PhraseIndex directory built with this model's phrase encoder (e.g. the whole open-domain corpus,
+    # as DensePhrases fine-tunes against its Wikipedia index) instead of indexing the training passages. Its
+    # passage ids need not match the training data's, so use label_strategy "phrase" with it.
+    index: str | None = None
     select_on: str | None = None
     train: dict[str, Any] = field(default_factory=dict)
 
@@ -470,14 +474,22 @@ def run_qsft(ctx: Context) -> dict[str, Any]:
     model, source = ctx.init_model(q.init, ("filter", "hn", "rc"))
     model = model.to(_device())
     data = ctx.train_data
-    index = build_index(model, data.passages, recipe.validate.batch_size, faiss_factory=q.faiss_factory)
+    if q.index:
+        from dphr_haystack.index import PhraseIndex
+
+        if "doc" in q.label_strategy.split(","):
+            raise ValueError("qsft.index: an external index's passage ids are not the training data's; use "
+                             "label_strategy: phrase")
+        index = PhraseIndex.load(_resolve_dir(q.index), model=model)
+    else:
+        index = build_index(model, data.passages, recipe.validate.batch_size, faiss_factory=q.faiss_factory)
     _set_nprobe(index, recipe.mine.nprobe)
     reference = recipe.validate.reference or (str(ctx.stage_model_dir("rc")) if ctx.stage_model_dir("rc") else None)
     validator, metric = ctx.validator(q.select_on, reference)
     task = QsftTask(model, data, index, top_k=q.top_k, label_strategy=q.label_strategy)
     args = _train_args(recipe, "qsft", {"trainable": "query", **q.train}, metric)
     result = Trainer(model, args, task, eval_fn=validator).train()
-    return {"init": source, "index_vectors": len(index), "steps": result.steps, "final": result.final_dir,
+    return {"init": source, "index": q.index, "index_vectors": len(index), "steps": result.steps, "final": result.final_dir,
             "best": result.best_dir, "best_metric": result.best_metric, "last": result.last_metrics,
             "samples_per_s": result.samples_per_second}
 

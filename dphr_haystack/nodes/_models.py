@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import InvalidParameterError, ModelLoadError
 from ..model import CONFIG_FILE, MINILM_ALIASES, WEIGHTS_FILE, PhraseModel
+from ..shipped import DEFAULT_MODEL, is_shipped_name, shipped_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -40,14 +41,17 @@ def model_key(model: str) -> str:
     if model.lower() in MINILM_ALIASES:
         return "minilm"
     path = Path(model).expanduser()
-    return str(path.resolve()) if path.exists() else model
+    if path.exists():
+        return str(path.resolve())
+    return str(shipped_model_path(model)) if is_shipped_name(model) else model
 
 
 def load_phrase_model(model: str, device: str = "auto") -> PhraseModel:
     """Load (once per process and device) a phrase model by alias, local directory or Hugging Face hub name.
 
     Args:
-        model: ``minilm`` (the untrained phrase model built on the offline all-MiniLM-L6-v2), a directory
+        model: ``dphr-minilm-squad`` (alias ``default``: the trained phrase model shipped with the package),
+            ``minilm`` (an untrained phrase model built on the offline all-MiniLM-L6-v2), a directory
             written by ``PhraseModel.save``, a DensePhrases checkpoint directory, a plain BERT-family encoder
             directory (an untrained phrase model is built on it), or a hub name ``org/name``.
         device: ``cpu``, ``cuda`` or ``auto``.
@@ -90,18 +94,20 @@ def model_fingerprint(model: PhraseModel) -> str:
 
 def _load(model: str) -> PhraseModel:
     if model.lower() in MINILM_ALIASES:
-        logger.warning("PhraseRetriever model %r: an UNTRAINED phrase model built on all-MiniLM-L6-v2 "
-                       "(no trained dphr model exists yet); expect low answer quality", model)
+        logger.warning("PhraseRetriever model %r: an UNTRAINED phrase model built on all-MiniLM-L6-v2; expect "
+                       "arbitrary answers (the trained default is %r)", model, DEFAULT_MODEL)
         return PhraseModel.from_base(model)
     path = Path(model).expanduser()
     if path.is_dir():
         return _load_dir(path)
+    if is_shipped_name(model):
+        return PhraseModel.load(shipped_model_path(model))
     if path.exists():
         raise ModelLoadError(f"phrase model path is a file, expected a directory: {path.resolve()}")
     if _HUB_ID.fullmatch(model) and not model.startswith((".", "/", "~")):
         return _load_dir(_download(model))
     raise ModelLoadError(f"phrase model not found: {path.resolve()} (model={model!r}); pass a model directory, "
-                         "'minilm', or a hub name like 'org/name'")
+                         f"{DEFAULT_MODEL!r} (shipped), 'minilm', or a hub name like 'org/name'")
 
 
 def _load_dir(path: Path) -> PhraseModel:

@@ -12,6 +12,7 @@ from haystack.schema import Answer, Document, Span
 
 from ..errors import InvalidParameterError, ModelMismatchError
 from ..search import UNITS, DocumentHit, PassageHit, PhraseHit, PhraseSearcher
+from ..shipped import DEFAULT_MODEL
 from ._models import load_phrase_model, model_fingerprint
 from ._schema import typed_init
 from .document_store import PhraseDocumentStore
@@ -38,21 +39,23 @@ class PhraseRetriever(BaseRetriever):
 
     Example:
         >>> store = PhraseDocumentStore()
-        >>> retriever = PhraseRetriever(document_store=store, model="minilm", unit="phrase")
+        >>> retriever = PhraseRetriever(document_store=store, unit="phrase")   # the shipped dphr-minilm-squad
         >>> store.index_documents([Document("Hamlet was written by Shakespeare.")], retriever)
         >>> retriever.run_query("Who wrote Hamlet?")[0]["answers"][0].answer
 
     Args:
         document_store: The PhraseDocumentStore to search.
-        model: Phrase model: ``minilm`` (untrained, built on the offline all-MiniLM-L6-v2), a model directory,
-            a DensePhrases checkpoint directory or a hub name. Loaded once per process and device.
+        model: Phrase model: ``dphr-minilm-squad`` (the default: trained, shipped with the package, offline),
+            ``minilm`` (untrained, built on the offline all-MiniLM-L6-v2), a model directory, a DensePhrases
+            checkpoint directory or a hub name. Loaded once per process and device.
         top_k: Results per query.
         unit: ``phrase`` (top-k phrases; documents are their passages, deduplicated), ``passage`` (top-k
             passages by best phrase) or ``document`` (top-k documents by best passage, grouped by the store's
             ``document_id_field``).
         max_answer_length: Longest phrase in subwords (default: the model's).
-        filter_threshold: Token-filter threshold used when this retriever creates a phrase index (None: keep
-            every token).
+        filter_threshold: Token-filter threshold used when this retriever creates a phrase index: ``"model"``
+            (the default) takes the one chosen when the model's filter was trained (none for an untrained model),
+            a number sets it, None keeps every token.
         batch_size: Batch size for passage and query encoding.
         device: ``cpu``, ``cuda`` or ``auto``.
         scale_score: Map scores to (0, 1) with expit(score / 100); raw scores otherwise.
@@ -65,11 +68,11 @@ class PhraseRetriever(BaseRetriever):
     def __init__(
         self,
         document_store: BaseDocumentStore | None = None,
-        model: str = "minilm",
+        model: str = DEFAULT_MODEL,
         top_k: int = 10,
         unit: Literal["phrase", "passage", "document"] = "passage",
         max_answer_length: int | None = None,
-        filter_threshold: float | None = None,
+        filter_threshold: float | Literal["model"] | None = "model",
         batch_size: int = 32,
         device: Literal["cpu", "cuda", "auto"] = "auto",
         scale_score: bool = True,
@@ -90,12 +93,16 @@ class PhraseRetriever(BaseRetriever):
         self.model = model
         self.top_k = top_k
         self.unit = unit
-        self.filter_threshold = filter_threshold
         self.batch_size = batch_size
         self.device = device
         self.scale_score = scale_score
         self.return_answers = return_answers
         self.phrase_model = load_phrase_model(model, device)
+        if filter_threshold == "model":
+            filter_threshold = self.phrase_model.config.filter_threshold
+        elif isinstance(filter_threshold, str) or isinstance(filter_threshold, bool):
+            raise InvalidParameterError(f"filter_threshold={filter_threshold!r}; valid: 'model', a number or None")
+        self.filter_threshold = filter_threshold
         self.max_answer_length = max_answer_length or self.phrase_model.config.max_answer_length
         if self.max_answer_length > self.phrase_model.config.max_passage_length:
             raise InvalidParameterError(f"max_answer_length={self.max_answer_length} exceeds the model's passage "

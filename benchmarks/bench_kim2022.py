@@ -1,0 +1,310 @@
+"""Kim et al. 2022 re-measured at our scale: unified loss, separately trained filter, validation subcorpora.
+
+    # (a) unified loss vs the DensePhrases objective: two runs of train/configs/cpu_{ul,original}.yaml
+    .venv/bin/python benchmarks/bench_kim2022.py loss --runs runs/cpu-ul runs/cpu-original
+    # (c) the filter: AUC-PR and accuracy vs index size, separate filter vs the jointly trained one
+    .venv/bin/python benchmarks/bench_kim2022.py filter --models runs/cpu-ul/filter/final runs/cpu-original/rc/best
+    # (d) checkpoint ranking on C0, R_r, H_k against the ranking on a large corpus, with rank correlations
+    .venv/bin/python benchmarks/bench_kim2022.py validation --checkpoints runs/kept/* --reference runs/kept/cpu-ul-50
+
+Questions are those of the held-out validation articles (the first 8 dev-public articles, 427 paragraphs, which
+``bench_squad_open_small.py`` never asks about), capped at ``--questions`` evenly spaced ones. The "large" corpus
+is every dev-public paragraph (1,702) plus ``--extra-train-passages`` SQuAD train-rebuilt paragraphs (the whole
+SQuAD-open-small corpus with ``--extra-train-passages all``). Phrase EM@1 and passage acc@k are computed exactly as
+in training-time validation (``train.validation.evaluate_index``). Writes ``results/kim2022_<part>.json`` and ``.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from benchmarks._common import SQUAD_DEV, SQUAD_TRAIN, finish_result, machine  # noqa: E402
+
+VALIDATION_PARAGRAPHS = 427  # the first 8 dev-public articles
+KS = (1, 5, 20)
+
+
+# ----------------------------------------------------------------------------- data
+def validation_data(questions: int):
+    from train.data import load_squad
+
+    return load_squad(SQUAD_DEV, VALIDATION_PARAGRAPHS, questions)
+
+
+def large_corpus(extra_train: str) -> list[dict[str, Any]]:
+    """Every dev-public paragraph plus ``extra_train`` train-rebuilt paragraphs (evenly spaced, or ``all``)."""
+    import numpy as np
+
+    from train.data import load_squad
+
+    passages = load_squad(SQUAD_DEV).passages
+    train = load_squad(SQUAD_TRAIN).passages
+    if extra_train != "all":
+        n = min(int(extra_train), len(train))
+        train = [train[i] for i in np.linspace(0, len(train) - 1, n).round().astype(int)] if n else []
+    return passages + train
+
+
+def score(model, passages, examples, batch_size: int = 64) -> dict[str, float]:
+    from train.validation import build_index, evaluate_index
+
+    started = time.perf_counter()
+    index = build_index(model, passages, batch_size)
+    out = evaluate_index(index, model, examples, KS)
+    return {**out, "passages": len(passages), "vectors": len(index), "seconds": time.perf_counter() - started}
+
+
+def load(path: str):
+    from dphr_haystack.model import PhraseModel
+
+    return PhraseModel.load(path)
+
+
+# ----------------------------------------------------------------------------- (a) loss
+def run_loss(args) -> dict[str, Any]:
+    """Validation curves of each run and its selected model on C0, R_0.1 and the large corpus."""
+    from train.validation import build_subcorpora, unique_questions
+
+    data = validation_data(args.questions)
+    examples = unique_questions(data.examples)
+    sub = build_subcorpora(data, None, (), (0.1,), seed=0)
+    large = large_corpus(args.extra_train_passages)
+    runs = {}
+    for run in args.runs:
+        run = Path(run)
+        log = [json.loads(line) for line in (run / "rc" / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        args_file = json.loads((run / "rc" / "train_args.json").read_text())
+        model_dir = next(run / "rc" / n for n in ("best", "final") if (run / "rc" / n / "dphr_config.json").is_file())
+        model = load(str(model_dir))
+        scores = {name: score(model, [data.passages[data.passage_index[p]] for p in ids], examples)
+                  for name, ids in sub.items()}
+        scores["large"] = score(model, large, examples)
+        summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
+        runs[run.name] = {
+            "model": str(model_dir), "train_args": args_file,
+            "loss": summary.get("recipe", {}).get("rc", {}).get("loss"),
+            "train_seconds": summary.get("stages", {}).get("rc", {}).get("seconds"),
+            "samples_per_s": summary.get("stages", {}).get("rc", {}).get("samples_per_s"),
+            "curve": [{k: v for k, v in e.items() if k == "step" or k.endswith("/em@1") or k.endswith("/acc@20")}
+                      for e in log if any(k.endswith("/em@1") for k in e)],
+            "train_loss": [{"step": e["step"], "loss": e["loss"]} for e in log if "loss" in e],
+            "scores": scores,
+        }
+    return {"runs": runs, "questions": len(examples), "subcorpora": {k: len(v) for k, v in sub.items()},
+            "large_passages": len(large)}
+
+
+def loss_markdown(r: dict) -> str:
+    lines = [f"Questions: {r['questions']} (held-out validation articles). Large corpus: {r['large_passages']} passages.",
+             "", "| run | loss | steps × batch | train min | corpus | passages | EM@1 | acc@1 | acc@5 | acc@20 |",
+             "|---|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for name, run in r["runs"].items():
+        a = run["train_args"]
+        minutes = f"{run['train_seconds'] / 60:.0f}" if run.get("train_seconds") else "–"
+        for corpus, s in run["scores"].items():
+            lines.append(f"| {name} | {run['loss']} | {a.get('max_steps')} × {a.get('batch_size')} | {minutes} | {corpus} | "
+                         f"{s['passages']} | {100 * s['em@1']:.1f} | {100 * s['acc@1']:.1f} | {100 * s['acc@5']:.1f} | "
+                         f"{100 * s['acc@20']:.1f} |")
+    return "\n".join(lines)
+
+
+def loss_plot(r: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, run in r["runs"].items():
+        curve = run["curve"]
+        key = next((k for k in (curve[0] if curve else {}) if k.endswith("/em@1")), None)
+        if key:
+            ax1.plot([c["step"] for c in curve], [100 * c[key] for c in curve], marker="o", label=f"{name} ({key})")
+        corpora = list(run["scores"])
+        ax2.plot(corpora, [100 * run["scores"][c]["em@1"] for c in corpora], marker="o", label=name)
+    ax1.set(xlabel="step", ylabel="EM@1 (%)", title="validation during training")
+    ax2.set(xlabel="corpus (small → large)", ylabel="phrase EM@1 (%)", title="selected model")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+# ----------------------------------------------------------------------------- (c) filter
+def run_filter(args) -> dict[str, Any]:
+    """AUC-PR of each model's filter on the validation windows and its index-size/accuracy trade-off."""
+    from train.data import PassageWindows, build_features
+    from train.filter import filter_metrics, filter_scores, threshold_sweep
+    from train.validation import unique_questions
+
+    data = validation_data(args.questions)
+    examples = unique_questions(data.examples)
+    large = large_corpus(args.extra_train_passages)
+    models = {}
+    for path in args.models:
+        model = load(path)
+        features = build_features(data, PassageWindows(model.tokenizer, model.config, data.passages))
+        auc = filter_metrics(filter_scores(model, data, features))
+        rows = threshold_sweep(model, large, examples, [None, *args.thresholds], 64, KS)
+        models[path] = {"auc_pr": auc, "filter_threshold": model.config.filter_threshold, "sweep": rows}
+    return {"models": models, "questions": len(examples), "passages": len(large)}
+
+
+def filter_markdown(r: dict) -> str:
+    lines = [f"AUC-PR on the validation windows; sweep over {r['passages']} passages, {r['questions']} questions.", "",
+             "| model | AUC-PR (start or end) | threshold | vectors / passage | EM@1 | acc@20 |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, m in r["models"].items():
+        for row in m["sweep"]:
+            t = "none" if row["threshold"] is None else f"{row['threshold']:g}"
+            lines.append(f"| {name} | {m['auc_pr']['auc_pr']:.3f} | {t} | {row['vectors_per_passage']:.1f} | "
+                         f"{100 * row['em@1']:.1f} | {100 * row['acc@20']:.1f} |")
+    return "\n".join(lines)
+
+
+def filter_plot(r: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for name, m in r["models"].items():
+        rows = sorted(m["sweep"], key=lambda row: row["vectors_per_passage"])
+        label = f"{Path(name).parent.parent.name}/{Path(name).parent.name} (AUC-PR {m['auc_pr']['auc_pr']:.3f})"
+        ax.plot([row["vectors_per_passage"] for row in rows], [100 * row["em@1"] for row in rows], marker="o",
+                label=f"EM@1 {label}")
+        ax.plot([row["vectors_per_passage"] for row in rows], [100 * row["acc@20"] for row in rows], marker="s",
+                linestyle="--", label=f"acc@20 {label}")
+    ax.set(xscale="log", xlabel="vectors per passage (log)", ylabel="%", title="index size vs accuracy by filter threshold")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+# ----------------------------------------------------------------------------- (d) validation corpora
+def run_validation(args) -> dict[str, Any]:
+    """Each checkpoint on C0, R_r, H_k (built with the reference) and the large corpus; rank correlations."""
+    from scipy.stats import kendalltau, spearmanr
+
+    from train.validation import build_subcorpora, unique_questions
+
+    data = validation_data(args.questions)
+    examples = unique_questions(data.examples)
+    sub = build_subcorpora(data, load(args.reference), args.hard_k, args.random_fractions, seed=0)
+    large = large_corpus(args.extra_train_passages)
+    table: dict[str, dict[str, Any]] = {}
+    for path in args.checkpoints:
+        model = load(path)
+        row = {name: score(model, [data.passages[data.passage_index[p]] for p in ids], examples)
+               for name, ids in sub.items()}
+        row["large"] = score(model, large, examples)
+        table[Path(path).name] = row
+        print(Path(path).name, {k: round(100 * v["em@1"], 1) for k, v in row.items()}, flush=True)
+    correlations = {}
+    names = list(table)
+    for metric in ("em@1", "acc@20"):
+        full = [table[n]["large"][metric] for n in names]
+        for corpus in sub:
+            small = [table[n][corpus][metric] for n in names]
+            correlations[f"{corpus}/{metric}"] = {"kendall_tau": float(kendalltau(small, full).statistic),
+                                                  "spearman": float(spearmanr(small, full).statistic),
+                                                  "best_matches_large": names[max(range(len(names)), key=small.__getitem__)]
+                                                  == names[max(range(len(names)), key=full.__getitem__)]}
+    return {"checkpoints": table, "reference": args.reference, "subcorpora": {k: len(v) for k, v in sub.items()},
+            "questions": len(examples), "large_passages": len(large), "correlations": correlations}
+
+
+def validation_markdown(r: dict) -> str:
+    corpora = list(r["subcorpora"]) + ["large"]
+    sizes = {**r["subcorpora"], "large": r["large_passages"]}
+    lines = [f"{len(r['checkpoints'])} checkpoints, {r['questions']} questions; H_k built with `{r['reference']}`.", "",
+             "Phrase EM@1 (%) per corpus (passages in brackets):", "",
+             "| checkpoint | " + " | ".join(f"{c} ({sizes[c]})" for c in corpora) + " |",
+             "|---|" + "---:|" * len(corpora)]
+    for name, row in r["checkpoints"].items():
+        lines.append(f"| {name} | " + " | ".join(f"{100 * row[c]['em@1']:.1f}" for c in corpora) + " |")
+    lines += ["", "Rank correlation with the large corpus over the checkpoints:", "",
+              "| subcorpus / metric | Kendall τ | Spearman ρ | picks the large corpus's best |", "|---|---:|---:|---|"]
+    for key, c in r["correlations"].items():
+        lines.append(f"| {key} | {c['kendall_tau']:.2f} | {c['spearman']:.2f} | {'yes' if c['best_matches_large'] else 'no'} |")
+    return "\n".join(lines)
+
+
+def validation_plot(r: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    corpora = list(r["subcorpora"]) + ["large"]
+    sizes = {**r["subcorpora"], "large": r["large_passages"]}
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
+    for name, row in r["checkpoints"].items():
+        xs = sorted(corpora, key=sizes.__getitem__)
+        ax1.plot([sizes[c] for c in xs], [100 * row[c]["em@1"] for c in xs], marker="o", label=name)
+    ax1.set(xscale="log", xlabel="corpus size (passages, log)", ylabel="phrase EM@1 (%)",
+            title="checkpoints on subcorpora of growing size")
+    ax1.legend(fontsize=7)
+    ax1.grid(alpha=0.3)
+    keys = [k for k in r["correlations"] if k.endswith("/em@1")]
+    ax2.bar([k.split("/")[0] for k in keys], [r["correlations"][k]["kendall_tau"] for k in keys])
+    ax2.set(ylabel="Kendall τ with the large corpus (EM@1)", title="does the small corpus rank checkpoints right?",
+            ylim=(-1, 1))
+    ax2.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+PARTS = {"loss": (run_loss, loss_markdown, loss_plot), "filter": (run_filter, filter_markdown, filter_plot),
+         "validation": (run_validation, validation_markdown, validation_plot)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("part", choices=sorted(PARTS))
+    parser.add_argument("--runs", nargs="+", default=["runs/cpu-ul", "runs/cpu-original"], help="(loss) run directories")
+    parser.add_argument("--models", nargs="+", default=["runs/cpu-ul/filter/final", "runs/cpu-original/rc/best"],
+                        help="(filter) model directories")
+    parser.add_argument("--thresholds", nargs="+", type=float, default=[-3.0, -2.0, -1.0, 0.0, 1.0, 2.0])
+    parser.add_argument("--checkpoints", nargs="+", default=[], help="(validation) checkpoint model directories")
+    parser.add_argument("--reference", help="(validation) model that builds H_k (default: the first checkpoint)")
+    parser.add_argument("--hard-k", nargs="+", type=int, default=[1, 10])
+    parser.add_argument("--random-fractions", nargs="+", type=float, default=[0.1, 0.5])
+    parser.add_argument("--questions", type=int, default=400, help="validation questions (evenly spaced)")
+    parser.add_argument("--extra-train-passages", default="2300",
+                        help="train-rebuilt paragraphs added to dev-public for the large corpus, or 'all'")
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args(argv)
+    if args.part == "validation":
+        if len(args.checkpoints) < 3:
+            parser.error("validation needs at least 3 --checkpoints to rank")
+        args.reference = args.reference or args.checkpoints[0]
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    run, markdown, plot = PARTS[args.part]
+    started = time.perf_counter()
+    result = {"command": "python benchmarks/bench_kim2022.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "machine": machine(), **run(args)}
+    result["seconds"] = time.perf_counter() - started
+    finish_result(f"kim2022_{args.part}", result, markdown, plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
