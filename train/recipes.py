@@ -541,14 +541,22 @@ def run_stage(recipe: Recipe, stage: str, ctx: Context | None = None) -> dict[st
 
 
 def run_all(recipe: Recipe) -> dict[str, Any]:
-    """Run the recipe's stages in order and write ``summary.json``."""
+    """Run the recipe's stages in order and write ``summary.json``.
+
+    Recipes sharing an ``output_dir`` (e.g. ``cpu_ul`` then ``cpu_filter``) add to one summary: each stage's entry
+    holds its result, wall time and the recipe that ran it; a re-run stage replaces its entry.
+    """
     ctx = Context(recipe)
-    summary: dict[str, Any] = {"recipe": copy.deepcopy(dataclasses.asdict(recipe)), "stages": {}}
+    path = recipe.out / "summary.json"
+    previous = json.loads(path.read_text()) if _is_main() and path.is_file() else {}
+    summary: dict[str, Any] = {"recipe": copy.deepcopy(dataclasses.asdict(recipe)),
+                               "stages": previous.get("stages", {}) if isinstance(previous, dict) else {}}
     for stage in recipe.stages:
         started = time.perf_counter()
         logger.info("stage %s", stage)
         result = run_stage(recipe, stage, ctx)
-        summary["stages"][stage] = {"seconds": time.perf_counter() - started, **result}
+        summary["stages"][stage] = {"seconds": time.perf_counter() - started, **result,
+                                    "recipe": copy.deepcopy(dataclasses.asdict(recipe))}
         if _is_main():
             _write_json(recipe.out / "summary.json", summary)
     return summary

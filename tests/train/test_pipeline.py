@@ -142,3 +142,17 @@ def test_recipe_loading_rejects_unknown_keys(tmp_path):
     for name in ("original", "ul", "ul_hn", "filter", "qsft"):
         recipe = load_recipe(f"train/configs/{name}.yaml")
         assert recipe.model.base == "minilm"
+
+
+def test_run_all_recipes_sharing_an_output_dir_add_to_one_summary(tmp_path):
+    from train.recipes import run_all
+
+    out = str(tmp_path / "run")
+    small = {"output_dir": out, "data.train": "builtin", "data.dev": "builtin", "model.base": "tiny",
+             "rc.train": {"max_steps": 2, "batch_size": 4, "progress": False}, "rc.select_on": None}
+    run_all(load_recipe("train/configs/smoke.yaml", {**small, "stages": ["rc"]}))
+    summary = run_all(load_recipe("train/configs/smoke.yaml", {**small, "stages": ["mine"]}))
+    written = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert list(summary["stages"]) == list(written["stages"]) == ["rc", "mine"]
+    assert written["stages"]["rc"]["steps"] == 2 and written["stages"]["rc"]["recipe"]["stages"] == ["rc"]
+    assert written["stages"]["mine"]["recipe"]["stages"] == ["mine"]
