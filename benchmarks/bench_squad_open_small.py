@@ -114,26 +114,38 @@ def build_phrases(model, model_name: str, passages: list[dict], out: Path) -> di
             "passages": index.num_passages, "vectors": len(index)}
 
 
-def build(model_name: str, cache: Path, max_passages: int | None = None) -> tuple[list, dict]:
+def build(model_name: str, cache: Path, max_passages: int | None = None, only: str | None = None) -> tuple[list, dict]:
+    """Dense embeddings and the model's phrase index (``only``: one of them, e.g. in two processes at once)."""
     from dphr_haystack.nodes import corpus_documents, load_phrase_model
 
     docs = corpus_documents([SQUAD_DEV] if max_passages else [SQUAD_TRAIN, SQUAD_DEV])[:max_passages]
-    stats_file = cache / "build.json"
-    stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {}
-    dense = build_dense(docs, cache / "dense")
-    if dense["documents_encoded"]:
-        stats["dense"] = dense
-    model = load_phrase_model(model_name)
-    passages = [{"id": d.id, "text": d.content, "title": d.meta["title"], "document_id": d.meta["document_id"]}
-                for d in docs]
-    phrase_dir = phrase_cache(model, cache)
-    phrases = build_phrases(model, model_name, passages, phrase_dir)
-    if phrases["passages_encoded"]:
-        stats.setdefault("phrase_indexes", {})[phrase_dir.name] = phrases
-    stats.update(documents=len(docs), model=model_name, phrase_index=phrase_dir.name)
-    cache.mkdir(parents=True, exist_ok=True)
-    stats_file.write_text(json.dumps(stats, indent=2))
-    return docs, stats
+    updates: dict = {"documents": len(docs)}
+    if only in (None, "dense"):
+        dense = build_dense(docs, cache / "dense")
+        if dense["documents_encoded"]:
+            updates["dense"] = dense
+    if only in (None, "phrases"):
+        model = load_phrase_model(model_name)
+        passages = [{"id": d.id, "text": d.content, "title": d.meta["title"], "document_id": d.meta["document_id"]}
+                    for d in docs]
+        phrase_dir = phrase_cache(model, cache)
+        phrases = build_phrases(model, model_name, passages, phrase_dir)
+        updates.update(model=model_name, phrase_index=phrase_dir.name)
+        if phrases["passages_encoded"]:
+            updates["phrase_indexes"] = {phrase_dir.name: phrases}
+    return docs, _merge_stats(cache / "build.json", updates)
+
+
+def _merge_stats(path: Path, updates: dict) -> dict:
+    """Add ``updates`` to the build record as it is on disk now (another build process may have written it)."""
+    stats = json.loads(path.read_text()) if path.is_file() else {}
+    indexes = {**stats.get("phrase_indexes", {}), **updates.pop("phrase_indexes", {})}
+    stats.update(updates, phrase_indexes=indexes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(stats, indent=2))
+    tmp.replace(path)
+    return stats
 
 
 # ----------------------------------------------------------------------------- evaluate
@@ -269,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--top-k", type=int, default=20)
     parser.add_argument("--build-only", action="store_true")
+    parser.add_argument("--only", choices=["dense", "phrases"], help="build only this part (implies --build-only)")
     parser.add_argument("--max-passages", type=int, default=None,
                         help="smoke run: only the first N dev paragraphs (separate cache; not SQuAD-open-small)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
@@ -280,9 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("SQuAD train-rebuilt and dev-public are needed (../shared/data/squad)")
     cache = CACHE.with_name(f"{CACHE.name}-smoke{args.max_passages}") if args.max_passages else CACHE
     started = time.perf_counter()
-    docs, build_stats = build(args.model, cache, args.max_passages)
+    docs, build_stats = build(args.model, cache, args.max_passages, args.only)
     print(f"build: {json.dumps(build_stats)}")
-    if args.build_only:
+    if args.build_only or args.only:
         return 0
     eval_started = time.perf_counter()
     payload = evaluate_all(docs, load_dense(cache / "dense", len(docs)), cache, build_stats, args)

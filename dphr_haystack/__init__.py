@@ -27,14 +27,16 @@ from .errors import (
 from .index import PhraseIndex
 from .model import PhraseModel, resolve_base
 from .search import DocumentHit, PassageHit, PhraseHit, PhraseSearcher
+from .shipped import DEFAULT_MODEL, shipped_model_names
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CorpusFormatError", "CorpusStats", "DocumentHit", "DphrError", "EmptyCorpusError", "IndexLoadError",
+    "DEFAULT_MODEL", "CorpusFormatError", "CorpusStats", "DocumentHit", "DphrError", "EmptyCorpusError", "IndexLoadError",
     "InvalidParameterError", "InvalidQueryError", "ModelLoadError", "ModelMismatchError", "Passage", "PassageHit",
     "PhraseHit", "PhraseIndex", "PhraseModel", "PhraseModelConfig", "PhraseSearcher", "PhraseShard", "VectorCodec",
     "dump_phrases", "encode_shard", "list_shards", "read_corpus", "resolve_base",
+    "shipped_model_names",
 ]
 
 # A real Haystack install only: a bare ``haystack`` directory on sys.path (e.g. tests/haystack, which pytest puts

@@ -2,12 +2,11 @@
 
     .venv/bin/python examples/quickstart.py              # a few hundred paragraphs, ~1-2 minutes on 2 cores
     .venv/bin/python examples/quickstart.py --limit 50   # quicker
-    .venv/bin/python examples/quickstart.py --model DIR  # a trained phrase model directory
+    .venv/bin/python examples/quickstart.py --model DIR  # another phrase model directory ('minilm': untrained)
 
-NOTE: no trained dphr phrase model exists yet. The default model is UNTRAINED: a phrase model whose encoders
-are copies of all-MiniLM-L6-v2 (``PhraseModel.from_base("minilm")``), so its phrase answers are essentially
-arbitrary spans. The pipeline mechanics are real; answer quality is not. The hybrid's BM25 side is what finds
-the right passages for now.
+The default phrase model is ``dphr-minilm-squad``, trained from all-MiniLM-L6-v2 on SQuAD and shipped inside the
+package (see its MODEL_CARD.md): everything runs offline. It is a small CPU-trained model, so expect some wrong
+answers; the hybrid pipeline adds BM25's lexical matching.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parents[1]
 SQUAD_DEV = REPO.parent / "shared" / "data" / "squad" / "dev-v1.1-public.json.gz"
 UNTRAINED_NOTE = ("NOTE: model 'minilm' is an UNTRAINED phrase model (all-MiniLM-L6-v2 copied into the three "
-                  "encoders); no trained dphr model exists yet, so phrase answers are not meaningful.")
+                  "encoders), so its phrase answers are not meaningful; the default is the trained dphr-minilm-squad.")
 
 # Used when ../shared is absent: short paragraphs written for this example, with questions.
 SAMPLE = [
@@ -70,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--limit", type=int, default=300, help="paragraphs to index (default 300)")
     parser.add_argument("--questions", type=int, default=4, help="questions to ask (default 4)")
-    parser.add_argument("--model", default="minilm", help="phrase model: 'minilm' (untrained) or a model directory")
+    parser.add_argument("--model", default="dphr-minilm-squad",
+                        help="phrase model: 'dphr-minilm-squad' (shipped, trained), 'minilm' (untrained) or a directory")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     import torch

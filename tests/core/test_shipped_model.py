@@ -1,0 +1,104 @@
+"""The shipped default model: name resolution (unit, on a tiny stand-in) and the real files (integration)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher, shipped
+from dphr_haystack.errors import ModelLoadError
+from dphr_haystack.evaluation import exact_match
+
+SIZE_BUDGET_BYTES = 40 * 10**6  # issue 8: the shipped files, at most 40 MB in total
+MIN_EM_AT_1 = 0.25
+
+
+@pytest.fixture
+def stand_in(monkeypatch, tmp_path, tiny_model):
+    """A tiny model installed as the shipped default under a temporary SHIPPED_DIR."""
+    monkeypatch.setattr(shipped, "SHIPPED_DIR", tmp_path / "shipped_models")
+    tiny_model.save(tmp_path / "shipped_models" / shipped.DEFAULT_MODEL)
+    return tiny_model
+
+
+@pytest.mark.unit
+def test_shipped_names_and_alias_load_the_shipped_directory(stand_in):
+    for name in (shipped.DEFAULT_MODEL, "default", "DPHR-MiniLM-SQuAD", " default "):
+        assert shipped.is_shipped_name(name)
+        assert PhraseModel.load(name).phrase_fingerprint() == stand_in.phrase_fingerprint()
+    assert shipped.shipped_model_names() == [shipped.DEFAULT_MODEL]
+    assert not shipped.is_shipped_name("minilm") and not shipped.is_shipped_name("models/x")
+
+
+@pytest.mark.unit
+def test_a_local_directory_wins_over_a_shipped_name(stand_in, tmp_path, tiny_model, monkeypatch):
+    import torch
+
+    shipped_fingerprint = stand_in.phrase_fingerprint()
+    with torch.no_grad():  # tiny_model is the stand-in object: change it after it was saved as the shipped one
+        next(tiny_model.phrase_encoder.parameters()).add_(1.0)
+    tiny_model.save(tmp_path / "work" / "default")
+    monkeypatch.chdir(tmp_path / "work")
+    assert PhraseModel.load("default").phrase_fingerprint() == tiny_model.phrase_fingerprint()
+    assert PhraseModel.load(shipped.DEFAULT_MODEL).phrase_fingerprint() == shipped_fingerprint != \
+        tiny_model.phrase_fingerprint()
+
+
+@pytest.mark.unit
+def test_missing_shipped_files_raise_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(shipped, "SHIPPED_DIR", tmp_path / "nothing-here")
+    with pytest.raises(ModelLoadError, match="reinstall dphr-haystack"):
+        PhraseModel.load("default")
+    with pytest.raises(ModelLoadError, match="shipped here: none"):
+        shipped.shipped_model_path(shipped.DEFAULT_MODEL)
+
+
+@pytest.mark.unit
+def test_haystack_loader_resolves_shipped_names(stand_in):
+    pytest.importorskip("haystack")
+    from dphr_haystack.nodes import clear_model_cache, load_phrase_model
+    from dphr_haystack.nodes._models import model_key
+
+    clear_model_cache()
+    try:
+        assert model_key("default") == model_key(shipped.DEFAULT_MODEL) == str(shipped.SHIPPED_DIR / shipped.DEFAULT_MODEL)
+        assert load_phrase_model("default", "cpu") is load_phrase_model(shipped.DEFAULT_MODEL, "cpu")
+    finally:
+        clear_model_cache()
+
+
+# ----------------------------------------------------------------------------- the real shipped files
+@pytest.fixture(scope="module")
+def shipped_model(minilm_available):
+    path = shipped.SHIPPED_DIR / shipped.DEFAULT_MODEL
+    assert (path / "dphr_config.json").is_file(), f"the default model is missing from {path}"
+    return PhraseModel.load("default")
+
+
+@pytest.mark.integration
+def test_shipped_files_fit_the_budget_and_load_offline(shipped_model):
+    path = shipped.SHIPPED_DIR / shipped.DEFAULT_MODEL
+    sizes = {f.name: f.stat().st_size for f in path.iterdir() if f.is_file()}
+    assert sum(sizes.values()) <= SIZE_BUDGET_BYTES, sizes
+    assert max(sizes.values()) <= 16 * 2**20  # every file moves between machines (16 MiB per file)
+    assert (path / "MODEL_CARD.md").is_file()
+    config = shipped_model.config
+    assert config.base_model == "minilm" and config.query_layout == "separate"
+    assert isinstance(config.filter_threshold, float)
+
+
+@pytest.mark.integration
+def test_shipped_model_answers_squad_questions_the_untrained_one_cannot(shipped_model, squad_dev_paragraphs):
+    """Open-domain over 20 SQuAD dev paragraphs: the trained model finds answers, the untrained base does not."""
+    passages = [{k: p[k] for k in ("id", "title", "text")} for p in squad_dev_paragraphs]
+    questions = [(qa["question"], [a["text"] for a in qa["answers"]]) for p in squad_dev_paragraphs for qa in p["qas"][:3]]
+
+    def em_at_1(model: PhraseModel) -> float:
+        index = PhraseIndex.create(model)
+        index.add_passages(passages, model, batch_size=16, progress=False)
+        hits = PhraseSearcher(index, model).search_batch([q for q, _ in questions], unit="phrase", top_k=1)
+        return sum(bool(h) and exact_match(h[0].text, answers) for h, (_, answers) in zip(hits, questions)) / len(questions)
+
+    trained = em_at_1(shipped_model)
+    untrained = em_at_1(PhraseModel.from_base("minilm", shipped_model.config))
+    assert trained >= MIN_EM_AT_1, (trained, untrained)
+    assert trained >= untrained + 0.15, (trained, untrained)
