@@ -169,6 +169,10 @@ def test_schema_errors_for_unknown_params_and_types(tiny_model_dir):
         _load("phrase_qa.yml", tiny_model_dir, Retriever={"model": str(tiny_model_dir), "unit": "sentence"})
     with pytest.raises(PipelineSchemaError):
         _load("hybrid_dpr.yml", tiny_model_dir, Join={"normalization": "zscore"})
+    with pytest.raises(PipelineSchemaError):
+        _load("phrase_qa.yml", tiny_model_dir, Retriever={"model": str(tiny_model_dir), "filter_threshold": "nope"})
+    for threshold in ("model", -1.0, None):
+        _load("phrase_qa.yml", tiny_model_dir, Retriever={"model": str(tiny_model_dir), "filter_threshold": threshold})
     with pytest.raises(KeyError):
         _load("phrase_qa.yml", tiny_model_dir, NoSuchComponent={"top_k": 1})
     # Optional params accept an explicit null
@@ -225,11 +229,19 @@ def test_fusion_helpers():
 
 
 @pytest.mark.integration
-def test_untrained_minilm_phrase_model_on_squad_paragraphs(minilm_available, squad_dev_paragraphs):
+def test_shipped_model_in_the_hybrid_yaml_on_squad_paragraphs(minilm_available, squad_dev_paragraphs):
+    """The YAML's default model is the shipped one, and its index keeps the model's filter threshold."""
+    from dphr_haystack import DEFAULT_MODEL, PhraseModel
+
     paragraphs = squad_dev_paragraphs[:8]
     pipeline = load_pipeline(PIPELINES / "hybrid_answers.yml", overrides={"DocumentStore": {"progress_bar": False}})
     docs = [Document(content=p["text"], id=p["id"], meta={"title": p["title"]}) for p in paragraphs]
-    _fill(pipeline, docs)
+    store = _fill(pipeline, docs)
+    retriever = pipeline.get_node("Retriever")
+    shipped = PhraseModel.load(DEFAULT_MODEL)
+    assert retriever.model == DEFAULT_MODEL
+    assert retriever.phrase_model.phrase_fingerprint() == shipped.phrase_fingerprint()
+    assert store.get_phrase_index().filter_threshold == shipped.config.filter_threshold is not None
     question = paragraphs[3]["qas"][0]["question"]
     out = pipeline.run(query=question, debug=True)
     assert out["answers"] and out["documents"]

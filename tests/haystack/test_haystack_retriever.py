@@ -108,3 +108,21 @@ def test_model_cache_shares_one_model(tiny_model_dir):
 def test_plain_encoder_directory_builds_an_untrained_phrase_model(tiny_base_dir, caplog):
     retriever = PhraseRetriever(model=str(tiny_base_dir), device="cpu")
     assert retriever.phrase_model.hidden_size == 32
+
+
+def test_filter_threshold_defaults_to_the_models_own(tiny_model, tmp_path, haystack_docs):
+    tiny_model.config.filter_threshold = 0.25
+    tiny_model.save(tmp_path / "filtered-model")
+    model = str(tmp_path / "filtered-model")
+    clear_model_cache()
+    try:
+        default = PhraseRetriever(document_store=PhraseDocumentStore(progress_bar=False), model=model, device="cpu")
+        assert default.filter_threshold == 0.25
+        default.document_store.index_documents(haystack_docs, default)
+        assert default.document_store.get_phrase_index().filter_threshold == 0.25
+        assert PhraseRetriever(model=model, filter_threshold=None, device="cpu").filter_threshold is None
+        assert PhraseRetriever(model=model, filter_threshold=-1.5, device="cpu").filter_threshold == -1.5
+        with pytest.raises(InvalidParameterError, match="'model', a number or None"):
+            PhraseRetriever(model=model, filter_threshold="none", device="cpu")
+    finally:
+        clear_model_cache()
