@@ -1,7 +1,7 @@
 """``dphr``: create phrase models, index corpora and search phrase indexes from the shell.
 
     dphr model init --base minilm --out models/minilm-phrase
-    dphr index --model models/minilm-phrase --corpus corpus.jsonl --out my-index
+    dphr index --corpus corpus.jsonl --out my-index              # the shipped dphr-minilm-squad model
     dphr search --index my-index --unit passage --top-k 5 "Who wrote Hamlet?"
     dphr eval --index my-index --questions NQ-open.dev.jsonl.gz --out eval-out
     dphr dump --model models/minilm-phrase --corpus corpus.jsonl --out dump --ray --num-workers 4
@@ -24,6 +24,7 @@ from .errors import DphrError
 from .eval_cli import add_eval_parser, run_eval
 from .scale_cli import add_scale_parsers, run_scale_command
 from .search import UNITS
+from .shipped import DEFAULT_MODEL, is_shipped_name
 
 logger = logging.getLogger("dphr")
 
@@ -54,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="leave out tensors identical to the base model's (read from the installed base on load)")
 
     index = sub.add_parser("index", help="encode a corpus into a phrase index (resumable)")
-    index.add_argument("--model", required=True, type=Path)
+    index.add_argument("--model", type=Path, default=Path(DEFAULT_MODEL),
+                       help=f"model directory or shipped name (default: {DEFAULT_MODEL}, trained, offline)")
     index.add_argument("--corpus", required=True, type=Path, help="SQuAD JSON or JSON lines {id, title, text}; .gz ok")
     index.add_argument("--out", required=True, type=Path)
     index.add_argument("--filter-threshold", type=parse_threshold_arg, default=None,
@@ -96,6 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DphrError as exc:
         print(f"dphr: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _model_reference(model: Path) -> str:
+    """How an index records its model: a shipped name as is (it resolves anywhere), else the absolute path."""
+    return str(model) if not model.is_dir() and is_shipped_name(model) else str(model.resolve())
 
 
 def _device(name: str) -> str:
@@ -148,7 +155,7 @@ def _index(args: argparse.Namespace) -> int:
     else:
         threshold = effective_filter_threshold(args.filter_threshold, model.config)
         PhraseIndex.create(model, path=args.out, faiss_factory=args.faiss_factory, filter_threshold=threshold,
-                           dtype=args.dtype, model_path=str(args.model.resolve()))
+                           dtype=args.dtype, model_path=_model_reference(args.model))
         index = PhraseIndex.load(args.out, model=model, flat_search="mmap")
         duplicates = "fail"
     stats = index.add_passages(args.corpus, model, batch_size=args.batch_size, chunk_size=args.chunk_size,

@@ -14,12 +14,14 @@ from pathlib import Path
 
 from .config import PhraseModelConfig, effective_filter_threshold, parse_threshold_arg
 from .index_types import INDEX_TYPES
+from .shipped import DEFAULT_MODEL
 
 
 def add_scale_parsers(sub: argparse._SubParsersAction) -> None:
     """Register the ``dump``, ``merge`` and ``reindex`` subcommands."""
     dump = sub.add_parser("dump", help="encode a corpus into resumable phrase shards (one process, or Ray workers)")
-    dump.add_argument("--model", required=True, type=Path)
+    dump.add_argument("--model", type=Path, default=Path(DEFAULT_MODEL),
+                      help=f"model directory or shipped name (default: {DEFAULT_MODEL})")
     dump.add_argument("--corpus", required=True, type=Path, help="SQuAD JSON or JSON lines {id, title, text}; .gz ok")
     dump.add_argument("--out", required=True, type=Path, help="dump directory (re-running resumes)")
     dump.add_argument("--shard-size", type=int, default=1000, help="passages per shard (the unit of work and resume)")
