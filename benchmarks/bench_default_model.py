@@ -1,6 +1,6 @@
 """The shipped default phrase model: storage options measured on the trained model, its training record, export.
 
-    .venv/bin/python benchmarks/bench_default_model.py --model runs/cpu-ul/qsft/best --run runs/cpu-ul
+    .venv/bin/python benchmarks/bench_default_model.py --model runs/cpu-long/qsft/best --run runs/cpu-ul runs/cpu-long
     .venv/bin/python benchmarks/bench_default_model.py ... --export   # also (re)writes the shipped model directory
 
 For the trained model, each weight storage (float32, float16, int8; base-model tensors omitted, shards ≤ 15 MiB) is
@@ -8,7 +8,7 @@ saved, loaded back and scored on the held-out validation questions over H_10 and
 (accuracy effect), with its size on disk. Query cost compares the trained DensePhrases layout (two query
 encoders) with the shared layout (one query encoder, two heads; same architecture, untrained: cost does not
 depend on the weights). The training record (stages, steps, wall time, validation scores) is read from the run
-directory. With ``--export`` the chosen storage (``--dtype``) is written to
+directories. With ``--export`` the chosen storage (``--dtype``) is written to
 ``dphr_haystack/shipped_models/dphr-minilm-squad`` and its model card rendered (``benchmarks/model_card.py``).
 Writes ``results/default_model.json`` and ``.png``.
 """
@@ -54,7 +54,7 @@ def _query_cost(model) -> dict[str, float]:
             "batched_queries_per_s": 3 * len(QUESTIONS) / (time.perf_counter() - started)}
 
 
-def storage_rows(model_dir: str, questions: int) -> list[dict[str, Any]]:
+def storage_rows(model_dir: str, questions: int, dev_passages: int | None = None) -> list[dict[str, Any]]:
     """Each storage option of the trained model: size, and accuracy on H_10 and all dev-public paragraphs."""
     import numpy as np
 
@@ -67,7 +67,7 @@ def storage_rows(model_dir: str, questions: int) -> list[dict[str, Any]]:
     examples = unique_questions(data.examples)
     reference = PhraseModel.load(model_dir)
     hard = build_subcorpora(data, reference, (10,), (), seed=0)["H_10"]
-    corpora = {"H_10": [data.passages[data.passage_index[p]] for p in hard], "dev-public": load_squad(SQUAD_DEV).passages}
+    corpora = {"H_10": [data.passages[data.passage_index[p]] for p in hard], "dev-public": load_squad(SQUAD_DEV).passages[:dev_passages]}
     probe = [p["text"] for p in corpora["H_10"][:20]]
     want = np.concatenate([e.vectors for e in reference.encode_passages(probe)])
     rows = []
@@ -194,16 +194,19 @@ def plot(r: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="the trained model directory to measure (and export)")
-    parser.add_argument("--run", required=True, type=Path, help="its training run directory (training record)")
+    parser.add_argument("--run", required=True, type=Path, nargs="+",
+                        help="its training run directories, in training order (training record)")
     parser.add_argument("--questions", type=int, default=400)
     parser.add_argument("--dtype", default="int8", choices=DTYPES, help="storage of the shipped copy")
     parser.add_argument("--export", action="store_true", help="write the shipped model directory and its card")
+    parser.add_argument("--dev-passages", type=int, default=None, help="first N dev-public paragraphs only (quick run)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    rows = storage_rows(args.model, args.questions)
+    rows = storage_rows(args.model, args.questions, args.dev_passages)
     result = {"command": "python benchmarks/bench_default_model.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "machine": machine(), "model": args.model, "questions": args.questions, "ks": list(KS),
-              "storage": rows, "layouts": layout_costs(args.model), "training": training_record(args.run)}
+              "storage": rows, "layouts": layout_costs(args.model),
+              "training": [training_record(run) for run in args.run]}
     if args.export:
         result["export"] = export(args.model, args.dtype)
     result["seconds"] = time.perf_counter() - started

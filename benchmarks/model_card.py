@@ -27,18 +27,25 @@ def _machine(m: dict[str, Any]) -> str:
     return f"{m.get('cpu')}, {m.get('cores')} cores, torch {m.get('torch')}, transformers {m.get('transformers')}"
 
 
-def _stage_lines(training: dict[str, Any]) -> list[str]:
-    lines = ["| stage | recipe | steps × batch | lr | wall min | selected on | best |", "|---|---|---:|---:|---:|---|---:|"]
-    recipes = {"rc": "train/configs/cpu_ul.yaml", "filter": "train/configs/cpu_filter.yaml",
-               "qsft": "train/configs/cpu_qsft.yaml"}
-    stages = training.get("summary", {}).get("stages", {})
-    for stage, entry in training["stages"].items():
-        a = entry["train_args"]
-        seconds, best = stages.get(stage, {}).get("seconds"), stages.get(stage, {}).get("best_metric")
-        minutes = "–" if seconds is None else f"{seconds / 60:.0f}"
-        best_text = "–" if best is None else f"{100 * best:.1f}"
-        lines.append(f"| {stage} | `{recipes.get(stage, '?')}` | {a.get('max_steps')} × {a.get('batch_size')} | "
-                     f"{a.get('lr'):g} | {minutes} | {a.get('select_metric') or '–'} | {best_text} |")
+# The recipe behind each (run directory, stage) of the shipped model (train/README.md lists the commands).
+RECIPES = {("cpu-ul", "rc"): "train/configs/cpu_ul.yaml", ("cpu-long", "rc"): "train/configs/cpu_continue.yaml",
+           ("cpu-long", "filter"): "train/configs/cpu_filter.yaml", ("cpu-long", "qsft"): "train/configs/cpu_qsft.yaml"}
+
+
+def _stage_lines(training: list[dict[str, Any]]) -> list[str]:
+    lines = ["| run / stage | recipe | steps × batch | lr | wall min | selected on | best |",
+             "|---|---|---:|---:|---:|---|---:|"]
+    for run in training:
+        name = Path(run["run"]).name
+        stages = run.get("summary", {}).get("stages", {})
+        for stage, entry in run["stages"].items():
+            a = entry["train_args"]
+            seconds, best = stages.get(stage, {}).get("seconds"), stages.get(stage, {}).get("best_metric")
+            minutes = "–" if seconds is None else f"{seconds / 60:.0f}"
+            best_text = "–" if best is None else f"{100 * best:.1f}"
+            lines.append(f"| {name} / {stage} | `{RECIPES.get((name, stage), '?')}` | {a.get('max_steps')} × "
+                         f"{a.get('batch_size')} | {a.get('lr'):g} | {minutes} | {a.get('select_metric') or '–'} | "
+                         f"{best_text} |")
     return lines
 
 
@@ -74,10 +81,11 @@ def render() -> str:
         "order):", "",
         *_stage_lines(training), "",
     ]
-    validate = training.get("validate")
+    validate = training[-1].get("validate")
     if validate:
         names = list(validate["subcorpora"])
-        lines += [f"Validation (`runs/.../validate/results.json`), {validate['questions']} questions, phrase EM@1 / "
+        lines += [f"Validation of the last run's models (`{training[-1]['run']}/validate/results.json`), "
+                  f"{validate['questions']} questions, phrase EM@1 / "
                   "passage acc@20 (%) per subcorpus (passages):", "",
                   "| model | " + " | ".join(f"{n} ({validate['subcorpora'][n]})" for n in names) + " |",
                   "|---|" + "---:|" * len(names)]
