@@ -79,8 +79,9 @@ def finish_result(name: str, result: dict[str, Any], markdown: Callable[[dict], 
     import os
 
     result["load_average_end"] = os.getloadavg()
+    path = write_result(name, result)  # the measurements first: a rendering error must not lose a long run
     result["markdown"] = markdown(result)
-    path = write_result(name, result)
+    write_result(name, result)
     plot(result, path.with_suffix(".png"))
     print(result["markdown"])
     print(f"wrote {path} and {path.with_suffix('.png')} in {result['seconds'] / 60:.1f} min")

@@ -1,6 +1,6 @@
 """The shipped default phrase model: storage options measured on the trained model, its training record, export.
 
-    .venv/bin/python benchmarks/bench_default_model.py --model runs/cpu-long/qsft/best --run runs/cpu-ul runs/cpu-long
+    .venv/bin/python benchmarks/bench_default_model.py --model runs/cpu-long/filter/final --run runs/cpu-ul runs/cpu-long
     .venv/bin/python benchmarks/bench_default_model.py ... --export   # also (re)writes the shipped model directory
 
 For the trained model, each weight storage (float32, float16, int8; base-model tensors omitted, shards ≤ 15 MiB) is

@@ -158,6 +158,8 @@ def run_filter(args) -> dict[str, Any]:
         features = build_features(data, PassageWindows(model.tokenizer, model.config, data.passages))
         auc = filter_metrics(filter_scores(model, data, features))
         rows = threshold_sweep(model, large, examples, [None, *args.thresholds], 64, KS)
+        for row in rows:
+            row["vectors_per_passage"] = row["vectors"] / len(large)
         models[path] = {"auc_pr": auc, "filter_threshold": model.config.filter_threshold, "sweep": rows}
     return {"models": models, "questions": len(examples), "passages": len(large)}
 

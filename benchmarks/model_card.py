@@ -108,7 +108,9 @@ def render() -> str:
     lines += ["## Limits", "",
               "- Trained on SQuAD only, with a CPU budget; expect weaker results on other domains and question styles.",
               "- Lower-case and title-less inputs were not part of training.",
-              "- English only (the base model's vocabulary).", ""]
+              "- English only (the base model's vocabulary).",
+              "- No query-side fine-tuning yet (`train/configs/cpu_qsft.yaml` is ready; the training session ran out of "
+              "time), no hard-negative round, no distillation.", ""]
     return "\n".join(lines)
 
 
