@@ -98,6 +98,8 @@ def render() -> str:
     squad = _read("squad_open_small")
     if squad and squad.get("phrase_model") in ("dphr-minilm-squad", "default", e["path"]):
         lines += ["## SQuAD-open-small (`benchmarks/bench_squad_open_small.py`)", "", squad["markdown"], "",
+                  "The accuracy columns are deterministic; the latency columns depend on what else ran on the machine "
+                  "(see the README's *Measured* section).", "",
                   f"Command: `{squad['command']}` · {_machine(squad['machine'])}", ""]
     for part, title in (("loss", "(a) unified loss vs the DensePhrases objective"), ("filter", "(c) token filter"),
                         ("validation", "(d) validation subcorpora")):
