@@ -61,10 +61,9 @@ def storage_rows(model_dir: str, questions: int, dev_passages: int | None = None
     from benchmarks.bench_kim2022 import score
     from dphr_haystack.model import PhraseModel
     from train.data import load_squad
-    from train.validation import build_subcorpora, unique_questions
+    from train.validation import build_subcorpora
 
-    data = validation_data(questions)
-    examples = unique_questions(data.examples)
+    data, examples = validation_data(questions)
     reference = PhraseModel.load(model_dir)
     hard = build_subcorpora(data, reference, (10,), (), seed=0)["H_10"]
     corpora = {"H_10": [data.passages[data.passage_index[p]] for p in hard], "dev-public": load_squad(SQUAD_DEV).passages[:dev_passages]}

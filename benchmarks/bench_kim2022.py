@@ -37,9 +37,12 @@ KS = (1, 5, 20)
 
 # ----------------------------------------------------------------------------- data
 def validation_data(questions: int):
+    """The held-out validation articles and up to ``questions`` evenly spaced distinct questions about them."""
     from train.data import load_squad
+    from train.validation import unique_questions
 
-    return load_squad(SQUAD_DEV, VALIDATION_PARAGRAPHS, questions)
+    data = load_squad(SQUAD_DEV, VALIDATION_PARAGRAPHS, questions)
+    return data, unique_questions(data.examples)
 
 
 def large_corpus(extra_train: str) -> list[dict[str, Any]]:
@@ -74,10 +77,9 @@ def load(path: str):
 # ----------------------------------------------------------------------------- (a) loss
 def run_loss(args) -> dict[str, Any]:
     """Validation curves of each run and its selected model on C0, R_0.1 and the large corpus."""
-    from train.validation import build_subcorpora, unique_questions
+    from train.validation import build_subcorpora
 
-    data = validation_data(args.questions)
-    examples = unique_questions(data.examples)
+    data, examples = validation_data(args.questions)
     sub = build_subcorpora(data, None, (), (0.1,), seed=0)
     large = large_corpus(args.extra_train_passages)
     runs = {}
@@ -147,10 +149,8 @@ def run_filter(args) -> dict[str, Any]:
     """AUC-PR of each model's filter on the validation windows and its index-size/accuracy trade-off."""
     from train.data import PassageWindows, build_features
     from train.filter import filter_metrics, filter_scores, threshold_sweep
-    from train.validation import unique_questions
 
-    data = validation_data(args.questions)
-    examples = unique_questions(data.examples)
+    data, examples = validation_data(args.questions)
     large = large_corpus(args.extra_train_passages)
     models = {}
     for path in args.models:
@@ -202,10 +202,9 @@ def run_validation(args) -> dict[str, Any]:
     """Each checkpoint on C0, R_r, H_k (built with the reference) and the large corpus; rank correlations."""
     from scipy.stats import kendalltau, spearmanr
 
-    from train.validation import build_subcorpora, unique_questions
+    from train.validation import build_subcorpora
 
-    data = validation_data(args.questions)
-    examples = unique_questions(data.examples)
+    data, examples = validation_data(args.questions)
     sub = build_subcorpora(data, load(args.reference), args.hard_k, args.random_fractions, seed=0)
     large = large_corpus(args.extra_train_passages)
     table: dict[str, dict[str, Any]] = {}
