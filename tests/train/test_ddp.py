@@ -97,9 +97,15 @@ def test_torchrun_two_cpu_ranks_match_one_process_with_the_global_batch(tmp_path
     one = PhraseModel.load(tmp_path / "one" / "rc" / "final").state_dict()
     initial = PhraseModel.from_base(tmp_path / "one" / "base", PhraseModelConfig(**TINY_DDP_RECIPE["model"]["config"]),
                                     seed=0).state_dict()
-    tolerance = 0.1 * LR  # Adam moves a weight by up to ~LR per step; rounding flips no update direction here
-    for key, value in one.items():
-        torch.testing.assert_close(two[key], value, rtol=0, atol=tolerance, msg=key)
+    # Adam moves a weight by up to ~LR per step. Where a gradient element is at rounding level, Adam's normalisation
+    # turns rounding differences (another reduction order across ranks) into visible ones: seen on one LayerNorm bias
+    # element of ~100k (1.3e-4 after 3 steps). A DDP error (gradients not averaged, a rank's negatives missing)
+    # moves a large share of the weights, so: at most 1 element in 10^4 beyond 0.1·LR, none beyond LR·STEPS.
+    tolerance = 0.1 * LR
+    diffs = torch.cat([(two[key] - value).abs().flatten() for key, value in one.items()])
+    beyond = int((diffs > tolerance).sum())
+    assert beyond <= max(1, diffs.numel() // 10_000), f"{beyond} of {diffs.numel()} weights differ by > {tolerance}"
+    assert diffs.max().item() <= LR * STEPS
     moved = max((one[k] - initial[k]).abs().max().item() for k in one)
     assert moved > 10 * tolerance, "training barely moved the weights: the comparison would be vacuous"
 
