@@ -5,7 +5,9 @@ start hit i is paired with its best end j in the same passage with 0 ≤ pos(j) 
 hit with its best start, scoring s(i, j) = q_s·h_i + q_e·h_j exactly from the stored vectors
 (DensePhrases' ``search_phrase``). Passages score their best phrase (Lee et al. 2021b, Eq. 3),
 documents their best passage. When deleted or filtered-out passages leave fewer than k results, c is
-doubled and the search repeated, until k results or the whole index has been seen.
+doubled and the search repeated, until k results or the whole index has been seen. With ``whole_words`` (the
+default) a phrase may neither start nor end inside a word: a WordPiece start such as ``##ak`` or an end
+followed by one (``Gary Kubia|k``) is never paired.
 """
 
 from __future__ import annotations
@@ -83,8 +85,9 @@ class PhraseSearcher:
     """
 
     def __init__(self, index: PhraseIndex, model=None, max_answer_length: int | None = None,
-                 query_batch_size: int = 64) -> None:
+                 query_batch_size: int = 64, whole_words: bool = True) -> None:
         self.index = index
+        self.whole_words = whole_words
         self.model = model
         self.max_answer_length = max_answer_length or (model.config.max_answer_length if model is not None else 10)
         if self.max_answer_length < 1:
@@ -171,6 +174,10 @@ class PhraseSearcher:
         passage_rows = tokens["passage"][starts]
         keep = allowed[passage_rows]
         starts, ends = starts[keep], ends[keep]
+        if self.whole_words and len(starts):
+            starts_word, ends_word = word_boundaries(self.index, starts, ends)
+            whole = starts_word & ends_word
+            starts, ends = starts[whole], ends[whole]
         if len(starts) == 0:
             return []
         rows = np.unique(np.concatenate([starts, ends]))
@@ -188,6 +195,35 @@ class PhraseSearcher:
         chosen |= _argmax_groups(ends, scores, np.isin(ends, end_ids))
         idx = np.fromiter(chosen, dtype=np.int64)
         return [(float(scores[i]), int(starts[i]), int(ends[i]), float(s_scores[i]), float(e_scores[i])) for i in idx]
+
+
+def word_boundaries(index: PhraseIndex, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Masks over token rows: does each start row begin a word, does each end row finish one?
+
+    Judged on the passage text: a boundary lies between two characters unless both are word characters
+    (letters or digits outside CJK, which WordPiece splits into one word per character).
+    """
+    tokens = index.tokens
+    rows = np.unique(np.concatenate([starts, ends]))
+    begins, finishes = np.empty(len(rows), dtype=bool), np.empty(len(rows), dtype=bool)
+    for i, row in enumerate(rows.tolist()):
+        text = index.passages[int(tokens["passage"][row])]["text"]
+        cs, ce = int(tokens["char_start"][row]), int(tokens["char_end"][row])
+        begins[i] = not inside_word(text, cs)
+        finishes[i] = not inside_word(text, ce)
+    return begins[np.searchsorted(rows, starts)], finishes[np.searchsorted(rows, ends)]
+
+
+def inside_word(text: str, char: int) -> bool:
+    """Is the boundary before ``text[char]`` inside a word?"""
+    return 0 < char < len(text) and _word_char(text[char - 1]) and _word_char(text[char])
+
+
+def _word_char(ch: str) -> bool:
+    code = ord(ch)
+    cjk = (0x4E00 <= code <= 0x9FFF or 0x3400 <= code <= 0x4DBF or 0x20000 <= code <= 0x2FA1F
+           or 0xF900 <= code <= 0xFAFF or 0x2F800 <= code <= 0x2FA1F)
+    return ch.isalnum() and not cjk
 
 
 def _argmax_groups(keys: np.ndarray, scores: np.ndarray, mask: np.ndarray) -> set[int]:

@@ -207,6 +207,15 @@ def _resolve_dir(path: str) -> Path:
     raise FileNotFoundError(f"directory not found: {path}")
 
 
+def _model_dir(name: str) -> Path | None:
+    """A directory, or a shipped model's name (``dphr-minilm-squad``); None when neither."""
+    from dphr_haystack.shipped import is_shipped_name, shipped_model_path
+
+    if is_shipped_name(name):
+        return shipped_model_path(name)
+    return Path(name) if Path(name).is_dir() else None
+
+
 def _device() -> torch.device:
     _, local_rank, _ = dist_info()
     return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
@@ -506,7 +515,7 @@ def run_validate(ctx: Context) -> dict[str, Any]:
     results: dict[str, Any] = {"reference": ref_dir, "subcorpora": {k: len(p) for k, p in sub.items()},
                                "questions": len(validator.examples), "models": {}}
     for name in v.models:
-        path = ctx.stage_model_dir(name) if name in STAGES else (Path(name) if Path(name).is_dir() else None)
+        path = ctx.stage_model_dir(name) if name in STAGES else _model_dir(name)
         if path is None:
             logger.warning("validate: no model for %r, skipped", name)
             continue

@@ -53,6 +53,7 @@ class PhraseRetriever(BaseRetriever):
             passages by best phrase) or ``document`` (top-k documents by best passage, grouped by the store's
             ``document_id_field``).
         max_answer_length: Longest phrase in subwords (default: the model's).
+        whole_words: Phrases start and end on word boundaries (never inside a WordPiece-split word).
         filter_threshold: Token-filter threshold used when this retriever creates a phrase index: ``"model"``
             (the default) takes the one chosen when the model's filter was trained (none for an untrained model),
             a number sets it, None keeps every token.
@@ -72,6 +73,7 @@ class PhraseRetriever(BaseRetriever):
         top_k: int = 10,
         unit: Literal["phrase", "passage", "document"] = "passage",
         max_answer_length: int | None = None,
+        whole_words: bool = True,
         filter_threshold: float | Literal["model"] | None = "model",
         batch_size: int = 32,
         device: Literal["cpu", "cuda", "auto"] = "auto",
@@ -104,6 +106,9 @@ class PhraseRetriever(BaseRetriever):
             raise InvalidParameterError(f"filter_threshold={filter_threshold!r}; valid: 'model', a number or None")
         self.filter_threshold = filter_threshold
         self.max_answer_length = max_answer_length or self.phrase_model.config.max_answer_length
+        if not isinstance(whole_words, bool):
+            raise InvalidParameterError(f"whole_words={whole_words!r}; valid: true or false")
+        self.whole_words = whole_words
         if self.max_answer_length > self.phrase_model.config.max_passage_length:
             raise InvalidParameterError(f"max_answer_length={self.max_answer_length} exceeds the model's passage "
                                         f"windows ({self.phrase_model.config.max_passage_length} subwords)")
@@ -198,7 +203,7 @@ class PhraseRetriever(BaseRetriever):
                 f"the phrase index of {index!r} was built with another phrase encoder than {self.model!r}"
             )
         searcher = PhraseSearcher(phrase_index, self.phrase_model, self.max_answer_length,
-                                  query_batch_size=batch_size or self.batch_size)
+                                  query_batch_size=batch_size or self.batch_size, whole_words=self.whole_words)
         if isinstance(filters, list):
             if len(filters) != len(queries):
                 raise InvalidParameterError(f"{len(filters)} filters for {len(queries)} queries")

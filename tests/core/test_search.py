@@ -165,3 +165,34 @@ def test_empty_index_and_bad_parameters(tiny_model, index):
         searcher.search("   ")
     with pytest.raises(InvalidQueryError):
         searcher.search_batch("a string, not a list")
+
+
+@pytest.mark.parametrize("whole_words", [True, False])
+def test_whole_words_never_pairs_a_split_word(tiny_model, whole_words):
+    # 'zxqvb' and 'qwzz' are not in the tiny vocab: WordPiece splits them into 'z ##x ##q ##v ##b'.
+    text = "The zxqvb code of paris was qwzz found in 1990s."
+    idx = PhraseIndex.create(tiny_model)
+    idx.add_passages([{"id": "w", "title": "words", "text": text}], tiny_model, progress=False)
+    encoded = tiny_model.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    pieces = tiny_model.tokenizer.convert_ids_to_tokens(encoded["input_ids"])
+    continues = {start: piece.startswith("##") for piece, (start, _) in zip(pieces, encoded["offset_mapping"])}
+    assert sum(continues.values()) >= 6
+    tokens = idx.tokens
+    char_start = {row: int(tokens["char_start"][row]) for row in range(len(idx))}
+    next_continues = {row: continues.get(int(tokens["char_end"][row]), False) for row in range(len(idx))}
+    L = 4
+    searcher = PhraseSearcher(idx, tiny_model, max_answer_length=L, whole_words=whole_words)
+    qs, qe = tiny_model.encode_queries(QUERIES)
+    results = searcher.search_vectors(qs, qe, "phrase", top_k=len(idx) * 2, candidates=len(idx))
+    for q in range(len(QUERIES)):
+        spans = brute_force_spans(idx, qs[q], qe[q], L)
+        whole = {(i, j): s for (i, j), s in spans.items()
+                 if not continues[char_start[i]] and not next_continues[j]}
+        reference = dp_reference(whole if whole_words else spans)
+        if not whole_words:  # the split words do change what exhaustive search returns
+            assert set(reference) != set(dp_reference(whole))
+        got = {_row_of(idx, h): h.score for h in results[q]}
+        assert set(got) == set(reference)
+        if whole_words:
+            for hit in results[q]:
+                assert not text[hit.start - 1: hit.start + 1].isalnum() and not text[hit.end - 1: hit.end + 1].isalnum()

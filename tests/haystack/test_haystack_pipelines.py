@@ -173,6 +173,10 @@ def test_schema_errors_for_unknown_params_and_types(tiny_model_dir):
         _load("phrase_qa.yml", tiny_model_dir, Retriever={"model": str(tiny_model_dir), "filter_threshold": "nope"})
     for threshold in ("model", -1.0, None):
         _load("phrase_qa.yml", tiny_model_dir, Retriever={"model": str(tiny_model_dir), "filter_threshold": threshold})
+    with pytest.raises(PipelineSchemaError):
+        _load("phrase_qa.yml", tiny_model_dir, Retriever={"model": str(tiny_model_dir), "whole_words": "yes"})
+    loaded = _load("phrase_qa.yml", tiny_model_dir, Retriever={"model": str(tiny_model_dir), "whole_words": False})
+    assert loaded.get_node("Retriever").whole_words is False
     with pytest.raises(KeyError):
         _load("phrase_qa.yml", tiny_model_dir, NoSuchComponent={"top_k": 1})
     # Optional params accept an explicit null

@@ -126,3 +126,24 @@ def test_filter_threshold_defaults_to_the_models_own(tiny_model, tmp_path, hayst
             PhraseRetriever(model=model, filter_threshold="none", device="cpu")
     finally:
         clear_model_cache()
+
+
+def test_whole_words_answers_never_cut_a_word(tiny_retriever):
+    # 'zxqvb', 'qwzz' and 'vvkjx' are not in the tiny vocab, so WordPiece splits them into single characters.
+    text = "The zxqvb code of Paris was qwzz found in vvkjx valleys of 1990s Europe."
+    tiny_retriever.document_store.index_documents([Document(content=text, id="w", meta={"title": "w"})], tiny_retriever)
+    tiny_retriever.unit = "phrase"
+
+    def cuts(answer: Answer) -> bool:
+        span = answer.offsets_in_document[0]
+        return any(0 < i < len(text) and text[i - 1].isalnum() and text[i].isalnum() for i in (span.start, span.end))
+
+    answers = {}
+    for whole_words in (True, False):
+        tiny_retriever.whole_words = whole_words
+        answers[whole_words] = [a for q in QUERIES + ["zxqvb code", "valleys"]
+                                for a in tiny_retriever.run_query(q, top_k=30)[0]["answers"]]
+    assert answers[True] and not any(cuts(a) for a in answers[True])
+    assert any(cuts(a) for a in answers[False])  # the setting is what keeps them whole
+    with pytest.raises(InvalidParameterError, match="whole_words"):
+        PhraseRetriever(model=tiny_retriever.model, whole_words="yes", device="cpu")
