@@ -75,6 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--unit", default="phrase", help=f"one of {', '.join(UNITS)}")
     search.add_argument("--top-k", type=int, default=10)
     search.add_argument("--max-answer-length", type=int, default=None)
+    search.add_argument("--partial-words", action="store_true",
+                        help="let phrases start or end inside a word (by default they span whole words)")
     search.add_argument("--json", action="store_true", help="print results as JSON lines")
     search.add_argument("query", nargs="+", help="one or more questions")
     add_eval_parser(sub)
@@ -171,7 +173,8 @@ def _search(args: argparse.Namespace) -> int:
     from .search import check_unit, open_searcher
 
     check_unit(args.unit)
-    searcher = open_searcher(args.index, args.model, max_answer_length=args.max_answer_length)
+    searcher = open_searcher(args.index, args.model, max_answer_length=args.max_answer_length,
+                             whole_words=not args.partial_words)
     results = searcher.search_batch(args.query, unit=args.unit, top_k=args.top_k)
     for query, hits in zip(args.query, results):
         if args.json:

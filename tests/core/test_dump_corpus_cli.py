@@ -120,6 +120,8 @@ def test_cli_end_to_end(tiny_base_dir, tmp_path, capsys):
     record = json.loads(capsys.readouterr().out.strip())
     assert record["unit"] == "passage" and len(record["results"]) == 3
     assert all(r["best_phrase"]["text"] for r in record["results"])
+    assert dphr(["search", "--index", str(tmp_path / "i"), "--top-k", "4", "--json", "--partial-words", "capital?"]) == 0
+    assert len(json.loads(capsys.readouterr().out.strip())["results"]) == 4
     # Re-running the same index command resumes and adds nothing twice.
     assert dphr(["index", "--model", str(tmp_path / "m"), "--corpus", str(corpus), "--out", str(tmp_path / "i"), "--no-progress"]) == 0
     assert PhraseIndex.load(tmp_path / "i").num_passages == 6
