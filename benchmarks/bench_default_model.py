@@ -2,13 +2,18 @@
 
     .venv/bin/python benchmarks/bench_default_model.py --model runs/cpu-long/filter/final --run runs/cpu-ul runs/cpu-long
     .venv/bin/python benchmarks/bench_default_model.py ... --export   # also (re)writes the shipped model directory
+    .venv/bin/python benchmarks/bench_default_model.py --model runs/cpu-qsft/qsft/best --run runs/cpu-qsft \
+        --keep-training --shared-model runs/cpu-qsft-shared/qsft/best --export   # a later stage on the shipped model
 
 For the trained model, each weight storage (float32, float16, int8; base-model tensors omitted, shards ≤ 15 MiB) is
 saved, loaded back and scored on the held-out validation questions over H_10 and over every dev-public paragraph
 (accuracy effect), with its size on disk. Query cost compares the trained DensePhrases layout (two query
-encoders) with the shared layout (one query encoder, two heads; same architecture, untrained: cost does not
-depend on the weights). The training record (stages, steps, wall time, validation scores) is read from the run
-directories. With ``--export`` the chosen storage (``--dtype``) is written to
+encoders) with the shared layout (one query encoder, two heads; untrained unless ``--shared-model`` gives a trained
+one: cost does not depend on the weights). With ``--shared-model`` (same phrase encoder, e.g. query-side fine-tuned
+in the shared layout) both layouts are also scored, in the shipped storage, on one phrase index per corpus, so only
+the query side differs. The training record (stages, steps, wall time, validation scores) is read from the run
+directories (``--keep-training`` keeps the record already in ``results/default_model.json``, for runs no
+longer on disk, and adds ``--run``'s). With ``--export`` the chosen storage (``--dtype``) is written to
 ``dphr_haystack/shipped_models/dphr-minilm-squad`` and its model card rendered (``benchmarks/model_card.py``).
 Writes ``results/default_model.json`` and ``.png``.
 """
@@ -87,13 +92,13 @@ def storage_rows(model_dir: str, questions: int, dev_passages: int | None = None
     return rows
 
 
-def layout_costs(model_dir: str) -> dict[str, dict[str, float]]:
+def layout_costs(model_dir: str, shared_dir: str | None = None) -> dict[str, dict[str, float]]:
     from dphr_haystack.config import PhraseModelConfig
     from dphr_haystack.model import PhraseModel
 
     trained = PhraseModel.load(model_dir)
-    shared = PhraseModel.from_base("minilm", PhraseModelConfig(query_layout="shared",
-                                                               max_query_length=trained.config.max_query_length))
+    shared = PhraseModel.load(shared_dir) if shared_dir else PhraseModel.from_base(
+        "minilm", PhraseModelConfig(query_layout="shared", max_query_length=trained.config.max_query_length))
     costs = {}
     for _ in range(2):  # alternate, keep the better round of each (noisy machine)
         for name, model in (("separate (DensePhrases)", trained), ("shared (one encoder, two heads)", shared)):
@@ -101,6 +106,37 @@ def layout_costs(model_dir: str) -> dict[str, dict[str, float]]:
             best = costs.get(name)
             costs[name] = cost if best is None or cost["single_ms_p50"] < best["single_ms_p50"] else best
     return costs
+
+
+def layout_rows(model_dir: str, shared_dir: str, questions: int, dtype: str,
+                dev_passages: int | None = None) -> list[dict[str, Any]]:
+    """Both query layouts, stored as ``dtype``, scored on one phrase index per corpus (same phrase encoder)."""
+    from dphr_haystack.errors import ModelMismatchError
+    from dphr_haystack.model import PhraseModel
+    from train.data import load_squad
+    from train.validation import build_index, build_subcorpora, evaluate_index
+
+    data, examples = validation_data(questions)
+    rows, models = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for layout, source in (("separate (DensePhrases)", model_dir), ("shared (one encoder, two heads)", shared_dir)):
+            out = Path(tmp) / layout.split()[0]
+            written = PhraseModel.load(source).save(out, weights_dtype=dtype, max_shard_mb=SHARD_MB, omit_base_weights=True)
+            models[layout] = PhraseModel.load(out)
+            rows.append({"layout": layout, "source": source, "dtype": dtype, "weights_mib": written["bytes"] / 2**20,
+                         "scores": {}})
+        separate, shared = models.values()
+        if separate.phrase_fingerprint() != shared.phrase_fingerprint():
+            raise ModelMismatchError(f"{shared_dir} has another phrase encoder than {model_dir}: layouts not comparable")
+        hard = build_subcorpora(data, separate, (10,), (), seed=0)["H_10"]
+        corpora = {"H_10": [data.passages[data.passage_index[p]] for p in hard],
+                   "dev-public": load_squad(SQUAD_DEV).passages[:dev_passages]}
+        for name, passages in corpora.items():
+            index = build_index(separate, passages, 64)
+            for row, model in zip(rows, models.values(), strict=True):
+                row["scores"][name] = evaluate_index(index, model, examples, KS)
+            print(name, {row["layout"]: round(100 * row["scores"][name]["em@1"], 1) for row in rows}, flush=True)
+    return rows
 
 
 def training_record(run: Path) -> dict[str, Any]:
@@ -125,6 +161,16 @@ def training_record(run: Path) -> dict[str, Any]:
     if results.is_file():
         record["validate"] = json.loads(results.read_text())
     return record
+
+
+def previous_training() -> list[dict[str, Any]]:
+    """The training record of the last run of this benchmark (its run directories may be gone)."""
+    from benchmarks._common import RESULTS
+
+    path = RESULTS / "default_model.json"
+    if not path.is_file():
+        raise SystemExit(f"--keep-training: {path} not found")
+    return json.loads(path.read_text()).get("training", [])
 
 
 def export(model_dir: str, dtype: str) -> dict[str, Any]:
@@ -161,6 +207,16 @@ def markdown(r: dict) -> str:
               "| layout | one query p50 ms | batched queries/s |", "|---|---:|---:|"]
     for name, c in r["layouts"].items():
         lines.append(f"| {name} | {c['single_ms_p50']:.1f} | {c['batched_queries_per_s']:.0f} |")
+    if r.get("layout_accuracy"):
+        rows = r["layout_accuracy"]
+        lines += ["", f"Both query layouts trained on the same phrase encoder, stored as {rows[0]['dtype']}, scored on the "
+                      "same phrase index per corpus:", "",
+                  "| layout | weights MiB | H_10 EM@1 | H_10 acc@20 | dev-public EM@1 | dev-public acc@1 | dev-public acc@20 |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for row in rows:
+            h, d = row["scores"]["H_10"], row["scores"]["dev-public"]
+            lines.append(f"| {row['layout']} | {row['weights_mib']:.1f} | {100 * h['em@1']:.1f} | {100 * h['acc@20']:.1f} | "
+                         f"{100 * d['em@1']:.1f} | {100 * d['acc@1']:.1f} | {100 * d['acc@20']:.1f} |")
     if r.get("export"):
         e = r["export"]
         lines += ["", f"Shipped: `{e['path']}` ({e['dtype']}, {e['total_mib']:.1f} MiB in {len(e['files'])} files, "
@@ -193,19 +249,30 @@ def plot(r: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="the trained model directory to measure (and export)")
-    parser.add_argument("--run", required=True, type=Path, nargs="+",
+    parser.add_argument("--run", type=Path, nargs="*", default=[],
                         help="its training run directories, in training order (training record)")
+    parser.add_argument("--keep-training", action="store_true",
+                        help="start from the training record in results/default_model.json (runs no longer on disk)")
+    parser.add_argument("--shared-model", help="a trained shared-layout model with the same phrase encoder")
     parser.add_argument("--questions", type=int, default=400)
     parser.add_argument("--dtype", default="int8", choices=DTYPES, help="storage of the shipped copy")
     parser.add_argument("--export", action="store_true", help="write the shipped model directory and its card")
     parser.add_argument("--dev-passages", type=int, default=None, help="first N dev-public paragraphs only (quick run)")
     args = parser.parse_args(argv)
+    if not args.run and not args.keep_training:
+        parser.error("give --run (training run directories) or --keep-training")
+    training = previous_training() if args.keep_training else []
+    names = {Path(run).name for run in args.run}
+    training = [t for t in training if Path(t["run"]).name not in names] + [training_record(run) for run in args.run]
     started = time.perf_counter()
     rows = storage_rows(args.model, args.questions, args.dev_passages)
     result = {"command": "python benchmarks/bench_default_model.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "machine": machine(), "model": args.model, "questions": args.questions, "ks": list(KS),
-              "storage": rows, "layouts": layout_costs(args.model),
-              "training": [training_record(run) for run in args.run]}
+              "storage": rows, "layouts": layout_costs(args.model, args.shared_model), "training": training,
+              "shared_model": args.shared_model}
+    if args.shared_model:
+        result["layout_accuracy"] = layout_rows(args.model, args.shared_model, args.questions, args.dtype,
+                                                args.dev_passages)
     if args.export:
         result["export"] = export(args.model, args.dtype)
     result["seconds"] = time.perf_counter() - started

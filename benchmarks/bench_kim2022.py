@@ -2,6 +2,8 @@
 
     # (a) unified loss vs the DensePhrases objective: two runs of train/configs/cpu_{ul,original}.yaml
     .venv/bin/python benchmarks/bench_kim2022.py loss --runs runs/cpu-ul runs/cpu-original
+    # (b) hard-negative fine-tuning vs the same fine-tuning without: train/configs/cpu_hn{,_control}.yaml
+    .venv/bin/python benchmarks/bench_kim2022.py hn --runs runs/cpu-hn runs/cpu-hn-control
     # (c) the filter: AUC-PR and accuracy vs index size, separate filter vs the jointly trained one
     .venv/bin/python benchmarks/bench_kim2022.py filter --models runs/cpu-ul/filter/final runs/cpu-original/rc/best
     # (d) checkpoint ranking on C0, R_r, H_k against the ranking on a large corpus, with rank correlations
@@ -60,11 +62,22 @@ def large_corpus(extra_train: str) -> list[dict[str, Any]]:
     return passages + train
 
 
-def score(model, passages, examples, batch_size: int = 64) -> dict[str, float]:
+_INDEXES: dict[tuple[str, str, float | None], Any] = {}
+
+
+def score(model, passages, examples, batch_size: int = 64, corpus: str | None = None,
+          filter_threshold: float | None = None) -> dict[str, float]:
+    """Index ``passages`` with ``model`` and evaluate it. Named corpora keep their index per phrase encoder,
+    so checkpoints that differ only on the query side (query-side fine-tuning) are indexed once."""
     from train.validation import build_index, evaluate_index
 
     started = time.perf_counter()
-    index = build_index(model, passages, batch_size)
+    key = (model.phrase_fingerprint(), corpus, filter_threshold) if corpus else None
+    index = _INDEXES.get(key) if key else None
+    if index is None:
+        index = build_index(model, passages, batch_size, filter_threshold=filter_threshold)
+        if key:
+            _INDEXES[key] = index
     out = evaluate_index(index, model, examples, KS)
     return {**out, "passages": len(passages), "vectors": len(index), "seconds": time.perf_counter() - started}
 
@@ -76,36 +89,89 @@ def load(path: str):
 
 
 # ----------------------------------------------------------------------------- (a) loss
+def run_record(run: Path, stage: str, corpora: dict[str, list[dict[str, Any]]], examples) -> dict[str, Any]:
+    """A training run's stage: its arguments, validation curve, wall time and its selected model's scores."""
+    log = [json.loads(line) for line in (run / stage / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    args_file = json.loads((run / stage / "train_args.json").read_text())
+    model_dir = next(run / stage / n for n in ("best", "final") if (run / stage / n / "dphr_config.json").is_file())
+    model = load(str(model_dir))
+    summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
+    section = summary.get("recipe", {}).get(stage, {})
+    return {
+        "stage": stage, "model": str(model_dir), "train_args": args_file, "loss": section.get("loss"),
+        "hard_per_example": section.get("hard_per_example") if stage == "hn" else 0, "init": section.get("init"),
+        "train_seconds": summary.get("stages", {}).get(stage, {}).get("seconds"),
+        "samples_per_s": summary.get("stages", {}).get(stage, {}).get("samples_per_s"),
+        "curve": [{k: v for k, v in e.items() if k == "step" or k.endswith("/em@1") or k.endswith("/acc@20")}
+                  for e in log if any(k.endswith("/em@1") for k in e)],
+        "train_loss": [{"step": e["step"], "loss": e["loss"]} for e in log if "loss" in e],
+        "scores": {name: score(model, passages, examples) for name, passages in corpora.items()},
+    }
+
+
+def _corpora(data, sub: dict[str, list[str]], extra_train: str) -> dict[str, list[dict[str, Any]]]:
+    corpora = {name: [data.passages[data.passage_index[p]] for p in ids] for name, ids in sub.items()}
+    corpora["large"] = large_corpus(extra_train)
+    return corpora
+
+
 def run_loss(args) -> dict[str, Any]:
     """Validation curves of each run and its selected model on C0, R_0.1 and the large corpus."""
     from train.validation import build_subcorpora
 
     data, examples = validation_data(args.questions)
     sub = build_subcorpora(data, None, (), (0.1,), seed=0)
-    large = large_corpus(args.extra_train_passages)
-    runs = {}
-    for run in args.runs:
-        run = Path(run)
-        log = [json.loads(line) for line in (run / "rc" / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        args_file = json.loads((run / "rc" / "train_args.json").read_text())
-        model_dir = next(run / "rc" / n for n in ("best", "final") if (run / "rc" / n / "dphr_config.json").is_file())
-        model = load(str(model_dir))
-        scores = {name: score(model, [data.passages[data.passage_index[p]] for p in ids], examples)
-                  for name, ids in sub.items()}
-        scores["large"] = score(model, large, examples)
-        summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
-        runs[run.name] = {
-            "model": str(model_dir), "train_args": args_file,
-            "loss": summary.get("recipe", {}).get("rc", {}).get("loss"),
-            "train_seconds": summary.get("stages", {}).get("rc", {}).get("seconds"),
-            "samples_per_s": summary.get("stages", {}).get("rc", {}).get("samples_per_s"),
-            "curve": [{k: v for k, v in e.items() if k == "step" or k.endswith("/em@1") or k.endswith("/acc@20")}
-                      for e in log if any(k.endswith("/em@1") for k in e)],
-            "train_loss": [{"step": e["step"], "loss": e["loss"]} for e in log if "loss" in e],
-            "scores": scores,
-        }
+    corpora = _corpora(data, sub, args.extra_train_passages)
+    runs = {Path(run).name: run_record(Path(run), "rc", corpora, examples) for run in args.runs}
     return {"runs": runs, "questions": len(examples), "subcorpora": {k: len(v) for k, v in sub.items()},
-            "large_passages": len(large)}
+            "large_passages": len(corpora["large"])}
+
+
+# ----------------------------------------------------------------------------- (b) hard negatives
+def run_hn(args) -> dict[str, Any]:
+    """Fine-tuning with mined hard negatives vs the same fine-tuning without, from one start model."""
+    from train.validation import build_subcorpora
+
+    data, examples = validation_data(args.questions)
+    sub = build_subcorpora(data, load(args.baseline), (10,), (0.1,), seed=0)
+    corpora = _corpora(data, sub, args.extra_train_passages)
+    runs = {}
+    for run in map(Path, args.runs):
+        stage = "hn" if (run / "hn" / "metrics.jsonl").is_file() else "rc"
+        runs[run.name] = run_record(run, stage, corpora, examples)
+        mining = run / "mine" / "stats.json"
+        if mining.is_file():
+            runs[run.name]["mining"] = json.loads(mining.read_text())
+    start = {"model": args.baseline, "scores": {name: score(load(args.baseline), passages, examples)
+                                                 for name, passages in corpora.items()}}
+    return {"start": start, "runs": runs, "questions": len(examples), "reference": args.baseline,
+            "subcorpora": {k: len(v) for k, v in sub.items()}, "large_passages": len(corpora["large"])}
+
+
+def hn_markdown(r: dict) -> str:
+    corpora = list(r["start"]["scores"])
+    sizes = {**r["subcorpora"], "large": r["large_passages"]}
+    lines = [f"Questions: {r['questions']} (held-out validation articles); H_10 built with `{r['reference']}`, the "
+             "start model of both runs. Phrase EM@1 / passage acc@20 (%) per corpus (passages):", "",
+             "| model | hard passages per question | steps × batch | train min | "
+             + " | ".join(f"{c} ({sizes[c]})" for c in corpora) + " |", "|---|---:|---:|---:|" + "---:|" * len(corpora)]
+
+    def cells(scores: dict) -> str:
+        return " | ".join(f"{100 * scores[c]['em@1']:.1f} / {100 * scores[c]['acc@20']:.1f}" for c in corpora)
+
+    lines.append(f"| start: `{r['start']['model']}` | – | – | – | {cells(r['start']['scores'])} |")
+    for name, run in r["runs"].items():
+        a = run["train_args"]
+        minutes = f"{run['train_seconds'] / 60:.0f}" if run.get("train_seconds") else "–"
+        lines.append(f"| {name} ({run['stage']}, best on {a.get('select_metric')}) | {run['hard_per_example']} | "
+                     f"{a.get('max_steps')} × {a.get('batch_size')} | {minutes} | {cells(run['scores'])} |")
+    for name, run in r["runs"].items():
+        if run.get("mining"):
+            m = run["mining"]
+            lines += ["", f"Mining ({name}): {int(m['questions']):,} training questions over {m['passages']:,} training "
+                          f"passages ({m['vectors']:,} vectors); {m['mean_negatives']:.1f} answer-free passages per "
+                          f"question among the top-10 phrases; {100 * m['short_fraction']:.1f}% of questions had none."]
+    return "\n".join(lines)
 
 
 def loss_markdown(r: dict) -> str:
@@ -203,19 +269,33 @@ def run_validation(args) -> dict[str, Any]:
     """Each checkpoint on C0, R_r, H_k (built with the reference) and the large corpus; rank correlations."""
     from scipy.stats import kendalltau, spearmanr
 
-    from train.validation import build_subcorpora
+    from train.validation import build_subcorpora, evaluate_index
 
     data, examples = validation_data(args.questions)
     sub = build_subcorpora(data, load(args.reference), args.hard_k, args.random_fractions, seed=0)
-    large = large_corpus(args.extra_train_passages)
+    large_index, threshold, large = None, None, []
+    if args.large_index:
+        from dphr_haystack.index import PhraseIndex
+
+        large_index = PhraseIndex.load(args.large_index)
+        threshold = large_index.filter_threshold  # the subcorpora get the same token filter
+    else:
+        large = large_corpus(args.extra_train_passages)
     table: dict[str, dict[str, Any]] = {}
     for path in args.checkpoints:
         model = load(path)
-        row = {name: score(model, [data.passages[data.passage_index[p]] for p in ids], examples)
-               for name, ids in sub.items()}
-        row["large"] = score(model, large, examples)
-        table[Path(path).name] = row
-        print(Path(path).name, {k: round(100 * v["em@1"], 1) for k, v in row.items()}, flush=True)
+        row = {name: score(model, [data.passages[data.passage_index[p]] for p in ids], examples, corpus=name,
+                           filter_threshold=threshold) for name, ids in sub.items()}
+        if large_index is not None:
+            if model.phrase_fingerprint() != large_index.model_fingerprint:
+                raise SystemExit(f"{path}: its phrase encoder did not build {args.large_index}")
+            started = time.perf_counter()
+            row["large"] = {**evaluate_index(large_index, model, examples, KS), "passages": large_index.num_passages,
+                            "vectors": len(large_index), "seconds": time.perf_counter() - started}
+        else:
+            row["large"] = score(model, large, examples, corpus="large")
+        table[path.removeprefix("runs/")] = row
+        print(path, {k: round(100 * v["em@1"], 1) for k, v in row.items()}, flush=True)
     correlations = {}
     names = list(table)
     for metric in ("em@1", "acc@20"):
@@ -227,13 +307,17 @@ def run_validation(args) -> dict[str, Any]:
                                                   "best_matches_large": names[max(range(len(names)), key=small.__getitem__)]
                                                   == names[max(range(len(names)), key=full.__getitem__)]}
     return {"checkpoints": table, "reference": args.reference, "subcorpora": {k: len(v) for k, v in sub.items()},
-            "questions": len(examples), "large_passages": len(large), "correlations": correlations}
+            "questions": len(examples), "large_passages": large_index.num_passages if large_index else len(large),
+            "large_index": args.large_index, "filter_threshold": threshold, "correlations": correlations}
 
 
 def validation_markdown(r: dict) -> str:
     corpora = list(r["subcorpora"]) + ["large"]
     sizes = {**r["subcorpora"], "large": r["large_passages"]}
-    lines = [f"{len(r['checkpoints'])} checkpoints, {r['questions']} questions; H_k built with `{r['reference']}`.", "",
+    large = (f"the phrase index `{Path(r['large_index']).name}` (filter threshold {r['filter_threshold']}, also applied "
+             "to the subcorpora)" if r.get("large_index") else "dev-public plus train-rebuilt paragraphs")
+    lines = [f"{len(r['checkpoints'])} checkpoints, {r['questions']} questions; H_k built with `{r['reference']}`; "
+             f"large corpus: {large}.", "",
              "Phrase EM@1 (%) per corpus (passages in brackets):", "",
              "| checkpoint | " + " | ".join(f"{c} ({sizes[c]})" for c in corpora) + " |",
              "|---|" + "---:|" * len(corpora)]
@@ -271,14 +355,17 @@ def validation_plot(r: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-PARTS = {"loss": (run_loss, loss_markdown, loss_plot), "filter": (run_filter, filter_markdown, filter_plot),
+PARTS = {"loss": (run_loss, loss_markdown, loss_plot), "hn": (run_hn, hn_markdown, loss_plot),
+         "filter": (run_filter, filter_markdown, filter_plot),
          "validation": (run_validation, validation_markdown, validation_plot)}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("part", choices=sorted(PARTS))
-    parser.add_argument("--runs", nargs="+", default=["runs/cpu-ul", "runs/cpu-original"], help="(loss) run directories")
+    parser.add_argument("--runs", nargs="+", help="(loss, hn) run directories; defaults: runs/cpu-ul runs/cpu-original "
+                        "(loss), runs/cpu-hn runs/cpu-hn-control (hn)")
+    parser.add_argument("--baseline", default="dphr-minilm-squad", help="(hn) the start model of both runs")
     parser.add_argument("--models", nargs="+", default=["runs/cpu-ul/filter/final", "runs/cpu-original/rc/best"],
                         help="(filter) model directories")
     parser.add_argument("--thresholds", nargs="+", type=float, default=[-3.0, -2.0, -1.0, 0.0, 1.0, 2.0])
@@ -289,8 +376,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=400, help="validation questions (evenly spaced)")
     parser.add_argument("--extra-train-passages", default="2300",
                         help="train-rebuilt paragraphs added to dev-public for the large corpus, or 'all'")
+    parser.add_argument("--large-index", help="(validation) an existing phrase index as the large corpus, e.g. "
+                        "SQuAD-open-small's from bench_squad_open_small.py; every checkpoint must share its phrase "
+                        "encoder (query-side checkpoints), and the subcorpora get its filter threshold")
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args(argv)
+    args.runs = args.runs or {"loss": ["runs/cpu-ul", "runs/cpu-original"],
+                              "hn": ["runs/cpu-hn", "runs/cpu-hn-control"]}.get(args.part, [])
     if args.part == "validation":
         if len(args.checkpoints) < 3:
             parser.error("validation needs at least 3 --checkpoints to rank")
@@ -304,7 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {"command": "python benchmarks/bench_kim2022.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "machine": machine(), **run(args)}
     result["seconds"] = time.perf_counter() - started
-    full = args.part == "validation" and args.extra_train_passages == "all"  # kept beside the smaller-scale run
+    # Against the whole SQuAD-open-small corpus: kept beside the smaller-scale run.
+    full = args.part == "validation" and (args.extra_train_passages == "all" or bool(args.large_index))
     finish_result(f"kim2022_{args.part}" + ("_full" if full else ""), result, markdown, plot)
     return 0
 

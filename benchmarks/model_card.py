@@ -29,7 +29,8 @@ def _machine(m: dict[str, Any]) -> str:
 
 # The recipe behind each (run directory, stage) of the shipped model (train/README.md lists the commands).
 RECIPES = {("cpu-ul", "rc"): "train/configs/cpu_ul.yaml", ("cpu-long", "rc"): "train/configs/cpu_continue.yaml",
-           ("cpu-long", "filter"): "train/configs/cpu_filter.yaml", ("cpu-long", "qsft"): "train/configs/cpu_qsft.yaml"}
+           ("cpu-long", "filter"): "train/configs/cpu_filter.yaml", ("cpu-qsft", "qsft"): "train/configs/cpu_qsft.yaml",
+           ("cpu-qsft-shared", "qsft"): "train/configs/cpu_qsft_shared.yaml"}
 
 
 def _stage_lines(training: list[dict[str, Any]]) -> list[str]:
@@ -47,6 +48,14 @@ def _stage_lines(training: list[dict[str, Any]]) -> list[str]:
                          f"{a.get('batch_size')} | {a.get('lr'):g} | {minutes} | {a.get('select_metric') or '–'} | "
                          f"{best_text} |")
     return lines
+
+
+def _missing_stages(training: list[dict[str, Any]]) -> list[str]:
+    stages = {stage for run in training for stage in run["stages"]}
+    missing = [text for stage, text in (("qsft", "no query-side fine-tuning"), ("hn", "no hard-negative round"))
+               if stage not in stages]
+    return [f"- Not in its recipe: {', '.join(missing + ['no distillation'])} (see the README's *Measured* section "
+            "for what each was measured to do at this scale)."]
 
 
 def render() -> str:
@@ -102,18 +111,24 @@ def render() -> str:
                   "The accuracy columns are deterministic; the latency columns depend on what else ran on the machine "
                   "(see the README's *Measured* section).", "",
                   f"Command: `{squad['command']}` · {_machine(squad['machine'])}", ""]
-    for part, title in (("loss", "(a) unified loss vs the DensePhrases objective"), ("filter", "(c) token filter"),
-                        ("validation", "(d) validation subcorpora")):
-        result = _read(f"kim2022_{part}")
+    whole = _read("whole_words")
+    if whole and whole.get("model") in ("dphr-minilm-squad", "default"):
+        lines += ["## Whole-word phrases (`benchmarks/bench_whole_words.py`)", "", whole["markdown"], "",
+                  f"Command: `{whole['command']}` · {_machine(whole['machine'])}", ""]
+    for name, title in (("loss", "(a) unified loss vs the DensePhrases objective"),
+                        ("hn", "(b) hard-negative fine-tuning"), ("filter", "(c) token filter"),
+                        ("validation", "(d) validation subcorpora"),
+                        ("validation_full", "(d) validation subcorpora vs the whole SQuAD-open-small corpus")):
+        result = _read(f"kim2022_{name}")
         if result:
+            part = name.split("_")[0]
             lines += [f"## Kim et al. 2022 {title} (`benchmarks/bench_kim2022.py {part}`)", "", result["markdown"], "",
                       f"Command: `{result['command']}` · {_machine(result['machine'])}", ""]
     lines += ["## Limits", "",
               "- Trained on SQuAD only, with a CPU budget; expect weaker results on other domains and question styles.",
               "- Lower-case and title-less inputs were not part of training.",
               "- English only (the base model's vocabulary).",
-              "- No query-side fine-tuning yet (`train/configs/cpu_qsft.yaml` is ready; the training session ran out of "
-              "time), no hard-negative round, no distillation.", ""]
+              *_missing_stages(training), ""]
     return "\n".join(lines)
 
 
