@@ -25,6 +25,7 @@ from .eval_cli import add_eval_parser, run_eval
 from .scale_cli import add_scale_parsers, run_scale_command
 from .search import UNITS
 from .shipped import DEFAULT_MODEL, is_shipped_name
+from .weights import STORAGE_DTYPES
 
 logger = logging.getLogger("dphr")
 
@@ -49,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     export = model.add_parser("export", help="re-save a phrase model compactly (float16, bounded shards, no base tensors)")
     export.add_argument("--model", required=True, type=Path)
     export.add_argument("--out", required=True, type=Path)
-    export.add_argument("--weights-dtype", default="float16", choices=["float32", "float16", "int8"])
+    export.add_argument("--weights-dtype", default="float16", choices=list(STORAGE_DTYPES),
+                        help="int8-phrase: phrase encoder int8, query side float16")
     export.add_argument("--max-shard-mb", type=float, default=15.0, help="largest weight file, MiB (default 15)")
     export.add_argument("--omit-base-weights", action="store_true",
                         help="leave out tensors identical to the base model's (read from the installed base on load)")

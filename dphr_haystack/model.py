@@ -278,7 +278,8 @@ class PhraseModel(nn.Module):
         :func:`~dphr_haystack.weights.write_weights` wrote.
 
         By default the weights are one float32 ``model.safetensors``. For shipping or moving a model,
-        ``weights_dtype="float16"`` halves them (``"int8"``: per-row quantized matrices), ``max_shard_mb`` splits
+        ``weights_dtype="float16"`` halves them (``"int8"``: per-row quantized matrices; ``"int8-phrase"``: int8
+        phrase encoder, float16 query side), ``max_shard_mb`` splits
         them into shards of at most that size, and ``omit_base_weights`` leaves out tensors identical to the base model's (``config.base_model``, e.g.
         the frozen word embeddings of a model trained from ``minilm``), which are then read from the installed
         base at load time.

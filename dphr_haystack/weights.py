@@ -2,7 +2,9 @@
 
 A compact save writes ``model.safetensors.index.json`` plus ``model-NNNNN.safetensors`` shards, each at most
 ``max_shard_mb`` MiB (a tensor larger than that is split by rows across shards), optionally in float16 or int8
-(weight matrices quantized per row, symmetric, with a float32 scale per row; small tensors float16), and
+(weight matrices quantized per row, symmetric, with a float32 scale per row; small tensors float16), or
+``int8-phrase`` (the phrase encoder int8, the query side float16: a phrase encoder that came from an int8 copy
+and was frozen since, as in query-side fine-tuning, is stored exactly, and the fine-tuned query side loses nothing), and
 optionally without the tensors that are bit-identical to the base model's (the frozen word embeddings of a
 model trained from ``minilm``): those are recorded by base key and SHA-256 and read back from the base model
 at load time, which must then be installed. Everything is safetensors and JSON; nothing is unpickled.
@@ -29,6 +31,9 @@ WEIGHTS_FORMAT_VERSION = 1
 ENCODER_PREFIXES = ("phrase_encoder.", "query_start_encoder.", "query_end_encoder.", "query_encoder.")
 SHARD_HEADER_ROOM = 64 * 1024
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "int8": torch.int8}
+# Storage options mixing dtypes by key prefix (first match; otherwise the last entry's dtype).
+MIXED_DTYPES = {"int8-phrase": (("phrase_encoder.", "int8"), ("", "float16"))}
+STORAGE_DTYPES = (*DTYPES, *MIXED_DTYPES)
 INT8_MIN_ELEMENTS = 4096  # matrices at least this large are quantized; biases and LayerNorms stay float16
 SCALE_SUFFIX = "::scale"
 
@@ -48,8 +53,8 @@ def write_weights(state: dict[str, torch.Tensor], path: Path, dtype: str = "floa
     Without ``max_shard_mb``, ``dtype="float32"`` and ``base_state`` this is the single ``model.safetensors``.
     """
     safetensors_torch = require("safetensors.torch")
-    if dtype not in DTYPES:
-        raise InvalidParameterError(f"weights dtype {dtype!r}; valid: {', '.join(DTYPES)}")
+    if dtype not in STORAGE_DTYPES:
+        raise InvalidParameterError(f"weights dtype {dtype!r}; valid: {', '.join(STORAGE_DTYPES)}")
     if max_shard_mb is not None and not max_shard_mb > 0:
         raise InvalidParameterError(f"max_shard_mb must be > 0, got {max_shard_mb}")
     for stale in [path / WEIGHTS_FILE, path / WEIGHTS_INDEX_FILE, *path.glob("model-*.safetensors")]:
@@ -58,7 +63,7 @@ def write_weights(state: dict[str, torch.Tensor], path: Path, dtype: str = "floa
     stored: dict[str, torch.Tensor] = {}
     for key, value in state.items():
         if key not in from_base:
-            stored.update(_encode(key, value, dtype))
+            stored.update(_encode(key, value, _dtype_of(key, dtype)))
     if max_shard_mb is None and dtype == "float32" and not from_base:
         safetensors_torch.save_file(stored, str(path / WEIGHTS_FILE), metadata={"format": "pt", "dphr": "1"})
         return {"files": [WEIGHTS_FILE], "bytes": (path / WEIGHTS_FILE).stat().st_size, "from_base": 0}
@@ -155,6 +160,14 @@ def _read_from_base(base_model: str, from_base: dict[str, Any], index_file: Path
                                  "(another version of the base is installed)")
         out[key] = tensor
     return out
+
+
+def _dtype_of(key: str, dtype: str) -> str:
+    """The plain dtype ``key`` is stored in under the storage option ``dtype``."""
+    rules = MIXED_DTYPES.get(dtype)
+    if rules is None:
+        return dtype
+    return next((plain for prefix, plain in rules if key.startswith(prefix)), rules[-1][1])
 
 
 def _encode(key: str, tensor: torch.Tensor, dtype: str) -> dict[str, torch.Tensor]:

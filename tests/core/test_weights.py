@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from dphr_haystack import ModelLoadError, PhraseModel
+from dphr_haystack.errors import InvalidParameterError
 from dphr_haystack.weights import WEIGHTS_FILE, WEIGHTS_INDEX_FILE
 
 pytestmark = pytest.mark.unit
@@ -116,6 +117,25 @@ def test_int8_weights_are_smaller_than_float16_and_keep_vectors_close(tiny_model
     for got, want in zip(_vectors(loaded), _vectors(tiny_model)):
         cosine = (got * want).sum(-1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1))
         assert cosine.min() > 0.95 and not np.array_equal(got, want)
+
+
+def test_int8_phrase_keeps_an_int8_phrase_encoder_exactly_and_the_query_side_in_float16(tiny_model, tmp_path):
+    """The shipped recipe: phrase encoder from an int8 copy, frozen; query side fine-tuned after loading it."""
+    tiny_model.save(tmp_path / "int8", weights_dtype="int8")
+    model = _trained_like(PhraseModel.load(tmp_path / "int8"))
+    with torch.no_grad():  # query-side fine-tuning leaves the phrase encoder as the int8 copy had it
+        model.phrase_encoder.load_state_dict(PhraseModel.load(tmp_path / "int8").phrase_encoder.state_dict())
+    model.save(tmp_path / "mixed", weights_dtype="int8-phrase")
+    model.save(tmp_path / "fp16", weights_dtype="float16")
+    index = json.loads((tmp_path / "mixed" / WEIGHTS_INDEX_FILE).read_text())
+    scaled = {key.split("::")[0] for key in index["weight_map"] if key.endswith("::scale")}
+    assert scaled and all(key.startswith("phrase_encoder.") for key in scaled)
+    mixed, half = PhraseModel.load(tmp_path / "mixed"), PhraseModel.load(tmp_path / "fp16")
+    assert mixed.phrase_fingerprint() == model.phrase_fingerprint() != half.phrase_fingerprint()
+    np.testing.assert_array_equal(mixed.encode_queries(["where is the louvre"])[0],
+                                  half.encode_queries(["where is the louvre"])[0])
+    with pytest.raises(InvalidParameterError, match="int8-phrase"):
+        model.save(tmp_path / "bad", weights_dtype="int4")
 
 
 def test_int8_codes_without_their_scales_are_refused(tiny_model, tmp_path):
