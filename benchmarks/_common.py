@@ -41,6 +41,19 @@ def machine() -> dict[str, Any]:
     }
 
 
+def model_id(name: str) -> str | None:
+    """A short digest of a shipped model's weights (its shard index lists each shard's SHA-256), so results can
+    tell which shipped model they measured; ``None`` for directories and untrained models."""
+    import hashlib
+
+    from dphr_haystack.shipped import is_shipped_name, shipped_model_path
+
+    if not is_shipped_name(name):
+        return None
+    index = shipped_model_path(name) / "model.safetensors.index.json"
+    return hashlib.sha256(index.read_bytes()).hexdigest()[:12] if index.is_file() else None
+
+
 def squad_passages(path: Path = SQUAD_DEV, limit: int | None = None) -> tuple[list[dict], list[dict]]:
     """SQuAD paragraphs as passages, and their questions (with the gold passage id and answers)."""
     if not path.is_file():

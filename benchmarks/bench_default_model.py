@@ -5,7 +5,8 @@
     .venv/bin/python benchmarks/bench_default_model.py --model runs/cpu-qsft/qsft/best --run runs/cpu-qsft \
         --keep-training --other-layout runs/cpu-qsft-shared/qsft/best --export   # a later stage on the shipped model
 
-For the trained model, each weight storage (float32, float16, int8; base-model tensors omitted, shards ≤ 15 MiB) is
+For the trained model, each weight storage (float32, float16, int8, int8-phrase = int8 phrase encoder with a float16
+query side; base-model tensors omitted, shards ≤ 15 MiB) is
 saved, loaded back and scored on the held-out validation questions over H_10 and over every dev-public paragraph
 (accuracy effect), with its size on disk. Query cost compares the DensePhrases layout (two query encoders) with
 the shared layout (one query encoder, two heads): ``--model``'s, and the other one from ``--other-layout`` or else
@@ -38,9 +39,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks._common import ROOT, SQUAD_DEV, finish_result, machine  # noqa: E402
 from benchmarks.bench_kim2022 import KS, validation_data  # noqa: E402
+from dphr_haystack.weights import STORAGE_DTYPES as DTYPES  # noqa: E402
 
 SHARD_MB = 15.0
-DTYPES = ("float32", "float16", "int8")
 QUESTIONS = ["Which NFL team represented the AFC at Super Bowl 50?", "Where did Super Bowl 50 take place?",
              "What is the name of the stadium?", "Who won the game?"] * 16
 
@@ -132,9 +133,9 @@ def layout_costs(model_dir: str, other_dir: str | None = None) -> dict[str, dict
     return costs
 
 
-def layout_rows(model_dir: str, other_dir: str, questions: int, dtype: str,
+def layout_rows(model_dir: str, other_dir: str, questions: int, dtypes: list[str],
                 dev_passages: int | None = None) -> list[dict[str, Any]]:
-    """Both query layouts, stored as ``dtype``, scored on one phrase index per corpus (same phrase encoder)."""
+    """Both query layouts, stored as each of ``dtypes``, scored on one phrase index per corpus (same phrase encoder)."""
     from dphr_haystack.errors import ModelMismatchError
     from dphr_haystack.model import PhraseModel
     from train.data import load_squad
@@ -144,13 +145,16 @@ def layout_rows(model_dir: str, other_dir: str, questions: int, dtype: str,
     rows, models = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for layout, source in sorted(_by_layout(model_dir, other_dir).items()):
-            out = Path(tmp) / layout
-            written = PhraseModel.load(source).save(out, weights_dtype=dtype, max_shard_mb=SHARD_MB, omit_base_weights=True)
-            models.append(PhraseModel.load(out))
-            rows.append({"layout": LAYOUT_NAMES[layout], "source": source, "dtype": dtype,
-                         "weights_mib": written["bytes"] / 2**20, "scores": {}})
-        if models[0].phrase_fingerprint() != models[1].phrase_fingerprint():
-            raise ModelMismatchError(f"{other_dir} has another phrase encoder than {model_dir}: layouts not comparable")
+            for dtype in dtypes:
+                out = Path(tmp) / f"{layout}-{dtype}"
+                written = PhraseModel.load(source).save(out, weights_dtype=dtype, max_shard_mb=SHARD_MB,
+                                                        omit_base_weights=True)
+                models.append(PhraseModel.load(out))
+                rows.append({"layout": LAYOUT_NAMES[layout], "source": source, "dtype": dtype,
+                             "weights_mib": written["bytes"] / 2**20, "scores": {}})
+        if len({model.phrase_fingerprint() for model in models}) != 1:
+            raise ModelMismatchError(f"{other_dir} and {model_dir} do not store one phrase encoder in {dtypes}: "
+                                     "layouts not comparable")
         hard = build_subcorpora(data, models[0], (10,), (), seed=0)["H_10"]
         corpora = {"H_10": [data.passages[data.passage_index[p]] for p in hard],
                    "dev-public": load_squad(SQUAD_DEV).passages[:dev_passages]}
@@ -158,7 +162,8 @@ def layout_rows(model_dir: str, other_dir: str, questions: int, dtype: str,
             index = build_index(models[0], passages, 64)
             for row, model in zip(rows, models, strict=True):
                 row["scores"][name] = evaluate_index(index, model, examples, KS)
-            print(name, {row["layout"]: round(100 * row["scores"][name]["em@1"], 1) for row in rows}, flush=True)
+            print(name, {f"{row['layout']} {row['dtype']}": round(100 * row["scores"][name]["em@1"], 1) for row in rows},
+                  flush=True)
     return rows
 
 
@@ -232,13 +237,13 @@ def markdown(r: dict) -> str:
         lines.append(f"| {name} | {c['single_ms_p50']:.1f} | {c['batched_queries_per_s']:.0f} |")
     if r.get("layout_accuracy"):
         rows = r["layout_accuracy"]
-        lines += ["", f"Both query layouts trained on the same phrase encoder, stored as {rows[0]['dtype']}, scored on the "
-                      "same phrase index per corpus:", "",
-                  "| layout | weights MiB | H_10 EM@1 | H_10 acc@20 | dev-public EM@1 | dev-public acc@1 | dev-public acc@20 |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+        lines += ["", "Both query layouts trained on the same phrase encoder, scored on the same phrase index per corpus:", "",
+                  "| layout | weights | MiB | H_10 EM@1 | H_10 acc@20 | dev-public EM@1 | dev-public acc@1 | dev-public acc@20 |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
         for row in rows:
             h, d = row["scores"]["H_10"], row["scores"]["dev-public"]
-            lines.append(f"| {row['layout']} | {row['weights_mib']:.1f} | {100 * h['em@1']:.1f} | {100 * h['acc@20']:.1f} | "
+            lines.append(f"| {row['layout']} | {row['dtype']} | {row['weights_mib']:.1f} | {100 * h['em@1']:.1f} | "
+                         f"{100 * h['acc@20']:.1f} | "
                          f"{100 * d['em@1']:.1f} | {100 * d['acc@1']:.1f} | {100 * d['acc@20']:.1f} |")
     if r.get("export"):
         e = r["export"]
@@ -279,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--other-layout", help="the same phrase encoder trained in the other query layout: both "
                         "layouts are scored and timed")
     parser.add_argument("--questions", type=int, default=400)
-    parser.add_argument("--dtype", default="int8", choices=DTYPES, help="storage of the shipped copy")
+    parser.add_argument("--dtype", default="int8-phrase", choices=DTYPES, help="storage of the shipped copy")
     parser.add_argument("--export", action="store_true", help="write the shipped model directory and its card")
     parser.add_argument("--dev-passages", type=int, default=None, help="first N dev-public paragraphs only (quick run)")
     args = parser.parse_args(argv)
@@ -295,8 +300,8 @@ def main(argv: list[str] | None = None) -> int:
               "storage": rows, "layouts": layout_costs(args.model, args.other_layout), "training": training,
               "other_layout": args.other_layout}
     if args.other_layout:
-        result["layout_accuracy"] = layout_rows(args.model, args.other_layout, args.questions, args.dtype,
-                                                args.dev_passages)
+        result["layout_accuracy"] = layout_rows(args.model, args.other_layout, args.questions,
+                                                list(dict.fromkeys(["int8", args.dtype])), args.dev_passages)
     if args.export:
         result["export"] = export(args.model, args.dtype)
     result["seconds"] = time.perf_counter() - started

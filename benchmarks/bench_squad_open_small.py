@@ -33,7 +33,7 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from benchmarks._common import ROOT, SQUAD_DEV, SQUAD_TRAIN, machine, percentiles, write_result  # noqa: E402
+from benchmarks._common import ROOT, SQUAD_DEV, SQUAD_TRAIN, machine, model_id, percentiles, write_result  # noqa: E402
 
 CACHE = ROOT / "benchmarks" / "cache" / "squad-open-small"
 DENSE_CHUNK = 2048
@@ -209,7 +209,7 @@ def evaluate_all(docs, embeddings: np.ndarray, cache: Path, build_stats: dict, a
         row["p50_vs_dense_faiss"] = row["latency"]["p50_ms"] / by_name["Dense MiniLM (FAISS flat)"]["latency"]["p50_ms"]
     table = markdown_table(reports)
     print(table)
-    return {"benchmark": "SQuAD-open-small", "phrase_model": args.model,
+    return {"benchmark": "SQuAD-open-small", "phrase_model": args.model, "model_id": model_id(args.model),
             "phrase_model_note": "untrained: all-MiniLM-L6-v2 copied into the phrase and query encoders"
             if args.model == "minilm" else "", "corpus_passages": len(docs), "questions_sampled": len(examples),
             "held_out_titles": held_out, "seed": args.seed, "top_k": args.top_k, "systems": rows,

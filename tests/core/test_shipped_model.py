@@ -82,7 +82,7 @@ def test_shipped_files_fit_the_budget_and_load_offline(shipped_model):
     assert max(sizes.values()) <= 16 * 2**20  # every file moves between machines (16 MiB per file)
     assert (path / "MODEL_CARD.md").is_file()
     config = shipped_model.config
-    assert config.base_model == "minilm" and config.query_layout == "separate"
+    assert config.base_model == "minilm" and config.query_layout == "shared"
     assert isinstance(config.filter_threshold, float)
 
 
