@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("part", choices=sorted(PARTS))
     parser.add_argument("--runs", nargs="+", help="(loss, hn) run directories; defaults: runs/cpu-ul runs/cpu-original "
                         "(loss), runs/cpu-hn runs/cpu-hn-control (hn)")
-    parser.add_argument("--baseline", default="dphr-minilm-squad", help="(hn) the start model of both runs")
+    parser.add_argument("--baseline", default="runs/shipped-v1", help="(hn) the start model of both runs")
     parser.add_argument("--models", nargs="+", default=["runs/cpu-ul/filter/final", "runs/cpu-original/rc/best"],
                         help="(filter) model directories")
     parser.add_argument("--thresholds", nargs="+", type=float, default=[-3.0, -2.0, -1.0, 0.0, 1.0, 2.0])

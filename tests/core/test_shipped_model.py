@@ -9,7 +9,7 @@ from dphr_haystack.errors import ModelLoadError
 from dphr_haystack.evaluation import exact_match
 
 SIZE_BUDGET_BYTES = 40 * 10**6  # issue 8: the shipped files, at most 40 MB in total
-MIN_EM_AT_1 = 0.20  # measured 0.25 (15 of 60 questions) when shipped; the untrained base: 0.0
+MIN_EM_AT_1 = 0.20  # measured 0.30 (18 of 60 questions) when shipped (the model before QSFT: 16); untrained: 0.0
 
 
 @pytest.fixture
