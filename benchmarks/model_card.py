@@ -70,8 +70,9 @@ def _layout_lines(config: dict[str, Any]) -> list[str]:
     fit = _read("train_layout_fit")
     if config["query_layout"] != "shared" or fit is None:
         return []
-    return [f"Before query-side fine-tuning, `python -m train.layout --model {fit['source']} --out runs/shared-init "
-            f"--questions {fit['questions']}` (`{fit['source']}` was then the model of the stages before `qsft`) turned "
+    return [f"Before query-side fine-tuning, `python -m train.layout --model runs/shipped-v1 --out runs/shared-init "
+            f"--questions {fit['questions']}` (`runs/shipped-v1`: the int8 copy of the stages before `qsft`, then "
+            f"shipped as `{fit['source']}`; train/README.md) turned "
             "the DensePhrases layout into the shared one: the query encoder is the old start encoder with an identity "
             f"start head, and the end head is fitted by ridge regression ({fit['ridge']:g}) to the old end "
             f"encoder on {fit['questions']:,} training questions (R² {fit['r2']:.3f}, mean cosine "
