@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/bench_default_model.py --model runs/cpu-long/filter/final --run runs/cpu-ul runs/cpu-long
     .venv/bin/python benchmarks/bench_default_model.py ... --export   # also (re)writes the shipped model directory
-    .venv/bin/python benchmarks/bench_default_model.py --model runs/cpu-qsft/qsft/best --run runs/cpu-qsft \
-        --keep-training --other-layout runs/cpu-qsft-shared/qsft/best --export   # a later stage on the shipped model
+    .venv/bin/python benchmarks/bench_default_model.py --model runs/cpu-qsft-shared/qsft/best --run runs/cpu-qsft-shared \
+        --keep-training --other-layout runs/cpu-qsft/qsft/best --export   # a later stage (how the shipped one was made)
 
 For the trained model, each weight storage (float32, float16, int8, int8-phrase = int8 phrase encoder with a float16
 query side; base-model tensors omitted, shards ≤ 15 MiB) is
