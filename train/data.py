@@ -52,7 +52,8 @@ class Feature:
     """One (question, window) training input; ``start``/``end`` are window positions (0 = outside).
 
     ``context_start`` is the window position of the first context token (after [CLS] and the title); the
-    context runs to the window's final [SEP].
+    context runs to the window's final [SEP]. ``window`` numbers the window across the whole data (features
+    of one window share it), so passage-grouped batches encode each window once for all of its questions.
     """
 
     example: int
@@ -62,6 +63,7 @@ class Feature:
     start: int
     end: int
     context_start: int = 1
+    window: int = -1
 
 
 # A small built-in sample so that the smoke recipe runs where ../shared is absent.
@@ -151,6 +153,7 @@ class PassageWindows:
             tokenizer, [p["text"] for p in passages], [p.get("title", "") for p in passages], config
         )
         self.windows: list[list[tuple[int, list[int], list[int]]]] = [[] for _ in passages]
+        self.offsets: list[int] = []  # global number of each passage's first window
         for window in build_windows(tokenizer, self.tokenized, config):
             if len(window.owned_context) == 0:
                 continue
@@ -158,7 +161,10 @@ class PassageWindows:
                           if self.tokenized[window.passage].title_ids else 0)
             first = int(window.owned_context[0] - (window.owned_positions[0] - prefix))
             self.windows[window.passage].append((first, window.input_ids, window.token_type_ids))
-        self.prefix = {}
+        total = 0
+        for passage_windows in self.windows:
+            self.offsets.append(total)
+            total += len(passage_windows)
 
     def first_window(self, passage_id: str) -> tuple[list[int], list[int]]:
         """input_ids and token_type_ids of a passage's first window."""
@@ -192,45 +198,74 @@ def build_features(data: RCData, windows: PassageWindows, keep_unanswered_window
             skipped += 1
             continue
         prefix = 1 + (len(tp.title_ids) + 1 if tp.title_ids else 0)
-        for first, ids, types in windows.windows[row]:
+        for w_idx, (first, ids, types) in enumerate(windows.windows[row]):
             n_context = len(ids) - prefix - 1
             inside = first <= span[0] and span[1] < first + n_context
             if not inside and not keep_unanswered_windows:
                 continue
             start = prefix + span[0] - first if inside else 0
             end = prefix + span[1] - first if inside else 0
-            features.append(Feature(e_idx, ex.passage_id, ids, types, start, end, prefix))
+            features.append(Feature(e_idx, ex.passage_id, ids, types, start, end, prefix,
+                                    windows.offsets[row] + w_idx))
     if skipped:
         logger.warning("skipped %d examples whose answer span could not be located", skipped)
     return features
 
 
+def _pad(ids: Sequence[list[int]], types: Sequence[list[int]], pad_id: int,
+         pad_to: int | None) -> dict[str, torch.Tensor]:
+    """pad_batch, optionally to a fixed width ``pad_to`` (e.g. to all-gather states across DDP ranks)."""
+    if pad_to is None:
+        return pad_batch(ids, types, pad_id)
+    padded = pad_batch([*ids, [pad_id] * pad_to], [*types, [0] * pad_to], pad_id)
+    return {k: v[:-1] for k, v in padded.items()}
+
+
 def collate(features: Sequence[Feature], questions: Sequence[str], tokenizer, config: PhraseModelConfig,
-            hard: Sequence[tuple[list[int], list[int]]] = (), pad_to: int | None = None) -> dict[str, Any]:
-    """Tensors for a batch: passages ``p_*``, queries ``q_*``, gold positions, optional hard passages ``h_*``."""
+            hard: Sequence[tuple[list[int], list[int]]] = (), pad_to: int | None = None,
+            group_windows: bool = False) -> dict[str, Any]:
+    """Tensors for a batch: passages ``p_*``, queries ``q_*``, gold positions, optional hard passages ``h_*``.
+
+    By default row i of ``p_*`` is feature i's window. With ``group_windows`` each distinct window
+    (``Feature.window``) is a row once, in order of first appearance, and ``own_index`` (B,) gives the
+    row of each question's window: a passage with five questions is encoded once, not five times.
+    """
     pad_id = tokenizer.pad_token_id or 0
-    ids = [f.input_ids for f in features]
-    types = [f.token_type_ids for f in features]
-    if pad_to is not None:  # fixed width, e.g. to all-gather states across DDP ranks
-        ids = ids + [[pad_id] * pad_to]
-        types = types + [[0] * pad_to]
-    p = pad_batch(ids, types, pad_id)
-    if pad_to is not None:
-        p = {k: v[:-1] for k, v in p.items()}
+    if group_windows:
+        rows: dict[int, int] = {}
+        window_feats = []
+        for f in features:
+            if f.window not in rows:
+                rows[f.window] = len(rows)
+                window_feats.append(f)
+        own_index = torch.tensor([rows[f.window] for f in features], dtype=torch.long)
+    else:
+        window_feats = list(features)
+        own_index = None
+    p = _pad([f.input_ids for f in window_feats], [f.token_type_ids for f in window_feats], pad_id, pad_to)
     q = tokenize_queries(tokenizer, list(questions), config)
     batch: dict[str, Any] = {
         **{f"p_{k}": v for k, v in p.items()}, **{f"q_{k}": v for k, v in q.items()},
         "start_positions": torch.tensor([f.start for f in features], dtype=torch.long),
         "end_positions": torch.tensor([f.end for f in features], dtype=torch.long),
-        "p_context_start": torch.tensor([f.context_start for f in features], dtype=torch.long),
-        "passage_ids": [f.passage_id for f in features],
+        "p_context_start": torch.tensor([f.context_start for f in window_feats], dtype=torch.long),
+        "passage_ids": [f.passage_id for f in window_feats],
     }
+    if own_index is not None:
+        batch["own_index"] = own_index
     if hard:
-        h_ids, h_types = [x[0] for x in hard], [x[1] for x in hard]
-        if pad_to is not None:
-            h_ids, h_types = h_ids + [[pad_id] * pad_to], h_types + [[0] * pad_to]
-        h = pad_batch(h_ids, h_types, pad_id)
-        if pad_to is not None:
-            h = {k: v[:-1] for k, v in h.items()}
+        h = _pad([x[0] for x in hard], [x[1] for x in hard], pad_id, pad_to)
         batch.update({f"h_{k}": v for k, v in h.items()})
     return batch
+
+
+def per_question(batch: dict[str, Any]) -> dict[str, Any]:
+    """A window-grouped batch with each question's window repeated in its row (what per-question code reads)."""
+    if "own_index" not in batch:
+        return batch
+    own = batch["own_index"]
+    out = {k: v for k, v in batch.items() if k != "own_index"}
+    for key in ("p_input_ids", "p_attention_mask", "p_token_type_ids", "p_context_start"):
+        out[key] = batch[key][own]
+    out["passage_ids"] = [batch["passage_ids"][i] for i in own.tolist()]
+    return out

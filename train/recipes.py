@@ -72,6 +72,8 @@ class RCSection:
     select_on: str | None = None
     gather_negatives: bool = False
     teacher: str | None = None  # an AutoModelForQuestionAnswering directory (densephrases loss, lambda_kl > 0)
+    batching: str = "question"  # or "passage": a window encoded once for all its questions (train.tasks.RCTask)
+    bucket_batches: int = 50  # passage batching: batches per length-sorted run
     train: dict[str, Any] = field(default_factory=dict)
 
 
@@ -381,7 +383,7 @@ def run_rc(ctx: Context, stage: str = "rc") -> dict[str, Any]:
     task = RCTask(model, data, features, windows, loss=section.loss, loss_kwargs=section.loss_kwargs,
                   pre_batch=section.pre_batch, negatives=negatives, hard_per_example=section.hard_per_example,
                   lambda_flt=section.lambda_flt, gather_negatives=section.gather_negatives, seed=recipe.seed,
-                  teacher=teacher)
+                  teacher=teacher, batching=section.batching, bucket_batches=section.bucket_batches)
     args = _train_args(recipe, stage, {"trainable": "all" if section.loss == "densephrases" else "encoders",
                                        **section.train}, metric)
     result = Trainer(model, args, task, eval_fn=validator).train()

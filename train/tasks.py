@@ -12,12 +12,32 @@ import torch
 
 from dphr_haystack.model import PhraseModel
 
-from .data import Feature, PassageWindows, RCData, collate
+from .data import Feature, PassageWindows, RCData, collate, per_question
 from .losses import DensePhrasesLoss, UnifiedLoss, build_loss, gold_vectors
 from .teacher import CrossEncoderTeacher
 from .trainer import gather_with_grad, is_distributed
 
 logger = logging.getLogger(__name__)
+
+BATCHING = ("question", "passage")
+QUERY_CHUNK = 16
+
+
+def chunked_query_vectors(model: PhraseModel, batch: dict[str, Any],
+                          chunk: int = QUERY_CHUNK) -> tuple[torch.Tensor, torch.Tensor]:
+    """Query start/end vectors (B, d) computed in length-sorted chunks, each padded only to its own longest."""
+    ids, mask, types = batch["q_input_ids"], batch["q_attention_mask"], batch["q_token_type_ids"]
+    lengths = mask.sum(dim=1)  # (B,)
+    order = torch.argsort(lengths)
+    starts, ends = [], []
+    for rows in order.split(chunk):
+        width = int(lengths[rows].max())
+        q_start, q_end = model.query_vectors(ids[rows, :width], mask[rows, :width], types[rows, :width])
+        starts.append(q_start)
+        ends.append(q_end)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(len(order), device=order.device)
+    return torch.cat(starts)[inverse], torch.cat(ends)[inverse]
 
 
 def epoch_order(n: int, epoch: int, seed: int) -> list[int]:
@@ -35,6 +55,15 @@ class RCTask:
     with random passages when it has too few. A ``teacher`` (densephrases loss with ``lambda_kl`` > 0) adds
     the distillation term on the teacher's logits over the same windows.
 
+    ``batching`` ``question`` (a batch is ``batch_size`` (question, window) features, each window encoded
+    for its question) or ``passage`` (a batch is ``batch_size`` windows with all of their questions: each
+    window is encoded once and every question is scored against that encoding; the other windows of the
+    batch are the in-batch negatives). Passage batches are length-bucketed: each run of
+    ``bucket_batches`` batches of the shuffled order is sorted by window length before it is cut into
+    batches, and the batches are shuffled again, so padding stays small while the order stays random; their
+    questions are encoded in length-sorted chunks of ``QUERY_CHUNK`` (SQuAD questions padded to the longest of
+    a batch are half padding).
+
     Under DDP each process takes ``rank::world_size`` of every global batch. With ``gather_negatives`` the
     passages (unified) or gold vectors (densephrases), hard passages and pre-batch queue entries of all
     processes are all-gathered, so every query sees the same negatives as in one process with the global batch.
@@ -44,7 +73,8 @@ class RCTask:
                  loss: str = "densephrases", loss_kwargs: dict[str, Any] | None = None, pre_batch: int = 2,
                  negatives: dict[int, list[str]] | None = None, hard_per_example: int = 1,
                  lambda_flt: float = 0.0, gather_negatives: bool = False, seed: int = 0,
-                 teacher: CrossEncoderTeacher | None = None) -> None:
+                 teacher: CrossEncoderTeacher | None = None, batching: str = "question",
+                 bucket_batches: int = 50) -> None:
         self.tokenizer, self.config = model.tokenizer, model.config
         self.data, self.features, self.windows = data, list(features), windows
         self.loss_name = loss
@@ -63,24 +93,59 @@ class RCTask:
         self.hard_per_example = hard_per_example if negatives is not None else 0
         self.gather = gather_negatives
         self.rng = random.Random(seed)
+        if batching not in BATCHING:
+            raise ValueError(f"batching={batching!r}; valid: {', '.join(BATCHING)}")
+        if bucket_batches < 1:
+            raise ValueError(f"bucket_batches must be >= 1, got {bucket_batches}")
+        if batching == "passage" and gather_negatives and loss == "densephrases":
+            raise ValueError("gather_negatives with passage batching takes the unified loss: the densephrases "
+                             "loss gathers one gold vector per question, and processes hold different numbers")
+        self.batching, self.bucket_batches = batching, bucket_batches
+        # A batching unit is a list of feature indices: one feature, or every feature of one window.
+        if batching == "passage":
+            by_window: dict[int, list[int]] = {}
+            for i, f in enumerate(self.features):
+                by_window.setdefault(f.window, []).append(i)
+            if -1 in by_window:
+                raise ValueError("passage batching needs features numbered by window (train.data.build_features)")
+            self.units = [by_window[w] for w in sorted(by_window)]
+        else:
+            self.units = [[i] for i in range(len(self.features))]
+        self.unit_length = [len(self.features[u[0]].input_ids) for u in self.units]
 
     def num_batches(self, batch_size: int, world_size: int) -> int:
-        return len(self.features) // (batch_size * world_size) or 1
+        return len(self.units) // (batch_size * world_size) or 1
 
-    def batches(self, epoch: int, batch_size: int, rank: int, world_size: int, seed: int) -> Iterator[dict[str, Any]]:
-        order = epoch_order(len(self.features), epoch, seed)
-        per_step = batch_size * world_size
+    def batch_plan(self, epoch: int, per_step: int, seed: int) -> list[list[int]]:
+        """The epoch's global batches as lists of unit indices (deterministic in seed and epoch)."""
+        order = epoch_order(len(self.units), epoch, seed)
         n_full = len(order) // per_step
         if n_full == 0:  # tiny data: one (possibly short) batch
-            n_full, batch_size = 1, max(1, len(order) // world_size)
+            return [order]
+        order = order[: n_full * per_step]
+        if self.batching == "question":
+            return [order[b * per_step: (b + 1) * per_step] for b in range(n_full)]
+        plan = []
+        span = per_step * self.bucket_batches
+        for c in range(0, len(order), span):
+            bucket = sorted(order[c: c + span], key=self.unit_length.__getitem__)
+            plan.extend(bucket[i: i + per_step] for i in range(0, len(bucket), per_step))
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch + 17)
+        return [plan[i] for i in torch.randperm(len(plan), generator=generator).tolist()]
+
+    def batches(self, epoch: int, batch_size: int, rank: int, world_size: int, seed: int) -> Iterator[dict[str, Any]]:
+        plan = self.batch_plan(epoch, batch_size * world_size, seed)
+        if len(plan) == 1 and len(plan[0]) < batch_size * world_size:  # tiny data: split what there is
+            batch_size = max(1, len(plan[0]) // world_size)
         self.rng.seed(seed * 7919 + epoch)
-        for b in range(n_full):
-            chunk = order[b * per_step: (b + 1) * per_step][rank::world_size][:batch_size]
-            feats = [self.features[i] for i in chunk]
+        grouped = self.batching == "passage"
+        for units in plan:
+            feats = [self.features[i] for u in units[rank::world_size][:batch_size] for i in self.units[u]]
             questions = [self.data.examples[f.example].question for f in feats]
             hard = self._sample_hard(feats)
             pad_to = self.config.max_passage_length if (self.gather and world_size > 1) else None  # same shapes
-            yield collate(feats, questions, self.tokenizer, self.config, hard=hard, pad_to=pad_to)
+            yield collate(feats, questions, self.tokenizer, self.config, hard=hard, pad_to=pad_to,
+                          group_windows=grouped)
 
     def _sample_hard(self, feats: Sequence[Feature]) -> list[tuple[list[int], list[int]]]:
         if self.hard_per_example <= 0:
@@ -104,10 +169,16 @@ class RCTask:
 
     def step(self, model: PhraseModel, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         states = model.phrase_states(batch["p_input_ids"], batch["p_attention_mask"], batch["p_token_type_ids"])
-        q_start, q_end = model.query_vectors(batch["q_input_ids"], batch["q_attention_mask"], batch["q_token_type_ids"])
+        if self.batching == "passage":
+            q_start, q_end = chunked_query_vectors(model, batch)
+        else:
+            q_start, q_end = model.query_vectors(batch["q_input_ids"], batch["q_attention_mask"],
+                                                 batch["q_token_type_ids"])
         mask = batch["p_attention_mask"]
         starts, ends = batch["start_positions"], batch["end_positions"]
         if isinstance(self.loss, DensePhrasesLoss):
+            if "own_index" in batch:  # one row per question: its own window's states
+                states, mask = states[batch["own_index"]], mask[batch["own_index"]]
             return self._densephrases_step(model, batch, states, q_start, q_end, mask, starts, ends)
         return self._unified_step(model, batch, states, q_start, q_end, mask, starts, ends)
 
@@ -125,7 +196,7 @@ class RCTask:
         if self.teacher is not None:
             if self.teacher.device != states.device:
                 self.teacher.to(states.device)
-            teacher_s, teacher_e = self.teacher.logits(batch)  # (B, L) each
+            teacher_s, teacher_e = self.teacher.logits(per_question(batch))  # (B, L) each
         out = self.loss(q_start, q_end, states, mask, starts, ends, filter_logits=model.filter_linear(states),
                         pre_start=pre_s, pre_end=pre_e, teacher_start=teacher_s, teacher_end=teacher_e,
                         batch_start=gold_s if own_index is not None else None,
@@ -137,20 +208,21 @@ class RCTask:
     def _unified_step(self, model: PhraseModel, batch: dict[str, Any], states: torch.Tensor, q_start: torch.Tensor,
                       q_end: torch.Tensor, mask: torch.Tensor, starts: torch.Tensor,
                       ends: torch.Tensor) -> dict[str, torch.Tensor]:
-        B = states.shape[0]
+        K = states.shape[0]  # this process's windows; one per question unless grouped
         passage_ids = list(batch["passage_ids"])
-        own_index = torch.arange(B, device=states.device)
+        local_own = batch.get("own_index", torch.arange(K, device=states.device))  # (B,) row of each question
+        own_index = local_own
         all_states, all_mask = states, mask
         if self._gathering():
             rank = torch.distributed.get_rank()
             all_states, all_mask = gather_with_grad(states), gather_with_grad(mask)
-            own_index = own_index + rank * B
+            own_index = own_index + rank * K
             gathered: list[list[str]] = [[] for _ in range(torch.distributed.get_world_size())]
             torch.distributed.all_gather_object(gathered, passage_ids)
             all_ids = [p for ids in gathered for p in ids]
         else:
             all_ids = passage_ids
-        local_codes = self._codes(passage_ids, states.device)  # (B,)
+        local_codes = self._codes(passage_ids, states.device)[local_own]  # (B,) passage code of each question
         all_codes = self._codes(all_ids, states.device)  # (K,)
         exclude = local_codes[:, None] == all_codes[None, :]  # (B, K)
         pre_vectors = pre_allowed = None
@@ -169,7 +241,7 @@ class RCTask:
                         pre_vectors=pre_vectors, pre_allowed=pre_allowed, hard_states=hard_states,
                         hard_mask=hard_mask)
         if self.filter_loss is not None:
-            flt = self.filter_loss(model.filter_linear(states), starts, ends, mask)
+            flt = self.filter_loss(model.filter_linear(states)[local_own], starts, ends, mask[local_own])
             out = {**out, "loss": out["loss"] + self.lambda_flt * flt, "filter": flt.detach()}
         if self.queue.maxlen:  # under gathering, every process's passages (as one process would store them)
             valid = all_mask.bool()  # (K, L)
