@@ -79,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--max-answer-length", type=int, default=None)
     search.add_argument("--partial-words", action="store_true",
                         help="let phrases start or end inside a word (by default they span whole words)")
+    search.add_argument("--keep-question-copies", action="store_true",
+                        help="allow phrase answers the question itself contains (skipped by default)")
     search.add_argument("--json", action="store_true", help="print results as JSON lines")
     search.add_argument("query", nargs="+", help="one or more questions")
     add_eval_parser(sub)
@@ -176,7 +178,8 @@ def _search(args: argparse.Namespace) -> int:
 
     check_unit(args.unit)
     searcher = open_searcher(args.index, args.model, max_answer_length=args.max_answer_length,
-                             whole_words=not args.partial_words)
+                             whole_words=not args.partial_words,
+                             skip_question_copies=not args.keep_question_copies)
     results = searcher.search_batch(args.query, unit=args.unit, top_k=args.top_k)
     for query, hits in zip(args.query, results):
         if args.json:
@@ -207,7 +210,8 @@ def _describe(hit) -> str:
     if isinstance(hit, PassageHit):
         snippet = hit.text[:100].replace("\n", " ")
         return f"[{hit.score:.2f}] {hit.passage_id} ({hit.best_phrase.text!r}): {snippet}…"
-    return f"[{hit.score:.2f}] {hit.text!r}  ({hit.passage_id}, chars {hit.start}-{hit.end})"
+    confidence = f", confidence {hit.confidence:.2f}" if hit.confidence is not None else ""
+    return f"[{hit.score:.2f}] {hit.text!r}  ({hit.passage_id}, chars {hit.start}-{hit.end}{confidence})"
 
 
 if __name__ == "__main__":

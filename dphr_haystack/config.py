@@ -36,6 +36,8 @@ class PhraseModelConfig:
         filter_threshold: Token-filter threshold chosen by the filter training stage; ``dphr index`` keeps the
             tokens whose start or end filter logit exceeds it unless told otherwise (None: keep every token).
             Not part of :meth:`passage_side`: it changes which vectors are stored, not the vectors.
+        calibration: The phrase-answer confidence calibration (:class:`dphr_haystack.confidence.Calibration`
+            as a dict), fitted by ``python -m train.calibrate``; None: answers carry no confidence.
     """
 
     max_passage_length: int = 384
@@ -49,6 +51,7 @@ class PhraseModelConfig:
     query_layout: Literal["separate", "shared"] = "separate"
     base_model: str = ""
     filter_threshold: float | None = None
+    calibration: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -74,6 +77,10 @@ class PhraseModelConfig:
         if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
                                       or not math.isfinite(threshold)):
             raise InvalidParameterError(f"filter_threshold must be a finite number or None, got {threshold!r}")
+        if self.calibration is not None:
+            from .confidence import Calibration
+
+            Calibration.from_dict(self.calibration)
 
     def passage_side(self) -> dict[str, Any]:
         """The settings that change phrase vectors (part of an index's model fingerprint)."""

@@ -307,14 +307,16 @@ def evaluate_searcher(searcher, examples: Sequence[QAExample], top_k: int = 20, 
     bar = tqdm(total=len(examples), desc=f"eval {system}", unit="q", disable=not progress)
     for batch in _batches(examples, batch_size):
         start = time.perf_counter()
-        q_start, q_end = searcher.model.encode_queries([ex.question for ex in batch])
-        phrases = searcher.search_vectors(q_start, q_end, unit="phrase", top_k=top_k)
+        texts = [ex.question for ex in batch]
+        q_start, q_end = searcher.model.encode_queries(texts)
+        phrases = searcher.search_vectors(q_start, q_end, unit="phrase", top_k=top_k, questions=texts)
         passages = searcher.search_vectors(q_start, q_end, unit="passage", top_k=top_k)
         per_question = (time.perf_counter() - start) / len(batch)
         for ex, ph, ps in zip(batch, phrases, passages, strict=True):
             results.append(QuestionResult(
                 ex.qid, ex.question, list(ex.answers),
-                [{"text": h.text, "score": h.score, "passage_id": h.passage_id} for h in ph],
+                [{"text": h.text, "score": h.score, "passage_id": h.passage_id, "confidence": h.confidence}
+                 for h in ph],
                 [{"id": h.passage_id, "score": h.score,
                   "has_answer": contains_answer(h.text, ex.answers, ex.regex, answer_match)} for h in ps],
                 per_question))

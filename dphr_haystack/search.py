@@ -7,17 +7,20 @@ hit with its best start, scoring s(i, j) = q_s·h_i + q_e·h_j exactly from the 
 documents their best passage. When deleted or filtered-out passages leave fewer than k results, c is
 doubled and the search repeated, until k results or the whole index has been seen. With ``whole_words`` (the
 default) a phrase may neither start nor end inside a word: a WordPiece start such as ``##ak`` or an end
-followed by one (``Gary Kubia|k``) is never paired.
+followed by one (``Gary Kubia|k``) is never paired. With ``skip_question_copies`` (the default) a phrase that
+the question itself contains is never a phrase answer, and with a calibration (the model's, by default) every
+phrase answer carries a confidence in [0, 1] (:mod:`dphr_haystack.confidence`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from .confidence import CONFIDENCE_DEPTH, Calibration, confidence_features, copies_question, question_words
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
 from .index import PhraseIndex
 
@@ -40,6 +43,7 @@ class PhraseHit:
     start_token: int = 0  # subword position of the first and last token in the passage context
     end_token: int = 0
     passage_row: int = field(default=0, compare=False, repr=False)
+    confidence: float | None = field(default=None, compare=False)  # P(correct), from the model's calibration
 
 
 @dataclass(frozen=True)
@@ -79,16 +83,29 @@ class PhraseSearcher:
 
     Thread safe: one searcher may serve many threads; each gets exactly the results of a serial search.
 
+    ``skip_question_copies`` drops phrase answers that the question contains (normalised whole words, see
+    :func:`dphr_haystack.confidence.copies_question`); passage and document rankings are unchanged by it.
+    ``calibration`` gives phrase answers a confidence: ``"model"`` (default) takes the model's stored
+    calibration (none: no confidence), ``None`` turns it off, or pass a :class:`Calibration`.
+
     Example:
         >>> searcher = PhraseSearcher(index, model)
         >>> searcher.search("Who wrote Hamlet?", unit="phrase", top_k=5)[0].text
     """
 
     def __init__(self, index: PhraseIndex, model=None, max_answer_length: int | None = None,
-                 query_batch_size: int = 64, whole_words: bool = True) -> None:
+                 query_batch_size: int = 64, whole_words: bool = True, skip_question_copies: bool = True,
+                 calibration: Calibration | str | None = "model") -> None:
         self.index = index
         self.whole_words = whole_words
+        self.skip_question_copies = skip_question_copies
         self.model = model
+        if isinstance(calibration, str):
+            if calibration != "model":
+                raise InvalidParameterError(f"calibration={calibration!r}: 'model', None or a Calibration")
+            stored = getattr(getattr(model, "config", None), "calibration", None)
+            calibration = Calibration.from_dict(stored) if stored else None
+        self.calibration = calibration
         self.max_answer_length = max_answer_length or (model.config.max_answer_length if model is not None else 10)
         if self.max_answer_length < 1:
             raise InvalidParameterError(f"max_answer_length must be >= 1, got {self.max_answer_length}")
@@ -107,11 +124,15 @@ class PhraseSearcher:
         if isinstance(queries, str):
             raise InvalidQueryError("search_batch takes a list of queries, not one string")
         q_start, q_end = self.model.encode_queries(list(queries), batch_size=self.query_batch_size)
-        return self.search_vectors(q_start, q_end, unit, top_k, allowed_passages)
+        return self.search_vectors(q_start, q_end, unit, top_k, allowed_passages, questions=list(queries))
 
     def search_vectors(self, q_start: np.ndarray, q_end: np.ndarray, unit: str = "phrase", top_k: int = 10,
-                       allowed_passages: np.ndarray | None = None, candidates: int | None = None) -> list[list[Hit]]:
-        """Search with precomputed query vectors (n, d). ``candidates`` fixes c (no doubling)."""
+                       allowed_passages: np.ndarray | None = None, candidates: int | None = None,
+                       questions: Sequence[str] | None = None) -> list[list[Hit]]:
+        """Search with precomputed query vectors (n, d). ``candidates`` fixes c (no doubling).
+
+        ``questions`` (the query texts) let phrase answers that copy the question be skipped.
+        """
         check_unit(unit)
         if top_k < 1:
             raise InvalidParameterError(f"top_k must be >= 1, got {top_k}")
@@ -129,14 +150,25 @@ class PhraseSearcher:
             allowed = allowed & np.asarray(allowed_passages, dtype=bool)
         if not allowed.any():
             return results
-        c = min(candidates or (top_k if unit == "phrase" else 2 * top_k), total)
+        if questions is not None and len(questions) != n_queries:
+            raise InvalidParameterError(f"{len(questions)} question texts for {n_queries} query vectors")
+        words = [question_words(q) for q in questions] if (questions is not None and self.skip_question_copies
+                                                            and unit == "phrase") else None
+        calibration = self.calibration if unit == "phrase" else None
+        first = top_k if unit == "phrase" else 2 * top_k
+        if calibration is not None:  # confidences look at a fixed number of candidates, whatever top_k is
+            first = max(first, CONFIDENCE_DEPTH)
+        c = min(candidates or first, total)
         pending = np.arange(n_queries)
         while len(pending):
             scores, ids = self.index.search_tokens(np.concatenate([q_start[pending], q_end[pending]]), c)
             still = []
             for pos, qi in enumerate(pending):
                 phrases = self._spans(q_start[qi], q_end[qi], ids[pos], ids[pos + len(pending)], allowed)
-                hits = _aggregate(self.index, phrases, unit, top_k)
+                if unit == "phrase":
+                    hits = _phrase_answers(self.index, phrases, top_k, words[qi] if words else None, calibration)
+                else:
+                    hits = _aggregate(self.index, phrases, unit, top_k)
                 results[qi] = hits
                 if len(hits) < top_k and c < total and candidates is None:
                     still.append(qi)
@@ -249,12 +281,34 @@ def _make_phrase(index: PhraseIndex, score: float, s: int, e: int, s_score: floa
     )
 
 
-def _aggregate(index: PhraseIndex, phrases: list[tuple[float, int, int, float, float]], unit: str, top_k: int) -> list[Hit]:
-    """Sort phrases deterministically, then keep the best per phrase, passage or document."""
+def _ranked(index: PhraseIndex, phrases: list[tuple[float, int, int, float, float]]) -> list[tuple]:
+    """Phrases sorted by score, ties broken by passage row and token rows (deterministic)."""
     tokens = index.tokens
-    ranked = sorted(phrases, key=lambda p: (-p[0], int(tokens["passage"][p[1]]), p[1], p[2]))
-    if unit == "phrase":
-        return [_make_phrase(index, *p) for p in ranked[:top_k]]
+    return sorted(phrases, key=lambda p: (-p[0], int(tokens["passage"][p[1]]), p[1], p[2]))
+
+
+def _phrase_answers(index: PhraseIndex, phrases: list[tuple[float, int, int, float, float]], top_k: int,
+                    words: Sequence[str] | None, calibration: Calibration | None) -> list[Hit]:
+    """The top-k phrase answers, skipping copies of the question (``words``), with confidences."""
+    wanted = max(top_k, CONFIDENCE_DEPTH) if calibration is not None else top_k
+    kept: list[PhraseHit] = []
+    for p in _ranked(index, phrases):
+        hit = _make_phrase(index, *p)
+        if words is not None and copies_question(hit.text, words):
+            continue
+        kept.append(hit)
+        if len(kept) == wanted:
+            break
+    if calibration is not None and kept:
+        confidence = calibration.confidence(confidence_features([h.score for h in kept], [h.text for h in kept]))
+        kept = [replace(h, confidence=float(c)) for h, c in zip(kept, confidence, strict=False)]
+    return list(kept[:top_k])
+
+
+def _aggregate(index: PhraseIndex, phrases: list[tuple[float, int, int, float, float]], unit: str, top_k: int) -> list[Hit]:
+    """Sort phrases deterministically, then keep the best per passage or document."""
+    tokens = index.tokens
+    ranked = _ranked(index, phrases)
     out: list[Hit] = []
     seen: set[str] = set()
     for p in ranked:

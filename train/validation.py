@@ -78,8 +78,9 @@ def evaluate_index(index: PhraseIndex, model: PhraseModel, examples: Sequence[RC
     if not questions:
         return {"em@1": 0.0, **{f"acc@{k}": 0.0 for k in ks}}
     searcher = PhraseSearcher(index, model)
-    q_start, q_end = model.encode_queries([ex.question for ex in questions])
-    phrases = searcher.search_vectors(q_start, q_end, unit="phrase", top_k=1)
+    texts = [ex.question for ex in questions]
+    q_start, q_end = model.encode_queries(texts)
+    phrases = searcher.search_vectors(q_start, q_end, unit="phrase", top_k=1, questions=texts)
     # Passages: a fixed candidate pool (DensePhrases retrieves 2×top_k phrases for coarser units), so small
     # subcorpora never trigger the searcher's widen-until-k-results loop over the whole index.
     k_max = max(ks)

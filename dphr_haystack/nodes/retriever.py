@@ -54,12 +54,16 @@ class PhraseRetriever(BaseRetriever):
             ``document_id_field``).
         max_answer_length: Longest phrase in subwords (default: the model's).
         whole_words: Phrases start and end on word boundaries (never inside a WordPiece-split word).
+        skip_question_copies: Never answer with a phrase the question itself contains ("Who won Super Bowl
+            50?" → "Super Bowl 50"); passage and document rankings are unchanged by it.
         filter_threshold: Token-filter threshold used when this retriever creates a phrase index: ``"model"``
             (the default) takes the one chosen when the model's filter was trained (none for an untrained model),
             a number sets it, None keeps every token.
         batch_size: Batch size for passage and query encoding.
         device: ``cpu``, ``cuda`` or ``auto``.
-        scale_score: Map scores to (0, 1) with expit(score / 100); raw scores otherwise.
+        scale_score: Map scores to (0, 1) with expit(score / 100); raw scores otherwise. A phrase answer of a
+            model with a stored calibration always has its calibrated confidence (P(correct), in [0, 1]) as
+            ``Answer.score``, and ``meta["confidence"]`` too; its raw score stays in ``meta["raw_score"]``.
         return_answers: Emit ``answers`` besides ``documents`` in ``run``. Turn off for Haystack's SAS
             evaluation, which cannot handle a node that emits both.
     """
@@ -74,6 +78,7 @@ class PhraseRetriever(BaseRetriever):
         unit: Literal["phrase", "passage", "document"] = "passage",
         max_answer_length: int | None = None,
         whole_words: bool = True,
+        skip_question_copies: bool = True,
         filter_threshold: float | Literal["model"] | None = "model",
         batch_size: int = 32,
         device: Literal["cpu", "cuda", "auto"] = "auto",
@@ -106,9 +111,11 @@ class PhraseRetriever(BaseRetriever):
             raise InvalidParameterError(f"filter_threshold={filter_threshold!r}; valid: 'model', a number or None")
         self.filter_threshold = filter_threshold
         self.max_answer_length = max_answer_length or self.phrase_model.config.max_answer_length
-        if not isinstance(whole_words, bool):
-            raise InvalidParameterError(f"whole_words={whole_words!r}; valid: true or false")
+        for name, flag in (("whole_words", whole_words), ("skip_question_copies", skip_question_copies)):
+            if not isinstance(flag, bool):
+                raise InvalidParameterError(f"{name}={flag!r}; valid: true or false")
         self.whole_words = whole_words
+        self.skip_question_copies = skip_question_copies
         if self.max_answer_length > self.phrase_model.config.max_passage_length:
             raise InvalidParameterError(f"max_answer_length={self.max_answer_length} exceeds the model's passage "
                                         f"windows ({self.phrase_model.config.max_passage_length} subwords)")
@@ -203,7 +210,8 @@ class PhraseRetriever(BaseRetriever):
                 f"the phrase index of {index!r} was built with another phrase encoder than {self.model!r}"
             )
         searcher = PhraseSearcher(phrase_index, self.phrase_model, self.max_answer_length,
-                                  query_batch_size=batch_size or self.batch_size, whole_words=self.whole_words)
+                                  query_batch_size=batch_size or self.batch_size, whole_words=self.whole_words,
+                                  skip_question_copies=self.skip_question_copies)
         if isinstance(filters, list):
             if len(filters) != len(queries):
                 raise InvalidParameterError(f"{len(filters)} filters for {len(queries)} queries")
@@ -248,8 +256,11 @@ class PhraseRetriever(BaseRetriever):
     def _answer(self, phrase: PhraseHit, doc: Document, scale: bool) -> Answer:
         meta = dict(doc.meta or {})
         meta.update({"raw_score": phrase.score, "title": phrase.title, "phrase_document_id": phrase.document_id})
+        score = self._score(phrase.score, scale)
+        if phrase.confidence is not None:
+            score = meta["confidence"] = phrase.confidence
         span = Span(start=phrase.start, end=phrase.end)
-        return Answer(answer=phrase.text, type="extractive", score=self._score(phrase.score, scale),
+        return Answer(answer=phrase.text, type="extractive", score=score,
                       context=doc.content, offsets_in_document=[span], offsets_in_context=[Span(phrase.start, phrase.end)],
                       document_ids=[doc.id], meta=meta)
 

@@ -147,3 +147,35 @@ def test_whole_words_answers_never_cut_a_word(tiny_retriever):
     assert any(cuts(a) for a in answers[False])  # the setting is what keeps them whole
     with pytest.raises(InvalidParameterError, match="whole_words"):
         PhraseRetriever(model=tiny_retriever.model, whole_words="yes", device="cpu")
+
+
+def test_answers_skip_question_copies_and_carry_the_calibrated_confidence(tiny_model_dir, haystack_docs, tmp_path):
+    import json
+    import shutil
+
+    from dphr_haystack.confidence import FEATURES, copies_question, question_words
+
+    calibrated = tmp_path / "calibrated"
+    shutil.copytree(tiny_model_dir, calibrated)
+    config = json.loads((calibrated / "dphr_config.json").read_text())
+    config["calibration"] = {"features": list(FEATURES), "weights": [0.5, 1.0, 0.5, 1.0], "bias": -1.0,
+                             "mean": [0.0] * 4, "scale": [1.0] * 4}
+    (calibrated / "dphr_config.json").write_text(json.dumps(config))
+    store = PhraseDocumentStore()
+    retriever = PhraseRetriever(document_store=store, model=str(calibrated), unit="phrase", device="cpu")
+    store.index_documents(haystack_docs, retriever)
+    plain = PhraseRetriever(document_store=store, model=str(calibrated), unit="phrase", device="cpu",
+                            skip_question_copies=False)
+    # A question made of the words of likely answers, so that some phrase answers copy it.
+    seeds = [a.answer for a in plain.run_query("capital city", top_k=5)[0]["answers"]]
+    question = f"Which {' '.join(seeds)} is it?"
+    words = question_words(question)
+    plain.top_k = 500
+    unfiltered = [a.answer for a in plain.run_query(question)[0]["answers"]]
+    assert any(copies_question(a, words) for a in unfiltered)
+    answers = retriever.run_query(question, top_k=5)[0]["answers"]
+    assert [a.answer for a in answers] == [a for a in unfiltered if not copies_question(a, words)][:5]
+    for answer in answers:
+        assert answer.score == answer.meta["confidence"] and 0.0 <= answer.score <= 1.0
+    with pytest.raises(InvalidParameterError, match="skip_question_copies"):
+        PhraseRetriever(document_store=store, model=str(calibrated), skip_question_copies="yes")

@@ -1,0 +1,44 @@
+"""train.calibrate: fit a confidence on questions with known answers and store it with the model."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
+
+from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher  # noqa: E402
+from train.calibrate import calibrate, write_calibrated  # noqa: E402
+from train.data import RCData, RCExample, load_squad  # noqa: E402
+
+pytestmark = pytest.mark.unit
+
+
+def test_calibrate_fits_reports_and_stores_the_confidence(tiny_model, tmp_path):
+    sample = load_squad("builtin")
+    index = PhraseIndex.create(tiny_model)
+    index.add_passages(sample.passages, tiny_model, progress=False)
+    searcher = PhraseSearcher(index, tiny_model, calibration=None)
+    # Gold answers: the model's own top phrase for every other question, so there are right and wrong answers.
+    tops = [hits[0].text for hits in searcher.search_batch([ex.question for ex in sample.examples], top_k=1)]
+    examples = [RCExample(ex.qid, ex.question, [top if i % 2 == 0 else "no such answer"], [0], ex.passage_id)
+                for i, (ex, top) in enumerate(zip(sample.examples, tops, strict=True))]
+    calibration, report = calibrate(tiny_model, RCData(sample.passages, examples), index, holdout=0.25,
+                                    outside=examples[:3])
+    assert report["questions"] == len(examples)
+    assert report["em@1"] == pytest.approx(0.5)
+    assert report["fit_questions"] + report["held_out_questions"] == len(examples)
+    assert 0.0 <= report["held_out_auroc"] <= 1.0
+    assert report["out_of_corpus"]["questions"] == 3
+    model_dir = tmp_path / "model"
+    tiny_model.save(model_dir)
+    write_calibrated(model_dir, tmp_path / "calibrated", calibration)
+    assert json.loads((model_dir / "dphr_config.json").read_text()).get("calibration") is None
+    loaded = PhraseModel.load(tmp_path / "calibrated")
+    assert loaded.config.calibration == calibration
+    hit = PhraseSearcher(index, loaded).search(sample.examples[0].question, top_k=1)[0]
+    assert 0.0 <= hit.confidence <= 1.0
+    with pytest.raises(FileExistsError):
+        write_calibrated(model_dir, tmp_path / "calibrated", calibration)
