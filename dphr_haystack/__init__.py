@@ -2,12 +2,13 @@
 
 The core (model, phrase dump, phrase index, search) needs no Haystack. When farm-haystack is installed,
 importing this package also registers the Haystack nodes (``PhraseRetriever``, ``PhraseDocumentStore``, …)
-so that ``Pipeline.load_from_yaml`` finds them; set ``DPHR_HAYSTACK_NODES=0`` to skip that.
+so that ``Pipeline.load_from_yaml`` finds them; set ``DPHR_HAYSTACK_NODES=0`` to skip that. The Haystack 2.x/3.x
+(``haystack-ai``) components live in ``dphr_haystack.haystack2`` and are never imported here.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 import os
 
 from .codec import VectorCodec
@@ -39,10 +40,18 @@ __all__ = [
     "shipped_model_names",
 ]
 
-# A real Haystack install only: a bare ``haystack`` directory on sys.path (e.g. tests/haystack, which pytest puts
-# there where farm-haystack is absent) is a namespace package without an origin.
-_HAYSTACK = importlib.util.find_spec("haystack")
-if os.environ.get("DPHR_HAYSTACK_NODES", "1") != "0" and _HAYSTACK is not None and _HAYSTACK.origin is not None:
+# Haystack 1.x (farm-haystack) only: haystack-ai 2.x/3.x provides a module of the same name, ``haystack``, whose
+# API the 1.x nodes cannot use (its layer is ``dphr_haystack.haystack2``, imported explicitly). The installed
+# distribution decides, not the module name: a bare ``haystack`` directory on sys.path does not count either.
+def _farm_haystack_installed() -> bool:
+    try:
+        importlib.metadata.distribution("farm-haystack")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+if os.environ.get("DPHR_HAYSTACK_NODES", "1") != "0" and _farm_haystack_installed():
     os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
     from . import nodes as nodes  # noqa: F401  (registers the Haystack node classes for YAML)
     from .nodes import *  # noqa: F401,F403

@@ -1,0 +1,435 @@
+"""PhraseDocumentStore: Haystack 2 documents in memory (or in a directory), their phrase vectors beside them.
+
+The store is an ``InMemoryDocumentStore`` (so ``InMemoryBM25Retriever`` and ``InMemoryEmbeddingRetriever`` search
+the very same documents) plus one :class:`~dphr_haystack.PhraseIndex` of the documents' phrases. One Haystack
+document is one phrase-index passage with the same id.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from haystack import Document
+from haystack.core.serialization import default_from_dict, default_to_dict
+from haystack.document_stores.in_memory import InMemoryDocumentStore
+from haystack.document_stores.types import DuplicatePolicy
+
+from dphr_haystack import (
+    EmptyCorpusError,
+    InvalidParameterError,
+    ModelMismatchError,
+    PhraseIndex,
+    PhraseModel,
+    PhraseSearcher,
+)
+
+from ._models import fingerprint
+
+logger = logging.getLogger(__name__)
+
+DOCUMENTS_FILE = "documents.jsonl"
+PHRASES_DIR = "phrases"
+PHRASE_DTYPES = ("float16", "float32", "int8")
+
+# Stores opened in this process, by path or index name: from_dict hands back the live one, so that the components
+# of a pipeline loaded from YAML (retrievers, indexer, writer) share one store as they did when it was saved.
+_OPEN: weakref.WeakValueDictionary[str, PhraseDocumentStore] = weakref.WeakValueDictionary()
+_OPEN_LOCK = threading.Lock()
+
+
+class PhraseDocumentStore(InMemoryDocumentStore):
+    """An ``InMemoryDocumentStore`` whose documents are also searchable by phrase.
+
+    ``write_documents`` stores documents only (no model is needed, nothing is encoded); their phrases are encoded
+    by :meth:`update_phrases`, which ``PhraseIndexer`` calls after writing and ``PhraseRetriever`` calls before a
+    search (``encode_missing``), so documents written by a plain ``DocumentWriter`` become searchable by phrase
+    too. Deleting a document, or overwriting it with another text, title or document id, removes its phrases at
+    once; an overwrite with the same text keeps them.
+
+    Persistence: with ``path`` the store lives in that directory: ``documents.jsonl`` (replaced atomically after
+    every change) and ``phrases/`` (a phrase index, committed crash-safely by the core as each chunk is encoded).
+    Phrases are removed before the documents they belong to and added only for stored documents, so a process
+    killed at any point reopens to a consistent store: at worst some documents wait for their phrases again.
+    Without ``path`` everything lives in memory, like ``InMemoryDocumentStore()``.
+
+    Thread safety: one lock serialises writes, phrase encoding and phrase searches of a store.
+
+    Example:
+        >>> store = PhraseDocumentStore()
+        >>> store.write_documents([Document(content="Paris is the capital of France.")])
+        >>> store.update_phrases(model)          # or let PhraseIndexer / PhraseRetriever do it
+
+    Args:
+        path: Directory holding the store (created if missing); None keeps it in memory.
+        index: Name of an in-memory store; ``from_dict`` in the same process returns the live store of that name.
+        faiss_factory: FAISS factory string of the phrase index (``Flat`` = exact search).
+        phrase_dtype: Storage of phrase vectors: ``float16``, ``float32`` or ``int8``.
+        title_field: Meta field holding a document's title (encoded before its text).
+        document_id_field: Meta field grouping documents (passages) for ``unit="document"``; absent → the id.
+        progress_bar: Show a progress bar while encoding phrases.
+        bm25_tokenization_regex: As in ``InMemoryDocumentStore`` (None: its default).
+        bm25_algorithm: As in ``InMemoryDocumentStore``.
+        bm25_parameters: As in ``InMemoryDocumentStore``.
+        embedding_similarity_function: As in ``InMemoryDocumentStore``.
+        return_embedding: As in ``InMemoryDocumentStore``.
+    """
+
+    def __init__(
+        self,
+        path: str | None = None,
+        index: str | None = None,
+        faiss_factory: str = "Flat",
+        phrase_dtype: Literal["float16", "float32", "int8"] = "float16",
+        title_field: str = "title",
+        document_id_field: str = "document_id",
+        progress_bar: bool = True,
+        bm25_tokenization_regex: str | None = None,
+        bm25_algorithm: Literal["BM25Okapi", "BM25L", "BM25Plus"] = "BM25L",
+        bm25_parameters: dict | None = None,
+        embedding_similarity_function: Literal["dot_product", "cosine"] = "dot_product",
+        return_embedding: bool = True,
+    ) -> None:
+        if phrase_dtype not in PHRASE_DTYPES:
+            raise InvalidParameterError(f"phrase_dtype={phrase_dtype!r}; valid: {', '.join(PHRASE_DTYPES)}")
+        for name, value in (
+            ("faiss_factory", faiss_factory),
+            ("title_field", title_field),
+            ("document_id_field", document_id_field),
+        ):
+            if not isinstance(value, str) or not value:
+                raise InvalidParameterError(f"{name} must be a non-empty string, got {value!r:.60}")
+        if path is not None and (not isinstance(path, (str, os.PathLike)) or not str(path)):
+            raise InvalidParameterError(f"path must be a directory path or None, got {path!r:.60}")
+        regex = {} if bm25_tokenization_regex is None else {"bm25_tokenization_regex": bm25_tokenization_regex}
+        super().__init__(
+            **regex,
+            bm25_algorithm=bm25_algorithm,
+            bm25_parameters=bm25_parameters,
+            embedding_similarity_function=embedding_similarity_function,
+            index=index,
+            shared=False,
+            return_embedding=return_embedding,
+        )
+        self.path = str(path) if path is not None else None
+        self.faiss_factory = faiss_factory
+        self.phrase_dtype = phrase_dtype
+        self.title_field = title_field
+        self.document_id_field = document_id_field
+        self.progress_bar = progress_bar
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._touched: set[str] = set()
+        self._phrase_index: PhraseIndex | None = None
+        key = self._registry_key()
+        with _OPEN_LOCK:
+            if self.path is not None and key in _OPEN:
+                raise InvalidParameterError(
+                    f"a PhraseDocumentStore is already open on {self.path} in this process: "
+                    "use that instance (PhraseDocumentStore.from_dict returns it)"
+                )
+            _OPEN[key] = self
+        if self.path is not None:
+            self._open(Path(self.path))
+
+    # ----------------------------------------------------------------- serialisation
+    def _registry_key(self) -> str:
+        return f"path:{Path(self.path).resolve()}" if self.path is not None else f"index:{self.index}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialises the store's settings (not its documents: a ``path`` store reloads them from there)."""
+        return default_to_dict(
+            self,
+            path=self.path,
+            index=None if self.path is not None else self.index,
+            faiss_factory=self.faiss_factory,
+            phrase_dtype=self.phrase_dtype,
+            title_field=self.title_field,
+            document_id_field=self.document_id_field,
+            progress_bar=self.progress_bar,
+            bm25_tokenization_regex=self.bm25_tokenization_regex,
+            bm25_algorithm=self.bm25_algorithm,
+            bm25_parameters=self.bm25_parameters,
+            embedding_similarity_function=self.embedding_similarity_function,
+            return_embedding=self.return_embedding,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PhraseDocumentStore:
+        """The store of these settings: the live one of the same path or index in this process, else a new one."""
+        params = data.get("init_parameters", {})
+        path, index = params.get("path"), params.get("index")
+        key = f"path:{Path(path).resolve()}" if path is not None else f"index:{index}" if index else None
+        with _OPEN_LOCK:
+            live = _OPEN.get(key) if key else None
+        if live is not None:
+            return live
+        return default_from_dict(cls, data)
+
+    # ----------------------------------------------------------------- persistence
+    def _open(self, path: Path) -> None:
+        if path.exists() and not path.is_dir():
+            raise InvalidParameterError(f"path {path} exists and is not a directory")
+        path.mkdir(parents=True, exist_ok=True)
+        docs_file = path / DOCUMENTS_FILE
+        if docs_file.is_file():
+            with docs_file.open(encoding="utf-8") as handle:
+                docs = [Document.from_dict(json.loads(line)) for line in handle if line.strip()]
+            super().write_documents(docs, policy=DuplicatePolicy.OVERWRITE)
+        if (path / PHRASES_DIR / "manifest.json").is_file():
+            self._phrase_index = PhraseIndex.load(path / PHRASES_DIR)
+            with self._mutating():  # phrases of documents the directory no longer holds (a copied or edited store)
+                self._touched.update(self._phrase_index.live_passage_ids())
+
+    def _persist(self) -> None:
+        if self.path is None:
+            return
+        file = Path(self.path) / DOCUMENTS_FILE
+        tmp = file.with_name(f".{file.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+        with tmp.open("w", encoding="utf-8") as handle:
+            for doc in self.storage.values():
+                handle.write(json.dumps(doc.to_dict(flatten=False), ensure_ascii=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, file)
+        fd = os.open(file.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    @contextmanager
+    def _mutating(self) -> Iterator[None]:
+        """Group a change: on leaving the outermost one, stale phrases go, then the documents are saved."""
+        with self._lock:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    touched, self._touched = self._touched, set()
+                    self._drop_stale_phrases(touched)
+                    self._persist()
+
+    def _drop_stale_phrases(self, ids: set[str]) -> None:
+        index = self._phrase_index
+        if index is None or not ids:
+            return
+        stale = []
+        for doc_id in ids:
+            row = index.passage_row(doc_id)
+            if row is None:
+                continue
+            record = index.passages[row]
+            doc = self.storage.get(doc_id)
+            passage = self._passage(doc) if doc is not None else None
+            if passage is None or (passage["text"], passage["title"], passage["document_id"]) != (
+                record["text"],
+                record.get("title", ""),
+                record.get("document_id", record["id"]),
+            ):
+                stale.append(doc_id)
+        if stale:
+            index.delete_passages(stale)
+
+    def _passage(self, doc: Document) -> dict[str, Any] | None:
+        """The phrase-index record of a document, or None when it has no text to encode."""
+        text = doc.content
+        if not isinstance(text, str) or not text.strip():
+            return None
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates: no tokenizer takes them
+            return None
+        meta = doc.meta or {}
+        title = meta.get(self.title_field)
+        group = meta.get(self.document_id_field)
+        return {
+            "id": doc.id,
+            "text": text,
+            "title": title if isinstance(title, str) else "",
+            "document_id": str(group) if isinstance(group, (str, int)) and str(group) else doc.id,
+            "meta": {},
+        }
+
+    # ----------------------------------------------------------------- DocumentStore protocol (mutations)
+    def write_documents(self, documents: list[Document], policy: DuplicatePolicy = DuplicatePolicy.NONE) -> int:
+        """Writes documents (``InMemoryDocumentStore`` semantics); their phrases come from :meth:`update_phrases`.
+
+        An overwritten document keeps its phrases only when its text, title and document id are unchanged.
+        """
+        if self.path is not None and isinstance(documents, list):
+            for doc in documents:
+                if isinstance(doc, Document):
+                    try:
+                        json.dumps(doc.to_dict(flatten=False))
+                    except (TypeError, ValueError) as exc:
+                        raise InvalidParameterError(
+                            f"document {doc.id!r} cannot be stored as JSON in {self.path}: {exc}"
+                        ) from exc
+        with self._mutating():
+            if isinstance(documents, list):
+                self._touched.update(doc.id for doc in documents if isinstance(doc, Document))
+            return super().write_documents(documents, policy=policy)
+
+    def delete_documents(self, document_ids: list[str]) -> None:
+        """Deletes documents and their phrases."""
+        with self._mutating():
+            self._touched.update(document_ids)
+            super().delete_documents(document_ids)
+
+    def delete_all_documents(self) -> None:
+        """Deletes every document and every phrase."""
+        with self._mutating():
+            if self._phrase_index is not None:
+                self._touched.update(self._phrase_index.live_passage_ids())
+            super().delete_all_documents()
+
+    def delete_by_filter(self, filters: dict[str, Any]) -> int:
+        """Deletes the documents matching ``filters`` and their phrases."""
+        with self._mutating():
+            return super().delete_by_filter(filters)
+
+    def update_by_filter(self, filters: dict[str, Any], meta: dict[str, Any]) -> int:
+        """Merges ``meta`` into matching documents; a changed title or document id drops their phrases."""
+        with self._mutating():
+            count = super().update_by_filter(filters, meta)
+            if (
+                self._phrase_index is not None
+                and isinstance(meta, dict)
+                and (self.title_field in meta or self.document_id_field in meta)
+            ):
+                self._touched.update(self._phrase_index.live_passage_ids())
+            return count
+
+    # ----------------------------------------------------------------- phrases
+    @property
+    def phrase_index(self) -> PhraseIndex | None:
+        """The phrase index (None until phrases were first encoded)."""
+        return self._phrase_index
+
+    def phrase_count(self) -> int:
+        """Number of documents whose phrases are encoded."""
+        with self._lock:
+            return 0 if self._phrase_index is None else self._phrase_index.num_live_passages
+
+    def pending_documents(self) -> list[Document]:
+        """Documents with text whose phrases are not encoded yet."""
+        with self._lock:
+            index = self._phrase_index
+            return [
+                doc
+                for doc in self.storage.values()
+                if (index is None or index.passage_row(doc.id) is None) and self._passage(doc) is not None
+            ]
+
+    def update_phrases(self, model: PhraseModel, batch_size: int = 32, progress_bar: bool | None = None) -> int:
+        """Encodes the phrases of every document that has none yet; returns how many documents were encoded.
+
+        Raises:
+            ModelMismatchError: The store's phrases were encoded by another phrase model.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidParameterError(f"batch_size must be a positive integer, got {batch_size!r}")
+        with self._lock:
+            pending = self.pending_documents()
+            if self._phrase_index is not None:
+                self._check_model(model)
+            if not pending:
+                return 0
+            index = self._phrase_index_for(model)
+            records = [self._passage(doc) for doc in pending]
+            show = self.progress_bar if progress_bar is None else progress_bar
+            try:
+                index.add_passages(records, model, batch_size=batch_size, duplicates="overwrite", progress=show)
+            except EmptyCorpusError:
+                return 0
+            return len(records)
+
+    def _check_model(self, model: PhraseModel) -> None:
+        assert self._phrase_index is not None
+        if self._phrase_index.model_fingerprint != fingerprint(model):
+            raise ModelMismatchError(
+                "this store's phrases were encoded by another phrase model: use that model, or a new store "
+                "(or delete_all_documents and write them again)"
+            )
+
+    def _phrase_index_for(self, model: PhraseModel) -> PhraseIndex:
+        if self._phrase_index is None:
+            folder = Path(self.path) / PHRASES_DIR if self.path is not None else None
+            self._phrase_index = PhraseIndex.create(
+                model,
+                path=folder,
+                faiss_factory=self.faiss_factory,
+                filter_threshold=model.config.filter_threshold,
+                dtype=self.phrase_dtype,
+            )
+        return self._phrase_index
+
+    def search_phrases(
+        self,
+        model: PhraseModel,
+        queries: Sequence[str],
+        unit: str = "passage",
+        top_k: int = 10,
+        filters: dict[str, Any] | None = None,
+        max_answer_length: int | None = None,
+        whole_words: bool = True,
+        skip_question_copies: bool = True,
+        batch_size: int = 32,
+    ) -> list[list[tuple[Any, Document]]]:
+        """Phrase search: per query, the core's hits (phrases, passages or documents) with their stored Document.
+
+        Args:
+            model: The phrase model the store's phrases were encoded with.
+            queries: Questions.
+            unit: ``phrase``, ``passage`` or ``document``.
+            top_k: Hits per query.
+            filters: Haystack 2 filters; only matching documents are searched.
+            max_answer_length: Longest phrase in subwords (default: the model's).
+            whole_words: Phrases start and end on word boundaries.
+            skip_question_copies: Never answer with a phrase the question contains.
+            batch_size: Query encoding batch size.
+        """
+        with self._lock:
+            index = self._phrase_index
+            if index is None or index.num_live_passages == 0:
+                if filters:
+                    self.filter_documents(filters)  # bad filters raise even on an empty store
+                return [[] for _ in queries]
+            self._check_model(model)
+            allowed = None
+            if filters:
+                ids = {doc.id for doc in self.filter_documents(filters)}
+                allowed = np.fromiter((p["id"] in ids for p in index.passages), dtype=bool, count=index.num_passages)
+            searcher = PhraseSearcher(
+                index,
+                model,
+                max_answer_length,
+                query_batch_size=batch_size,
+                whole_words=whole_words,
+                skip_question_copies=skip_question_copies,
+            )
+            results = searcher.search_batch(list(queries), unit, top_k, allowed)
+            out = []
+            for hits in results:
+                pairs = []
+                for hit in hits:
+                    passage_id = getattr(hit, "passage_id", None) or hit.best_passage.passage_id
+                    doc = self.storage.get(passage_id)
+                    if doc is not None:
+                        pairs.append((hit, doc))
+                out.append(pairs)
+            return out
+
+
+__all__ = ["PhraseDocumentStore"]

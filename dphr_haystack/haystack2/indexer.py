@@ -1,0 +1,121 @@
+"""PhraseIndexer: the indexing-pipeline component that writes documents and encodes their phrases."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from haystack import Document, component
+from haystack.core.serialization import default_from_dict, default_to_dict
+from haystack.document_stores.types import DuplicatePolicy
+
+from dphr_haystack import DEFAULT_MODEL, InvalidParameterError, PhraseModel
+
+from ._models import DEVICES, load_model
+from .document_store import PhraseDocumentStore
+
+
+@component
+class PhraseIndexer:
+    """Writes ``documents`` to a :class:`PhraseDocumentStore`, then encodes the phrases of every stored document
+    that has none yet: these documents, and any a ``DocumentWriter`` wrote before.
+
+    Its output matches ``DocumentWriter``'s (``documents_written``), plus ``phrases_encoded`` (documents encoded
+    by this run). Encoding commits every 512 documents, so an interrupted run resumes where it stopped.
+
+    Example:
+        >>> pipeline.add_component("splitter", DocumentSplitter(split_by="word", split_length=100))
+        >>> pipeline.add_component("indexer", PhraseIndexer(document_store=store))
+        >>> pipeline.connect("splitter.documents", "indexer.documents")
+
+    Args:
+        document_store: The store to write to.
+        model: ``dphr-minilm-squad`` (shipped, trained), ``minilm`` (untrained) or a phrase model directory; the
+            ``PhraseRetriever`` of the store must use the same model.
+        policy: Duplicate policy for ids already stored (``NONE`` means ``FAIL``, as in ``InMemoryDocumentStore``).
+        batch_size: Passage encoding batch size.
+        device: ``cpu``, ``cuda`` or ``auto``.
+        progress_bar: Show a progress bar while encoding.
+    """
+
+    def __init__(
+        self,
+        document_store: PhraseDocumentStore,
+        model: str = DEFAULT_MODEL,
+        policy: DuplicatePolicy = DuplicatePolicy.OVERWRITE,
+        batch_size: int = 32,
+        device: Literal["cpu", "cuda", "auto"] = "auto",
+        progress_bar: bool = True,
+    ) -> None:
+        if not isinstance(document_store, PhraseDocumentStore):
+            raise InvalidParameterError(
+                f"PhraseIndexer needs a PhraseDocumentStore, got {type(document_store).__name__}"
+            )
+        if isinstance(policy, str):
+            try:
+                policy = DuplicatePolicy[policy.upper()]
+            except KeyError:
+                raise InvalidParameterError(
+                    f"policy={policy!r}; valid: {', '.join(p.name for p in DuplicatePolicy)}"
+                ) from None
+        if not isinstance(policy, DuplicatePolicy):
+            raise InvalidParameterError(f"policy must be a DuplicatePolicy, got {policy!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidParameterError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if device not in DEVICES:
+            raise InvalidParameterError(f"device={device!r}; valid: {', '.join(DEVICES)}")
+        if not isinstance(progress_bar, bool):
+            raise InvalidParameterError(f"progress_bar={progress_bar!r}; valid: true or false")
+        self.document_store = document_store
+        self.model = model
+        self.policy = policy
+        self.batch_size = batch_size
+        self.device = device
+        self.progress_bar = progress_bar
+        self.phrase_model: PhraseModel | None = None
+
+    def warm_up(self) -> None:
+        """Loads the phrase model (once per process)."""
+        if self.phrase_model is None:
+            self.phrase_model = load_model(self.model, self.device)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialises the component, its store included."""
+        return default_to_dict(
+            self,
+            document_store=self.document_store.to_dict(),
+            model=self.model,
+            policy=self.policy.name,
+            batch_size=self.batch_size,
+            device=self.device,
+            progress_bar=self.progress_bar,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PhraseIndexer:
+        """Deserialises the component (its store: the live one of the same path or index, if any)."""
+        data = {**data, "init_parameters": dict(data.get("init_parameters", {}))}
+        params = data["init_parameters"]
+        if isinstance(params.get("document_store"), dict):
+            params["document_store"] = PhraseDocumentStore.from_dict(params["document_store"])
+        if isinstance(params.get("policy"), str):
+            params["policy"] = DuplicatePolicy[params["policy"]]
+        return default_from_dict(cls, data)
+
+    @component.output_types(documents_written=int, phrases_encoded=int)
+    def run(self, documents: list[Document], policy: DuplicatePolicy | None = None) -> dict[str, int]:
+        """Writes ``documents`` and encodes the phrases of all stored documents that lack them.
+
+        Args:
+            documents: Documents to write.
+            policy: Overrides the init duplicate policy for this run.
+        """
+        self.warm_up()
+        assert self.phrase_model is not None
+        written = self.document_store.write_documents(documents, policy=policy or self.policy)
+        encoded = self.document_store.update_phrases(
+            self.phrase_model, batch_size=self.batch_size, progress_bar=self.progress_bar
+        )
+        return {"documents_written": written, "phrases_encoded": encoded}
+
+
+__all__ = ["PhraseIndexer"]
