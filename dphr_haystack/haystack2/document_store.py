@@ -7,6 +7,7 @@ document is one phrase-index passage with the same id.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -110,6 +111,7 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         if path is not None and (not isinstance(path, (str, os.PathLike)) or not str(path)):
             raise InvalidParameterError(f"path must be a directory path or None, got {path!r:.60}")
         regex = {} if bm25_tokenization_regex is None else {"bm25_tokenization_regex": bm25_tokenization_regex}
+        self._regex_arg = bm25_tokenization_regex
         super().__init__(
             **regex,
             bm25_algorithm=bm25_algorithm,
@@ -132,6 +134,8 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         key = self._registry_key()
         with _OPEN_LOCK:
             if self.path is not None and key in _OPEN:
+                gc.collect()  # a store dropped by its owner may wait for the cycle collector (bound methods)
+            if self.path is not None and key in _OPEN:
                 raise InvalidParameterError(
                     f"a PhraseDocumentStore is already open on {self.path} in this process: "
                     "use that instance (PhraseDocumentStore.from_dict returns it)"
@@ -139,6 +143,12 @@ class PhraseDocumentStore(InMemoryDocumentStore):
             _OPEN[key] = self
         if self.path is not None:
             self._open(Path(self.path))
+
+    def close(self) -> None:
+        """Forgets this store's registration, so that another instance may open its path in this process."""
+        with _OPEN_LOCK:
+            if _OPEN.get(self._registry_key()) is self:
+                del _OPEN[self._registry_key()]
 
     # ----------------------------------------------------------------- serialisation
     def _registry_key(self) -> str:
@@ -155,9 +165,9 @@ class PhraseDocumentStore(InMemoryDocumentStore):
             title_field=self.title_field,
             document_id_field=self.document_id_field,
             progress_bar=self.progress_bar,
-            bm25_tokenization_regex=self.bm25_tokenization_regex,
+            bm25_tokenization_regex=self._regex_arg,
             bm25_algorithm=self.bm25_algorithm,
-            bm25_parameters=self.bm25_parameters,
+            bm25_parameters=dict(self.bm25_parameters),
             embedding_similarity_function=self.embedding_similarity_function,
             return_embedding=self.return_embedding,
         )

@@ -23,9 +23,6 @@ except importlib.metadata.PackageNotFoundError:
 
 collect_ignore_glob = [] if HAYSTACK2 else ["test_*.py"]
 
-REPO = Path(__file__).resolve().parents[2]
-PIPELINES = REPO / "pipelines" / "haystack2"
-
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, _tiny_model_session) -> Path:

@@ -1,0 +1,104 @@
+"""Ready-made Haystack 2 pipelines: indexing, phrase QA, phrase passages and BM25 + phrase hybrids.
+
+``pipelines/haystack2/*.yml`` are these pipelines saved with ``Pipeline.dumps`` (``write_pipeline_files``); load them
+with :func:`dphr_haystack.haystack2.load_pipeline`. All of them name one store (the index ``dphr``), so in one process
+an indexing pipeline and the query pipelines loaded from YAML share it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from haystack import Pipeline
+from haystack.components.joiners import DocumentJoiner
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+
+from dphr_haystack import DEFAULT_MODEL
+
+from .document_store import PhraseDocumentStore
+from .indexer import PhraseIndexer
+from .retriever import PhraseRetriever
+
+STORE_INDEX = "dphr"
+
+
+def default_store() -> PhraseDocumentStore:
+    """The in-memory store the shipped pipelines name (index ``dphr``): the live one if this process has it."""
+    return PhraseDocumentStore.from_dict(
+        {"type": f"{PhraseDocumentStore.__module__}.PhraseDocumentStore", "init_parameters": {"index": STORE_INDEX}}
+    )
+
+
+def indexing_pipeline(store: PhraseDocumentStore, model: str = DEFAULT_MODEL) -> Pipeline:
+    """``indexer`` (PhraseIndexer): run with ``{"indexer": {"documents": [...]}}``."""
+    pipeline = Pipeline()
+    pipeline.add_component("indexer", PhraseIndexer(document_store=store, model=model))
+    return pipeline
+
+
+def phrase_qa_pipeline(store: PhraseDocumentStore, model: str = DEFAULT_MODEL, top_k: int = 5) -> Pipeline:
+    """``retriever`` (PhraseRetriever, unit phrase): ``answers`` are the top-k phrases, ``documents`` their passages."""
+    pipeline = Pipeline()
+    pipeline.add_component("retriever", PhraseRetriever(document_store=store, model=model, unit="phrase", top_k=top_k))
+    return pipeline
+
+
+def phrase_passages_pipeline(store: PhraseDocumentStore, model: str = DEFAULT_MODEL, top_k: int = 10) -> Pipeline:
+    """``retriever`` (PhraseRetriever, unit passage): passages ranked by their best phrase."""
+    pipeline = Pipeline()
+    pipeline.add_component(
+        "retriever", PhraseRetriever(document_store=store, model=model, unit="passage", top_k=top_k)
+    )
+    return pipeline
+
+
+def hybrid_rrf_pipeline(
+    store: PhraseDocumentStore, model: str = DEFAULT_MODEL, top_k: int = 10, candidates: int = 20
+) -> Pipeline:
+    """BM25 and phrase passages joined by reciprocal rank fusion (``joiner.documents``); phrase ``answers`` too.
+
+    Run with ``{"bm25": {"query": q}, "phrase": {"query": q}}``.
+    """
+    pipeline = Pipeline()
+    pipeline.add_component("bm25", InMemoryBM25Retriever(document_store=store, top_k=candidates))
+    pipeline.add_component(
+        "phrase", PhraseRetriever(document_store=store, model=model, unit="passage", top_k=candidates)
+    )
+    pipeline.add_component("joiner", DocumentJoiner(join_mode="reciprocal_rank_fusion", top_k=top_k))
+    pipeline.connect("bm25.documents", "joiner.documents")
+    pipeline.connect("phrase.documents", "joiner.documents")
+    return pipeline
+
+
+PIPELINES: dict[str, Callable[..., Pipeline]] = {
+    "indexing": indexing_pipeline,
+    "phrase_qa": phrase_qa_pipeline,
+    "phrase_passages": phrase_passages_pipeline,
+    "hybrid_rrf": hybrid_rrf_pipeline,
+}
+
+
+def write_pipeline_files(folder: str | Path, model: str = DEFAULT_MODEL) -> list[Path]:
+    """Saves every pipeline of :data:`PIPELINES` as ``<name>.yml`` in ``folder``; returns the files."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    store = default_store()
+    files = []
+    for name, build in PIPELINES.items():
+        file = folder / f"{name}.yml"
+        file.write_text(build(store, model=model).dumps(), encoding="utf-8")
+        files.append(file)
+    return files
+
+
+__all__ = [
+    "PIPELINES",
+    "STORE_INDEX",
+    "default_store",
+    "hybrid_rrf_pipeline",
+    "indexing_pipeline",
+    "phrase_passages_pipeline",
+    "phrase_qa_pipeline",
+    "write_pipeline_files",
+]

@@ -1,0 +1,140 @@
+"""PhraseDocumentStore's phrases: encoded on request, gone with deleted or changed documents, persistent."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from haystack import Document
+from haystack.document_stores.types import DuplicatePolicy
+
+from dphr_haystack import DphrError, InvalidParameterError, ModelMismatchError
+from dphr_haystack.haystack2 import PhraseDocumentStore
+
+pytestmark = pytest.mark.unit
+
+
+def _phrase_ids(store: PhraseDocumentStore, model, query: str = "capital of France", top_k: int = 50) -> set[str]:
+    hits = store.search_phrases(model, [query], unit="passage", top_k=top_k)[0]
+    return {doc.id for _, doc in hits}
+
+
+def test_write_encodes_nothing_until_update_phrases(tiny_model, hs2_docs, one_torch_thread):
+    store = PhraseDocumentStore(progress_bar=False)
+    assert store.write_documents(hs2_docs) == 6
+    assert store.phrase_count() == 0 and len(store.pending_documents()) == 6
+    assert store.search_phrases(tiny_model, ["capital"])[0] == []
+    assert store.update_phrases(tiny_model) == 6
+    assert store.phrase_count() == 6 and store.pending_documents() == []
+    assert store.update_phrases(tiny_model) == 0  # nothing left to encode
+    assert _phrase_ids(store, tiny_model) == {d.id for d in hs2_docs}
+
+
+def test_deleted_and_overwritten_documents_leave_the_phrase_results(tiny_model, hs2_docs, one_torch_thread):
+    store = PhraseDocumentStore(progress_bar=False)
+    store.write_documents(hs2_docs)
+    store.update_phrases(tiny_model)
+    store.delete_documents(["p0"])
+    assert "p0" not in _phrase_ids(store, tiny_model) and store.phrase_count() == 5
+    # same text: phrases kept; new text: phrases dropped until encoded again, then they are the new text's
+    store.write_documents(
+        [Document(id="p1", content=hs2_docs[1].content, meta=hs2_docs[1].meta)], DuplicatePolicy.OVERWRITE
+    )
+    assert store.phrase_count() == 5
+    store.write_documents([Document(id="p2", content="Quokkas live on Rottnest Island.")], DuplicatePolicy.OVERWRITE)
+    assert store.phrase_count() == 4 and [d.id for d in store.pending_documents()] == ["p2"]
+    store.update_phrases(tiny_model)
+    texts = {
+        hit.best_phrase.passage_id: doc.content
+        for hit, doc in store.search_phrases(tiny_model, ["island"], top_k=10)[0]
+    }
+    assert texts["p2"] == "Quokkas live on Rottnest Island."
+    # a changed title (encoded with the text) drops phrases too; other meta does not
+    store.update_by_filter({"field": "meta.topic", "operator": "==", "value": "book"}, {"rating": 5})
+    assert store.phrase_count() == 5
+    store.update_by_filter({"field": "meta.topic", "operator": "==", "value": "book"}, {"title": "Macbeth"})
+    assert store.phrase_count() == 4
+    store.delete_by_filter({"field": "meta.topic", "operator": "==", "value": "tech"})
+    assert "p5" not in _phrase_ids(store, tiny_model)
+    store.delete_all_documents()
+    assert store.phrase_count() == 0 and store.search_phrases(tiny_model, ["capital"])[0] == []
+
+
+def test_filters_restrict_phrase_search(tiny_model, hs2_docs, one_torch_thread):
+    store = PhraseDocumentStore(progress_bar=False)
+    store.write_documents(hs2_docs)
+    store.update_phrases(tiny_model)
+    only_nature = {"field": "meta.topic", "operator": "==", "value": "nature"}
+    hits = store.search_phrases(tiny_model, ["river"], unit="passage", top_k=10, filters=only_nature)[0]
+    assert {doc.id for _, doc in hits} == {"p2", "p4"}
+
+
+def test_persistent_store_reopens_with_documents_and_phrases(tiny_model, hs2_docs, tmp_path, one_torch_thread):
+    path = str(tmp_path / "store")
+    store = PhraseDocumentStore(path=path, progress_bar=False)
+    store.write_documents(hs2_docs)
+    store.update_phrases(tiny_model)
+    store.delete_documents(["p3"])
+    before = store.search_phrases(tiny_model, ["Who wrote Hamlet?"], unit="phrase", top_k=5)[0]
+    with pytest.raises(InvalidParameterError, match="already open"):
+        PhraseDocumentStore(path=path)
+    data = store.to_dict()
+    assert PhraseDocumentStore.from_dict(data) is store  # the live store of that path
+    del store
+    reopened = PhraseDocumentStore.from_dict(data)
+    assert reopened.count_documents() == 5 and reopened.phrase_count() == 5
+    after = reopened.search_phrases(tiny_model, ["Who wrote Hamlet?"], unit="phrase", top_k=5)[0]
+    assert [(h.text, round(h.score, 4), d.id) for h, d in after] == [
+        (h.text, round(h.score, 4), d.id) for h, d in before
+    ]
+    assert {d.id: d for d in reopened.filter_documents()} == {d.id: d for d in hs2_docs if d.id != "p3"}
+
+
+def test_reopen_after_a_crash_between_phrase_and_document_commits(tiny_model, hs2_docs, tmp_path, one_torch_thread):
+    """Phrases whose document the directory lacks (documents.jsonl older than phrases/) are dropped on open;
+    documents without phrases are encoded again."""
+    path = tmp_path / "store"
+    store = PhraseDocumentStore(path=str(path), progress_bar=False)
+    store.write_documents(hs2_docs)
+    store.update_phrases(tiny_model)
+    lines = (path / "documents.jsonl").read_text().splitlines()
+    del store
+    kept = [line for line in lines if json.loads(line)["id"] != "p4"]
+    (path / "documents.jsonl").write_text("\n".join(kept) + "\n")  # as if the process died before saving documents
+    reopened = PhraseDocumentStore(path=str(path), progress_bar=False)
+    assert reopened.count_documents() == 5 and reopened.phrase_count() == 5
+    assert "p4" not in _phrase_ids(reopened, tiny_model)
+
+
+def test_an_other_model_is_refused(tiny_model, hs2_docs, one_torch_thread):
+    store = PhraseDocumentStore(progress_bar=False)
+    store.write_documents(hs2_docs)
+    store.update_phrases(tiny_model)
+    other = copy.deepcopy(tiny_model)
+    with torch.no_grad():
+        next(other.phrase_encoder.parameters()).add_(0.01)
+    with pytest.raises(ModelMismatchError):
+        store.search_phrases(other, ["capital"])
+    with pytest.raises(ModelMismatchError):
+        store.update_phrases(other)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"phrase_dtype": "float64"}, {"faiss_factory": ""}, {"title_field": 3}, {"path": ""}],
+)
+def test_bad_parameters_raise_typed_errors(kwargs):
+    with pytest.raises(InvalidParameterError) as info:
+        PhraseDocumentStore(**kwargs)
+    assert isinstance(info.value, DphrError) and isinstance(info.value, ValueError)
+
+
+def test_documents_without_text_are_stored_but_not_encoded(tiny_model, one_torch_thread):
+    store = PhraseDocumentStore(progress_bar=False)
+    store.write_documents(
+        [Document(id="e", content="   "), Document(id="n", meta={"a": 1}), Document(id="t", content="Text here.")]
+    )
+    assert store.update_phrases(tiny_model) == 1 and store.count_documents() == 3
+    assert store.update_phrases(tiny_model) == 0
