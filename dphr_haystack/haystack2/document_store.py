@@ -189,6 +189,8 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         if path.exists() and not path.is_dir():
             raise InvalidParameterError(f"path {path} exists and is not a directory")
         path.mkdir(parents=True, exist_ok=True)
+        for leftover in path.glob(f".{DOCUMENTS_FILE}.tmp-*"):  # a save killed before its rename
+            leftover.unlink(missing_ok=True)
         docs_file = path / DOCUMENTS_FILE
         if docs_file.is_file():
             with docs_file.open(encoding="utf-8") as handle:
