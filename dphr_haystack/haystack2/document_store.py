@@ -344,14 +344,20 @@ class PhraseDocumentStore(InMemoryDocumentStore):
                 if (index is None or index.passage_row(doc.id) is None) and self._passage(doc) is not None
             ]
 
-    def update_phrases(self, model: PhraseModel, batch_size: int = 32, progress_bar: bool | None = None) -> int:
+    def update_phrases(
+        self, model: PhraseModel, batch_size: int = 32, progress_bar: bool | None = None, chunk_size: int = 512
+    ) -> int:
         """Encodes the phrases of every document that has none yet; returns how many documents were encoded.
+
+        Phrases are committed every ``chunk_size`` documents: a run killed part-way keeps what it committed, and the
+        next run encodes the rest.
 
         Raises:
             ModelMismatchError: The store's phrases were encoded by another phrase model.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidParameterError(f"batch_size must be a positive integer, got {batch_size!r}")
+        for name, value in (("batch_size", batch_size), ("chunk_size", chunk_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidParameterError(f"{name} must be a positive integer, got {value!r}")
         with self._lock:
             pending = self.pending_documents()
             if self._phrase_index is not None:
@@ -362,7 +368,9 @@ class PhraseDocumentStore(InMemoryDocumentStore):
             records = [self._passage(doc) for doc in pending]
             show = self.progress_bar if progress_bar is None else progress_bar
             try:
-                index.add_passages(records, model, batch_size=batch_size, duplicates="overwrite", progress=show)
+                index.add_passages(
+                    records, model, batch_size=batch_size, chunk_size=chunk_size, duplicates="overwrite", progress=show
+                )
             except EmptyCorpusError:
                 return 0
             return len(records)

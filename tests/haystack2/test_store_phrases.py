@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
-from dphr_haystack import DphrError, InvalidParameterError, ModelMismatchError
+from dphr_haystack import DphrError, InvalidParameterError, ModelMismatchError, PhraseModel
 from dphr_haystack.haystack2 import PhraseDocumentStore
 
 pytestmark = pytest.mark.unit
@@ -138,3 +142,37 @@ def test_documents_without_text_are_stored_but_not_encoded(tiny_model, one_torch
     )
     assert store.update_phrases(tiny_model) == 1 and store.count_documents() == 3
     assert store.update_phrases(tiny_model) == 0
+
+
+_KILLED_RUN = """
+import os, sys
+from haystack import Document
+from dphr_haystack import PhraseIndex, PhraseModel
+from dphr_haystack.haystack2 import PhraseDocumentStore
+
+add_shard = PhraseIndex.add_shard
+calls = []
+
+def dying_add_shard(self, shard):
+    calls.append(1)
+    if len(calls) == 2:
+        os._exit(17)  # killed while encoding the second chunk: after the first chunk's commit
+    add_shard(self, shard)
+
+PhraseIndex.add_shard = dying_add_shard
+store = PhraseDocumentStore(path=sys.argv[1], progress_bar=False)
+store.write_documents([Document(id=f"d{i}", content=f"Document number {i} is about Paris.") for i in range(6)])
+store.update_phrases(PhraseModel.load(sys.argv[2]), chunk_size=2)
+"""
+
+
+def test_a_process_killed_while_encoding_reopens_consistent(tiny_model_dir, tmp_path, one_torch_thread):
+    path = tmp_path / "store"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", _KILLED_RUN, str(path), str(tiny_model_dir)], env=env, timeout=300)
+    assert done.returncode == 17
+    store = PhraseDocumentStore(path=str(path), progress_bar=False)
+    assert store.count_documents() == 6 and store.phrase_count() == 2 and len(store.pending_documents()) == 4
+    model = PhraseModel.load(tiny_model_dir)
+    assert store.update_phrases(model) == 4 and store.phrase_count() == 6
+    assert len(store.search_phrases(model, ["Paris"], unit="passage", top_k=6)[0]) == 6
