@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from dphr_haystack.config import PhraseModelConfig
-from dphr_haystack.model import PhraseModel
+from dphr_haystack.model.config import PhraseModelConfig
+from dphr_haystack.model.phrase_model import PhraseModel
 
 from .data import PassageWindows, RCData, build_features, load_squad
 from .trainer import TrainArgs, Trainer, barrier, dist_info, init_distributed
@@ -189,8 +189,10 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
             raise ValueError(f"{path}: {name}.train has unknown keys {unknown}; valid: {', '.join(sorted(valid))}")
     metrics = ["em@1", *(f"acc@{k}" for k in recipe.validate.ks)]
     if recipe.filter.choose_metric not in metrics:
-        raise ValueError(f"{path}: filter.choose_metric {recipe.filter.choose_metric!r} is not swept; valid: "
-                         f"{', '.join(metrics)} (validate.ks)")
+        raise ValueError(
+            f"{path}: filter.choose_metric {recipe.filter.choose_metric!r} is not swept; valid: "
+            f"{', '.join(metrics)} (validate.ks)"
+        )
     return recipe
 
 
@@ -211,7 +213,7 @@ def _resolve_dir(path: str) -> Path:
 
 def _model_dir(name: str) -> Path | None:
     """A directory, or a shipped model's name (``dphr-minilm-squad``); None when neither."""
-    from dphr_haystack.shipped import is_shipped_name, shipped_model_path
+    from dphr_haystack.model.registry import is_shipped_name, shipped_model_path
 
     if is_shipped_name(name):
         return shipped_model_path(name)
@@ -304,15 +306,30 @@ class Context:
     # -- validation
     def subcorpora(self, reference: PhraseModel | None, reference_name: str) -> dict[str, list[str]]:
         v = self.recipe.validate
-        key = hashlib.sha256(json.dumps([reference_name, v.hard_k, v.random_fractions, self.recipe.seed,
-                                         [p["id"] for p in self.dev_data.passages]]).encode()).hexdigest()[:12]
+        key = hashlib.sha256(
+            json.dumps(
+                [
+                    reference_name,
+                    v.hard_k,
+                    v.random_fractions,
+                    self.recipe.seed,
+                    [p["id"] for p in self.dev_data.passages],
+                ]
+            ).encode()
+        ).hexdigest()[:12]
         path = self.recipe.out / "validate" / f"subcorpora-{key}.json"
         if path.is_file():
             return json.loads(path.read_text())["subcorpora"]
         if reference is not None:
             reference = reference.to(_device())
-        sub = build_subcorpora(self.dev_data, reference, v.hard_k if reference is not None else (), v.random_fractions,
-                               seed=self.recipe.seed, batch_size=v.batch_size)
+        sub = build_subcorpora(
+            self.dev_data,
+            reference,
+            v.hard_k if reference is not None else (),
+            v.random_fractions,
+            seed=self.recipe.seed,
+            batch_size=v.batch_size,
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"reference": reference_name, "subcorpora": sub}, indent=1))
         return sub
@@ -372,25 +389,49 @@ def run_rc(ctx: Context, stage: str = "rc") -> dict[str, Any]:
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: run the mine stage first")
         negatives = negatives_by_example(data, read_negatives(path))
-    reference = recipe.validate.reference or (str(ctx.stage_model_dir("rc")) if stage == "hn" and
-                                              ctx.stage_model_dir("rc") else None)
+    reference = recipe.validate.reference or (
+        str(ctx.stage_model_dir("rc")) if stage == "hn" and ctx.stage_model_dir("rc") else None
+    )
     validator, metric = ctx.validator(section.select_on, reference)
     teacher = None
     if section.teacher:
         from .teacher import CrossEncoderTeacher
 
         teacher = CrossEncoderTeacher.load(_resolve_dir(section.teacher), model.tokenizer)
-    task = RCTask(model, data, features, windows, loss=section.loss, loss_kwargs=section.loss_kwargs,
-                  pre_batch=section.pre_batch, negatives=negatives, hard_per_example=section.hard_per_example,
-                  lambda_flt=section.lambda_flt, gather_negatives=section.gather_negatives, seed=recipe.seed,
-                  teacher=teacher, batching=section.batching, bucket_batches=section.bucket_batches)
-    args = _train_args(recipe, stage, {"trainable": "all" if section.loss == "densephrases" else "encoders",
-                                       **section.train}, metric)
+    task = RCTask(
+        model,
+        data,
+        features,
+        windows,
+        loss=section.loss,
+        loss_kwargs=section.loss_kwargs,
+        pre_batch=section.pre_batch,
+        negatives=negatives,
+        hard_per_example=section.hard_per_example,
+        lambda_flt=section.lambda_flt,
+        gather_negatives=section.gather_negatives,
+        seed=recipe.seed,
+        teacher=teacher,
+        batching=section.batching,
+        bucket_batches=section.bucket_batches,
+    )
+    args = _train_args(
+        recipe, stage, {"trainable": "all" if section.loss == "densephrases" else "encoders", **section.train}, metric
+    )
     result = Trainer(model, args, task, eval_fn=validator).train()
-    return {"init": source, "features": len(features), "examples": len(data.examples), "steps": result.steps,
-            "teacher": section.teacher, "final": result.final_dir, "best": result.best_dir,
-            "best_metric": result.best_metric, "select_metric": metric, "last": result.last_metrics,
-            "samples_per_s": result.samples_per_second}
+    return {
+        "init": source,
+        "features": len(features),
+        "examples": len(data.examples),
+        "steps": result.steps,
+        "teacher": section.teacher,
+        "final": result.final_dir,
+        "best": result.best_dir,
+        "best_metric": result.best_metric,
+        "select_metric": metric,
+        "last": result.last_metrics,
+        "samples_per_s": result.samples_per_second,
+    }
 
 
 def run_mine(ctx: Context) -> dict[str, Any]:
@@ -409,8 +450,12 @@ def run_mine(ctx: Context) -> dict[str, Any]:
     out = recipe.out / "mine"
     out.mkdir(parents=True, exist_ok=True)
     write_negatives(out / "hard_negatives.jsonl", negatives)
-    stats = {"init": source, "passages": index.num_passages, "vectors": len(index),
-             **mining_stats(negatives, recipe.hn.hard_per_example)}
+    stats = {
+        "init": source,
+        "passages": index.num_passages,
+        "vectors": len(index),
+        **mining_stats(negatives, recipe.hn.hard_per_example),
+    }
     _write_json(out / "stats.json", stats)
     return stats
 
@@ -455,8 +500,13 @@ def run_filter(ctx: Context) -> dict[str, Any]:
         return {"rank": dist_info()[0], "steps": result.steps}
     model = PhraseModel.load(result.final_dir).to(_device())
     after = filter_metrics(filter_scores(model, dev, dev_features))
-    metrics: dict[str, Any] = {"init": source, "auc_pr_before": before, "auc_pr_after": after,
-                               "steps": result.steps, "final": result.final_dir}
+    metrics: dict[str, Any] = {
+        "init": source,
+        "auc_pr_before": before,
+        "auc_pr_after": after,
+        "steps": result.steps,
+        "final": result.final_dir,
+    }
     if f.thresholds:
         ref_dir = recipe.validate.reference or (str(ctx.stage_model_dir("rc")) if ctx.stage_model_dir("rc") else None)
         sub = ctx.subcorpora(PhraseModel.load(ref_dir) if ref_dir else None, ref_dir or "none")
@@ -464,8 +514,14 @@ def run_filter(ctx: Context) -> dict[str, Any]:
         if name != f.sweep_subcorpus:
             logger.warning("filter sweep: subcorpus %s unavailable (no reference model?), using C0", f.sweep_subcorpus)
         passages = [dev.passages[dev.passage_index[p]] for p in sub[name]]
-        rows = threshold_sweep(model, passages, dev.examples[: recipe.validate.max_questions], f.thresholds,
-                               recipe.validate.batch_size, recipe.validate.ks)
+        rows = threshold_sweep(
+            model,
+            passages,
+            dev.examples[: recipe.validate.max_questions],
+            f.thresholds,
+            recipe.validate.batch_size,
+            recipe.validate.ks,
+        )
         choice = choose_threshold(rows, f.choose_metric, f.max_drop)
         for directory in {result.final_dir, result.best_dir}:
             store_filter_threshold(directory, choice["threshold"])
@@ -486,11 +542,12 @@ def run_qsft(ctx: Context) -> dict[str, Any]:
     model = model.to(_device())
     data = ctx.train_data
     if q.index:
-        from dphr_haystack.index import PhraseIndex
+        from dphr_haystack.index.phrase_index import PhraseIndex
 
         if "doc" in q.label_strategy.split(","):
-            raise ValueError("qsft.index: an external index's passage ids are not the training data's; use "
-                             "label_strategy: phrase")
+            raise ValueError(
+                "qsft.index: an external index's passage ids are not the training data's; use label_strategy: phrase"
+            )
         index = PhraseIndex.load(_resolve_dir(q.index), model=model)
     else:
         index = build_index(model, data.passages, recipe.validate.batch_size, faiss_factory=q.faiss_factory)
@@ -500,9 +557,17 @@ def run_qsft(ctx: Context) -> dict[str, Any]:
     task = QsftTask(model, data, index, top_k=q.top_k, label_strategy=q.label_strategy)
     args = _train_args(recipe, "qsft", {"trainable": "query", **q.train}, metric)
     result = Trainer(model, args, task, eval_fn=validator).train()
-    return {"init": source, "index": q.index, "index_vectors": len(index), "steps": result.steps, "final": result.final_dir,
-            "best": result.best_dir, "best_metric": result.best_metric, "last": result.last_metrics,
-            "samples_per_s": result.samples_per_second}
+    return {
+        "init": source,
+        "index": q.index,
+        "index_vectors": len(index),
+        "steps": result.steps,
+        "final": result.final_dir,
+        "best": result.best_dir,
+        "best_metric": result.best_metric,
+        "last": result.last_metrics,
+        "samples_per_s": result.samples_per_second,
+    }
 
 
 def run_validate(ctx: Context) -> dict[str, Any]:
@@ -514,8 +579,12 @@ def run_validate(ctx: Context) -> dict[str, Any]:
     reference = PhraseModel.load(ref_dir) if ref_dir else None
     sub = ctx.subcorpora(reference, ref_dir or "none")
     validator = Validator(ctx.dev_data, sub, None, v.ks, v.batch_size, v.max_questions)
-    results: dict[str, Any] = {"reference": ref_dir, "subcorpora": {k: len(p) for k, p in sub.items()},
-                               "questions": len(validator.examples), "models": {}}
+    results: dict[str, Any] = {
+        "reference": ref_dir,
+        "subcorpora": {k: len(p) for k, p in sub.items()},
+        "questions": len(validator.examples),
+        "models": {},
+    }
     for name in v.models:
         path = ctx.stage_model_dir(name) if name in STAGES else _model_dir(name)
         if path is None:
@@ -528,8 +597,14 @@ def run_validate(ctx: Context) -> dict[str, Any]:
     return results
 
 
-RUNNERS = {"rc": lambda ctx: run_rc(ctx, "rc"), "mine": run_mine, "hn": lambda ctx: run_rc(ctx, "hn"),
-           "filter": run_filter, "qsft": run_qsft, "validate": run_validate}
+RUNNERS = {
+    "rc": lambda ctx: run_rc(ctx, "rc"),
+    "mine": run_mine,
+    "hn": lambda ctx: run_rc(ctx, "hn"),
+    "filter": run_filter,
+    "qsft": run_qsft,
+    "validate": run_validate,
+}
 
 
 def run_stage(recipe: Recipe, stage: str, ctx: Context | None = None) -> dict[str, Any]:
@@ -560,14 +635,19 @@ def run_all(recipe: Recipe) -> dict[str, Any]:
     ctx = Context(recipe)
     path = recipe.out / "summary.json"
     previous = json.loads(path.read_text()) if _is_main() and path.is_file() else {}
-    summary: dict[str, Any] = {"recipe": copy.deepcopy(dataclasses.asdict(recipe)),
-                               "stages": previous.get("stages", {}) if isinstance(previous, dict) else {}}
+    summary: dict[str, Any] = {
+        "recipe": copy.deepcopy(dataclasses.asdict(recipe)),
+        "stages": previous.get("stages", {}) if isinstance(previous, dict) else {},
+    }
     for stage in recipe.stages:
         started = time.perf_counter()
         logger.info("stage %s", stage)
         result = run_stage(recipe, stage, ctx)
-        summary["stages"][stage] = {"seconds": time.perf_counter() - started, **result,
-                                    "recipe": copy.deepcopy(dataclasses.asdict(recipe))}
+        summary["stages"][stage] = {
+            "seconds": time.perf_counter() - started,
+            **result,
+            "recipe": copy.deepcopy(dataclasses.asdict(recipe)),
+        }
         if _is_main():
             _write_json(recipe.out / "summary.json", summary)
     return summary

@@ -26,14 +26,14 @@ from haystack.document_stores import BaseDocumentStore, InMemoryDocumentStore, K
 from haystack.errors import DocumentStoreError
 from haystack.schema import Document, Label
 
-from .._atomic import fsync_directory, recover_directory
-from .._memory import release_free_memory
-from ..codec import VectorCodec
-from ..corpus import Passage
-from ..dump import PhraseShard, chunked, encode_shard
+from .._util.atomic import fsync_directory, recover_directory
+from .._util.memory import release_free_memory
+from ..build.corpus import Passage
+from ..build.dump import PhraseShard, chunked, encode_shard
 from ..errors import DphrError, InvalidParameterError, ModelMismatchError
-from ..index import PhraseIndex, replace_directory
-from ..inputs import is_valid_unicode
+from ..index.codec import VectorCodec
+from ..index.phrase_index import PhraseIndex, replace_directory
+from ..model.inputs import is_valid_unicode
 from ._filters import compile_filters, matches
 from ._models import model_fingerprint
 from ._rwlock import ReadWriteLock, read_locked, write_locked
@@ -142,16 +142,27 @@ class PhraseDocumentStore(KeywordDocumentStore):
         _check_bm25(bm25_algorithm, bm25_parameters)
         if isinstance(embedding_dim, bool) or not isinstance(embedding_dim, int) or embedding_dim < 1:
             raise InvalidParameterError(f"embedding_dim must be a positive integer, got {embedding_dim!r}")
-        for name, value in (("index", index), ("label_index", label_index), ("title_field", title_field),
-                            ("document_id_field", document_id_field), ("faiss_factory", faiss_factory)):
+        for name, value in (
+            ("index", index),
+            ("label_index", label_index),
+            ("title_field", title_field),
+            ("document_id_field", document_id_field),
+            ("faiss_factory", faiss_factory),
+        ):
             if not isinstance(value, str) or (name.endswith("index") and not value):
-                raise InvalidParameterError(f"{name} must be a{' non-empty' if name.endswith('index') else ''} "
-                                            f"string, got {value!r:.60}")
+                raise InvalidParameterError(
+                    f"{name} must be a{' non-empty' if name.endswith('index') else ''} string, got {value!r:.60}"
+                )
         if phrase_dtype not in ("float16", "float32", "int8") or similarity not in ("dot_product", "cosine"):
-            raise InvalidParameterError(f"phrase_dtype={phrase_dtype!r} (float16, float32, int8), "
-                                        f"similarity={similarity!r} (dot_product, cosine)")
-        for name, value in (("return_embedding", return_embedding), ("progress_bar", progress_bar),
-                            ("use_bm25", use_bm25)):
+            raise InvalidParameterError(
+                f"phrase_dtype={phrase_dtype!r} (float16, float32, int8), "
+                f"similarity={similarity!r} (dot_product, cosine)"
+            )
+        for name, value in (
+            ("return_embedding", return_embedding),
+            ("progress_bar", progress_bar),
+            ("use_bm25", use_bm25),
+        ):
             if not isinstance(value, bool):
                 raise InvalidParameterError(f"{name} must be true or false, got {value!r:.60}")
         self.index = index
@@ -163,13 +174,24 @@ class PhraseDocumentStore(KeywordDocumentStore):
         self.title_field = title_field
         self.document_id_field = document_id_field
         self._config: dict[str, Any] = {
-            "index": index, "label_index": label_index, "duplicate_documents": duplicate_documents,
-            "embedding_dim": embedding_dim, "similarity": similarity, "return_embedding": return_embedding,
-            "progress_bar": progress_bar, "use_bm25": use_bm25, "bm25_algorithm": bm25_algorithm,
-            "bm25_parameters": bm25_parameters, "faiss_factory": faiss_factory, "phrase_dtype": phrase_dtype,
-            "title_field": title_field, "document_id_field": document_id_field,
-            "elasticsearch_host": elasticsearch_host, "elasticsearch_port": elasticsearch_port,
-            "elasticsearch_scheme": elasticsearch_scheme, "elasticsearch_username": elasticsearch_username,
+            "index": index,
+            "label_index": label_index,
+            "duplicate_documents": duplicate_documents,
+            "embedding_dim": embedding_dim,
+            "similarity": similarity,
+            "return_embedding": return_embedding,
+            "progress_bar": progress_bar,
+            "use_bm25": use_bm25,
+            "bm25_algorithm": bm25_algorithm,
+            "bm25_parameters": bm25_parameters,
+            "faiss_factory": faiss_factory,
+            "phrase_dtype": phrase_dtype,
+            "title_field": title_field,
+            "document_id_field": document_id_field,
+            "elasticsearch_host": elasticsearch_host,
+            "elasticsearch_port": elasticsearch_port,
+            "elasticsearch_scheme": elasticsearch_scheme,
+            "elasticsearch_username": elasticsearch_username,
         }
         self._phrase_indexes: dict[str, PhraseIndex] = {}
         self._snapshots: set[Path] = set()  # phrase index folders of the directory this store was loaded from
@@ -177,16 +199,30 @@ class PhraseDocumentStore(KeywordDocumentStore):
             from haystack.document_stores import ElasticsearchDocumentStore
 
             self.inner: BaseDocumentStore = ElasticsearchDocumentStore(
-                host=elasticsearch_host, port=elasticsearch_port, scheme=elasticsearch_scheme,
-                username=elasticsearch_username, password=elasticsearch_password, index=index,
-                label_index=label_index, embedding_dim=embedding_dim, similarity=similarity,
-                return_embedding=return_embedding, duplicate_documents=duplicate_documents,
+                host=elasticsearch_host,
+                port=elasticsearch_port,
+                scheme=elasticsearch_scheme,
+                username=elasticsearch_username,
+                password=elasticsearch_password,
+                index=index,
+                label_index=label_index,
+                embedding_dim=embedding_dim,
+                similarity=similarity,
+                return_embedding=return_embedding,
+                duplicate_documents=duplicate_documents,
             )
         else:
             self.inner = InMemoryDocumentStore(
-                index=index, label_index=label_index, embedding_dim=embedding_dim, similarity=similarity,
-                return_embedding=return_embedding, progress_bar=progress_bar, duplicate_documents=duplicate_documents,
-                use_gpu=False, use_bm25=use_bm25, bm25_algorithm=bm25_algorithm,
+                index=index,
+                label_index=label_index,
+                embedding_dim=embedding_dim,
+                similarity=similarity,
+                return_embedding=return_embedding,
+                progress_bar=progress_bar,
+                duplicate_documents=duplicate_documents,
+                use_gpu=False,
+                use_bm25=use_bm25,
+                bm25_algorithm=bm25_algorithm,
                 bm25_parameters=dict(bm25_parameters or {}),
             )
         self.similarity = similarity
@@ -245,8 +281,12 @@ class PhraseDocumentStore(KeywordDocumentStore):
         index = index or self.index
         if self.in_memory:
             clause = compile_filters(filters)
-            return {d.id for d in self._memory_docs(index).values() if isinstance(d, Document) and matches(clause, d.meta)}
-        return {d.id for d in self.inner.get_all_documents_generator(index=index, filters=filters, return_embedding=False)}
+            return {
+                d.id for d in self._memory_docs(index).values() if isinstance(d, Document) and matches(clause, d.meta)
+            }
+        return {
+            d.id for d in self.inner.get_all_documents_generator(index=index, filters=filters, return_embedding=False)
+        }
 
     # ----------------------------------------------------------------- documents
     @write_locked
@@ -274,8 +314,12 @@ class PhraseDocumentStore(KeywordDocumentStore):
             # encodes them again), never phrases of a text that is no longer stored.
             if stale:
                 self._private(index).delete_passages(stale)
-        self._inner_write(index, lambda: self.inner.write_documents(
-            documents, index=index, batch_size=batch_size, duplicate_documents=policy, headers=headers))
+        self._inner_write(
+            index,
+            lambda: self.inner.write_documents(
+                documents, index=index, batch_size=batch_size, duplicate_documents=policy, headers=headers
+            ),
+        )
 
     def _phrases_outdated(self, phrase_index: PhraseIndex, doc: Document) -> bool:
         """True when ``doc`` has phrases encoded from another text, title or document id."""
@@ -285,7 +329,10 @@ class PhraseDocumentStore(KeywordDocumentStore):
         record = phrase_index.passages[row]
         passage = self._to_passage(doc)
         return passage is None or (passage["text"], passage["title"], passage["document_id"]) != (
-            record["text"], record.get("title", ""), record.get("document_id", record["id"]))
+            record["text"],
+            record.get("title", ""),
+            record.get("document_id", record["id"]),
+        )
 
     def _inner_write(self, index: str, call) -> None:
         """Run a write on the inner store; in memory, a failure restores the index as it was.
@@ -305,8 +352,11 @@ class PhraseDocumentStore(KeywordDocumentStore):
             self.inner.bm25.pop(index, None)  # type: ignore[attr-defined]
         except BaseException:
             after = indexes.get(index)
-            changed = after is None or len(after) != len(before or {}) or any(
-                after.get(key) is not doc for key, doc in (before or {}).items())
+            changed = (
+                after is None
+                or len(after) != len(before or {})
+                or any(after.get(key) is not doc for key, doc in (before or {}).items())
+            )
             if before is None:
                 indexes.pop(index, None)
             else:
@@ -348,8 +398,9 @@ class PhraseDocumentStore(KeywordDocumentStore):
                 docs = self._filtered_memory(index, filters, return_embedding)
             yield from docs
             return
-        yield from self.inner.get_all_documents_generator(index=index, filters=filters, return_embedding=return_embedding,
-                                                          batch_size=batch_size, headers=headers)
+        yield from self.inner.get_all_documents_generator(
+            index=index, filters=filters, return_embedding=return_embedding, batch_size=batch_size, headers=headers
+        )
 
     def get_document_by_id(self, id: str, index: str | None = None, headers: dict[str, str] | None = None):
         docs = self.get_documents_by_id([id], index=index, headers=headers)
@@ -382,11 +433,19 @@ class PhraseDocumentStore(KeywordDocumentStore):
         if self.in_memory:
             self._check_index(index)
             clause = compile_filters(filters)
-            return sum(1 for d in self._memory_docs(index).values() if isinstance(d, Document) and matches(clause, d.meta)
-                       and not (only_documents_without_embedding and d.embedding is not None))
-        return self.inner.get_document_count(filters=filters, index=index,
-                                             only_documents_without_embedding=only_documents_without_embedding,
-                                             headers=headers)
+            return sum(
+                1
+                for d in self._memory_docs(index).values()
+                if isinstance(d, Document)
+                and matches(clause, d.meta)
+                and not (only_documents_without_embedding and d.embedding is not None)
+            )
+        return self.inner.get_document_count(
+            filters=filters,
+            index=index,
+            only_documents_without_embedding=only_documents_without_embedding,
+            headers=headers,
+        )
 
     @read_locked
     def get_embedding_count(self, filters: dict[str, Any] | None = None, index: str | None = None) -> int:
@@ -453,8 +512,9 @@ class PhraseDocumentStore(KeywordDocumentStore):
         self.inner.write_labels(labels, index=index or self.label_index, headers=headers)
 
     @read_locked
-    def get_all_labels(self, index: str | None = None, filters: dict[str, Any] | None = None,
-                       headers: dict[str, str] | None = None) -> list[Label]:
+    def get_all_labels(
+        self, index: str | None = None, filters: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+    ) -> list[Label]:
         return self.inner.get_all_labels(index=index or self.label_index, filters=filters, headers=headers)
 
     @read_locked
@@ -462,8 +522,13 @@ class PhraseDocumentStore(KeywordDocumentStore):
         return self.inner.get_label_count(index=index or self.label_index, headers=headers)
 
     @write_locked
-    def delete_labels(self, index: str | None = None, ids: list[str] | None = None,
-                      filters: dict[str, Any] | None = None, headers: dict[str, str] | None = None):
+    def delete_labels(
+        self,
+        index: str | None = None,
+        ids: list[str] | None = None,
+        filters: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         self.inner.delete_labels(index=index or self.label_index, ids=ids, filters=filters, headers=headers)
 
     # ----------------------------------------------------------------- BM25 and dense queries
@@ -483,8 +548,16 @@ class PhraseDocumentStore(KeywordDocumentStore):
         and an empty index returns no documents."""
         index = index or self.index
         if not self.in_memory:
-            return self.inner.query(query, filters=filters, top_k=top_k, custom_query=custom_query, index=index,
-                                    headers=headers, all_terms_must_match=all_terms_must_match, scale_score=scale_score)
+            return self.inner.query(
+                query,
+                filters=filters,
+                top_k=top_k,
+                custom_query=custom_query,
+                index=index,
+                headers=headers,
+                all_terms_must_match=all_terms_must_match,
+                scale_score=scale_score,
+            )
         stored = self._memory_docs(index)
         if query is None or not any(isinstance(d, Document) for d in stored.values()):
             return []
@@ -515,8 +588,10 @@ class PhraseDocumentStore(KeywordDocumentStore):
         per_query = filters if isinstance(filters, list) else [filters] * len(queries)
         if len(per_query) != len(queries):
             raise InvalidParameterError(f"{len(per_query)} filters for {len(queries)} queries")
-        return [self.query(q, f, top_k, custom_query, index, headers, all_terms_must_match, scale_score)
-                for q, f in zip(queries, per_query)]
+        return [
+            self.query(q, f, top_k, custom_query, index, headers, all_terms_must_match, scale_score)
+            for q, f in zip(queries, per_query)
+        ]
 
     @read_locked
     def query_by_embedding(
@@ -533,8 +608,15 @@ class PhraseDocumentStore(KeywordDocumentStore):
         index = index or self.index
         if self.in_memory and not any(isinstance(d, Document) for d in self._memory_docs(index).values()):
             return []
-        return self.inner.query_by_embedding(query_emb, filters=filters, top_k=top_k, index=index,
-                                             return_embedding=return_embedding, headers=headers, scale_score=scale_score)
+        return self.inner.query_by_embedding(
+            query_emb,
+            filters=filters,
+            top_k=top_k,
+            index=index,
+            return_embedding=return_embedding,
+            headers=headers,
+            scale_score=scale_score,
+        )
 
     # ----------------------------------------------------------------- phrases
     def reading(self) -> AbstractContextManager[None]:
@@ -560,15 +642,21 @@ class PhraseDocumentStore(KeywordDocumentStore):
         if phrase_index is None:
             return None
         allowed = self.matching_ids(filters, index)
-        return np.fromiter((p["id"] in allowed for p in phrase_index.passages), dtype=bool, count=phrase_index.num_passages)
+        return np.fromiter(
+            (p["id"] in allowed for p in phrase_index.passages), dtype=bool, count=phrase_index.num_passages
+        )
 
     def _to_passage(self, doc: Document) -> dict[str, str] | None:
         """The phrase-index passage of a document, or None for non-text, empty or invalid (lone surrogate) text."""
         if doc.content_type != "text" or not isinstance(doc.content, str) or not doc.content.strip():
             return None
         meta = doc.meta if isinstance(doc.meta, dict) else {}
-        passage = {"id": str(doc.id), "text": doc.content, "title": str(meta.get(self.title_field) or ""),
-                   "document_id": str(meta.get(self.document_id_field) or doc.id)}
+        passage = {
+            "id": str(doc.id),
+            "text": doc.content,
+            "title": str(meta.get(self.title_field) or ""),
+            "document_id": str(meta.get(self.document_id_field) or doc.id),
+        }
         return passage if all(is_valid_unicode(value) for value in passage.values()) else None
 
     def update_embeddings(
@@ -590,15 +678,17 @@ class PhraseDocumentStore(KeywordDocumentStore):
         if not hasattr(retriever, "phrase_model"):
             update = True if update_existing_embeddings is None else update_existing_embeddings
             with self._lock.write():
-                return self.inner.update_embeddings(retriever, index=index, filters=filters,
-                                                    update_existing_embeddings=update, batch_size=batch_size)
+                return self.inner.update_embeddings(
+                    retriever, index=index, filters=filters, update_existing_embeddings=update, batch_size=batch_size
+                )
         if batch_size < 1:
             raise InvalidParameterError(f"batch_size must be >= 1, got {batch_size}")
         with self._indexing.write():
             return self._update_phrases(retriever, index, filters, bool(update_existing_embeddings), batch_size)
 
-    def _update_phrases(self, retriever, index: str, filters: dict[str, Any] | None, update: bool,
-                        batch_size: int) -> PhraseIndexingStats:
+    def _update_phrases(
+        self, retriever, index: str, filters: dict[str, Any] | None, update: bool, batch_size: int
+    ) -> PhraseIndexingStats:
         """Encode the documents that need phrases, a chunk at a time; each chunk commits under the write lock."""
         from tqdm.auto import tqdm
 
@@ -620,21 +710,27 @@ class PhraseDocumentStore(KeywordDocumentStore):
                     continue
                 pending.append(passage)
         if stats.skipped_non_text:
-            logger.warning("update_embeddings: skipped %d non-text, empty or invalid documents", stats.skipped_non_text)
-        bar = tqdm(total=len(pending), desc="indexing phrases", unit="doc", disable=not (self.progress_bar and pending))
+            logger.warning(
+                "update_embeddings: skipped %d non-text, empty or invalid documents", stats.skipped_non_text
+            )
+        bar = tqdm(
+            total=len(pending), desc="indexing phrases", unit="doc", disable=not (self.progress_bar and pending)
+        )
         for chunk in chunked(pending, min(batch_size, 512)):
             calibrated = phrase_index.manifest.get("codec_calibrated", True)  # int8: add_shard calibrates on float32
             codec = phrase_index.codec if calibrated else VectorCodec("float32")
-            shard = encode_shard(model, [Passage(**p) for p in chunk], codec, phrase_index.filter_threshold,
-                                 retriever.batch_size)  # outside the lock: searches go on meanwhile
+            shard = encode_shard(
+                model, [Passage(**p) for p in chunk], codec, phrase_index.filter_threshold, retriever.batch_size
+            )  # outside the lock: searches go on meanwhile
             with self._lock.write():
                 # The index object may have been swapped meanwhile (a private copy, or the copy save() wrote).
                 phrase_index = self._phrase_indexes.get(index)  # type: ignore[assignment]
                 if phrase_index is None or phrase_index.model_fingerprint != model_fingerprint(model):
                     logger.warning("update_embeddings: index %r was deleted or replaced meanwhile; stopping", index)
                     break
-                current = {d.id: self._to_passage(d) for d in self.get_documents_by_id([p["id"] for p in chunk],
-                                                                                       index=index)}
+                current = {
+                    d.id: self._to_passage(d) for d in self.get_documents_by_id([p["id"] for p in chunk], index=index)
+                }
                 keep = [i for i, p in enumerate(chunk) if current.get(p["id"]) == p]  # not deleted or changed since
                 if update:
                     phrase_index = self._private(index)
@@ -655,8 +751,13 @@ class PhraseDocumentStore(KeywordDocumentStore):
         model = retriever.phrase_model
         phrase_index = self._phrase_indexes.get(index)
         if phrase_index is None:
-            phrase_index = PhraseIndex.create(model, faiss_factory=self.faiss_factory, dtype=self.phrase_dtype,
-                                              filter_threshold=retriever.filter_threshold, model_path=retriever.model)
+            phrase_index = PhraseIndex.create(
+                model,
+                faiss_factory=self.faiss_factory,
+                dtype=self.phrase_dtype,
+                filter_threshold=retriever.filter_threshold,
+                model_path=retriever.model,
+            )
             self._phrase_indexes[index] = phrase_index
         elif phrase_index.model_fingerprint != model_fingerprint(model):
             raise ModelMismatchError(
@@ -664,8 +765,12 @@ class PhraseDocumentStore(KeywordDocumentStore):
                 f"delete_index({index!r}) and re-index, or use the original model"
             )
         elif phrase_index.filter_threshold != retriever.filter_threshold:
-            logger.warning("phrase index %r keeps filter_threshold=%s (the retriever asks for %s)", index,
-                           phrase_index.filter_threshold, retriever.filter_threshold)
+            logger.warning(
+                "phrase index %r keeps filter_threshold=%s (the retriever asks for %s)",
+                index,
+                phrase_index.filter_threshold,
+                retriever.filter_threshold,
+            )
         return phrase_index
 
     def index_documents(
@@ -691,8 +796,10 @@ class PhraseDocumentStore(KeywordDocumentStore):
         doc_ids = {doc.id for doc in self.get_all_documents_generator(index=index, return_embedding=False)}
         missing = [pid for pid in phrase_index.live_passage_ids() if pid not in doc_ids]
         if missing:
-            raise InvalidParameterError(f"{len(missing)} passages of the phrase index are not documents of "
-                                        f"{index!r}, e.g. {missing[:3]}; write the same corpus first")
+            raise InvalidParameterError(
+                f"{len(missing)} passages of the phrase index are not documents of "
+                f"{index!r}, e.g. {missing[:3]}; write the same corpus first"
+            )
         self._phrase_indexes[index] = phrase_index
 
     # ----------------------------------------------------------------- persistence
@@ -745,8 +852,14 @@ class PhraseDocumentStore(KeywordDocumentStore):
         return private
 
     def _write_snapshot(self, tmp: Path) -> dict[str, Any]:
-        manifest: dict[str, Any] = {"format": STORE_FORMAT, "format_version": STORE_FORMAT_VERSION,
-                                    "config": self._config, "documents": {}, "labels": {}, "phrases": {}}
+        manifest: dict[str, Any] = {
+            "format": STORE_FORMAT,
+            "format_version": STORE_FORMAT_VERSION,
+            "config": self._config,
+            "documents": {},
+            "labels": {},
+            "phrases": {},
+        }
         if self.in_memory:
             for n, (name, items) in enumerate(sorted(self.inner.indexes.items())):  # type: ignore[attr-defined]
                 values = list(items.values())
@@ -759,8 +872,10 @@ class PhraseDocumentStore(KeywordDocumentStore):
                         try:
                             line = item.to_json()
                         except (TypeError, ValueError, RecursionError) as exc:
-                            raise DocumentStoreError(f"cannot save {kind[:-1]} {item.id!r} of index {name!r}: "
-                                                     f"its content or meta is not JSON ({exc})") from exc
+                            raise DocumentStoreError(
+                                f"cannot save {kind[:-1]} {item.id!r} of index {name!r}: "
+                                f"its content or meta is not JSON ({exc})"
+                            ) from exc
                         handle.write(line + "\n")
                     handle.flush()
                     os.fsync(handle.fileno())
@@ -793,8 +908,9 @@ class PhraseDocumentStore(KeywordDocumentStore):
         manifest = _read_manifest(path)
         for name, file in manifest["documents"].items():
             docs = _read_items(path / file, _document_from_json)
-            self._inner_write(name, functools.partial(self.inner.write_documents, docs, index=name,
-                                                      duplicate_documents="overwrite"))
+            self._inner_write(
+                name, functools.partial(self.inner.write_documents, docs, index=name, duplicate_documents="overwrite")
+            )
         for name, file in manifest["labels"].items():
             self.inner.write_labels(_read_items(path / file, Label.from_json), index=name)
         for name, folder in manifest["phrases"].items():
@@ -814,15 +930,24 @@ class PhraseDocumentStore(KeywordDocumentStore):
             if passage is None or (passage["text"], passage["title"]) != (record["text"], record.get("title", "")):
                 orphans.append(pid)
         if orphans:
-            logger.warning("phrase index %r: dropping phrases of %d documents missing from the saved documents, "
-                           "e.g. %s (left by a run stopped before save())", index, len(orphans), orphans[:3])
+            logger.warning(
+                "phrase index %r: dropping phrases of %d documents missing from the saved documents, "
+                "e.g. %s (left by a run stopped before save())",
+                index,
+                len(orphans),
+                orphans[:3],
+            )
             try:
                 phrase_index.delete_passages(orphans)
             except OSError as exc:  # a read-only directory: the retriever skips hits of missing documents anyway
                 logger.warning("could not drop them from %s: %s", phrase_index.path, exc)
 
 
-_BM25_PARAMETERS = {"BM25Okapi": ("k1", "b", "epsilon"), "BM25L": ("k1", "b", "delta"), "BM25Plus": ("k1", "b", "delta")}
+_BM25_PARAMETERS = {
+    "BM25Okapi": ("k1", "b", "epsilon"),
+    "BM25L": ("k1", "b", "delta"),
+    "BM25Plus": ("k1", "b", "delta"),
+}
 
 
 def _check_bm25(algorithm: str, parameters: dict[str, float] | None) -> None:
@@ -835,8 +960,9 @@ def _check_bm25(algorithm: str, parameters: dict[str, float] | None) -> None:
         raise InvalidParameterError(f"bm25_parameters must be a mapping, got {type(parameters).__name__}")
     for name, value in parameters.items():
         if name not in _BM25_PARAMETERS[algorithm]:
-            raise InvalidParameterError(f"bm25_parameters: {algorithm} takes {', '.join(_BM25_PARAMETERS[algorithm])},"
-                                        f" not {name!r}")
+            raise InvalidParameterError(
+                f"bm25_parameters: {algorithm} takes {', '.join(_BM25_PARAMETERS[algorithm])}, not {name!r}"
+            )
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InvalidParameterError(f"bm25_parameters[{name!r}] must be a number, got {value!r}")
 
@@ -855,11 +981,13 @@ def _checked_documents(documents, field_map: dict) -> list[Document]:
         if not isinstance(doc, Document):
             raise DocumentStoreError(f"document {position} is a {type(doc).__name__}, not a Document or dict")
         if doc.content_type == "text" and not isinstance(doc.content, str):
-            raise DocumentStoreError(f"document {doc.id!r}: content_type 'text' needs str content, "
-                                     f"got {type(doc.content).__name__}")
+            raise DocumentStoreError(
+                f"document {doc.id!r}: content_type 'text' needs str content, got {type(doc.content).__name__}"
+            )
         if doc.content_type == "table" and not isinstance(doc.content, pd.DataFrame):
-            raise DocumentStoreError(f"document {doc.id!r}: content_type 'table' needs a pandas DataFrame, "
-                                     f"got {type(doc.content).__name__}")
+            raise DocumentStoreError(
+                f"document {doc.id!r}: content_type 'table' needs a pandas DataFrame, got {type(doc.content).__name__}"
+            )
         checked.append(doc)
     return checked
 
@@ -885,16 +1013,20 @@ def _read_manifest(path: Path) -> dict[str, Any]:
         manifest = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise DocumentStoreError(f"{file} is corrupted: {exc}") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != STORE_FORMAT or \
-            manifest.get("format_version") != STORE_FORMAT_VERSION:
+    if (
+        not isinstance(manifest, dict)
+        or manifest.get("format") != STORE_FORMAT
+        or manifest.get("format_version") != STORE_FORMAT_VERSION
+    ):
         raise DocumentStoreError(f"{file}: not a {STORE_FORMAT} v{STORE_FORMAT_VERSION} manifest")
     if not isinstance(manifest.get("config"), dict):
         raise DocumentStoreError(f"{file} is corrupted: no store settings")
     for kind in ("documents", "labels", "phrases"):
         entries = manifest.get(kind)
         if not isinstance(entries, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) and Path(v).name == v and not v.startswith(".")
-                for k, v in entries.items()):
+            isinstance(k, str) and isinstance(v, str) and Path(v).name == v and not v.startswith(".")
+            for k, v in entries.items()
+        ):
             raise DocumentStoreError(f"{file} is corrupted: {kind} must map index names to files of {path}")
     return manifest
 

@@ -29,13 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from . import _atomic, index_types
-from ._lazy import require
-from ._memory import release_free_memory
+from .._util import atomic as _atomic
+from .._util.lazy import require
+from .._util.memory import release_free_memory
+from ..build.corpus import CorpusStats, Passage, read_corpus
+from ..build.dump import TOKEN_DTYPE, PhraseShard, chunked, encode_shard, list_shards
+from ..errors import DphrError, EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
+from . import structures as index_types
 from .codec import VectorCodec
-from .corpus import CorpusStats, Passage, read_corpus
-from .dump import TOKEN_DTYPE, PhraseShard, chunked, encode_shard, list_shards
-from .errors import DphrError, EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,12 @@ INDEX_FORMAT = "dphr-phrase-index"
 INDEX_FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 DUPLICATE_POLICIES = ("fail", "skip", "overwrite")
-_FILES = {"vectors": "vectors.bin", "tokens": "tokens.bin", "passages": "passages.jsonl", "tombstones": "tombstones.bin"}
+_FILES = {
+    "vectors": "vectors.bin",
+    "tokens": "tokens.bin",
+    "passages": "passages.jsonl",
+    "tombstones": "tombstones.bin",
+}
 
 
 def _is_flat(factory: str) -> bool:
@@ -93,7 +99,7 @@ class _Column:
         with path.open("wb") as handle:
             view = self.view()
             for start in range(0, len(view), 1 << 20):
-                handle.write(np.ascontiguousarray(view[start: start + (1 << 20)]).tobytes())
+                handle.write(np.ascontiguousarray(view[start : start + (1 << 20)]).tobytes())
 
 
 class PhraseIndex:
@@ -133,9 +139,16 @@ class PhraseIndex:
 
     # ----------------------------------------------------------------- creation and loading
     @classmethod
-    def create(cls, model, path: str | Path | None = None, faiss_factory: str = "Flat",
-               filter_threshold: float | None = None, dtype: str = "float16", model_path: str | None = None,
-               codec: VectorCodec | None = None) -> PhraseIndex:
+    def create(
+        cls,
+        model,
+        path: str | Path | None = None,
+        faiss_factory: str = "Flat",
+        filter_threshold: float | None = None,
+        dtype: str = "float16",
+        model_path: str | None = None,
+        codec: VectorCodec | None = None,
+    ) -> PhraseIndex:
         """A new, empty index for ``model``'s phrase vectors; on disk at ``path`` (must not exist) or in memory."""
         faiss = require("faiss")
         try:
@@ -144,13 +157,22 @@ class PhraseIndex:
             raise InvalidParameterError(f"invalid FAISS factory string {faiss_factory!r}: {exc}") from exc
         del probe
         manifest = {
-            "format": INDEX_FORMAT, "format_version": INDEX_FORMAT_VERSION,
-            "model_fingerprint": model.phrase_fingerprint(), "model_path": model_path,
-            "model_config": model.config.to_dict(), "dim": model.hidden_size,
-            "codec": (codec or VectorCodec(dtype)).to_dict(), "codec_calibrated": codec is not None or dtype != "int8",
-            "filter_threshold": filter_threshold, "faiss_factory": faiss_factory, "metric": "inner_product",
-            "counts": {"vectors": 0, "passages": 0, "tombstones": 0}, "passages_bytes": 0, "faiss_file": None,
-            "checksums": {}, "created": time.time(),
+            "format": INDEX_FORMAT,
+            "format_version": INDEX_FORMAT_VERSION,
+            "model_fingerprint": model.phrase_fingerprint(),
+            "model_path": model_path,
+            "model_config": model.config.to_dict(),
+            "dim": model.hidden_size,
+            "codec": (codec or VectorCodec(dtype)).to_dict(),
+            "codec_calibrated": codec is not None or dtype != "int8",
+            "filter_threshold": filter_threshold,
+            "faiss_factory": faiss_factory,
+            "metric": "inner_product",
+            "counts": {"vectors": 0, "passages": 0, "tombstones": 0},
+            "passages_bytes": 0,
+            "faiss_file": None,
+            "checksums": {},
+            "created": time.time(),
         }
         if path is not None:
             path = Path(path)
@@ -165,8 +187,9 @@ class PhraseIndex:
         return index
 
     @classmethod
-    def load(cls, path: str | Path, model=None, verify: bool = True, flat_search: str = "faiss",
-             device: str = "cpu") -> PhraseIndex:
+    def load(
+        cls, path: str | Path, model=None, verify: bool = True, flat_search: str = "faiss", device: str = "cpu"
+    ) -> PhraseIndex:
         """Open an index directory. With ``model``, its phrase fingerprint must match the index's.
 
         ``flat_search="mmap"`` searches a flat index by exact torch top-k over the memory-mapped vectors
@@ -193,8 +216,10 @@ class PhraseIndex:
             )
         _check_manifest(manifest, manifest_path)
         if model is not None and model.hidden_size != manifest["dim"]:
-            raise ModelMismatchError(f"{manifest_path}: the index holds {manifest['dim']}-dimensional vectors, the "
-                                     f"given model makes {model.hidden_size}-dimensional ones")
+            raise ModelMismatchError(
+                f"{manifest_path}: the index holds {manifest['dim']}-dimensional vectors, the "
+                f"given model makes {model.hidden_size}-dimensional ones"
+            )
         if model is not None and model.phrase_fingerprint() != manifest["model_fingerprint"]:
             raise ModelMismatchError(
                 f"{manifest_path}: the index was built with another phrase encoder (fingerprint "
@@ -222,9 +247,12 @@ class PhraseIndex:
     def _check_files(self, verify: bool) -> None:
         assert self.path is not None
         counts = self.manifest["counts"]
-        expected = {"vectors": counts["vectors"] * self._vectors.row_bytes,
-                    "tokens": counts["vectors"] * self._tokens.row_bytes,
-                    "passages": self._passage_bytes, "tombstones": counts["tombstones"] * 8}
+        expected = {
+            "vectors": counts["vectors"] * self._vectors.row_bytes,
+            "tokens": counts["vectors"] * self._tokens.row_bytes,
+            "passages": self._passage_bytes,
+            "tombstones": counts["tombstones"] * 8,
+        }
         for key, size in expected.items():
             file = self.path / _FILES[key]
             actual = file.stat().st_size if file.exists() else 0
@@ -250,13 +278,22 @@ class PhraseIndex:
             except ValueError as exc:
                 raise IndexLoadError(f"{file}:{line_no} is corrupted: {exc}") from exc
         if len(records) != self.manifest["counts"]["passages"]:
-            raise IndexLoadError(f"{file}: {len(records)} passages, manifest says {self.manifest['counts']['passages']}")
-        if not all(isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("id", "document_id", "text"))
-                   and isinstance(r.get("title", ""), str) and isinstance(r.get("meta", {}), dict) for r in records):
+            raise IndexLoadError(
+                f"{file}: {len(records)} passages, manifest says {self.manifest['counts']['passages']}"
+            )
+        if not all(
+            isinstance(r, dict)
+            and all(isinstance(r.get(k), str) for k in ("id", "document_id", "text"))
+            and isinstance(r.get("title", ""), str)
+            and isinstance(r.get("meta", {}), dict)
+            for r in records
+        ):
             raise IndexLoadError(f"{file} is corrupted: every line must be a passage object (id, document_id, text)")
         rows = self._tokens.view()["passage"]
         if len(rows) and (rows[0] < 0 or rows[-1] >= len(records) or np.any(np.diff(rows) < 0)):
-            raise IndexLoadError(f"{self.path / _FILES['tokens']} is corrupted: token rows are not consecutive per passage")
+            raise IndexLoadError(
+                f"{self.path / _FILES['tokens']} is corrupted: token rows are not consecutive per passage"
+            )
         counts = np.bincount(rows, minlength=len(records)) if len(self) else np.zeros(len(records))
         self._register_passages(records, counts[: len(records)])
 
@@ -273,7 +310,9 @@ class PhraseIndex:
             except RuntimeError as exc:
                 raise IndexLoadError(f"cannot read FAISS index {file}: {exc}") from exc
             if self._faiss.ntotal != len(self) or self._faiss.d != self.dim:
-                raise IndexLoadError(f"{file}: {self._faiss.ntotal} vectors of dim {self._faiss.d}, expected {len(self)} of {self.dim}")
+                raise IndexLoadError(
+                    f"{file}: {self._faiss.ntotal} vectors of dim {self._faiss.d}, expected {len(self)} of {self.dim}"
+                )
             index_types.apply_search_params(self._faiss, self.search_params)
         elif _is_flat(self.faiss_factory) and self._flat_search == "mmap":
             self._faiss = None  # searched by exact torch top-k over the memory-mapped vectors
@@ -363,19 +402,26 @@ class PhraseIndex:
 
         On CUDA: faiss-gpu when installed, else exact torch matmul top-k for flat indexes (vectors resident
         on the GPU in fp16); other index types without faiss-gpu, or no usable GPU, stay on the CPU with a
-        :class:`~dphr_haystack.accel.DeviceFallbackWarning`.
+        :class:`~dphr_haystack.index.backends.DeviceFallbackWarning`.
         """
-        from .accel import resolve_device
+        from .backends import resolve_device
 
         self._search = self._make_search(resolve_device(device))
         self._device = str(getattr(self._search, "device", "cpu"))  # None: the CPU FAISS index
         return self
 
     def _make_search(self, device: str):
-        from .accel import FaissSearch, make_search_backend
+        from .backends import FaissSearch, make_search_backend
 
-        backend = make_search_backend(self._faiss, _is_flat(self.faiss_factory), self._vectors.view, self.codec,
-                                      device, self.search_params, self._flat_search)
+        backend = make_search_backend(
+            self._faiss,
+            _is_flat(self.faiss_factory),
+            self._vectors.view,
+            self.codec,
+            device,
+            self.search_params,
+            self._flat_search,
+        )
         if isinstance(backend, FaissSearch) and backend.index is self._faiss:
             return None  # plain CPU FAISS: searched directly
         return backend
@@ -391,8 +437,15 @@ class PhraseIndex:
             self._commit()
 
     # ----------------------------------------------------------------- writing
-    def add_passages(self, corpus: str | Path | Iterable[Any], model, batch_size: int = 32, chunk_size: int = 512,
-                     duplicates: str = "fail", progress: bool = True) -> CorpusStats:
+    def add_passages(
+        self,
+        corpus: str | Path | Iterable[Any],
+        model,
+        batch_size: int = 32,
+        chunk_size: int = 512,
+        duplicates: str = "fail",
+        progress: bool = True,
+    ) -> CorpusStats:
         """Encode passages and add them, committing every ``chunk_size`` passages.
 
         ``duplicates`` decides what an id already in the index does: ``fail`` (raise), ``skip`` (keep the
@@ -404,7 +457,9 @@ class PhraseIndex:
         if duplicates not in DUPLICATE_POLICIES:
             raise InvalidParameterError(f"duplicates={duplicates!r}; valid: {', '.join(DUPLICATE_POLICIES)}")
         if model.phrase_fingerprint() != self.model_fingerprint:
-            raise ModelMismatchError("add_passages: the model's phrase encoder differs from the one this index was built with")
+            raise ModelMismatchError(
+                "add_passages: the model's phrase encoder differs from the one this index was built with"
+            )
         stats = CorpusStats()
         bar = tqdm(desc="indexing phrases", unit="passage", disable=not progress)
         for chunk in chunked(read_corpus(corpus, stats), chunk_size):
@@ -539,17 +594,24 @@ class PhraseIndex:
         if self._faiss is None:
             return
         for start in range(0, len(stored), chunk):
-            self._faiss.add(np.ascontiguousarray(self.codec.decode(stored[start: start + chunk])))
+            self._faiss.add(np.ascontiguousarray(self.codec.decode(stored[start : start + chunk])))
 
     def _faiss_file_name(self) -> str:
         generation = int(self.manifest.get("faiss_generation", 0))  # bumped by reindex: a new name, crash-safe
         return f"faiss-{len(self)}-{self._tombstones.length}" + (f"-g{generation}" if generation else "") + ".index"
 
     # ----------------------------------------------------------------- other FAISS structures, merging dumps
-    def reindex(self, faiss_factory: str, path: str | Path | None = None, on_disk: bool = False,
-                train_size: int | None = None, max_train: int = index_types.DEFAULT_MAX_TRAIN,
-                search_params: dict[str, Any] | None = None, progress: bool = True,
-                pq_max_train: int | None = None) -> PhraseIndex:
+    def reindex(
+        self,
+        faiss_factory: str,
+        path: str | Path | None = None,
+        on_disk: bool = False,
+        train_size: int | None = None,
+        max_train: int = index_types.DEFAULT_MAX_TRAIN,
+        search_params: dict[str, Any] | None = None,
+        progress: bool = True,
+        pq_max_train: int | None = None,
+    ) -> PhraseIndex:
         """Build another FAISS structure (any factory string) from the stored vectors, without re-encoding.
 
         In place when ``path`` is None, else on a copy written to ``path`` (this index stays as it is); returns
@@ -565,10 +627,13 @@ class PhraseIndex:
         if path is not None:
             self.save(path)
             copy = PhraseIndex.load(path, verify=False, flat_search="mmap")
-            return copy.reindex(faiss_factory, None, on_disk, train_size, max_train, search_params, progress,
-                                pq_max_train)
+            return copy.reindex(
+                faiss_factory, None, on_disk, train_size, max_train, search_params, progress, pq_max_train
+            )
         if on_disk and self.path is None:
-            raise InvalidParameterError("on_disk=True keeps inverted lists in a file: save the index first or pass path")
+            raise InvalidParameterError(
+                "on_disk=True keeps inverted lists in a file: save the index first or pass path"
+            )
         index_types.make_faiss_index(self.dim, faiss_factory)  # validates the factory string
         if len(self) == 0 and not _is_flat(faiss_factory):
             raise InvalidParameterError(f"cannot train FAISS {faiss_factory!r} on an empty index: add passages first")
@@ -579,8 +644,10 @@ class PhraseIndex:
         stored = self._vectors.view()
         if _is_flat(faiss_factory):
             if on_disk:
-                raise InvalidParameterError("on_disk applies to IVF types; a flat index can be searched memory-mapped "
-                                            "instead: PhraseIndex.load(path, flat_search='mmap')")
+                raise InvalidParameterError(
+                    "on_disk applies to IVF types; a flat index can be searched memory-mapped "
+                    "instead: PhraseIndex.load(path, flat_search='mmap')"
+                )
             new = None
             if self._flat_search != "mmap":
                 new = index_types.make_faiss_index(self.dim, faiss_factory)
@@ -588,19 +655,35 @@ class PhraseIndex:
             trained_on = 0
         else:
             new, trained_on = index_types.build_faiss(
-                faiss_factory, self.dim, stored, self.codec.decode, max_train=max_train, train_size=train_size,
-                ivfdata=self.path / ivfdata if ivfdata else None, progress=progress, pq_max_train=pq_max_train)
+                faiss_factory,
+                self.dim,
+                stored,
+                self.codec.decode,
+                max_train=max_train,
+                train_size=train_size,
+                ivfdata=self.path / ivfdata if ivfdata else None,
+                progress=progress,
+                pq_max_train=pq_max_train,
+            )
         params = {**(index_types.default_search_params(new) if new is not None else {}), **(search_params or {})}
         if new is not None:
             index_types.apply_search_params(new, params)
         self._faiss = new
         old_file = self.manifest.get("faiss_file")
-        self.manifest.update({
-            "faiss_factory": faiss_factory, "faiss_generation": generation, "faiss_ivfdata": ivfdata,
-            "search_params": params, "faiss_file": None if _is_flat(faiss_factory) else old_file,
-            "faiss_build": {"train_vectors": int(trained_on), "seconds": round(time.perf_counter() - started, 3),
-                            "on_disk": bool(on_disk)},
-        })
+        self.manifest.update(
+            {
+                "faiss_factory": faiss_factory,
+                "faiss_generation": generation,
+                "faiss_ivfdata": ivfdata,
+                "search_params": params,
+                "faiss_file": None if _is_flat(faiss_factory) else old_file,
+                "faiss_build": {
+                    "train_vectors": int(trained_on),
+                    "seconds": round(time.perf_counter() - started, 3),
+                    "on_disk": bool(on_disk),
+                },
+            }
+        )
         self._commit()  # writes the new FAISS file under a new name, then the manifest
         if self.path is not None:
             for stale in (old_file, old_ivfdata):
@@ -612,9 +695,18 @@ class PhraseIndex:
         return self
 
     @classmethod
-    def from_dump(cls, dump_dir: str | Path, path: str | Path | None = None, faiss_factory: str = "Flat",
-                  model=None, model_path: str | None = None, on_disk: bool = False, flat_search: str = "faiss",
-                  progress: bool = True, **reindex_options: Any) -> PhraseIndex:
+    def from_dump(
+        cls,
+        dump_dir: str | Path,
+        path: str | Path | None = None,
+        faiss_factory: str = "Flat",
+        model=None,
+        model_path: str | None = None,
+        on_disk: bool = False,
+        flat_search: str = "faiss",
+        progress: bool = True,
+        **reindex_options: Any,
+    ) -> PhraseIndex:
         """Merge the shards of a phrase dump (serial, multi-process or Ray) into one index, in corpus order.
 
         Every shard must be present: a distributed dump must be ``complete`` in ``dump-status.json``, which
@@ -637,9 +729,15 @@ class PhraseIndex:
                 raise InvalidParameterError(f"{path} exists and is not empty; choose another path")
             building = path.with_name(f".{path.name}.building-{os.getpid()}")
             shutil.rmtree(building, ignore_errors=True)
-        index = cls.create(_DumpedModel(settings), building, faiss_factory="Flat",
-                           filter_threshold=settings.get("filter_threshold"), dtype=settings.get("dtype", "float16"),
-                           model_path=model_path, codec=VectorCodec(**first["codec"]))
+        index = cls.create(
+            _DumpedModel(settings),
+            building,
+            faiss_factory="Flat",
+            filter_threshold=settings.get("filter_threshold"),
+            dtype=settings.get("dtype", "float16"),
+            model_path=model_path,
+            codec=VectorCodec(**first["codec"]),
+        )
         index._faiss, index._flat_search, index._deferred = None, "mmap", True
         try:
             for shard_dir in tqdm(shards, desc="merging shards", unit="shard", disable=not progress):
@@ -675,15 +773,22 @@ class PhraseIndex:
         self._update_manifest_counts()
         self.manifest["checksums"] = {
             key: _sha256_prefix(self.path / _FILES[key], size)
-            for key, size in (("tokens", self._tokens.length * self._tokens.row_bytes),
-                              ("passages", self._passage_bytes), ("tombstones", self._tombstones.length * 8))
+            for key, size in (
+                ("tokens", self._tokens.length * self._tokens.row_bytes),
+                ("passages", self._passage_bytes),
+                ("tombstones", self._tombstones.length * 8),
+            )
         }
-        _atomic_write_text(self.path / MANIFEST, json.dumps(self.manifest, indent=1))
+        _atomic.write_file_atomic(self.path / MANIFEST, json.dumps(self.manifest, indent=1))
         if old_faiss and old_faiss != self.manifest.get("faiss_file"):
             (self.path / old_faiss).unlink(missing_ok=True)
 
     def _update_manifest_counts(self) -> None:
-        self.manifest["counts"] = {"vectors": len(self), "passages": self.num_passages, "tombstones": self._tombstones.length}
+        self.manifest["counts"] = {
+            "vectors": len(self),
+            "passages": self.num_passages,
+            "tombstones": self._tombstones.length,
+        }
         self.manifest["passages_bytes"] = self._passage_bytes
         self.manifest["updated"] = time.time()
 
@@ -703,17 +808,23 @@ class PhraseIndex:
         (tmp / _FILES["passages"]).write_bytes(payload)
         manifest = json.loads(json.dumps(self.manifest))
         manifest["passages_bytes"] = len(payload)
-        manifest["counts"] = {"vectors": len(self), "passages": self.num_passages, "tombstones": self._tombstones.length}
+        manifest["counts"] = {
+            "vectors": len(self),
+            "passages": self.num_passages,
+            "tombstones": self._tombstones.length,
+        }
         manifest["faiss_file"] = None
         if not _is_flat(self.faiss_factory) and self._faiss.is_trained:
             manifest["faiss_file"] = self._faiss_file_name()
             _write_faiss(self._faiss, tmp / manifest["faiss_file"])
             if manifest.get("faiss_ivfdata"):  # on-disk inverted lists: the header names this file, same dir
                 index_types.copy_ivfdata(self.path / manifest["faiss_ivfdata"], tmp / manifest["faiss_ivfdata"])
-        manifest["checksums"] = {key: _sha256_prefix(tmp / _FILES[key], None) for key in ("tokens", "passages", "tombstones")}
+        manifest["checksums"] = {
+            key: _sha256_prefix(tmp / _FILES[key], None) for key in ("tokens", "passages", "tombstones")
+        }
         for file in tmp.iterdir():
-            _fsync_file(file)
-        _atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=1))
+            _atomic.fsync_file(file)
+        _atomic.write_file_atomic(tmp / MANIFEST, json.dumps(manifest, indent=1))
         replace_directory(tmp, path)
 
 
@@ -741,11 +852,13 @@ def _read_dump(dump_dir: Path) -> tuple[dict[str, Any], list[Path]]:
     settings = json.loads(settings_file.read_text())
     shards = list_shards(dump_dir)
     numbers = [int(p.name.split("-")[1]) for p in shards]
-    status_file = dump_dir / "dump-status.json"  # written by dphr_haystack.distributed
+    status_file = dump_dir / "dump-status.json"  # written by dphr_haystack.build.distributed
     status = json.loads(status_file.read_text()) if status_file.is_file() else {}
     if status and status.get("state") != "complete":
-        raise IndexLoadError(f"{dump_dir}: the distributed dump is {status.get('state')!r}, not complete; "
-                             "re-run it (complete shards are kept) before merging")
+        raise IndexLoadError(
+            f"{dump_dir}: the distributed dump is {status.get('state')!r}, not complete; "
+            "re-run it (complete shards are kept) before merging"
+        )
     expected = status.get("num_shards")
     wanted = range(expected) if expected is not None else range(max(numbers, default=-1) + 1)
     missing = sorted(set(wanted) - set(numbers))
@@ -760,9 +873,17 @@ def _read_dump(dump_dir: Path) -> tuple[dict[str, Any], list[Path]]:
 
 
 _MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
-    "model_fingerprint": (str,), "dim": (int,), "codec": (dict,), "faiss_factory": (str,), "counts": (dict,),
-    "passages_bytes": (int,), "checksums": (dict,), "filter_threshold": (int, float, type(None)),
-    "faiss_file": (str, type(None)), "model_path": (str, type(None)), "model_config": (dict,),
+    "model_fingerprint": (str,),
+    "dim": (int,),
+    "codec": (dict,),
+    "faiss_factory": (str,),
+    "counts": (dict,),
+    "passages_bytes": (int,),
+    "checksums": (dict,),
+    "filter_threshold": (int, float, type(None)),
+    "faiss_file": (str, type(None)),
+    "model_path": (str, type(None)),
+    "model_config": (dict,),
 }
 
 
@@ -773,9 +894,14 @@ def _check_manifest(manifest: dict[str, Any], manifest_path: Path) -> None:
         if key not in manifest or not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             raise IndexLoadError(f"{manifest_path} is corrupted: {key}={value!r:.80}")
     counts = manifest["counts"]
-    if manifest["dim"] < 1 or manifest["passages_bytes"] < 0 or not all(
+    if (
+        manifest["dim"] < 1
+        or manifest["passages_bytes"] < 0
+        or not all(
             isinstance(counts.get(k), int) and not isinstance(counts.get(k), bool) and counts[k] >= 0
-            for k in ("vectors", "passages", "tombstones")):
+            for k in ("vectors", "passages", "tombstones")
+        )
+    ):
         raise IndexLoadError(f"{manifest_path} is corrupted: dim {manifest['dim']!r}, counts {counts!r:.120}")
     for key in ("faiss_file", "faiss_ivfdata"):
         name = manifest.get(key)
@@ -798,10 +924,7 @@ def _remove_uncommitted_files(path: Path) -> None:
 
 def _write_faiss(index, file: Path) -> None:
     faiss = require("faiss")
-    tmp = file.with_name(file.name + ".tmp")
-    faiss.write_index(index, str(tmp))
-    _fsync_file(tmp)
-    os.replace(tmp, file)
+    _atomic.write_file_atomic(file, lambda tmp: faiss.write_index(index, str(tmp)))
 
 
 def _sha256_prefix(file: Path, size: int | None) -> str:
@@ -817,20 +940,6 @@ def _sha256_prefix(file: Path, size: int | None) -> str:
             digest.update(block)
             remaining -= len(block)
     return digest.hexdigest()
-
-
-def _fsync_file(file: Path) -> None:
-    with file.open("rb") as handle:
-        os.fsync(handle.fileno())
-
-
-def _atomic_write_text(file: Path, text: str) -> None:
-    tmp = file.with_name(file.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, file)
 
 
 def replace_directory(new: Path, target: Path) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import csv
-import gzip
 import inspect
 import json
 import math
@@ -34,7 +33,9 @@ from typing import IO, Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from .errors import CorpusFormatError, InvalidParameterError
+from .._util.io import open_text
+from ..build.corpus import squad_passage_id
+from ..errors import CorpusFormatError, InvalidParameterError
 
 PASSAGE_KS = (1, 5, 20)
 ANSWER_MATCHES = ("squad", "substring")
@@ -106,10 +107,6 @@ class QAExample:
     gold_passage_id: str = ""
 
 
-def _open(path: Path) -> IO[str]:
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
-
-
 def _format_of(path: Path) -> str:
     name = path.name.removesuffix(".gz")
     if name.endswith(".csv"):
@@ -118,8 +115,10 @@ def _format_of(path: Path) -> str:
         return "jsonl"
     if name.endswith(".json"):
         return "json"
-    raise CorpusFormatError(f"{path}: unknown question file type; expected .json (SQuAD or DensePhrases "
-                            f"{{data: [{{id, question, answers}}]}}), .jsonl (NQ-open) or DPR .qa.csv, optionally .gz")
+    raise CorpusFormatError(
+        f"{path}: unknown question file type; expected .json (SQuAD or DensePhrases "
+        f"{{data: [{{id, question, answers}}]}}), .jsonl (NQ-open) or DPR .qa.csv, optionally .gz"
+    )
 
 
 def _json_examples(data: Any, path: Path, regex: bool) -> Iterable[QAExample]:
@@ -132,8 +131,14 @@ def _json_examples(data: Any, path: Path, regex: bool) -> Iterable[QAExample]:
             for p_idx, para in enumerate(item["paragraphs"]):
                 for qa in para.get("qas", []):
                     answers = tuple(a["text"] for a in qa.get("answers", []) if a.get("text"))
-                    yield QAExample(str(qa.get("id", "")), qa.get("question", ""), answers, regex, title,
-                                    f"{title or 'article'}-{a_idx}-{p_idx}")
+                    yield QAExample(
+                        str(qa.get("id", "")),
+                        qa.get("question", ""),
+                        answers,
+                        regex,
+                        title,
+                        squad_passage_id(title, a_idx, p_idx),
+                    )
         elif isinstance(item, dict) and "question" in item:  # DensePhrases: flat {id, question, answers}
             answers = item.get("answers", item.get("answer", []))
             yield QAExample(str(item.get("id", a_idx)), item["question"], tuple(map(str, answers)), regex)
@@ -166,8 +171,13 @@ def _csv_examples(handle: IO[str], path: Path, regex: bool) -> Iterable[QAExampl
         yield QAExample(str(line_no - 1), row[0], tuple(map(str, answers)), regex)
 
 
-def read_questions(path: str | Path, regex: bool | None = None, limit: int | None = None,
-                   exclude_titles: Iterable[str] = (), seed: int | None = None) -> list[QAExample]:
+def read_questions(
+    path: str | Path,
+    regex: bool | None = None,
+    limit: int | None = None,
+    exclude_titles: Iterable[str] = (),
+    seed: int | None = None,
+) -> list[QAExample]:
     """Read an open-domain question file.
 
     Args:
@@ -185,7 +195,7 @@ def read_questions(path: str | Path, regex: bool | None = None, limit: int | Non
         raise FileNotFoundError(f"question file not found: {path}")
     regex = "trec" in path.name.lower() if regex is None else regex
     kind = _format_of(path)
-    with _open(path) as handle:
+    with open_text(path) as handle:
         if kind == "json":
             try:
                 data = json.load(handle)
@@ -234,8 +244,9 @@ class EvalReport:
 
     def __post_init__(self) -> None:
         if not self.summary:
-            self.summary = summarize(self.results, self.top_k, self.has_answers, self.has_passages,
-                                     self.settings.get("regex", False))
+            self.summary = summarize(
+                self.results, self.top_k, self.has_answers, self.has_passages, self.settings.get("regex", False)
+            )
 
     def write(self, out_dir: str | Path) -> Path:
         """``<system>.predictions.jsonl`` (one line per question) and ``<system>.summary.json``; returns the dir."""
@@ -245,14 +256,20 @@ class EvalReport:
         with (out / f"{safe}.predictions.jsonl").open("w", encoding="utf-8") as handle:
             for result in self.results:
                 handle.write(json.dumps(asdict(result), ensure_ascii=False) + "\n")
-        payload = {"system": self.system, "questions": len(self.results), "top_k": self.top_k,
-                   "settings": self.settings, "metrics": self.summary}
+        payload = {
+            "system": self.system,
+            "questions": len(self.results),
+            "top_k": self.top_k,
+            "settings": self.settings,
+            "metrics": self.summary,
+        }
         (out / f"{safe}.summary.json").write_text(json.dumps(payload, indent=2))
         return out
 
 
-def summarize(results: Sequence[QuestionResult], top_k: int, has_answers: bool, has_passages: bool,
-              regex: bool = False) -> dict[str, float]:
+def summarize(
+    results: Sequence[QuestionResult], top_k: int, has_answers: bool, has_passages: bool, regex: bool = False
+) -> dict[str, float]:
     """Average the per-question metrics (see the module docstring); also the mean seconds per question."""
     if not results:
         return {}
@@ -290,13 +307,19 @@ def _check_examples(examples: Sequence[QAExample], top_k: int) -> None:
 
 def _batches(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     for i in range(0, len(items), size):
-        yield items[i: i + size]
+        yield items[i : i + size]
 
 
 # ----------------------------------------------------------------------------- systems
-def evaluate_searcher(searcher, examples: Sequence[QAExample], top_k: int = 20, batch_size: int = 32,
-                      system: str = "phrase-index", answer_match: str = "squad",
-                      progress: bool = True) -> EvalReport:
+def evaluate_searcher(
+    searcher,
+    examples: Sequence[QAExample],
+    top_k: int = 20,
+    batch_size: int = 32,
+    system: str = "phrase-index",
+    answer_match: str = "squad",
+    progress: bool = True,
+) -> EvalReport:
     """Phrase answers and phrase-ranked passages of a :class:`~dphr_haystack.search.PhraseSearcher`.
 
     Queries are encoded once per batch; the same vectors serve the phrase and the passage search.
@@ -312,17 +335,34 @@ def evaluate_searcher(searcher, examples: Sequence[QAExample], top_k: int = 20, 
         passages = searcher.search_vectors(q_start, q_end, unit="passage", top_k=top_k)
         per_question = (time.perf_counter() - start) / len(batch)
         for ex, ph, ps in zip(batch, phrases, passages, strict=True):
-            results.append(QuestionResult(
-                ex.qid, ex.question, list(ex.answers),
-                [{"text": h.text, "score": h.score, "passage_id": h.passage_id} for h in ph],
-                [{"id": h.passage_id, "score": h.score,
-                  "has_answer": contains_answer(h.text, ex.answers, ex.regex, answer_match)} for h in ps],
-                per_question))
+            results.append(
+                QuestionResult(
+                    ex.qid,
+                    ex.question,
+                    list(ex.answers),
+                    [{"text": h.text, "score": h.score, "passage_id": h.passage_id} for h in ph],
+                    [
+                        {
+                            "id": h.passage_id,
+                            "score": h.score,
+                            "has_answer": contains_answer(h.text, ex.answers, ex.regex, answer_match),
+                        }
+                        for h in ps
+                    ],
+                    per_question,
+                )
+            )
         bar.update(len(batch))
     bar.close()
     regex = any(ex.regex for ex in examples)
-    return EvalReport(system, results, top_k, {"top_k": top_k, "answer_match": answer_match, "regex": regex},
-                      has_answers=True, has_passages=True)
+    return EvalReport(
+        system,
+        results,
+        top_k,
+        {"top_k": top_k, "answer_match": answer_match, "regex": regex},
+        has_answers=True,
+        has_passages=True,
+    )
 
 
 def pipeline_top_k_params(pipeline, top_k: int) -> dict[str, dict[str, Any]]:
@@ -343,9 +383,16 @@ def pipeline_top_k_params(pipeline, top_k: int) -> dict[str, dict[str, Any]]:
     return params
 
 
-def evaluate_pipeline(pipeline, examples: Sequence[QAExample], top_k: int = 20, system: str = "pipeline",
-                      params: dict[str, dict[str, Any]] | None = None, answer_match: str = "squad",
-                      progress: bool = True, on_result: Callable[[QuestionResult], None] | None = None) -> EvalReport:
+def evaluate_pipeline(
+    pipeline,
+    examples: Sequence[QAExample],
+    top_k: int = 20,
+    system: str = "pipeline",
+    params: dict[str, dict[str, Any]] | None = None,
+    answer_match: str = "squad",
+    progress: bool = True,
+    on_result: Callable[[QuestionResult], None] | None = None,
+) -> EvalReport:
     """Run a Haystack query pipeline on every question and score its ``answers`` and ``documents``.
 
     Args:
@@ -367,19 +414,36 @@ def evaluate_pipeline(pipeline, examples: Sequence[QAExample], top_k: int = 20, 
         has_answers |= "answers" in output
         has_passages |= "documents" in output
         result = QuestionResult(
-            ex.qid, ex.question, list(ex.answers),
-            [{"text": a.answer, "score": _finite(a.score),
-              "passage_id": (a.document_ids or [None])[0]} for a in answers if a.answer],
-            [{"id": d.id, "score": _finite(d.score),
-              "has_answer": contains_answer(d.content, ex.answers, ex.regex, answer_match)}
-             for d in documents[:top_k]],
-            seconds)
+            ex.qid,
+            ex.question,
+            list(ex.answers),
+            [
+                {"text": a.answer, "score": _finite(a.score), "passage_id": (a.document_ids or [None])[0]}
+                for a in answers
+                if a.answer
+            ],
+            [
+                {
+                    "id": d.id,
+                    "score": _finite(d.score),
+                    "has_answer": contains_answer(d.content, ex.answers, ex.regex, answer_match),
+                }
+                for d in documents[:top_k]
+            ],
+            seconds,
+        )
         results.append(result)
         if on_result is not None:
             on_result(result)
     regex = any(ex.regex for ex in examples)
-    return EvalReport(system, results, top_k, {"top_k": top_k, "answer_match": answer_match, "regex": regex},
-                      has_answers=has_answers, has_passages=has_passages)
+    return EvalReport(
+        system,
+        results,
+        top_k,
+        {"top_k": top_k, "answer_match": answer_match, "regex": regex},
+        has_answers=has_answers,
+        has_passages=has_passages,
+    )
 
 
 def _finite(value: Any) -> float | None:
@@ -387,8 +451,16 @@ def _finite(value: Any) -> float | None:
 
 
 # ----------------------------------------------------------------------------- tables
-TABLE_COLUMNS = ("phrase_em@1", "phrase_f1@1", "passage_acc@1", "passage_acc@5", "passage_acc@20", "mrr@20",
-                 "p@20", "ms_per_question")
+TABLE_COLUMNS = (
+    "phrase_em@1",
+    "phrase_f1@1",
+    "passage_acc@1",
+    "passage_acc@5",
+    "passage_acc@20",
+    "mrr@20",
+    "p@20",
+    "ms_per_question",
+)
 
 
 def markdown_table(reports: Sequence[EvalReport], columns: Sequence[str] = TABLE_COLUMNS) -> str:
@@ -410,6 +482,21 @@ def markdown_table(reports: Sequence[EvalReport], columns: Sequence[str] = TABLE
     return "\n".join(rows)
 
 
-__all__ = ["ANSWER_MATCHES", "EvalReport", "PASSAGE_KS", "QAExample", "QuestionResult", "TABLE_COLUMNS",
-           "contains_answer", "evaluate_pipeline", "evaluate_searcher", "exact_match", "f1_score", "markdown_table",
-           "normalize_answer", "pipeline_top_k_params", "read_questions", "summarize"]
+__all__ = [
+    "ANSWER_MATCHES",
+    "EvalReport",
+    "PASSAGE_KS",
+    "QAExample",
+    "QuestionResult",
+    "TABLE_COLUMNS",
+    "contains_answer",
+    "evaluate_pipeline",
+    "evaluate_searcher",
+    "exact_match",
+    "f1_score",
+    "markdown_table",
+    "normalize_answer",
+    "pipeline_top_k_params",
+    "read_questions",
+    "summarize",
+]
