@@ -27,8 +27,10 @@ from typing import Any
 
 import torch
 
+from dphr_haystack._util.device import resolve_device
 from dphr_haystack.model.config import PhraseModelConfig
 from dphr_haystack.model.phrase_model import PhraseModel
+from dphr_haystack.model.registry import model_dir
 
 from .data import PassageWindows, RCData, build_features, load_squad
 from .trainer import TrainArgs, Trainer, barrier, dist_info, init_distributed
@@ -211,18 +213,10 @@ def _resolve_dir(path: str) -> Path:
     raise FileNotFoundError(f"directory not found: {path}")
 
 
-def _model_dir(name: str) -> Path | None:
-    """A directory, or a shipped model's name (``dphr-minilm-squad``); None when neither."""
-    from dphr_haystack.model.registry import is_shipped_name, shipped_model_path
-
-    if is_shipped_name(name):
-        return shipped_model_path(name)
-    return Path(name) if Path(name).is_dir() else None
-
-
 def _device() -> torch.device:
+    """This rank's GPU when CUDA is usable (:func:`~dphr_haystack._util.device.resolve_device`), else the CPU."""
     _, local_rank, _ = dist_info()
-    return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    return torch.device("cuda", local_rank) if resolve_device("auto") == "cuda" else torch.device("cpu")
 
 
 def _is_main() -> bool:
@@ -285,6 +279,13 @@ class Context:
         m = self.recipe.model
         base = str(self.tiny_base_dir()) if m.base == "tiny" else m.base
         return PhraseModel.from_base(base, config=PhraseModelConfig(**m.config), seed=self.recipe.seed)
+
+    def reference_dir(self) -> str | None:
+        """The reference model of the hard subcorpora: ``validate.reference``, else the rc stage's model, else None."""
+        if self.recipe.validate.reference:
+            return self.recipe.validate.reference
+        rc_dir = self.stage_model_dir("rc")
+        return str(rc_dir) if rc_dir else None
 
     def stage_model_dir(self, stage: str) -> Path | None:
         for name in ("best", "final"):
@@ -389,9 +390,7 @@ def run_rc(ctx: Context, stage: str = "rc") -> dict[str, Any]:
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: run the mine stage first")
         negatives = negatives_by_example(data, read_negatives(path))
-    reference = recipe.validate.reference or (
-        str(ctx.stage_model_dir("rc")) if stage == "hn" and ctx.stage_model_dir("rc") else None
-    )
+    reference = ctx.reference_dir() if stage == "hn" else (recipe.validate.reference or None)
     validator, metric = ctx.validator(section.select_on, reference)
     teacher = None
     if section.teacher:
@@ -508,7 +507,7 @@ def run_filter(ctx: Context) -> dict[str, Any]:
         "final": result.final_dir,
     }
     if f.thresholds:
-        ref_dir = recipe.validate.reference or (str(ctx.stage_model_dir("rc")) if ctx.stage_model_dir("rc") else None)
+        ref_dir = ctx.reference_dir()
         sub = ctx.subcorpora(PhraseModel.load(ref_dir) if ref_dir else None, ref_dir or "none")
         name = f.sweep_subcorpus if f.sweep_subcorpus in sub else "C0"
         if name != f.sweep_subcorpus:
@@ -552,7 +551,7 @@ def run_qsft(ctx: Context) -> dict[str, Any]:
     else:
         index = build_index(model, data.passages, recipe.validate.batch_size, faiss_factory=q.faiss_factory)
     _set_nprobe(index, recipe.mine.nprobe)
-    reference = recipe.validate.reference or (str(ctx.stage_model_dir("rc")) if ctx.stage_model_dir("rc") else None)
+    reference = ctx.reference_dir()
     validator, metric = ctx.validator(q.select_on, reference)
     task = QsftTask(model, data, index, top_k=q.top_k, label_strategy=q.label_strategy)
     args = _train_args(recipe, "qsft", {"trainable": "query", **q.train}, metric)
@@ -575,7 +574,7 @@ def run_validate(ctx: Context) -> dict[str, Any]:
     if not _is_main():
         return {"rank": dist_info()[0], "skipped": "validation runs on rank 0"}
     recipe, v = ctx.recipe, ctx.recipe.validate
-    ref_dir = v.reference or (str(ctx.stage_model_dir("rc")) if ctx.stage_model_dir("rc") else None)
+    ref_dir = ctx.reference_dir()
     reference = PhraseModel.load(ref_dir) if ref_dir else None
     sub = ctx.subcorpora(reference, ref_dir or "none")
     validator = Validator(ctx.dev_data, sub, None, v.ks, v.batch_size, v.max_questions)
@@ -586,7 +585,7 @@ def run_validate(ctx: Context) -> dict[str, Any]:
         "models": {},
     }
     for name in v.models:
-        path = ctx.stage_model_dir(name) if name in STAGES else _model_dir(name)
+        path = ctx.stage_model_dir(name) if name in STAGES else model_dir(name)
         if path is None:
             logger.warning("validate: no model for %r, skipped", name)
             continue
