@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
+import inspect
 import logging
 import os
 import shutil
@@ -22,28 +22,25 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from haystack.document_stores import BaseDocumentStore, InMemoryDocumentStore, KeywordDocumentStore
+from haystack.document_stores import BaseDocumentStore, KeywordDocumentStore
 from haystack.errors import DocumentStoreError
 from haystack.schema import Document, Label
 
-from .._util.atomic import fsync_directory, recover_directory
+from .._util.atomic import replace_directory
 from .._util.memory import release_free_memory
 from ..build.corpus import Passage
 from ..build.dump import PhraseShard, chunked, encode_shard
 from ..errors import DphrError, InvalidParameterError, ModelMismatchError
 from ..index.codec import VectorCodec
-from ..index.phrase_index import PhraseIndex, replace_directory
+from ..index.phrase_index import PhraseIndex
 from ..model.inputs import is_valid_unicode
-from ._filters import compile_filters, matches
 from ._models import model_fingerprint
 from ._rwlock import ReadWriteLock, read_locked, write_locked
 from ._schema import typed_init
+from .persistence import STORE_FILE, document_from_json, read_items, read_manifest, write_snapshot
+from .stores import make_inner_store
 
 logger = logging.getLogger(__name__)
-
-STORE_FILE = "phrase_store.json"
-STORE_FORMAT = "dphr-phrase-document-store"
-STORE_FORMAT_VERSION = 1
 
 
 @dataclass
@@ -132,9 +129,6 @@ class PhraseDocumentStore(KeywordDocumentStore):
         super().__init__()
         self._lock = ReadWriteLock()
         self._indexing = ReadWriteLock()  # its write lock: one update_embeddings per store at a time
-        # Haystack's in-memory BM25 query writes each hit's score into the stored Document before copying it, so
-        # two concurrent queries could swap scores: they take this mutex (its write lock) in turn.
-        self._bm25_mutex = ReadWriteLock()
         if duplicate_documents not in self.duplicate_documents_options:
             raise InvalidParameterError(
                 f"duplicate_documents={duplicate_documents!r}; valid: {', '.join(self.duplicate_documents_options)}"
@@ -173,58 +167,26 @@ class PhraseDocumentStore(KeywordDocumentStore):
         self.phrase_dtype = phrase_dtype
         self.title_field = title_field
         self.document_id_field = document_id_field
-        self._config: dict[str, Any] = {
-            "index": index,
-            "label_index": label_index,
-            "duplicate_documents": duplicate_documents,
-            "embedding_dim": embedding_dim,
-            "similarity": similarity,
-            "return_embedding": return_embedding,
-            "progress_bar": progress_bar,
-            "use_bm25": use_bm25,
-            "bm25_algorithm": bm25_algorithm,
-            "bm25_parameters": bm25_parameters,
-            "faiss_factory": faiss_factory,
-            "phrase_dtype": phrase_dtype,
-            "title_field": title_field,
-            "document_id_field": document_id_field,
-            "elasticsearch_host": elasticsearch_host,
-            "elasticsearch_port": elasticsearch_port,
-            "elasticsearch_scheme": elasticsearch_scheme,
-            "elasticsearch_username": elasticsearch_username,
-        }
         self._phrase_indexes: dict[str, PhraseIndex] = {}
         self._snapshots: set[Path] = set()  # phrase index folders of the directory this store was loaded from
-        if elasticsearch_host:
-            from haystack.document_stores import ElasticsearchDocumentStore
-
-            self.inner: BaseDocumentStore = ElasticsearchDocumentStore(
-                host=elasticsearch_host,
-                port=elasticsearch_port,
-                scheme=elasticsearch_scheme,
-                username=elasticsearch_username,
-                password=elasticsearch_password,
-                index=index,
-                label_index=label_index,
-                embedding_dim=embedding_dim,
-                similarity=similarity,
-                return_embedding=return_embedding,
-                duplicate_documents=duplicate_documents,
-            )
-        else:
-            self.inner = InMemoryDocumentStore(
-                index=index,
-                label_index=label_index,
-                embedding_dim=embedding_dim,
-                similarity=similarity,
-                return_embedding=return_embedding,
-                progress_bar=progress_bar,
-                duplicate_documents=duplicate_documents,
-                use_gpu=False,
-                use_bm25=use_bm25,
-                bm25_algorithm=bm25_algorithm,
-                bm25_parameters=dict(bm25_parameters or {}),
-            )
+        self._inner = make_inner_store(
+            index,
+            label_index,
+            duplicate_documents,
+            embedding_dim,
+            similarity,
+            return_embedding,
+            progress_bar,
+            use_bm25,
+            bm25_algorithm,
+            bm25_parameters,
+            elasticsearch_host,
+            elasticsearch_port,
+            elasticsearch_scheme,
+            elasticsearch_username,
+            elasticsearch_password,
+        )
+        self.inner: BaseDocumentStore = self._inner.store
         self.similarity = similarity
         if load_path:
             self._restore(Path(load_path))
@@ -233,7 +195,18 @@ class PhraseDocumentStore(KeywordDocumentStore):
     @property
     def in_memory(self) -> bool:
         """True when documents live in the embedded in-memory store."""
-        return isinstance(self.inner, InMemoryDocumentStore)
+        return self._inner.in_memory
+
+    @property
+    def _config(self) -> dict[str, Any]:
+        """The settings :meth:`save` records: the constructor's arguments as Haystack recorded them, defaults
+        filled in, without ``load_path`` and the Elasticsearch password."""
+        passed = self._component_config.get("params", {})
+        return {
+            name: passed.get(name, parameter.default)
+            for name, parameter in inspect.signature(PhraseDocumentStore.__init__).parameters.items()
+            if name not in ("self", "load_path", "elasticsearch_password")
+        }
 
     @property
     def embedding_field(self) -> str | None:
@@ -258,35 +231,14 @@ class PhraseDocumentStore(KeywordDocumentStore):
     def _create_document_field_map(self) -> dict:
         return self.inner._create_document_field_map()
 
-    def _memory_docs(self, index: str) -> dict[str, Any]:
-        return self.inner.indexes.get(index, {})  # type: ignore[attr-defined]
-
-    def _check_index(self, index: str) -> None:
-        """Like Elasticsearch, reading a non-default document index that does not exist raises."""
-        if self.in_memory and index != self.index and index not in self.inner.indexes:  # type: ignore[attr-defined]
-            raise DocumentStoreError(f"index {index!r} does not exist")
-
-    def _filtered_memory(self, index: str, filters, return_embedding: bool | None) -> list[Document]:
-        clause = compile_filters(filters)
-        docs = [d for d in self._memory_docs(index).values() if isinstance(d, Document) and matches(clause, d.meta)]
-        docs = copy.deepcopy(docs)
-        if not (self.return_embedding if return_embedding is None else return_embedding):
-            for doc in docs:
-                doc.embedding = None
-        return docs
+    def index_exists(self, index: str | None = None) -> bool:
+        """Whether ``index`` may hold documents (in memory: the default index, or one written to)."""
+        return self._inner.index_exists(index or self.index)
 
     @read_locked
     def matching_ids(self, filters: dict[str, Any] | None, index: str | None = None) -> set[str]:
         """Ids of the documents of ``index`` that pass ``filters``."""
-        index = index or self.index
-        if self.in_memory:
-            clause = compile_filters(filters)
-            return {
-                d.id for d in self._memory_docs(index).values() if isinstance(d, Document) and matches(clause, d.meta)
-            }
-        return {
-            d.id for d in self.inner.get_all_documents_generator(index=index, filters=filters, return_embedding=False)
-        }
+        return self._inner.matching_ids(index or self.index, filters)
 
     # ----------------------------------------------------------------- documents
     @write_locked
@@ -314,7 +266,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
             # encodes them again), never phrases of a text that is no longer stored.
             if stale:
                 self._private(index).delete_passages(stale)
-        self._inner_write(
+        self._inner.write(
             index,
             lambda: self.inner.write_documents(
                 documents, index=index, batch_size=batch_size, duplicate_documents=policy, headers=headers
@@ -333,45 +285,6 @@ class PhraseDocumentStore(KeywordDocumentStore):
             record.get("title", ""),
             record.get("document_id", record["id"]),
         )
-
-    def _inner_write(self, index: str, call) -> None:
-        """Run a write on the inner store; in memory, a failure restores the index as it was.
-
-        Haystack's in-memory store stores documents before it rebuilds BM25, so a failing rebuild would leave
-        them half written. A corpus with no token at all (only empty or non-text documents) makes rank_bm25 divide
-        by zero: the index then simply has no BM25 representation (``query`` returns nothing) until it has text.
-        """
-        if not self.in_memory:
-            call()
-            return
-        indexes = self.inner.indexes  # type: ignore[attr-defined]
-        before = dict(indexes[index]) if index in indexes else None
-        try:
-            call()
-        except ZeroDivisionError:
-            self.inner.bm25.pop(index, None)  # type: ignore[attr-defined]
-        except BaseException:
-            after = indexes.get(index)
-            changed = (
-                after is None
-                or len(after) != len(before or {})
-                or any(after.get(key) is not doc for key, doc in (before or {}).items())
-            )
-            if before is None:
-                indexes.pop(index, None)
-            else:
-                indexes[index] = before
-            if changed:
-                self._rebuild_bm25(index)
-            raise
-
-    def _rebuild_bm25(self, index: str) -> None:
-        if not (self.in_memory and self.inner.use_bm25 and index in self.inner.indexes):  # type: ignore[attr-defined]
-            return
-        try:
-            self.inner.update_bm25(index=index)  # type: ignore[attr-defined]
-        except ZeroDivisionError:
-            self.inner.bm25.pop(index, None)  # type: ignore[attr-defined]
 
     def get_all_documents(
         self,
@@ -392,15 +305,9 @@ class PhraseDocumentStore(KeywordDocumentStore):
         headers: dict[str, str] | None = None,
     ) -> Iterator[Document]:
         index = index or self.index
-        if self.in_memory:
-            with self._lock.read():  # a snapshot: the lock is not held while the caller iterates
-                self._check_index(index)
-                docs = self._filtered_memory(index, filters, return_embedding)
-            yield from docs
-            return
-        yield from self.inner.get_all_documents_generator(
-            index=index, filters=filters, return_embedding=return_embedding, batch_size=batch_size, headers=headers
-        )
+        with self._lock.read():  # in memory a snapshot: the lock is not held while the caller iterates
+            docs = self._inner.documents(index, filters, return_embedding, batch_size, headers)
+        yield from docs
 
     def get_document_by_id(self, id: str, index: str | None = None, headers: dict[str, str] | None = None):
         docs = self.get_documents_by_id([id], index=index, headers=headers)
@@ -415,11 +322,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
         headers: dict[str, str] | None = None,
     ) -> list[Document]:
         """Documents with these ids, in the order given; unknown ids are left out."""
-        index = index or self.index
-        if self.in_memory:
-            stored = self._memory_docs(index)
-            return [copy.deepcopy(stored[i]) for i in ids if isinstance(stored.get(i), Document)]
-        return self.inner.get_documents_by_id(ids, index=index, batch_size=batch_size, headers=headers)
+        return self._inner.documents_by_id(ids, index or self.index, batch_size, headers)
 
     @read_locked
     def get_document_count(
@@ -429,23 +332,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
         only_documents_without_embedding: bool = False,
         headers: dict[str, str] | None = None,
     ) -> int:
-        index = index or self.index
-        if self.in_memory:
-            self._check_index(index)
-            clause = compile_filters(filters)
-            return sum(
-                1
-                for d in self._memory_docs(index).values()
-                if isinstance(d, Document)
-                and matches(clause, d.meta)
-                and not (only_documents_without_embedding and d.embedding is not None)
-            )
-        return self.inner.get_document_count(
-            filters=filters,
-            index=index,
-            only_documents_without_embedding=only_documents_without_embedding,
-            headers=headers,
-        )
+        return self._inner.document_count(index or self.index, filters, only_documents_without_embedding, headers)
 
     @read_locked
     def get_embedding_count(self, filters: dict[str, Any] | None = None, index: str | None = None) -> int:
@@ -458,7 +345,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
         index = index or self.index
         if not isinstance(meta, dict):
             raise DocumentStoreError(f"update_document_meta takes a dict, got {type(meta).__name__}")
-        if self.in_memory and not isinstance(self._memory_docs(index).get(id), Document):
+        if not self._inner.has_document(index, id):
             raise DocumentStoreError(f"no document with id {id!r} in index {index!r}")
         phrase_index = self._phrase_indexes.get(index)
         if phrase_index is not None and phrase_index.passage_row(id) is not None:
@@ -487,7 +374,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
             return
         if not ids and not filters:
             self._phrase_indexes.pop(index, None)
-            self._inner_write(index, lambda: self.inner.delete_documents(index=index, headers=headers))
+            self._inner.write(index, lambda: self.inner.delete_documents(index=index, headers=headers))
             return
         targets = list(ids) if ids else None
         if filters:
@@ -498,7 +385,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
         phrase_index = self._phrase_indexes.get(index)
         if phrase_index is not None:  # phrases first (see write_documents)
             self._private(index).delete_passages(targets)
-        self._inner_write(index, lambda: self.inner.delete_documents(index=index, ids=targets, headers=headers))
+        self._inner.write(index, lambda: self.inner.delete_documents(index=index, ids=targets, headers=headers))
 
     @write_locked
     def delete_index(self, index: str):
@@ -546,32 +433,9 @@ class PhraseDocumentStore(KeywordDocumentStore):
     ) -> list[Document]:
         """BM25 over the inner store. In memory, filters are applied here (the in-memory store ignores them)
         and an empty index returns no documents."""
-        index = index or self.index
-        if not self.in_memory:
-            return self.inner.query(
-                query,
-                filters=filters,
-                top_k=top_k,
-                custom_query=custom_query,
-                index=index,
-                headers=headers,
-                all_terms_must_match=all_terms_must_match,
-                scale_score=scale_score,
-            )
-        stored = self._memory_docs(index)
-        if query is None or not any(isinstance(d, Document) for d in stored.values()):
-            return []
-        if self.inner.use_bm25 and index not in self.inner.bm25:  # type: ignore[attr-defined]
-            return []  # no document with a token yet (see _inner_write)
-        if not filters:
-            with self._bm25_mutex.write():
-                return self.inner.query(query, top_k=top_k, index=index, scale_score=scale_score)
-        allowed = self.matching_ids(filters, index)
-        if not allowed:
-            return []
-        with self._bm25_mutex.write():
-            ranked = self.inner.query(query, top_k=len(stored), index=index, scale_score=scale_score)
-        return [d for d in ranked if d.id in allowed][:top_k]
+        return self._inner.query(
+            query, filters, top_k, custom_query, index or self.index, headers, all_terms_must_match, scale_score
+        )
 
     @read_locked
     def query_batch(
@@ -606,7 +470,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
     ) -> list[Document]:
         """Dense search over the inner store's document embeddings (for ``EmbeddingRetriever``)."""
         index = index or self.index
-        if self.in_memory and not any(isinstance(d, Document) for d in self._memory_docs(index).values()):
+        if not self._inner.has_documents(index):
             return []
         return self.inner.query_by_embedding(
             query_emb,
@@ -675,7 +539,9 @@ class PhraseDocumentStore(KeywordDocumentStore):
         Any other retriever goes to the inner store's ``update_embeddings`` (Haystack default: update all).
         """
         index = index or self.index
-        if not hasattr(retriever, "phrase_model"):
+        from .retriever import PhraseRetriever  # a module that imports this one
+
+        if not isinstance(retriever, PhraseRetriever):
             update = True if update_existing_embeddings is None else update_existing_embeddings
             with self._lock.write():
                 return self.inner.update_embeddings(
@@ -698,7 +564,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
             phrase_index = self._phrase_index_for(retriever, index)
             pending: list[dict[str, str]] = []
             docs: Iterable[Document] = []
-            if not self.in_memory or index == self.index or index in self.inner.indexes:  # type: ignore[attr-defined]
+            if self._inner.index_exists(index):
                 docs = self.get_all_documents_generator(index=index, filters=filters, return_embedding=False)
             for doc in docs:
                 if not update and phrase_index.passage_row(doc.id) is not None:
@@ -724,10 +590,11 @@ class PhraseDocumentStore(KeywordDocumentStore):
             )  # outside the lock: searches go on meanwhile
             with self._lock.write():
                 # The index object may have been swapped meanwhile (a private copy, or the copy save() wrote).
-                phrase_index = self._phrase_indexes.get(index)  # type: ignore[assignment]
-                if phrase_index is None or phrase_index.model_fingerprint != model_fingerprint(model):
+                current_index = self._phrase_indexes.get(index)
+                if current_index is None or current_index.model_fingerprint != model_fingerprint(model):
                     logger.warning("update_embeddings: index %r was deleted or replaced meanwhile; stopping", index)
                     break
+                phrase_index = current_index
                 current = {
                     d.id: self._to_passage(d) for d in self.get_documents_by_id([p["id"] for p in chunk], index=index)
                 }
@@ -817,7 +684,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         try:
-            manifest = self._write_snapshot(tmp)
+            manifest = write_snapshot(tmp, self._config, self._inner.saved_collections(), self._phrase_indexes)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -851,49 +718,10 @@ class PhraseDocumentStore(KeywordDocumentStore):
         logger.info("phrase index %r moved from %s to a private copy until the next save()", index, phrase_index.path)
         return private
 
-    def _write_snapshot(self, tmp: Path) -> dict[str, Any]:
-        manifest: dict[str, Any] = {
-            "format": STORE_FORMAT,
-            "format_version": STORE_FORMAT_VERSION,
-            "config": self._config,
-            "documents": {},
-            "labels": {},
-            "phrases": {},
-        }
-        if self.in_memory:
-            for n, (name, items) in enumerate(sorted(self.inner.indexes.items())):  # type: ignore[attr-defined]
-                values = list(items.values())
-                if not values:
-                    continue
-                kind = "labels" if isinstance(values[0], Label) else "documents"
-                file = f"{kind}-{n}.jsonl"
-                with (tmp / file).open("w", encoding="utf-8") as handle:
-                    for item in values:
-                        try:
-                            line = item.to_json()
-                        except (TypeError, ValueError, RecursionError) as exc:
-                            raise DocumentStoreError(
-                                f"cannot save {kind[:-1]} {item.id!r} of index {name!r}: "
-                                f"its content or meta is not JSON ({exc})"
-                            ) from exc
-                        handle.write(line + "\n")
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                manifest[kind][name] = file
-        for n, (name, phrase_index) in enumerate(sorted(self._phrase_indexes.items())):
-            phrase_index.save(tmp / f"phrases-{n}")
-            manifest["phrases"][name] = f"phrases-{n}"
-        with (tmp / STORE_FILE).open("w", encoding="utf-8") as handle:
-            handle.write(json.dumps(manifest, indent=1))
-            handle.flush()
-            os.fsync(handle.fileno())
-        fsync_directory(tmp)
-        return manifest
-
     @classmethod
     def load(cls, path: str | Path, elasticsearch_password: str = "") -> PhraseDocumentStore:
         """A store rebuilt from a directory written by :meth:`save`, with the settings it was saved with."""
-        manifest = _read_manifest(Path(path))
+        manifest = read_manifest(Path(path))
         config = dict(manifest["config"])
         if config.get("elasticsearch_host"):
             config["elasticsearch_password"] = elasticsearch_password
@@ -905,23 +733,23 @@ class PhraseDocumentStore(KeywordDocumentStore):
             raise DocumentStoreError(f"{Path(path) / STORE_FILE}: unusable store settings ({exc})") from exc
 
     def _restore(self, path: Path) -> None:
-        manifest = _read_manifest(path)
+        manifest = read_manifest(path)
         for name, file in manifest["documents"].items():
-            docs = _read_items(path / file, _document_from_json)
-            self._inner_write(
+            docs = read_items(path / file, document_from_json)
+            self._inner.write(
                 name, functools.partial(self.inner.write_documents, docs, index=name, duplicate_documents="overwrite")
             )
         for name, file in manifest["labels"].items():
-            self.inner.write_labels(_read_items(path / file, Label.from_json), index=name)
+            self.inner.write_labels(read_items(path / file, Label.from_json), index=name)
         for name, folder in manifest["phrases"].items():
             self._phrase_indexes[name] = phrase_index = PhraseIndex.load(path / folder)
             self._snapshots.add((path / folder).resolve())
-            if self.in_memory:
-                self._drop_orphan_phrases(name, phrase_index)
+            docs = self._inner.stored_documents(name)
+            if docs is not None:
+                self._drop_orphan_phrases(name, phrase_index, docs)
 
-    def _drop_orphan_phrases(self, index: str, phrase_index: PhraseIndex) -> None:
+    def _drop_orphan_phrases(self, index: str, phrase_index: PhraseIndex, docs: dict[str, Any]) -> None:
         """Tombstone phrases whose document is missing or changed (a run killed between a phrase commit and save)."""
-        docs = self._memory_docs(index)
         orphans = []
         for pid in phrase_index.live_passage_ids():
             doc = docs.get(pid)
@@ -1002,58 +830,6 @@ def _subset_shard(shard: PhraseShard, keep: list[int]) -> PhraseShard:
     tokens = shard.tokens[rows].copy()
     tokens["passage"] = remap[tokens["passage"]]
     return PhraseShard(shard.vectors[rows], tokens, [shard.passages[i] for i in keep], shard.codec)
-
-
-def _read_manifest(path: Path) -> dict[str, Any]:
-    file = path / STORE_FILE
-    recover_directory(path)  # a save() killed mid-swap (platforms without an atomic exchange)
-    if not file.is_file():
-        raise DocumentStoreError(f"{file} not found: not a directory written by PhraseDocumentStore.save")
-    try:
-        manifest = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DocumentStoreError(f"{file} is corrupted: {exc}") from exc
-    if (
-        not isinstance(manifest, dict)
-        or manifest.get("format") != STORE_FORMAT
-        or manifest.get("format_version") != STORE_FORMAT_VERSION
-    ):
-        raise DocumentStoreError(f"{file}: not a {STORE_FORMAT} v{STORE_FORMAT_VERSION} manifest")
-    if not isinstance(manifest.get("config"), dict):
-        raise DocumentStoreError(f"{file} is corrupted: no store settings")
-    for kind in ("documents", "labels", "phrases"):
-        entries = manifest.get(kind)
-        if not isinstance(entries, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) and Path(v).name == v and not v.startswith(".")
-            for k, v in entries.items()
-        ):
-            raise DocumentStoreError(f"{file} is corrupted: {kind} must map index names to files of {path}")
-    return manifest
-
-
-def _read_items(file: Path, parse) -> list:
-    """Parse a JSON-lines file of documents or labels; a damaged line raises DocumentStoreError naming it."""
-    items = []
-    try:
-        with file.open(encoding="utf-8") as handle:
-            for line_no, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    items.append(parse(line))
-                except Exception as exc:  # noqa: BLE001 - Haystack's from_json raises anything on bad input
-                    raise DocumentStoreError(f"{file}:{line_no} is corrupted: {type(exc).__name__}: {exc}") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DocumentStoreError(f"cannot read {file}: {exc}") from exc
-    return items
-
-
-def _document_from_json(line: str) -> Document:
-    data = json.loads(line)
-    doc = Document.from_dict(data)
-    if isinstance(doc.embedding, list):
-        doc.embedding = np.asarray(doc.embedding, dtype=np.float32)
-    return doc
 
 
 __all__ = ["PhraseDocumentStore", "PhraseIndexingStats"]

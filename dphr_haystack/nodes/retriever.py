@@ -212,7 +212,7 @@ class PhraseRetriever(BaseRetriever):
         empty: list[tuple[list[Document], list[Answer]]] = [([], []) for _ in queries]
         phrase_index = store.get_phrase_index(index)
         if phrase_index is None or phrase_index.num_live_passages == 0:
-            if phrase_index is None and _index_exists(store, index) and store.get_document_count(index=index):
+            if phrase_index is None and store.index_exists(index) and store.get_document_count(index=index):
                 logger.warning(
                     "index %r has documents but no phrases: call document_store.update_embeddings(retriever)", index
                 )
@@ -303,10 +303,6 @@ class PhraseRetriever(BaseRetriever):
 
 def _passage_of(hit) -> PassageHit:
     return hit.best_passage if isinstance(hit, DocumentHit) else hit
-
-
-def _index_exists(store: PhraseDocumentStore, index: str) -> bool:
-    return not store.in_memory or index == store.index or index in store.inner.indexes  # type: ignore[attr-defined]
 
 
 __all__ = ["PhraseRetriever"]
