@@ -73,7 +73,7 @@ def to_shared_layout(
 
 def main(argv: Sequence[str] | None = None) -> int:
     from .data import load_squad
-    from .recipes import DataSection, _resolve_data
+    from .schema import DataSection, _resolve_data
 
     parser = argparse.ArgumentParser(prog="python -m train.layout", description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="a separate-layout model (directory or shipped name)")

@@ -2,8 +2,7 @@
 
     dphr eval --index my-index --questions NQ-open.dev.jsonl.gz --out eval/phrase
     dphr eval --pipeline pipelines/bm25.yml --corpus corpus.jsonl --questions dev.json.gz --out eval/bm25
-    dphr eval --pipeline pipelines/hybrid_rrf.yml --store saved-store --questions trec.qa.jsonl \
-        --set Retriever.model=DIR
+    dphr eval --pipeline pipelines/hybrid_rrf.yml --store saved-store --questions trec.jsonl --set Retriever.model=DIR
 
 Writes ``<system>.predictions.jsonl``, ``<system>.summary.json`` and ``table.md`` into ``--out``.
 """

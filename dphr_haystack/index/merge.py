@@ -32,7 +32,13 @@ def merge_dump(
     progress: bool = True,
     **reindex_options: Any,
 ) -> PhraseIndex:
-    """:meth:`PhraseIndex.from_dump <dphr_haystack.index.phrase_index.PhraseIndex.from_dump>`, built with ``cls``."""
+    """Merge the shards of a phrase dump (serial, multi-process or Ray) into one index, in corpus order.
+
+    Every shard must be present: a distributed dump must be ``complete`` in ``dump-status.json``, which
+    gives the shard count; otherwise gaps in the shard numbers are detected. Vectors are appended once, the
+    manifest committed once, then the FAISS structure is built from all of them (:meth:`PhraseIndex.reindex`).
+    With ``path``, the index is built in a temporary sibling directory and renamed into place.
+    """
     from tqdm.auto import tqdm
 
     dump_dir = Path(dump_dir)

@@ -37,6 +37,7 @@ from ..errors import DphrError, EmptyCorpusError, IndexLoadError, InvalidParamet
 from . import structures as index_types
 from .backends import FaissSearch
 from .codec import VectorCodec
+from .merge import merge_dump
 from .storage import (
     FILES,
     INDEX_FORMAT,
@@ -676,40 +677,7 @@ class PhraseIndex:
             self.to(self._device)
         return self
 
-    @classmethod
-    def from_dump(
-        cls,
-        dump_dir: str | Path,
-        path: str | Path | None = None,
-        faiss_factory: str = "Flat",
-        model=None,
-        model_path: str | None = None,
-        on_disk: bool = False,
-        flat_search: str = "faiss",
-        progress: bool = True,
-        **reindex_options: Any,
-    ) -> PhraseIndex:
-        """Merge the shards of a phrase dump (serial, multi-process or Ray) into one index, in corpus order.
-
-        Every shard must be present: a distributed dump must be ``complete`` in ``dump-status.json``, which
-        gives the shard count; otherwise gaps in the shard numbers are detected. Vectors are appended once, the
-        manifest committed once, then the FAISS structure is built from all of them (:meth:`reindex`).
-        With ``path``, the index is built in a temporary sibling directory and renamed into place.
-        """
-        from .merge import merge_dump
-
-        return merge_dump(
-            cls,
-            dump_dir,
-            path,
-            faiss_factory=faiss_factory,
-            model=model,
-            model_path=model_path,
-            on_disk=on_disk,
-            flat_search=flat_search,
-            progress=progress,
-            **reindex_options,
-        )
+    from_dump = classmethod(merge_dump)
 
     # ----------------------------------------------------------------- persistence
     def _commit(self) -> None:

@@ -306,7 +306,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
     ) -> Iterator[Document]:
         index = index or self.index
         with self._lock.read():  # in memory a snapshot: the lock is not held while the caller iterates
-            docs = self._inner.documents(index, filters, return_embedding, batch_size, headers)
+            docs = self._inner.documents(index, filters, return_embedding, batch_size=batch_size, headers=headers)
         yield from docs
 
     def get_document_by_id(self, id: str, index: str | None = None, headers: dict[str, str] | None = None):
@@ -322,7 +322,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
         headers: dict[str, str] | None = None,
     ) -> list[Document]:
         """Documents with these ids, in the order given; unknown ids are left out."""
-        return self._inner.documents_by_id(ids, index or self.index, batch_size, headers)
+        return self._inner.documents_by_id(ids, index or self.index, batch_size=batch_size, headers=headers)
 
     @read_locked
     def get_document_count(
@@ -332,7 +332,9 @@ class PhraseDocumentStore(KeywordDocumentStore):
         only_documents_without_embedding: bool = False,
         headers: dict[str, str] | None = None,
     ) -> int:
-        return self._inner.document_count(index or self.index, filters, only_documents_without_embedding, headers)
+        return self._inner.document_count(
+            index or self.index, filters, only_documents_without_embedding, headers=headers
+        )
 
     @read_locked
     def get_embedding_count(self, filters: dict[str, Any] | None = None, index: str | None = None) -> int:
@@ -434,7 +436,14 @@ class PhraseDocumentStore(KeywordDocumentStore):
         """BM25 over the inner store. In memory, filters are applied here (the in-memory store ignores them)
         and an empty index returns no documents."""
         return self._inner.query(
-            query, filters, top_k, custom_query, index or self.index, headers, all_terms_must_match, scale_score
+            index or self.index,
+            query,
+            filters,
+            top_k,
+            scale_score,
+            custom_query=custom_query,
+            headers=headers,
+            all_terms_must_match=all_terms_must_match,
         )
 
     @read_locked

@@ -158,6 +158,8 @@ def index_corpus(pipeline: Pipeline, documents: list[Document]) -> dict[str, Any
     """
     from haystack.nodes import DenseRetriever
 
+    from .retriever import PhraseRetriever
+
     store = pipeline.get_document_store()
     if store is None:
         raise InvalidParameterError("the pipeline has no document store to index into")
@@ -169,7 +171,7 @@ def index_corpus(pipeline: Pipeline, documents: list[Document]) -> dict[str, Any
     for name in pipeline.graph.nodes:
         component = pipeline.graph.nodes[name].get("component")
         start = time.perf_counter()
-        if hasattr(component, "phrase_model"):
+        if isinstance(component, PhraseRetriever):
             store.update_embeddings(component)
         elif isinstance(component, DenseRetriever):
             store.update_embeddings(component, update_existing_embeddings=False)

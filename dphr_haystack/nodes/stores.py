@@ -19,6 +19,8 @@ from haystack.schema import Document
 from ._filters import compile_filters, matches
 from ._rwlock import ReadWriteLock
 
+Filters = dict[str, Any] | None
+
 
 class InnerStore:
     """A Haystack document store used as it is (Elasticsearch)."""
@@ -53,43 +55,27 @@ class InnerStore:
         own)."""
         return []
 
-    def matching_ids(self, index: str, filters: dict[str, Any] | None) -> set[str]:
+    def matching_ids(self, index: str, filters: Filters) -> set[str]:
         """Ids of the documents of ``index`` that pass ``filters``."""
         docs = self.store.get_all_documents_generator(index=index, filters=filters, return_embedding=False)
         return {d.id for d in docs}
 
     def documents(
-        self,
-        index: str,
-        filters: dict[str, Any] | None,
-        return_embedding: bool | None,
-        batch_size: int,
-        headers: dict[str, str] | None,
+        self, index: str, filters: Filters, return_embedding: bool | None, **options: Any
     ) -> Iterable[Document]:
         """The documents of ``index`` passing ``filters`` (lazily, as the store streams them)."""
         return self.store.get_all_documents_generator(
-            index=index, filters=filters, return_embedding=return_embedding, batch_size=batch_size, headers=headers
+            index=index, filters=filters, return_embedding=return_embedding, **options
         )
 
-    def documents_by_id(
-        self, ids: list[str], index: str, batch_size: int, headers: dict[str, str] | None
-    ) -> list[Document]:
+    def documents_by_id(self, ids: list[str], index: str, **options: Any) -> list[Document]:
         """Documents with these ids."""
-        return self.store.get_documents_by_id(ids, index=index, batch_size=batch_size, headers=headers)
+        return self.store.get_documents_by_id(ids, index=index, **options)
 
-    def document_count(
-        self,
-        index: str,
-        filters: dict[str, Any] | None,
-        only_documents_without_embedding: bool,
-        headers: dict[str, str] | None,
-    ) -> int:
-        """Number of documents of ``index`` passing ``filters``."""
+    def document_count(self, index: str, filters: Filters, without_embedding: bool, **options: Any) -> int:
+        """Number of documents of ``index`` passing ``filters`` (only those without a dense embedding, if asked)."""
         return self.store.get_document_count(
-            filters=filters,
-            index=index,
-            only_documents_without_embedding=only_documents_without_embedding,
-            headers=headers,
+            filters=filters, index=index, only_documents_without_embedding=without_embedding, **options
         )
 
     def write(self, index: str, call: Callable[[], object]) -> None:
@@ -97,27 +83,10 @@ class InnerStore:
         call()
 
     def query(
-        self,
-        query: str | None,
-        filters: dict[str, Any] | None,
-        top_k: int,
-        custom_query: str | None,
-        index: str,
-        headers: dict[str, str] | None,
-        all_terms_must_match: bool,
-        scale_score: bool,
+        self, index: str, query: str | None, filters: Filters, top_k: int, scale_score: bool, **options: Any
     ) -> list[Document]:
-        """BM25 in the store."""
-        return self.store.query(
-            query,
-            filters=filters,
-            top_k=top_k,
-            custom_query=custom_query,
-            index=index,
-            headers=headers,
-            all_terms_must_match=all_terms_must_match,
-            scale_score=scale_score,
-        )
+        """BM25 in the store (``options``: Elasticsearch's custom_query, headers, all_terms_must_match)."""
+        return self.store.query(query, filters=filters, top_k=top_k, index=index, scale_score=scale_score, **options)
 
 
 class InMemoryInnerStore(InnerStore):
@@ -156,18 +125,11 @@ class InMemoryInnerStore(InnerStore):
     def saved_collections(self) -> list[tuple[str, dict[str, Any]]]:
         return sorted(self.store.indexes.items())
 
-    def matching_ids(self, index: str, filters: dict[str, Any] | None) -> set[str]:
+    def matching_ids(self, index: str, filters: Filters) -> set[str]:
         clause = compile_filters(filters)
         return {d.id for d in self._docs(index).values() if isinstance(d, Document) and matches(clause, d.meta)}
 
-    def documents(
-        self,
-        index: str,
-        filters: dict[str, Any] | None,
-        return_embedding: bool | None,
-        batch_size: int,
-        headers: dict[str, str] | None,
-    ) -> list[Document]:
+    def documents(self, index: str, filters: Filters, return_embedding: bool | None, **options: Any) -> list[Document]:
         """A snapshot (copies) of the documents of ``index`` passing ``filters``."""
         self.check_index(index)
         clause = compile_filters(filters)
@@ -178,20 +140,12 @@ class InMemoryInnerStore(InnerStore):
                 doc.embedding = None
         return docs
 
-    def documents_by_id(
-        self, ids: list[str], index: str, batch_size: int, headers: dict[str, str] | None
-    ) -> list[Document]:
+    def documents_by_id(self, ids: list[str], index: str, **options: Any) -> list[Document]:
         """Documents with these ids, in the order given; unknown ids are left out."""
         stored = self._docs(index)
         return [copy.deepcopy(stored[i]) for i in ids if isinstance(stored.get(i), Document)]
 
-    def document_count(
-        self,
-        index: str,
-        filters: dict[str, Any] | None,
-        only_documents_without_embedding: bool,
-        headers: dict[str, str] | None,
-    ) -> int:
+    def document_count(self, index: str, filters: Filters, without_embedding: bool, **options: Any) -> int:
         self.check_index(index)
         clause = compile_filters(filters)
         return sum(
@@ -199,7 +153,7 @@ class InMemoryInnerStore(InnerStore):
             for d in self._docs(index).values()
             if isinstance(d, Document)
             and matches(clause, d.meta)
-            and not (only_documents_without_embedding and d.embedding is not None)
+            and not (without_embedding and d.embedding is not None)
         )
 
     def write(self, index: str, call: Callable[[], object]) -> None:
@@ -239,15 +193,7 @@ class InMemoryInnerStore(InnerStore):
             self.store.bm25.pop(index, None)
 
     def query(
-        self,
-        query: str | None,
-        filters: dict[str, Any] | None,
-        top_k: int,
-        custom_query: str | None,
-        index: str,
-        headers: dict[str, str] | None,
-        all_terms_must_match: bool,
-        scale_score: bool,
+        self, index: str, query: str | None, filters: Filters, top_k: int, scale_score: bool, **options: Any
     ) -> list[Document]:
         """BM25 with filters applied here (the in-memory store ignores them); an empty index returns nothing."""
         stored = self._docs(index)
