@@ -345,12 +345,7 @@ class Trainer:
             logger.info("resuming from %s", resume_from)
         model = self.model.to(device)
         params = set_trainable(model, args.trainable, args.freeze_word_embeddings)
-        decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim > 1]
-        no_decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim <= 1]
-        optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=args.lr,
-        )
+        optimizer = _adamw(model, args)
         per_epoch = max(1, self.task.num_batches(args.batch_size, self.world_size) // args.grad_accum)
         total = args.max_steps or max(1, math.ceil(per_epoch * args.epochs))
         scheduler = linear_schedule(optimizer, int(args.warmup_ratio * total), total)
@@ -358,18 +353,7 @@ class Trainer:
         scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
         step, epoch, batches_done, best = 0, 0, 0, None
         if resume_from is not None:
-            state = torch.load(resume_from / STATE_FILE, map_location="cpu", weights_only=True)
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            if "scaler" in state:
-                scaler.load_state_dict(state["scaler"])
-            step, epoch, batches_done = int(state["step"]), int(state["epoch"]), int(state["batches_done"])
-            best = state.get("best_metric")
-            best = None if best is None else float(best)
-            if "cpu_rng" in state:  # dropout masks continue as in an uninterrupted run
-                torch.set_rng_state(state["cpu_rng"])
-            if "cuda_rng" in state and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(state["cuda_rng"])
+            step, epoch, batches_done, best = _restore_state(resume_from, optimizer, scheduler, scaler)
         wrapped: nn.Module = _TaskModule(model, self.task)
         if self.world_size > 1:
             wrapped = nn.parallel.DistributedDataParallel(
@@ -430,18 +414,7 @@ class Trainer:
                 if step % eval_every == 0 or step == total:
                     best = self._evaluate(step, epoch, best)
                 if step % save_every == 0 or step == total:
-                    state = {
-                        "step": step,
-                        "epoch": epoch,
-                        "batches_done": batches_done,
-                        "optimizer": optimizer.state_dict(),
-                        "scheduler": scheduler.state_dict(),
-                        "scaler": scaler.state_dict(),
-                        "best_metric": best,
-                        "cpu_rng": torch.get_rng_state(),
-                    }
-                    if torch.cuda.is_available():
-                        state["cuda_rng"] = torch.cuda.get_rng_state_all()
+                    state = _checkpoint_state(step, epoch, batches_done, best, optimizer, scheduler, scaler)
                     self._save_checkpoint(step, state)
                 if step >= total:
                     break
@@ -487,6 +460,53 @@ class Trainer:
                 self._save_model("best")
                 logger.info("step %d: new best %s = %.4f", step, key, value)
         return best
+
+
+def _adamw(model: nn.Module, args: TrainArgs) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters, without weight decay on biases and norms (1-d tensors)."""
+    decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim > 1]
+    no_decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim <= 1]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr,
+    )
+
+
+def _checkpoint_state(
+    step: int, epoch: int, batches_done: int, best: float | None, optimizer, scheduler, scaler
+) -> dict:
+    """What a checkpoint needs beyond the model to resume exactly: position, optimizer, schedule, scaler, RNGs."""
+    state = {
+        "step": step,
+        "epoch": epoch,
+        "batches_done": batches_done,
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "scaler": scaler.state_dict(),
+        "best_metric": best,
+        "cpu_rng": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda_rng"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _restore_state(checkpoint: Path, optimizer, scheduler, scaler) -> tuple[int, int, int, float | None]:
+    """Load a checkpoint's training state into ``optimizer``, ``scheduler``, ``scaler`` and the RNGs; returns
+    ``(step, epoch, batches_done, best_metric)``."""
+    state = torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=True)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    if "scaler" in state:
+        scaler.load_state_dict(state["scaler"])
+    step, epoch, batches_done = int(state["step"]), int(state["epoch"]), int(state["batches_done"])
+    best = state.get("best_metric")
+    best = None if best is None else float(best)
+    if "cpu_rng" in state:  # dropout masks continue as in an uninterrupted run
+        torch.set_rng_state(state["cpu_rng"])
+    if "cuda_rng" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    return step, epoch, batches_done, best
 
 
 def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
