@@ -230,6 +230,14 @@ def make_inner_store(
     elasticsearch_password: str,
 ) -> InnerStore:
     """Elasticsearch at ``elasticsearch_host`` when it is set, else an in-memory store (BM25 per ``use_bm25``)."""
+    common = {
+        "index": index,
+        "label_index": label_index,
+        "embedding_dim": embedding_dim,
+        "similarity": similarity,
+        "return_embedding": return_embedding,
+        "duplicate_documents": duplicate_documents,
+    }
     if elasticsearch_host:
         from haystack.document_stores import ElasticsearchDocumentStore
 
@@ -239,25 +247,15 @@ def make_inner_store(
             scheme=elasticsearch_scheme,
             username=elasticsearch_username,
             password=elasticsearch_password,
-            index=index,
-            label_index=label_index,
-            embedding_dim=embedding_dim,
-            similarity=similarity,
-            return_embedding=return_embedding,
-            duplicate_documents=duplicate_documents,
+            **common,
         )
         return InnerStore(elasticsearch, index)
     memory = InMemoryDocumentStore(
-        index=index,
-        label_index=label_index,
-        embedding_dim=embedding_dim,
-        similarity=similarity,
-        return_embedding=return_embedding,
         progress_bar=progress_bar,
-        duplicate_documents=duplicate_documents,
         use_gpu=False,
         use_bm25=use_bm25,
         bm25_algorithm=bm25_algorithm,
         bm25_parameters=dict(bm25_parameters or {}),
+        **common,
     )
     return InMemoryInnerStore(memory, index)
