@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import platform
@@ -16,6 +15,8 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 SQUAD_DEV = SHARED_DATA / "squad" / "dev-v1.1-public.json.gz"
 SQUAD_TRAIN = SHARED_DATA / "squad" / "train-v1.1-rebuilt.json.gz"
 RESULTS = ROOT / "benchmarks" / "results"
+# The SQuAD-open-small build (dense embeddings, phrase indexes), shared by the benchmarks that query it.
+SQUAD_OPEN_SMALL_CACHE = ROOT / "benchmarks" / "cache" / "squad-open-small"
 
 
 def machine() -> dict[str, Any]:
@@ -34,9 +35,15 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     return {
-        "cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
-        "torch": torch.__version__, "transformers": transformers.__version__, "faiss": faiss.__version__,
-        "numpy": numpy.__version__, "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "faiss": faiss.__version__,
+        "numpy": numpy.__version__,
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
 
@@ -46,7 +53,7 @@ def model_id(name: str) -> str | None:
     tell which shipped model they measured; ``None`` for directories and untrained models."""
     import hashlib
 
-    from dphr_haystack.shipped import is_shipped_name, shipped_model_path
+    from dphr_haystack.model.registry import is_shipped_name, shipped_model_path
 
     if not is_shipped_name(name):
         return None
@@ -58,17 +65,22 @@ def squad_passages(path: Path = SQUAD_DEV, limit: int | None = None) -> tuple[li
     """SQuAD paragraphs as passages, and their questions (with the gold passage id and answers)."""
     if not path.is_file():
         raise SystemExit(f"SQuAD data not found at {path}: this benchmark needs ../shared/data")
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        data = json.load(handle)["data"]
+    from dphr_haystack._util.io import read_json
+    from dphr_haystack.build.corpus import squad_paragraphs
+
     passages, questions = [], []
-    for a_idx, article in enumerate(data):
-        for p_idx, para in enumerate(article["paragraphs"]):
-            pid = f"{article['title']}-{a_idx}-{p_idx}"
-            passages.append({"id": pid, "title": article["title"], "text": para["context"], "document_id": article["title"]})
-            for qa in para.get("qas", []):
-                questions.append({"question": qa["question"], "answers": [a["text"] for a in qa["answers"]], "passage_id": pid})
-            if limit and len(passages) >= limit:
-                return passages, questions
+    for passage, para in squad_paragraphs(read_json(path), path):
+        passages.append(passage)
+        for qa in para.get("qas", []):
+            questions.append(
+                {
+                    "question": qa["question"],
+                    "answers": [a["text"] for a in qa["answers"]],
+                    "passage_id": passage["id"],
+                }
+            )
+        if limit and len(passages) >= limit:
+            return passages, questions
     return passages, questions
 
 
@@ -76,7 +88,11 @@ def percentiles(values_ms: list[float]) -> dict[str, float]:
     import numpy as np
 
     arr = np.asarray(values_ms)
-    return {"p50_ms": float(np.percentile(arr, 50)), "p95_ms": float(np.percentile(arr, 95)), "mean_ms": float(arr.mean())}
+    return {
+        "p50_ms": float(np.percentile(arr, 50)),
+        "p95_ms": float(np.percentile(arr, 95)),
+        "mean_ms": float(arr.mean()),
+    }
 
 
 def write_result(name: str, payload: dict[str, Any]) -> Path:
@@ -86,8 +102,9 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
     return path
 
 
-def finish_result(name: str, result: dict[str, Any], markdown: Callable[[dict], str],
-                  plot: Callable[[dict, Path], None]) -> Path:
+def finish_result(
+    name: str, result: dict[str, Any], markdown: Callable[[dict], str], plot: Callable[[dict, Path], None]
+) -> Path:
     """Record the end load average and the markdown, write the JSON and its plot, and print the table."""
     import os
 
@@ -99,3 +116,71 @@ def finish_result(name: str, result: dict[str, Any], markdown: Callable[[dict], 
     print(result["markdown"])
     print(f"wrote {path} and {path.with_suffix('.png')} in {result['seconds'] / 60:.1f} min")
     return path
+
+
+# ----------------------------------------------------------------------------- held-out validation data
+VALIDATION_PARAGRAPHS = 427  # the first 8 dev-public articles
+KS = (1, 5, 20)
+
+
+# ----------------------------------------------------------------------------- data
+def validation_data(questions: int):
+    """The held-out validation articles and up to ``questions`` evenly spaced distinct questions about them."""
+    from train.data import load_squad
+    from train.validation import unique_questions
+
+    data = load_squad(SQUAD_DEV, VALIDATION_PARAGRAPHS, questions)
+    return data, unique_questions(data.examples)
+
+
+# The first 8 dev-public articles (by file order) are held out for model selection; the benchmark never asks
+# their questions (their paragraphs stay in the corpus).
+VALIDATION_ARTICLES = 8
+
+
+def validation_titles() -> list[str]:
+    """Titles of the held-out dev-public articles."""
+    from dphr_haystack._util.io import read_json
+
+    return [a["title"] for a in read_json(SQUAD_DEV)["data"][:VALIDATION_ARTICLES]]
+
+
+def phrase_cache(model, cache: Path) -> Path:
+    """Where ``model``'s phrase index lives: one per phrase encoder and filter threshold, so models that differ
+    only on the query side (query-side fine-tuning) share it. The untrained ``minilm`` keeps ``phrases/``."""
+    if (
+        model.config.base_model.lower() == "minilm"
+        and not model.config.filter_threshold
+        and (cache / "phrases").is_dir()
+        and model.phrase_fingerprint() == _manifest_fingerprint(cache / "phrases")
+    ):
+        return cache / "phrases"
+    threshold = "none" if model.config.filter_threshold is None else f"{model.config.filter_threshold:g}"
+    return cache / f"phrases-{model.phrase_fingerprint()[:12]}-filter-{threshold}"
+
+
+def _manifest_fingerprint(path: Path) -> str | None:
+    from dphr_haystack.index.phrase_index import MANIFEST
+
+    try:
+        return json.loads((path / MANIFEST).read_text())["model_fingerprint"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+# ----------------------------------------------------------------------------- figures
+def pyplot():
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (benchmarks write PNG files only)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: Path, dpi: int = 110) -> None:
+    """Lay ``fig`` out tight, write it to ``path`` and free it."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)

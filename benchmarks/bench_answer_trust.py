@@ -23,7 +23,7 @@ import numpy as np
 os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks._common import SQUAD_DEV, finish_result, machine, model_id  # noqa: E402
+from benchmarks._common import SQUAD_DEV, finish_result, machine, model_id, pyplot, save_figure  # noqa: E402
 
 VALIDATION_PARAGRAPHS = 427
 
@@ -31,8 +31,7 @@ VALIDATION_PARAGRAPHS = 427
 def _ask(searcher, questions, batch_size: int = 64) -> list[list[Any]]:
     hits = []
     for b in range(0, len(questions), batch_size):
-        hits.extend(searcher.search_batch([q.question for q in questions[b: b + batch_size]], unit="phrase",
-                                          top_k=1))
+        hits.extend(searcher.search_batch([q.question for q in questions[b : b + batch_size]], unit="phrase", top_k=1))
     return hits
 
 
@@ -53,16 +52,24 @@ def measure(model_name: str, paragraphs: int, max_questions: int, outside: int) 
         raise SystemExit(f"SQuAD dev not found at {SQUAD_DEV}: this benchmark needs ../shared/data")
     started = time.perf_counter()
     model = PhraseModel.load(model_name)
-    data = load_squad(SQUAD_DEV, skip_paragraphs=VALIDATION_PARAGRAPHS, max_paragraphs=paragraphs,
-                      max_questions=max_questions)
-    away = load_squad(SQUAD_DEV, skip_paragraphs=VALIDATION_PARAGRAPHS + paragraphs, max_paragraphs=paragraphs,
-                      max_questions=outside)
+    data = load_squad(
+        SQUAD_DEV, skip_paragraphs=VALIDATION_PARAGRAPHS, max_paragraphs=paragraphs, max_questions=max_questions
+    )
+    away = load_squad(
+        SQUAD_DEV, skip_paragraphs=VALIDATION_PARAGRAPHS + paragraphs, max_paragraphs=paragraphs, max_questions=outside
+    )
     index = PhraseIndex.create(model, filter_threshold=model.config.filter_threshold)
     index.add_passages(data.passages, model, progress=True)
     questions = unique_questions(data.examples)
-    result: dict[str, Any] = {"machine": machine(), "model": model_name, "model_id": model_id(model_name),
-                              "paragraphs": len(data.passages), "questions": len(questions),
-                              "vectors_per_passage": len(index) / max(1, len(data.passages)), "rows": []}
+    result: dict[str, Any] = {
+        "machine": machine(),
+        "model": model_name,
+        "model_id": model_id(model_name),
+        "paragraphs": len(data.passages),
+        "questions": len(questions),
+        "vectors_per_passage": len(index) / max(1, len(data.passages)),
+        "rows": [],
+    }
     tops = {}
     for label, skip in (("copies allowed", False), ("copies skipped (default)", True)):
         searcher = PhraseSearcher(index, model, skip_question_copies=skip)
@@ -70,12 +77,15 @@ def measure(model_name: str, paragraphs: int, max_questions: int, outside: int) 
         tops[label] = top
         texts = [h.text if h else "" for h in top]
         copied = [copies_question(t, question_words(q.question)) for t, q in zip(texts, questions, strict=True)]
-        result["rows"].append({
-            "setting": label,
-            "em@1": 100 * float(np.mean([exact_match(t, q.answers) for t, q in zip(texts, questions, strict=True)])),
-            "f1@1": 100 * float(np.mean([f1_score(t, q.answers) for t, q in zip(texts, questions, strict=True)])),
-            "copies_question": 100 * float(np.mean(copied)),
-        })
+        result["rows"].append(
+            {
+                "setting": label,
+                "em@1": 100
+                * float(np.mean([exact_match(t, q.answers) for t, q in zip(texts, questions, strict=True)])),
+                "f1@1": 100 * float(np.mean([f1_score(t, q.answers) for t, q in zip(texts, questions, strict=True)])),
+                "copies_question": 100 * float(np.mean(copied)),
+            }
+        )
     top = tops["copies skipped (default)"]
     if model.config.calibration is not None:
         kept = [(h, q) for h, q in zip(top, questions, strict=True) if h is not None]
@@ -84,10 +94,14 @@ def measure(model_name: str, paragraphs: int, max_questions: int, outside: int) 
         searcher = PhraseSearcher(index, model)
         away_top = [hits[0].confidence for hits in _ask(searcher, unique_questions(away.examples)) if hits]
         result["confidence"] = {
-            "auroc": auroc(confidence, right), "raw_score_auroc": auroc([h.score for h, _ in kept], right),
-            "ece": expected_calibration_error(confidence, right), "reliability": reliability(confidence, right),
-            "mean_right": float(confidence[right].mean()), "mean_wrong": float(confidence[~right].mean()),
-            "out_of_corpus_questions": len(away_top), "out_of_corpus_mean": float(np.mean(away_top)),
+            "auroc": auroc(confidence, right),
+            "raw_score_auroc": auroc([h.score for h, _ in kept], right),
+            "ece": expected_calibration_error(confidence, right),
+            "reliability": reliability(confidence, right),
+            "mean_right": float(confidence[right].mean()),
+            "mean_wrong": float(confidence[~right].mean()),
+            "out_of_corpus_questions": len(away_top),
+            "out_of_corpus_mean": float(np.mean(away_top)),
             "out_of_corpus_above_0.5": float(np.mean(np.array(away_top) > 0.5)),
         }
     result["seconds"] = time.perf_counter() - started
@@ -95,29 +109,32 @@ def measure(model_name: str, paragraphs: int, max_questions: int, outside: int) 
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines = [f"Answer trust, `{result['model']}`, {result['paragraphs']} SQuAD dev-public paragraphs outside the "
-             f"validation articles ({result['questions']} questions, {result['vectors_per_passage']:.0f} vectors per "
-             f"passage), {result['machine']['cpu']}:", "",
-             "| phrase answers | EM@1 | F1@1 | top answers copying the question |", "|---|---:|---:|---:|"]
+    lines = [
+        f"Answer trust, `{result['model']}`, {result['paragraphs']} SQuAD dev-public paragraphs outside the "
+        f"validation articles ({result['questions']} questions, {result['vectors_per_passage']:.0f} vectors per "
+        f"passage), {result['machine']['cpu']}:",
+        "",
+        "| phrase answers | EM@1 | F1@1 | top answers copying the question |",
+        "|---|---:|---:|---:|",
+    ]
     for row in result["rows"]:
         lines.append(f"| {row['setting']} | {row['em@1']:.1f} | {row['f1@1']:.1f} | {row['copies_question']:.1f}% |")
     conf = result.get("confidence")
     if conf:
-        lines += ["", f"Confidence of the top answer: AUROC {conf['auroc']:.3f} (raw score {conf['raw_score_auroc']:.3f}),"
-                  f" ECE {conf['ece']:.3f}; mean {conf['mean_right']:.3f} when right, {conf['mean_wrong']:.3f} when "
-                  f"wrong, {conf['out_of_corpus_mean']:.3f} for {conf['out_of_corpus_questions']} questions about "
-                  f"paragraphs outside the corpus ({100 * conf['out_of_corpus_above_0.5']:.1f}% above 0.5)."]
+        lines += [
+            "",
+            f"Confidence of the top answer: AUROC {conf['auroc']:.3f} (raw score {conf['raw_score_auroc']:.3f}),"
+            f" ECE {conf['ece']:.3f}; mean {conf['mean_right']:.3f} when right, {conf['mean_wrong']:.3f} when "
+            f"wrong, {conf['out_of_corpus_mean']:.3f} for {conf['out_of_corpus_questions']} questions about "
+            f"paragraphs outside the corpus ({100 * conf['out_of_corpus_above_0.5']:.1f}% above 0.5).",
+        ]
     else:
         lines += ["", "The model stores no calibration: its answers carry no confidence."]
     return "\n".join(lines)
 
 
 def plot(result: dict[str, Any], path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     conf = result.get("confidence")
     fig, axes = plt.subplots(1, 2 if conf else 1, figsize=(9 if conf else 4.5, 3.8), squeeze=False)
     ax = axes[0][0]
@@ -138,9 +155,7 @@ def plot(result: dict[str, Any], path) -> None:
         ax.set_xlabel("confidence of the top answer")
         ax.set_ylabel("exact-match rate")
         ax.set_title(f"reliability: AUROC {conf['auroc']:.3f}, ECE {conf['ece']:.3f}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
-"""Core benchmark (issue 2): dump throughput vs sentence-transformers, search latency, vectors per passage.
+"""Core benchmark: dump throughput vs sentence-transformers, search latency, vectors per passage.
 
-    .venv/bin/python benchmarks/bench_core.py            # ~6 min on 2 cores
-    .venv/bin/python benchmarks/bench_core.py --dump-passages 100 --search-queries 50   # quick
+    .venv/bin/python -m benchmarks.bench_core            # ~6 min on 2 cores
+    .venv/bin/python -m benchmarks.bench_core --dump-passages 100 --search-queries 50   # quick
 
 1. Dump throughput: the MiniLM-based phrase model dumps N SQuAD dev paragraphs (tokenise, window, encode,
    filter, fp16, write shards) vs sentence-transformers encoding the same paragraphs with the same
@@ -23,18 +23,17 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks._common import SQUAD_DEV, machine, percentiles, squad_passages, write_result  # noqa: E402
-from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher, dump_phrases  # noqa: E402
+from benchmarks._common import SQUAD_DEV, machine, percentiles, pyplot, save_figure, squad_passages, write_result
+from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher, dump_phrases
 
 
 def bench_dump(model: PhraseModel, passages: list[dict], batch_size: int, rounds: int) -> dict:
     from sentence_transformers import SentenceTransformer
 
-    from dphr_haystack.model import resolve_base
+    from dphr_haystack.model.phrase_model import resolve_base
 
     st = SentenceTransformer(resolve_base("minilm"), device="cpu")
     st.max_seq_length = model.config.max_passage_length
@@ -57,9 +56,15 @@ def bench_dump(model: PhraseModel, passages: list[dict], batch_size: int, rounds
     ours_rate = ours_tokens / min(ours_s)
     st_rate = st_tokens / min(st_s)
     return {
-        "passages": len(passages), "context_tokens": ours_tokens, "st_tokens": st_tokens, "batch_size": batch_size,
-        "rounds": rounds, "phrase_dump_seconds": ours_s, "sentence_transformers_seconds": st_s,
-        "phrase_dump_tokens_per_s": ours_rate, "sentence_transformers_tokens_per_s": st_rate,
+        "passages": len(passages),
+        "context_tokens": ours_tokens,
+        "st_tokens": st_tokens,
+        "batch_size": batch_size,
+        "rounds": rounds,
+        "phrase_dump_seconds": ours_s,
+        "sentence_transformers_seconds": st_s,
+        "phrase_dump_tokens_per_s": ours_rate,
+        "sentence_transformers_tokens_per_s": st_rate,
         "ratio_tokens_per_s": ours_rate / st_rate,
     }
 
@@ -70,8 +75,15 @@ def bench_search(model: PhraseModel, passages: list[dict], questions: list[str],
     index.add_passages(passages, model, batch_size=32, progress=True)
     build_s = time.perf_counter() - start
     searcher = PhraseSearcher(index, model)
-    out = {"passages": index.num_passages, "vectors": len(index), "vectors_per_passage": len(index) / index.num_passages,
-           "index_build_seconds": build_s, "top_k": top_k, "queries": len(questions), "units": {}}
+    out = {
+        "passages": index.num_passages,
+        "vectors": len(index),
+        "vectors_per_passage": len(index) / index.num_passages,
+        "index_build_seconds": build_s,
+        "top_k": top_k,
+        "queries": len(questions),
+        "units": {},
+    }
     searcher.search_batch(questions[:8], unit="phrase", top_k=top_k)  # warm-up
     for unit in ("phrase", "passage", "document"):
         single = []
@@ -81,7 +93,7 @@ def bench_search(model: PhraseModel, passages: list[dict], questions: list[str],
             single.append((time.perf_counter() - t0) * 1000)
         t0 = time.perf_counter()
         for b in range(0, len(questions), 64):
-            searcher.search_batch(questions[b: b + 64], unit=unit, top_k=top_k)
+            searcher.search_batch(questions[b : b + 64], unit=unit, top_k=top_k)
         batched = len(questions) / (time.perf_counter() - t0)
         out["units"][unit] = {**percentiles(single), "batched_queries_per_s": batched}
     # Where the time goes, single query: encoding vs MIPS + span search.
@@ -94,11 +106,12 @@ def bench_search(model: PhraseModel, passages: list[dict], questions: list[str],
     return out
 
 
-def bench_filter(model: PhraseModel, max_paragraphs: int, thresholds: list[float | None],
-                 questions: int = 300) -> dict:
+def bench_filter(
+    model: PhraseModel, max_paragraphs: int, thresholds: list[float | None], questions: int = 300
+) -> dict:
     """Index size (vectors, bytes) against accuracy for each filter threshold, on the first dev paragraphs and
     their own questions (open-domain over that sub-corpus; train.filter.threshold_sweep encodes once)."""
-    from dphr_haystack.dump import TOKEN_DTYPE
+    from dphr_haystack.build.dump import TOKEN_DTYPE
     from train.data import load_squad
     from train.filter import threshold_sweep
 
@@ -113,15 +126,15 @@ def bench_filter(model: PhraseModel, max_paragraphs: int, thresholds: list[float
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     d = result["dump"]
-    axes[0].bar(["phrase dump", "sentence-transformers"], [d["phrase_dump_tokens_per_s"], d["sentence_transformers_tokens_per_s"]],
-                color=["tab:blue", "tab:gray"])
+    axes[0].bar(
+        ["phrase dump", "sentence-transformers"],
+        [d["phrase_dump_tokens_per_s"], d["sentence_transformers_tokens_per_s"]],
+        color=["tab:blue", "tab:gray"],
+    )
     axes[0].set_title(f"Encoding throughput (ratio {d['ratio_tokens_per_s']:.2f})")
     axes[0].set_ylabel("context tokens / s")
     s = result["search"]["units"]
@@ -138,20 +151,26 @@ def plot(result: dict, path: Path) -> None:
     axes[2].plot(size, [100 * r["acc@20"] for r in rows], marker="o", label="passage acc@20")
     axes[2].plot(size, [100 * r["em@1"] for r in rows], marker="s", label="phrase EM@1")
     for r, x in zip(rows, size):
-        axes[2].annotate("none" if r["threshold"] is None else f"{r['threshold']:g}", (x, 100 * r["acc@20"]),
-                         textcoords="offset points", xytext=(3, 4), fontsize=7)
+        axes[2].annotate(
+            "none" if r["threshold"] is None else f"{r['threshold']:g}",
+            (x, 100 * r["acc@20"]),
+            textcoords="offset points",
+            xytext=(3, 4),
+            fontsize=7,
+        )
     axes[2].set_xlabel("index size (MiB, vectors + token metadata)")
     axes[2].set_ylabel("accuracy (%)")
     axes[2].set_title(f"Size vs accuracy by filter threshold ({result['filter']['passages']} passages)")
     axes[2].legend(fontsize=8)
     fig.suptitle(f"dphr core benchmark: {result['machine']['cpu']} ({result['machine']['cores']} cores)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="minilm", help="model directory, or 'minilm' for the untrained MiniLM phrase model")
+    parser.add_argument(
+        "--model", default="minilm", help="model directory, or 'minilm' for the untrained MiniLM phrase model"
+    )
     parser.add_argument("--dump-passages", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)

@@ -8,8 +8,8 @@ Reported as ratios to BM25 and to dense (FAISS). Also: indexing time and tokens/
 dense embedding of the same paragraphs, bytes on disk, vectors per passage, and top-10 passage hit rate
 (context only while the phrase model is the untrained MiniLM one).
 
-    .venv/bin/python benchmarks/bench_haystack_retrievers.py                 # ~8 min on 2 cores
-    .venv/bin/python benchmarks/bench_haystack_retrievers.py --queries 50 --limit 300   # quick check
+    .venv/bin/python -m benchmarks.bench_haystack_retrievers                 # ~8 min on 2 cores
+    .venv/bin/python -m benchmarks.bench_haystack_retrievers --queries 50 --limit 300   # quick check
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from benchmarks._common import SQUAD_DEV, machine, percentiles, squad_passages, write_result  # noqa: E402
+from benchmarks._common import SQUAD_DEV, machine, percentiles, pyplot, save_figure, squad_passages, write_result
 
 BATCH = 32
 
@@ -47,8 +46,9 @@ def build(docs: list, model: str, top_k: int) -> tuple[dict, dict, dict]:
 
     store = PhraseDocumentStore(embedding_dim=384, similarity="cosine", progress_bar=False)
     store.write_documents(docs)
-    phrase = PhraseRetriever(document_store=store, model=model, top_k=top_k, unit="passage", device="cpu",
-                             return_answers=False)
+    phrase = PhraseRetriever(
+        document_store=store, model=model, top_k=top_k, unit="passage", device="cpu", return_answers=False
+    )
     dense = MiniLMEmbeddingRetriever(document_store=store, top_k=top_k, use_gpu=False, progress_bar=False)
     indexing: dict = {}
     for name, retriever in (("phrase", phrase), ("dense", dense)):
@@ -63,26 +63,34 @@ def build(docs: list, model: str, top_k: int) -> tuple[dict, dict, dict]:
     for name in ("phrase", "dense"):
         indexing[f"{name}_tokens_per_s"] = indexing[f"{name}_tokens"] / indexing[f"{name}_seconds"]
     indexing["phrase_over_dense_tokens_per_s"] = indexing["phrase_tokens_per_s"] / indexing["dense_tokens_per_s"]
-    faiss_store = FAISSDocumentStore(sql_url="sqlite://", faiss_index_factory_str="Flat", embedding_dim=384,
-                                     similarity="cosine", progress_bar=False)
-    faiss_store.write_documents([Document(content=d.content, id=d.id, meta=d.meta, embedding=d.embedding)
-                                 for d in store.get_all_documents(return_embedding=True)])
+    faiss_store = FAISSDocumentStore(
+        sql_url="sqlite://", faiss_index_factory_str="Flat", embedding_dim=384, similarity="cosine", progress_bar=False
+    )
+    faiss_store.write_documents(
+        [
+            Document(content=d.content, id=d.id, meta=d.meta, embedding=d.embedding)
+            for d in store.get_all_documents(return_embedding=True)
+        ]
+    )
     retrievers = {
         "BM25": BM25Retriever(document_store=store, top_k=top_k),
         "Dense (in-memory)": dense,
-        "Dense (FAISS flat)": MiniLMEmbeddingRetriever(document_store=faiss_store, top_k=top_k, use_gpu=False,
-                                                       progress_bar=False),
+        "Dense (FAISS flat)": MiniLMEmbeddingRetriever(
+            document_store=faiss_store, top_k=top_k, use_gpu=False, progress_bar=False
+        ),
         "Phrase → passages": phrase,
-        "Phrase answers": PhraseRetriever(document_store=store, model=model, top_k=top_k, unit="phrase",
-                                          device="cpu"),
+        "Phrase answers": PhraseRetriever(document_store=store, model=model, top_k=top_k, unit="phrase", device="cpu"),
     }
     phrase_index = store.get_phrase_index()
     with tempfile.TemporaryDirectory() as tmp:
         phrase_index.save(Path(tmp) / "phrases")
         faiss_store.save(str(Path(tmp) / "dense.faiss"))
-        sizes = {"phrase_index_bytes": directory_bytes(Path(tmp) / "phrases"),
-                 "dense_faiss_bytes": (Path(tmp) / "dense.faiss").stat().st_size,
-                 "phrase_vectors": len(phrase_index), "vectors_per_passage": len(phrase_index) / len(docs)}
+        sizes = {
+            "phrase_index_bytes": directory_bytes(Path(tmp) / "phrases"),
+            "dense_faiss_bytes": (Path(tmp) / "dense.faiss").stat().st_size,
+            "phrase_vectors": len(phrase_index),
+            "vectors_per_passage": len(phrase_index) / len(docs),
+        }
     return retrievers, indexing, sizes
 
 
@@ -103,18 +111,18 @@ def time_queries(retrievers: dict, questions: list[str], gold: list[str]) -> dic
     for name, retriever in retrievers.items():
         start = time.perf_counter()
         for i in range(0, len(questions), BATCH):
-            retriever.retrieve_batch(questions[i: i + BATCH])
+            retriever.retrieve_batch(questions[i : i + BATCH])
         batched = len(questions) / (time.perf_counter() - start)
-        stats[name] = {**percentiles(times[name]), "batched_queries_per_s": batched,
-                       "hit_at_k": hits[name] / len(questions)}
+        stats[name] = {
+            **percentiles(times[name]),
+            "batched_queries_per_s": batched,
+            "hit_at_k": hits[name] / len(questions),
+        }
     return stats
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = list(result["latency"])
     lat = result["latency"]
@@ -133,9 +141,7 @@ def plot(result: dict, path: Path) -> None:
     ax2.set_xscale("log")
     ax2.set_xlabel(f"queries/s, batches of {BATCH} (log)")
     ax2.invert_yaxis()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,8 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="minilm", help="phrase model (default: the untrained MiniLM one)")
     args = parser.parse_args(argv)
     passages, qas = squad_passages(SQUAD_DEV, args.limit)
-    docs = [{"content": p["text"], "id": p["id"], "meta": {"title": p["title"], "document_id": p["document_id"]}}
-            for p in passages]
+    docs = [
+        {"content": p["text"], "id": p["id"], "meta": {"title": p["title"], "document_id": p["document_id"]}}
+        for p in passages
+    ]
     rng = np.random.default_rng(0)
     picked = [qas[i] for i in sorted(rng.choice(len(qas), size=min(args.queries, len(qas)), replace=False))]
     retrievers, indexing, sizes = build(docs, args.model, args.top_k)
@@ -158,12 +166,19 @@ def main(argv: list[str] | None = None) -> int:
         s["p50_vs_dense_faiss"] = s["p50_ms"] / stats["Dense (FAISS flat)"]["p50_ms"]
         s["batched_vs_bm25"] = s["batched_queries_per_s"] / stats["BM25"]["batched_queries_per_s"]
     result = {
-        "benchmark": "haystack_retrievers", "command": "python benchmarks/bench_haystack_retrievers.py "
-        + " ".join(argv or sys.argv[1:]), "machine": machine(),
+        "benchmark": "haystack_retrievers",
+        "command": "python -m benchmarks.bench_haystack_retrievers " + " ".join(argv or sys.argv[1:]),
+        "machine": machine(),
         "corpus": {"source": SQUAD_DEV.name, "paragraphs": len(docs), "questions_timed": len(picked)},
-        "setup": {"top_k": args.top_k, "phrase_model": args.model, "phrase_model_trained": args.model != "minilm",
-                  "store": "one PhraseDocumentStore (in-memory) shared by all but the FAISS dense variant"},
-        "indexing": indexing, "sizes": sizes, "latency": stats,
+        "setup": {
+            "top_k": args.top_k,
+            "phrase_model": args.model,
+            "phrase_model_trained": args.model != "minilm",
+            "store": "one PhraseDocumentStore (in-memory) shared by all but the FAISS dense variant",
+        },
+        "indexing": indexing,
+        "sizes": sizes,
+        "latency": stats,
     }
     result["markdown"] = markdown(result)
     path = write_result("haystack_retrievers", result)
@@ -175,22 +190,33 @@ def main(argv: list[str] | None = None) -> int:
 
 def markdown(r: dict) -> str:
     ix, sz = r["indexing"], r["sizes"]
-    lines = [f"{r['corpus']['paragraphs']} SQuAD dev-public paragraphs in one store, {r['corpus']['questions_timed']} "
-             f"questions, top-{r['setup']['top_k']}; phrase model `{r['setup']['phrase_model']}`"
-             + ("" if r["setup"]["phrase_model_trained"] else " (untrained: hit rates are context only)") + ".", "",
-             "| retriever | p50 ms | p95 ms | p50 / BM25 | p50 / dense (FAISS) | batched q/s | batched / BM25 | hit@k |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"{r['corpus']['paragraphs']} SQuAD dev-public paragraphs in one store, {r['corpus']['questions_timed']} "
+        f"questions, top-{r['setup']['top_k']}; phrase model `{r['setup']['phrase_model']}`"
+        + ("" if r["setup"]["phrase_model_trained"] else " (untrained: hit rates are context only)")
+        + ".",
+        "",
+        "| retriever | p50 ms | p95 ms | p50 / BM25 | p50 / dense (FAISS) | batched q/s | batched / BM25 | hit@k |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for name, s in r["latency"].items():
-        lines.append(f"| {name} | {s['p50_ms']:.1f} | {s['p95_ms']:.1f} | {s['p50_vs_bm25']:.2f} | "
-                     f"{s['p50_vs_dense_faiss']:.2f} | {s['batched_queries_per_s']:.1f} | {s['batched_vs_bm25']:.2f} | "
-                     f"{s['hit_at_k']:.3f} |")
-    lines += ["", "| indexing | seconds | tokens | tokens/s | size on disk |", "|---|---:|---:|---:|---:|",
-              f"| phrase index (dump + flat, {sz['vectors_per_passage']:.1f} vectors/passage) | "
-              f"{ix['phrase_seconds']:.1f} | {ix['phrase_tokens']:,} | {ix['phrase_tokens_per_s']:.0f} | "
-              f"{sz['phrase_index_bytes'] / 2**20:.1f} MiB |",
-              f"| dense embeddings (MiniLM, FAISS flat) | {ix['dense_seconds']:.1f} | {ix['dense_tokens']:,} | "
-              f"{ix['dense_tokens_per_s']:.0f} | {sz['dense_faiss_bytes'] / 2**20:.1f} MiB |", "",
-              f"Phrase dump / dense embedding tokens/s: **{ix['phrase_over_dense_tokens_per_s']:.2f}**."]
+        lines.append(
+            f"| {name} | {s['p50_ms']:.1f} | {s['p95_ms']:.1f} | {s['p50_vs_bm25']:.2f} | "
+            f"{s['p50_vs_dense_faiss']:.2f} | {s['batched_queries_per_s']:.1f} | {s['batched_vs_bm25']:.2f} | "
+            f"{s['hit_at_k']:.3f} |"
+        )
+    lines += [
+        "",
+        "| indexing | seconds | tokens | tokens/s | size on disk |",
+        "|---|---:|---:|---:|---:|",
+        f"| phrase index (dump + flat, {sz['vectors_per_passage']:.1f} vectors/passage) | "
+        f"{ix['phrase_seconds']:.1f} | {ix['phrase_tokens']:,} | {ix['phrase_tokens_per_s']:.0f} | "
+        f"{sz['phrase_index_bytes'] / 2**20:.1f} MiB |",
+        f"| dense embeddings (MiniLM, FAISS flat) | {ix['dense_seconds']:.1f} | {ix['dense_tokens']:,} | "
+        f"{ix['dense_tokens_per_s']:.0f} | {sz['dense_faiss_bytes'] / 2**20:.1f} MiB |",
+        "",
+        f"Phrase dump / dense embedding tokens/s: **{ix['phrase_over_dense_tokens_per_s']:.2f}**.",
+    ]
     return "\n".join(lines)
 
 

@@ -1,7 +1,7 @@
-"""Peak memory (RSS) of the phrase dump and of `dphr index` against corpus size (issue 7: bounded memory).
+"""Peak memory (RSS) of the phrase dump and of `dphr index` against corpus size (bounded memory).
 
-    .venv/bin/python benchmarks/bench_memory.py                                  # MiniLM, 250-2000 paragraphs
-    .venv/bin/python benchmarks/bench_memory.py --model tiny --sizes 250 500     # quick check
+    .venv/bin/python -m benchmarks.bench_memory                                  # MiniLM, 250-2000 paragraphs
+    .venv/bin/python -m benchmarks.bench_memory --model tiny --sizes 250 500     # quick check
 
 Each measurement is a fresh subprocess on the first N SQuAD train (rebuilt) paragraphs, written as JSON lines.
 Its peak RSS is the kernel's high-water mark of that process (``VmHWM`` in /proc/self/status, read as it
@@ -31,12 +31,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from benchmarks._common import ROOT, SQUAD_TRAIN, machine, squad_passages, write_result  # noqa: E402
+from benchmarks._common import ROOT, SQUAD_TRAIN, machine, pyplot, save_figure, squad_passages, write_result
 
 MODES = ("load", "dump", "index", "index_faiss_ram")
 
@@ -51,8 +50,8 @@ def _status_mib() -> dict[str, float]:
 
 def _trace_chunks(trace: list) -> None:
     """Record RSS and peak RSS after every encoded chunk (shard) of passages."""
-    import dphr_haystack.dump as dump_module
-    import dphr_haystack.index as index_module
+    import dphr_haystack.build.dump as dump_module
+    import dphr_haystack.index.phrase_index as index_module
 
     original = dump_module.encode_shard
     done = [0]
@@ -73,8 +72,24 @@ def _child(mode: str, model_dir: str, corpus: str, out: str, batch_size: int, sh
     if mode == "index":
         from dphr_haystack.cli import main as dphr
 
-        code = dphr(["index", "--model", model_dir, "--corpus", corpus, "--out", out, "--chunk-size",
-                     str(shard_size), "--batch-size", str(batch_size), "--device", "cpu", "--no-progress"])
+        code = dphr(
+            [
+                "index",
+                "--model",
+                model_dir,
+                "--corpus",
+                corpus,
+                "--out",
+                out,
+                "--chunk-size",
+                str(shard_size),
+                "--batch-size",
+                str(batch_size),
+                "--device",
+                "cpu",
+                "--no-progress",
+            ]
+        )
         if code:
             raise SystemExit(code)
     else:
@@ -103,8 +118,12 @@ def _measure(command: list[str], env: dict[str, str]) -> dict:
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({process.returncode}):\n{stderr[-3000:]}")
     report = json.loads(stdout.strip().splitlines()[-1])
-    return {"peak_rss_mib": report.get("vm_hwm_mib", usage.ru_maxrss / 1024), "ru_maxrss_mib": usage.ru_maxrss / 1024,
-            "seconds": seconds, "report": report}
+    return {
+        "peak_rss_mib": report.get("vm_hwm_mib", usage.ru_maxrss / 1024),
+        "ru_maxrss_mib": usage.ru_maxrss / 1024,
+        "seconds": seconds,
+        "report": report,
+    }
 
 
 def _model_dir(kind: str, root: Path) -> Path:
@@ -126,32 +145,44 @@ def _model_dir(kind: str, root: Path) -> Path:
 def _markdown(result: dict) -> str:
     """Peak RSS per mode and corpus size, and its growth per 1,000 passages, for benchmarks/README.md."""
     modes = list(result["runs"])
-    lines = [f"Model `{result['model']}`; corpus: {result['corpus']}; batch {result['batch_size']}, "
-             f"{result['shard_size']} passages per shard/commit. Peak RSS (VmHWM) of a fresh process, MiB. "
-             f"Total runtime {result['runtime_seconds'] / 60:.1f} min.", "",
-             "| passages | " + " | ".join(modes) + " | stored vectors MiB |", "|---:|" + "---:|" * (len(modes) + 1)]
+    lines = [
+        f"Model `{result['model']}`; corpus: {result['corpus']}; batch {result['batch_size']}, "
+        f"{result['shard_size']} passages per shard/commit. Peak RSS (VmHWM) of a fresh process, MiB. "
+        f"Total runtime {result['runtime_seconds'] / 60:.1f} min.",
+        "",
+        "| passages | " + " | ".join(modes) + " | stored vectors MiB |",
+        "|---:|" + "---:|" * (len(modes) + 1),
+    ]
     for i, size in enumerate(result["sizes"]):
-        stored = next((runs[i].get("vectors_mib") for runs in result["runs"].values() if "vectors_mib" in runs[i]), None)
-        lines.append(f"| {size:,} | " + " | ".join(f"{result['runs'][m][i]['peak_rss_mib']:,.0f}" for m in modes)
-                     + f" | {'–' if stored is None else f'{stored:,.1f}'} |")
-    lines.append("| growth MiB / 1,000 passages | " + " | ".join(
-        f"{result['growth'][m]['mib_per_1000_passages']:+.1f}" for m in modes) + " | |")
+        stored = next(
+            (runs[i].get("vectors_mib") for runs in result["runs"].values() if "vectors_mib" in runs[i]), None
+        )
+        lines.append(
+            f"| {size:,} | "
+            + " | ".join(f"{result['runs'][m][i]['peak_rss_mib']:,.0f}" for m in modes)
+            + f" | {'–' if stored is None else f'{stored:,.1f}'} |"
+        )
+    lines.append(
+        "| growth MiB / 1,000 passages | "
+        + " | ".join(f"{result['growth'][m]['mib_per_1000_passages']:+.1f}" for m in modes)
+        + " | |"
+    )
     drift = []
     for mode in modes:
         trace = result["runs"][mode][-1]["trace"]
         if len(trace) > 1:
             drift.append(f"{mode} {trace[0]['VmRSS']:,.0f} → {trace[-1]['VmRSS']:,.0f}")
     if drift:
-        lines += ["", f"Resident memory (VmRSS) after the first and the last chunk of the {result['sizes'][-1]:,}-passage "
-                      f"runs, MiB: {'; '.join(drift)}. The peak of `dump` and `index` is the model load's."]
+        lines += [
+            "",
+            f"Resident memory (VmRSS) after the first and the last chunk of the {result['sizes'][-1]:,}-passage "
+            f"runs, MiB: {'; '.join(drift)}. The peak of `dump` and `index` is the model load's.",
+        ]
     return "\n".join(lines)
 
 
 def _plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (ax, trace_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
     sizes = result["sizes"]
@@ -160,8 +191,9 @@ def _plot(result: dict, path: Path) -> None:
         ax.plot(sizes, [r["peak_rss_mib"] for r in runs], marker="o", label=mode, color=color)
         largest = runs[-1]["trace"]
         if largest:
-            trace_ax.plot([t["passages"] for t in largest], [t["VmHWM"] for t in largest], marker=".", label=mode,
-                          color=color)
+            trace_ax.plot(
+                [t["passages"] for t in largest], [t["VmHWM"] for t in largest], marker=".", label=mode, color=color
+            )
     ax.set_xlabel("corpus size (SQuAD paragraphs)")
     ax.set_ylabel("peak RSS (MiB)")
     ax.set_title(f"Peak memory vs corpus size ({result['model']} phrase model)")
@@ -172,9 +204,7 @@ def _plot(result: dict, path: Path) -> None:
         axis.set_ylim(bottom=0)
         axis.grid(alpha=0.3)
         axis.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def main() -> None:
@@ -206,12 +236,29 @@ def main() -> None:
             corpus.write_text("".join(json.dumps(p) + "\n" for p in passages[:size]), encoding="utf-8")
             for mode in args.modes:
                 out = root / f"{mode}-{size}"
-                command = [sys.executable, __file__, "--child", mode, "--model-dir", str(model_dir), "--corpus",
-                           str(corpus), "--out", str(out), "--batch-size", str(args.batch_size), "--shard-size",
-                           str(args.shard_size)]
+                command = [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    mode,
+                    "--model-dir",
+                    str(model_dir),
+                    "--corpus",
+                    str(corpus),
+                    "--out",
+                    str(out),
+                    "--batch-size",
+                    str(args.batch_size),
+                    "--shard-size",
+                    str(args.shard_size),
+                ]
                 measured = _measure(command, env)
-                run = {"passages": size, "peak_rss_mib": round(measured["peak_rss_mib"], 1),
-                       "ru_maxrss_mib": round(measured["ru_maxrss_mib"], 1), "seconds": round(measured["seconds"], 1)}
+                run = {
+                    "passages": size,
+                    "peak_rss_mib": round(measured["peak_rss_mib"], 1),
+                    "ru_maxrss_mib": round(measured["ru_maxrss_mib"], 1),
+                    "seconds": round(measured["seconds"], 1),
+                }
                 if mode.startswith("index"):
                     manifest = json.loads((out / "manifest.json").read_text())
                     run["vectors"] = manifest["counts"]["vectors"]
@@ -220,20 +267,31 @@ def main() -> None:
                     run["vectors"] = measured["report"]["vectors"]
                 run["trace"] = measured["report"]["trace"]
                 runs[mode].append(run)
-                print(f"{mode:>5} {size:>5} passages: peak RSS {run['peak_rss_mib']:7.1f} MiB, {run['seconds']:6.1f} s",
-                      flush=True)
+                print(
+                    f"{mode:>5} {size:>5} passages: peak RSS {run['peak_rss_mib']:7.1f} MiB, {run['seconds']:6.1f} s",
+                    flush=True,
+                )
                 shutil.rmtree(out, ignore_errors=True)
         growth = {}
         for mode, mode_runs in runs.items():
             first, last = mode_runs[0], mode_runs[-1]
             span = (last["passages"] - first["passages"]) / 1000
-            growth[mode] = {"mib_per_1000_passages": round((last["peak_rss_mib"] - first["peak_rss_mib"]) / span, 1)
-                            if span else 0.0,
-                            "ratio_last_to_first": round(last["peak_rss_mib"] / first["peak_rss_mib"], 3)}
+            growth[mode] = {
+                "mib_per_1000_passages": round((last["peak_rss_mib"] - first["peak_rss_mib"]) / span, 1)
+                if span
+                else 0.0,
+                "ratio_last_to_first": round(last["peak_rss_mib"] / first["peak_rss_mib"], 3),
+            }
         result = {
-            "command": " ".join(["benchmarks/bench_memory.py", *sys.argv[1:]]), "machine": machine(),
-            "model": args.model, "sizes": args.sizes, "batch_size": args.batch_size, "shard_size": args.shard_size,
-            "corpus": f"first N paragraphs of {SQUAD_TRAIN.name} as JSON lines", "runs": runs, "growth": growth,
+            "command": " ".join(["benchmarks/bench_memory.py", *sys.argv[1:]]),
+            "machine": machine(),
+            "model": args.model,
+            "sizes": args.sizes,
+            "batch_size": args.batch_size,
+            "shard_size": args.shard_size,
+            "corpus": f"first N paragraphs of {SQUAD_TRAIN.name} as JSON lines",
+            "runs": runs,
+            "growth": growth,
             "runtime_seconds": round(time.perf_counter() - started, 1),
         }
         result["markdown"] = _markdown(result)

@@ -1,7 +1,7 @@
-"""Scaling curve (issue 6): token-search latency, memory and recall against the number of stored vectors.
+"""Scaling curve: token-search latency, memory and recall against the number of stored vectors.
 
-    .venv/bin/python benchmarks/bench_scale.py                                   # 10^4 … 10^7, d=384 (~30-40 min)
-    .venv/bin/python benchmarks/bench_scale.py --sizes 10000 100000 --name scale-quick   # ~3 min
+    .venv/bin/python -m benchmarks.bench_scale                                   # 10^4 … 10^7, d=384 (~30-40 min)
+    .venv/bin/python -m benchmarks.bench_scale --sizes 10000 100000 --name scale-quick   # ~3 min
 
 Vectors are synthetic phrase-like vectors (d=384, float16 as ``vectors.bin`` stores them): a mixture of 4,096
 Gaussian clusters (centres N(0, I), per-cluster noise scale 0.25-0.6), so IVF/PQ see cluster structure; real
@@ -9,7 +9,7 @@ phrase vectors differ, so recall here shows trends, and the SQuAD table (``bench
 accuracy on real vectors. Queries come from the same mixture; each "question" searches 2 vectors (its start
 and end queries, as PhraseSearcher does) for k=20 neighbours (2·top_k candidates for a top-10 passage search).
 
-Per size and index type: the build (training sample per ``dphr_haystack.index_types``, train and add
+Per size and index type: the build (training sample per ``dphr_haystack.index.structures``, train and add
 seconds), then a **fresh subprocess** loads the structure the way ``PhraseIndex.load`` does and measures
 single-question latency with one thread (p50/p95 over ``--questions`` questions, fewer at 10^7; one thread
 per request, as a server would run, and immune to OpenMP barrier stalls on a shared machine), batched
@@ -45,17 +45,22 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 
-from benchmarks._common import RESULTS, finish_result, machine, percentiles, write_result  # noqa: E402
-from dphr_haystack import index_types as it  # noqa: E402
-from dphr_haystack.accel import TorchFlatSearch  # noqa: E402
-from dphr_haystack.codec import VectorCodec  # noqa: E402
+from benchmarks._common import RESULTS, finish_result, machine, percentiles, pyplot, save_figure, write_result
+from dphr_haystack.index import structures as it
+from dphr_haystack.index.backends import TorchFlatSearch
+from dphr_haystack.index.codec import VectorCodec
 
 TYPES = {  # name: largest size measured by default
-    "flat": 10**6, "flat-mmap": 10**7, "ivf-flat": 10**6, "ivf-sq8": 10**7, "ivf-sq8-ondisk": 10**7,
-    "ivf-sq4": 10**6, "opq-ivf-pq": 10**7, "hnsw": 10**5,
+    "flat": 10**6,
+    "flat-mmap": 10**7,
+    "ivf-flat": 10**6,
+    "ivf-sq8": 10**7,
+    "ivf-sq8-ondisk": 10**7,
+    "ivf-sq4": 10**6,
+    "opq-ivf-pq": 10**7,
+    "hnsw": 10**5,
 }
 CLUSTERS = 4096
 K = 20
@@ -84,7 +89,7 @@ def make_vectors(path: Path, n: int, dim: int, chunk: int = 1 << 19) -> np.memma
         rows = min(chunk, n - start)
         cluster = rng.integers(0, CLUSTERS, rows)
         noise = rng.standard_normal((rows, dim), dtype=np.float32)
-        out[start: start + rows] = (centers[cluster] + scales[cluster, None] * noise).astype(np.float16)
+        out[start : start + rows] = (centers[cluster] + scales[cluster, None] * noise).astype(np.float16)
     out.flush()
     del out
     done.write_text(json.dumps({"n": n, "dim": dim}))
@@ -111,8 +116,15 @@ def proc_memory() -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------- build (main process)
-def build(kind: str, vectors: np.ndarray, out_dir: Path, max_nlist: int, nprobe: int, pq_max_train: int,
-          trained: dict[str, tuple[bytes, float, int, int]]) -> dict:
+def build(
+    kind: str,
+    vectors: np.ndarray,
+    out_dir: Path,
+    max_nlist: int,
+    nprobe: int,
+    pq_max_train: int,
+    trained: dict[str, tuple[bytes, float, int, int]],
+) -> dict:
     """Train (or reuse a trained copy) + add one FAISS type from the stored vectors; write it to out_dir."""
     import faiss
 
@@ -127,8 +139,11 @@ def build(kind: str, vectors: np.ndarray, out_dir: Path, max_nlist: int, nprobe:
         index = faiss.read_index(str(source / "faiss.index"), faiss.IO_FLAG_MMAP)
         t0 = time.perf_counter()
         it.move_lists_to_disk(index, out_dir / "lists.ivfdata")
-        facts.update(to_disk_s=time.perf_counter() - t0, ivfdata_bytes=(out_dir / "lists.ivfdata").stat().st_size,
-                     built_from="ivf-sq8 (lists moved to disk)")
+        facts.update(
+            to_disk_s=time.perf_counter() - t0,
+            ivfdata_bytes=(out_dir / "lists.ivfdata").stat().st_size,
+            built_from="ivf-sq8 (lists moved to disk)",
+        )
         return _write(index, out_dir, facts)
     base_kind = "ivf-sq8" if kind == "ivf-sq8-ondisk" else kind
     nlist = min(it.default_nlist(n), max_nlist)
@@ -148,8 +163,15 @@ def build(kind: str, vectors: np.ndarray, out_dir: Path, max_nlist: int, nprobe:
     params = it.default_search_params(index)
     if "nprobe" in params:
         params["nprobe"] = min(nprobe, nlist)
-    facts = {"factory": factory, "nlist": nlist if it.ivf_of(index) is not None else None, "train_vectors": trained_on,
-             "train_s": train_s, "trained_at_size": trained_at, "add_s": add_s, "search_params": params}
+    facts = {
+        "factory": factory,
+        "nlist": nlist if it.ivf_of(index) is not None else None,
+        "train_vectors": trained_on,
+        "train_s": train_s,
+        "trained_at_size": trained_at,
+        "add_s": add_s,
+        "search_params": params,
+    }
     if kind == "ivf-sq8-ondisk":
         t0 = time.perf_counter()
         it.move_lists_to_disk(index, out_dir / "lists.ivfdata")
@@ -202,7 +224,7 @@ def measure(spec: dict) -> dict:
     single = []
     for i in range(single_n):
         t0 = time.perf_counter()
-        search(queries[2 * i: 2 * i + 2], K)
+        search(queries[2 * i : 2 * i + 2], K)
         single.append((time.perf_counter() - t0) * 1000)
     faiss.omp_set_num_threads(threads[0])
     torch.set_num_threads(threads[1])
@@ -211,10 +233,18 @@ def measure(spec: dict) -> dict:
     batch_s = time.perf_counter() - t0
     np.save(spec["ids_out"], ids)
     after = proc_memory()
-    return {"load_s": load_s, "questions_single": single_n, **percentiles(single),
-            "batched_questions_per_s": questions / batch_s, "batch_questions": questions,
-            "rss_anon_mib": after["RssAnon"] - before["RssAnon"], "rss_file_mib": after["RssFile"] - before["RssFile"],
-            "peak_rss_mib": after["VmHWM"], "single_threads": 1, "batch_threads": threads[0]}
+    return {
+        "load_s": load_s,
+        "questions_single": single_n,
+        **percentiles(single),
+        "batched_questions_per_s": questions / batch_s,
+        "batch_questions": questions,
+        "rss_anon_mib": after["RssAnon"] - before["RssAnon"],
+        "rss_file_mib": after["RssFile"] - before["RssFile"],
+        "peak_rss_mib": after["VmHWM"],
+        "single_threads": 1,
+        "batch_threads": threads[0],
+    }
 
 
 def run_measure(spec: dict, timeout: int) -> dict:
@@ -235,10 +265,7 @@ def recall(ids: np.ndarray, truth: np.ndarray) -> float:
 
 # ----------------------------------------------------------------------------- report
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = result["rows"]
     kinds = [k for k in TYPES if any(r["kind"] == k for r in rows)]
@@ -250,20 +277,35 @@ def plot(result: dict, path: Path) -> None:
         axes[0].plot(ns, [r["p50_ms"] for r in mine], style, marker="o", label=kind)
         axes[1].plot(ns, [max(r["rss_anon_mib"], 0.1) for r in mine], style, marker="o", label=kind)
         axes[2].plot(ns, [r["recall_at_20"] for r in mine], style, marker="o", label=kind)
-    axes[0].set(xscale="log", yscale="log", xlabel="stored vectors", ylabel="ms per question (p50, 2 query vectors)",
-                title="Token-search latency (single question)")
-    axes[1].set(xscale="log", yscale="log", xlabel="stored vectors", ylabel="MiB (RssAnon after load + search)",
-                title="Resident heap memory of the search process")
-    axes[2].set(xscale="log", xlabel="stored vectors", ylabel="recall@20 vs exact", title="Recall of the top-20 tokens",
-                ylim=(0, 1.02))
+    axes[0].set(
+        xscale="log",
+        yscale="log",
+        xlabel="stored vectors",
+        ylabel="ms per question (p50, 2 query vectors)",
+        title="Token-search latency (single question)",
+    )
+    axes[1].set(
+        xscale="log",
+        yscale="log",
+        xlabel="stored vectors",
+        ylabel="MiB (RssAnon after load + search)",
+        title="Resident heap memory of the search process",
+    )
+    axes[2].set(
+        xscale="log",
+        xlabel="stored vectors",
+        ylabel="recall@20 vs exact",
+        title="Recall of the top-20 tokens",
+        ylim=(0, 1.02),
+    )
     for ax in axes:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     m = result["machine"]
-    fig.suptitle(f"dphr scaling, synthetic d={result['dim']} float16 vectors · {m['cpu']} ({m['cores']} cores)",
-                 fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.suptitle(
+        f"dphr scaling, synthetic d={result['dim']} float16 vectors · {m['cpu']} ({m['cores']} cores)", fontsize=9
+    )
+    save_figure(fig, path)
 
 
 def markdown(result: dict) -> str:
@@ -274,8 +316,11 @@ def markdown(result: dict) -> str:
         f"fresh process after loading and searching. Training is shared between sizes with the same factory "
         f"('trained at'). Load average at start {result['load_average_start'][0]:.1f} (a shared machine: "
         f"latencies are noisy). Total runtime {result['seconds'] / 60:.1f} min"
-        + "".join(f"; rows of {', '.join(u['types'])} re-measured by `{u['command']}`" for u in result.get("updates", []))
-        + ".", "",
+        + "".join(
+            f"; rows of {', '.join(u['types'])} re-measured by `{u['command']}`" for u in result.get("updates", [])
+        )
+        + ".",
+        "",
         "| type | vectors | factory | structure MB | train vecs (at n) | train s | add s | load s | p50 ms | p95 ms | "
         "batched q/s | RssAnon MiB | RssFile MiB | recall@20 |",
         "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -287,14 +332,18 @@ def markdown(result: dict) -> str:
             f"{trained} | {r['train_s']:.1f} | {r['add_s'] + r.get('to_disk_s', 0.0):.1f} | {r['load_s']:.1f} | "
             f"{r['p50_ms']:.2f} | {r['p95_ms']:.2f} | "
             f"{r['batched_questions_per_s']:.1f} | {r['rss_anon_mib']:.0f} | {r['rss_file_mib']:.0f} | "
-            f"{r['recall_at_20']:.3f} |")
+            f"{r['recall_at_20']:.3f} |"
+        )
     if result.get("skipped"):
         lines += ["", "Skipped: " + "; ".join(result["skipped"])]
-    lines += ["", f"Stored vectors (`vectors.bin`, float16) are {2 * result['dim']} bytes per vector for every type "
-              "(span scoring reads them); 'structure MB' is the FAISS file (+ .ivfdata for on-disk lists). Recall "
-              "is against exact top-20 on synthetic vectors whose within-cluster noise is isotropic in all d "
-              "dimensions, the worst case for PQ/SQ4 codes as clusters fill up; `bench_index_types.py` measures "
-              "accuracy on real phrase vectors."]
+    lines += [
+        "",
+        f"Stored vectors (`vectors.bin`, float16) are {2 * result['dim']} bytes per vector for every type "
+        "(span scoring reads them); 'structure MB' is the FAISS file (+ .ivfdata for on-disk lists). Recall "
+        "is against exact top-20 on synthetic vectors whose within-cluster noise is isotropic in all d "
+        "dimensions, the worst case for PQ/SQ4 codes as clusters fill up; `bench_index_types.py` measures "
+        "accuracy on real phrase vectors.",
+    ]
     return "\n".join(lines)
 
 
@@ -310,8 +359,11 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/dphr-bench-scale"))
     parser.add_argument("--keep", action="store_true", help="keep the synthetic vectors and built indexes")
     parser.add_argument("--name", default="scale")
-    parser.add_argument("--update", action="store_true",
-                        help="re-measure only --types and replace their rows in an existing results/<name>.json")
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="re-measure only --types and replace their rows in an existing results/<name>.json",
+    )
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
@@ -324,19 +376,37 @@ def main() -> None:
     free_disk = shutil.disk_usage(args.workdir).free
     need = sizes[-1] * args.dim * 2
     if need * 1.6 > free_disk:
-        raise SystemExit(f"{args.workdir}: {need / 1e9:.1f} GB of vectors (+ indexes) but {free_disk / 1e9:.1f} GB free")
+        raise SystemExit(
+            f"{args.workdir}: {need / 1e9:.1f} GB of vectors (+ indexes) but {free_disk / 1e9:.1f} GB free"
+        )
     vectors_file = args.workdir / f"vectors-d{args.dim}.f16"
     all_vectors = make_vectors(vectors_file, sizes[-1], args.dim)
-    result = {"machine": machine(), "command": " ".join(sys.argv), "dim": args.dim, "k": K, "max_nlist": args.max_nlist,
-              "nprobe": args.nprobe, "pq_max_train": args.pq_max_train, "sizes": sizes, "rows": [], "skipped": [],
-              "load_average_start": os.getloadavg()}
+    result = {
+        "machine": machine(),
+        "command": " ".join(sys.argv),
+        "dim": args.dim,
+        "k": K,
+        "max_nlist": args.max_nlist,
+        "nprobe": args.nprobe,
+        "pq_max_train": args.pq_max_train,
+        "sizes": sizes,
+        "rows": [],
+        "skipped": [],
+        "load_average_start": os.getloadavg(),
+    }
     previous = RESULTS / f"{args.name}.json"
     if args.update and previous.is_file():
         result = json.loads(previous.read_text())
         result["rows"] = [r for r in result["rows"] if r["kind"] not in args.types]
         result["skipped"] = [s for s in result["skipped"] if s.split(" ")[0] not in args.types]
-        result.setdefault("updates", []).append({"command": " ".join(sys.argv), "types": args.types,
-                                                 "machine": machine(), "load_average_start": os.getloadavg()})
+        result.setdefault("updates", []).append(
+            {
+                "command": " ".join(sys.argv),
+                "types": args.types,
+                "machine": machine(),
+                "load_average_start": os.getloadavg(),
+            }
+        )
         base_seconds = result["seconds"]
     else:
         base_seconds = 0.0
@@ -349,7 +419,9 @@ def main() -> None:
         vectors = all_vectors[:n]
         t0 = time.perf_counter()
         truth = exact_ids(vectors, queries)
-        print(f"n={n:.0e}: exact ground truth for {questions} questions in {time.perf_counter() - t0:.1f}s", flush=True)
+        print(
+            f"n={n:.0e}: exact ground truth for {questions} questions in {time.perf_counter() - t0:.1f}s", flush=True
+        )
         for kind in args.types:
             if not args.keep:  # the previous type's files (ivf-sq8's stay until its on-disk variant is built)
                 for old in [p for p in args.workdir.iterdir() if p.is_dir()]:
@@ -362,17 +434,34 @@ def main() -> None:
             shutil.rmtree(out_dir, ignore_errors=True)
             facts = build(kind, vectors, out_dir, args.max_nlist, args.nprobe, args.pq_max_train, trained)
             single = 5 if kind == "flat-mmap" and n >= 10**7 else questions
-            spec = {"kind": kind, "n": n, "total": sizes[-1], "dim": args.dim, "vectors": str(vectors_file),
-                    "queries": str(queries_file), "index_file": facts["index_file"],
-                    "search_params": facts.get("search_params", {}), "single": single,
-                    "ids_out": str(out_dir / "ids.npy")}
+            spec = {
+                "kind": kind,
+                "n": n,
+                "total": sizes[-1],
+                "dim": args.dim,
+                "vectors": str(vectors_file),
+                "queries": str(queries_file),
+                "index_file": facts["index_file"],
+                "search_params": facts.get("search_params", {}),
+                "single": single,
+                "ids_out": str(out_dir / "ids.npy"),
+            }
             measured = run_measure(spec, timeout=3600)
-            row = {"kind": kind, "n": n, **facts, **measured,
-                   "recall_at_20": recall(np.load(out_dir / "ids.npy"), truth)}
+            row = {
+                "kind": kind,
+                "n": n,
+                **facts,
+                **measured,
+                "recall_at_20": recall(np.load(out_dir / "ids.npy"), truth),
+            }
             result["rows"].append(row)
-            print(f"  {kind:15s} {facts['factory']:22s} build {facts['train_s'] + facts['add_s']:7.1f}s "
-                  f"p50 {row['p50_ms']:9.2f} ms  anon {row['rss_anon_mib']:8.0f} MiB  file {row['rss_file_mib']:7.0f} MiB "
-                  f"recall@20 {row['recall_at_20']:.3f}", flush=True)
+            print(
+                f"  {kind:15s} {facts['factory']:22s} build {facts['train_s'] + facts['add_s']:7.1f}s "
+                f"p50 {row['p50_ms']:9.2f} ms  anon {row['rss_anon_mib']:8.0f} MiB  "
+                f"file {row['rss_file_mib']:7.0f} MiB "
+                f"recall@20 {row['recall_at_20']:.3f}",
+                flush=True,
+            )
             result["seconds"] = base_seconds + time.perf_counter() - started
             write_result(args.name, {**result, "markdown": markdown(result)})  # partial results survive a crash
     if not args.keep:

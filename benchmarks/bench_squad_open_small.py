@@ -1,10 +1,10 @@
 """SQuAD-open-small: every retriever through its Haystack YAML pipeline on one store, one accuracy table.
 
-    .venv/bin/python benchmarks/bench_squad_open_small.py                 # build (cached, resumable) + evaluate
-    .venv/bin/python benchmarks/bench_squad_open_small.py --questions 200 # quicker
-    .venv/bin/python benchmarks/bench_squad_open_small.py --model DIR     # another phrase model ('minilm': untrained)
+    .venv/bin/python -m benchmarks.bench_squad_open_small                 # build (cached, resumable) + evaluate
+    .venv/bin/python -m benchmarks.bench_squad_open_small --questions 200 # quicker
+    .venv/bin/python -m benchmarks.bench_squad_open_small --model DIR     # another phrase model ('minilm': untrained)
 
-Corpus: every paragraph of SQuAD train-rebuilt and dev-public (~20.6k, design.md). Questions: dev-public
+Corpus: every paragraph of SQuAD train-rebuilt and dev-public (~20.6k). Questions: dev-public
 questions, open-domain (no gold passage given), without those of the held-out validation articles
 (:data:`VALIDATION_TITLES`, kept for model selection), sampled with a fixed seed. Each pipeline file in
 ``pipelines/`` is loaded with ``components={"DocumentStore": store}``, so BM25, dense, phrase and hybrid
@@ -19,7 +19,6 @@ and ``.png``; per-question predictions in the cache's ``eval/`` folder.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import sys
@@ -28,24 +27,25 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from benchmarks._common import ROOT, SQUAD_DEV, SQUAD_TRAIN, machine, model_id, percentiles, write_result  # noqa: E402
+from benchmarks._common import (
+    SQUAD_DEV,
+    SQUAD_TRAIN,
+    machine,
+    model_id,
+    percentiles,
+    phrase_cache,
+    pyplot,
+    save_figure,
+    validation_titles,
+    write_result,
+)
+from benchmarks._common import SQUAD_OPEN_SMALL_CACHE as CACHE
 
-CACHE = ROOT / "benchmarks" / "cache" / "squad-open-small"
 DENSE_CHUNK = 2048
-# The first 8 dev-public articles (by file order) are held out for model selection; the benchmark never asks
-# their questions (their paragraphs stay in the corpus).
-VALIDATION_ARTICLES = 8
-
-
-def validation_titles() -> list[str]:
-    """Titles of the held-out dev-public articles."""
-    with gzip.open(SQUAD_DEV, "rt", encoding="utf-8") as handle:
-        return [a["title"] for a in json.load(handle)["data"][:VALIDATION_ARTICLES]]
 
 
 # ----------------------------------------------------------------------------- build (cached)
@@ -63,7 +63,7 @@ def build_dense(docs, out: Path) -> dict:
         file = out / f"chunk-{c:04d}.npy"
         if file.is_file():
             continue
-        emb = retriever.embed_documents(docs[lo: lo + DENSE_CHUNK]).astype(np.float32)
+        emb = retriever.embed_documents(docs[lo : lo + DENSE_CHUNK]).astype(np.float32)
         tmp = file.with_suffix(".tmp.npy")
         np.save(tmp, emb, allow_pickle=False)
         tmp.replace(file)
@@ -79,39 +79,25 @@ def load_dense(out: Path, n: int) -> np.ndarray:
     return emb
 
 
-def phrase_cache(model, cache: Path) -> Path:
-    """Where ``model``'s phrase index lives: one per phrase encoder and filter threshold, so models that differ
-    only on the query side (query-side fine-tuning) share it. The untrained ``minilm`` keeps ``phrases/``."""
-    if model.config.base_model.lower() == "minilm" and not model.config.filter_threshold and \
-            (cache / "phrases").is_dir() and model.phrase_fingerprint() == _manifest_fingerprint(cache / "phrases"):
-        return cache / "phrases"
-    threshold = "none" if model.config.filter_threshold is None else f"{model.config.filter_threshold:g}"
-    return cache / f"phrases-{model.phrase_fingerprint()[:12]}-filter-{threshold}"
-
-
-def _manifest_fingerprint(path: Path) -> str | None:
-    from dphr_haystack.index import MANIFEST
-
-    try:
-        return json.loads((path / MANIFEST).read_text())["model_fingerprint"]
-    except (OSError, ValueError, KeyError):
-        return None
-
-
 def build_phrases(model, model_name: str, passages: list[dict], out: Path) -> dict:
     """The phrase index of all passages with the model's filter threshold (resumes from its last committed chunk)."""
-    from dphr_haystack.index import MANIFEST, PhraseIndex
+    from dphr_haystack.index.phrase_index import MANIFEST, PhraseIndex
 
     start = time.perf_counter()
     if (out / MANIFEST).is_file():
         index = PhraseIndex.load(out, model=model)
     else:
-        index = PhraseIndex.create(model, path=out, model_path=model_name,
-                                   filter_threshold=model.config.filter_threshold)
+        index = PhraseIndex.create(
+            model, path=out, model_path=model_name, filter_threshold=model.config.filter_threshold
+        )
     before = index.num_passages
     index.add_passages(passages, model, batch_size=32, chunk_size=512, duplicates="skip", progress=True)
-    return {"passages_encoded": index.num_passages - before, "seconds": time.perf_counter() - start,
-            "passages": index.num_passages, "vectors": len(index)}
+    return {
+        "passages_encoded": index.num_passages - before,
+        "seconds": time.perf_counter() - start,
+        "passages": index.num_passages,
+        "vectors": len(index),
+    }
 
 
 def build(model_name: str, cache: Path, max_passages: int | None = None, only: str | None = None) -> tuple[list, dict]:
@@ -126,8 +112,10 @@ def build(model_name: str, cache: Path, max_passages: int | None = None, only: s
             updates["dense"] = dense
     if only in (None, "phrases"):
         model = load_phrase_model(model_name)
-        passages = [{"id": d.id, "text": d.content, "title": d.meta["title"], "document_id": d.meta["document_id"]}
-                    for d in docs]
+        passages = [
+            {"id": d.id, "text": d.content, "title": d.meta["title"], "document_id": d.meta["document_id"]}
+            for d in docs
+        ]
         phrase_dir = phrase_cache(model, cache)
         phrases = build_phrases(model, model_name, passages, phrase_dir)
         updates.update(model=model_name, phrase_index=phrase_dir.name)
@@ -165,7 +153,7 @@ def make_stores(docs, embeddings: np.ndarray, cache: Path, build_stats: dict):
     """The shared PhraseDocumentStore (documents, BM25, dense embeddings, phrase index) and the FAISS store."""
     from haystack.document_stores import FAISSDocumentStore
 
-    from dphr_haystack.index import PhraseIndex
+    from dphr_haystack.index.phrase_index import PhraseIndex
     from dphr_haystack.nodes import PhraseDocumentStore
 
     for doc, vector in zip(docs, embeddings, strict=True):
@@ -174,8 +162,13 @@ def make_stores(docs, embeddings: np.ndarray, cache: Path, build_stats: dict):
     store = PhraseDocumentStore(embedding_dim=embeddings.shape[1], similarity="cosine", progress_bar=False)
     store.write_documents(docs)
     store.attach_phrase_index(PhraseIndex.load(cache / build_stats["phrase_index"]))
-    faiss_store = FAISSDocumentStore(sql_url="sqlite://", faiss_index_factory_str="Flat",
-                                     embedding_dim=embeddings.shape[1], similarity="cosine", progress_bar=False)
+    faiss_store = FAISSDocumentStore(
+        sql_url="sqlite://",
+        faiss_index_factory_str="Flat",
+        embedding_dim=embeddings.shape[1],
+        similarity="cosine",
+        progress_bar=False,
+    )
     faiss_store.write_documents(docs)
     print(f"stores loaded in {time.perf_counter() - start:.0f}s")
     return store, faiss_store
@@ -192,63 +185,91 @@ def evaluate_all(docs, embeddings: np.ndarray, cache: Path, build_stats: dict, a
     reports, rows = [], []
     for name, yml, overrides, uses_faiss, slow in SYSTEMS:
         overrides = {node: {**params, "model": args.model} for node, params in overrides.items()}
-        pipeline = load_pipeline(yml, overrides=overrides or None,
-                                 components={"DocumentStore": faiss_store if uses_faiss else store})
+        pipeline = load_pipeline(
+            yml, overrides=overrides or None, components={"DocumentStore": faiss_store if uses_faiss else store}
+        )
         questions = examples[: args.in_memory_dense_questions] if slow else examples
         pipeline.run(query=questions[0].question)  # warm-up: model loading and caches are not query latency
         report = evaluate_pipeline(pipeline, questions, top_k=args.top_k, system=name)
         report.write(cache / "eval" / Path(args.model).name)
         reports.append(report)
         latency = percentiles([1000 * r.seconds for r in report.results])
-        rows.append({"system": name, "pipeline": yml, "questions": len(questions), "metrics": report.summary,
-                     "latency": latency})
+        rows.append(
+            {
+                "system": name,
+                "pipeline": yml,
+                "questions": len(questions),
+                "metrics": report.summary,
+                "latency": latency,
+            }
+        )
         print(markdown_table([report]).splitlines()[-1], f"p50 {latency['p50_ms']:.1f} ms", flush=True)
     by_name = {row["system"]: row for row in rows}
     for row in rows:
         row["p50_vs_bm25"] = row["latency"]["p50_ms"] / by_name["BM25"]["latency"]["p50_ms"]
-        row["p50_vs_dense_faiss"] = row["latency"]["p50_ms"] / by_name["Dense MiniLM (FAISS flat)"]["latency"]["p50_ms"]
+        row["p50_vs_dense_faiss"] = (
+            row["latency"]["p50_ms"] / by_name["Dense MiniLM (FAISS flat)"]["latency"]["p50_ms"]
+        )
     table = markdown_table(reports)
     print(table)
-    return {"benchmark": "SQuAD-open-small", "phrase_model": args.model, "model_id": model_id(args.model),
-            "phrase_model_note": "untrained: all-MiniLM-L6-v2 copied into the phrase and query encoders"
-            if args.model == "minilm" else "", "corpus_passages": len(docs), "questions_sampled": len(examples),
-            "held_out_titles": held_out, "seed": args.seed, "top_k": args.top_k, "systems": rows,
-            "table_markdown": table, "phrase_vectors": len(store.get_phrase_index()),
-            "filter_threshold": store.get_phrase_index().filter_threshold}
+    return {
+        "benchmark": "SQuAD-open-small",
+        "phrase_model": args.model,
+        "model_id": model_id(args.model),
+        "phrase_model_note": "untrained: all-MiniLM-L6-v2 copied into the phrase and query encoders"
+        if args.model == "minilm"
+        else "",
+        "corpus_passages": len(docs),
+        "questions_sampled": len(examples),
+        "held_out_titles": held_out,
+        "seed": args.seed,
+        "top_k": args.top_k,
+        "systems": rows,
+        "table_markdown": table,
+        "phrase_vectors": len(store.get_phrase_index()),
+        "filter_threshold": store.get_phrase_index().filter_threshold,
+    }
 
 
 def markdown(payload: dict) -> str:
     """The accuracy table, the latency/ratio table and what was run, for benchmarks/README.md."""
     rows = payload["systems"]
-    lines = [f"Corpus: {payload['corpus_passages']:,} passages (SQuAD train-rebuilt + dev-public); "
-             f"{payload['questions_sampled']} dev-public questions sampled with seed {payload['seed']}, open-domain, "
-             f"held-out validation articles excluded ({len(payload['held_out_titles'])}). Phrase model: "
-             f"`{payload['phrase_model']}` {payload['phrase_model_note']}; phrase index: "
-             f"{payload['phrase_vectors']:,} vectors, flat, filter threshold {payload.get('filter_threshold')}. Accuracies in %, top-{payload['top_k']} retrieved.", "",
-             payload["table_markdown"], "",
-             "| system | questions | p50 ms | p95 ms | p50 / BM25 | p50 / dense (FAISS) |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"Corpus: {payload['corpus_passages']:,} passages (SQuAD train-rebuilt + dev-public); "
+        f"{payload['questions_sampled']} dev-public questions sampled with seed {payload['seed']}, open-domain, "
+        f"held-out validation articles excluded ({len(payload['held_out_titles'])}). Phrase model: "
+        f"`{payload['phrase_model']}` {payload['phrase_model_note']}; phrase index: "
+        f"{payload['phrase_vectors']:,} vectors, flat, filter threshold {payload.get('filter_threshold')}. "
+        f"Accuracies in %, top-{payload['top_k']} retrieved.",
+        "",
+        payload["table_markdown"],
+        "",
+        "| system | questions | p50 ms | p95 ms | p50 / BM25 | p50 / dense (FAISS) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for row in rows:
         lat = row["latency"]
-        lines.append(f"| {row['system']} | {row['questions']} | {lat['p50_ms']:.1f} | {lat['p95_ms']:.1f} | "
-                     f"{row['p50_vs_bm25']:.2f} | {row['p50_vs_dense_faiss']:.2f} |")
+        lines.append(
+            f"| {row['system']} | {row['questions']} | {lat['p50_ms']:.1f} | {lat['p95_ms']:.1f} | "
+            f"{row['p50_vs_bm25']:.2f} | {row['p50_vs_dense_faiss']:.2f} |"
+        )
     build = payload.get("build", {})
     phrases = build.get("phrase_indexes", {}).get(build.get("phrase_index"))
     if "dense" in build and phrases:
-        lines += ["", f"Indexing cost (this machine, timed when the cache under benchmarks/cache/ was built): dense "
-                      f"embeddings {build['dense']['seconds'] / 60:.1f} min, phrase index {phrases['seconds'] / 60:.1f} min "
-                      f"({phrases['vectors']:,} vectors). This run, on the cached build: "
-                      f"{payload['benchmark_seconds'] / 60:.1f} min (evaluation "
-                      f"{payload['evaluation_seconds'] / 60:.1f} min)."]
+        lines += [
+            "",
+            f"Indexing cost (this machine, timed when the cache under benchmarks/cache/ was built): dense "
+            f"embeddings {build['dense']['seconds'] / 60:.1f} min, phrase index {phrases['seconds'] / 60:.1f} min "
+            f"({phrases['vectors']:,} vectors). This run, on the cached build: "
+            f"{payload['benchmark_seconds'] / 60:.1f} min (evaluation "
+            f"{payload['evaluation_seconds'] / 60:.1f} min).",
+        ]
     return "\n".join(lines)
 
 
 def plot(payload: dict, path: Path) -> None:
     """Passage accuracy@k per system, and p50 latency (log scale)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = payload["systems"]
     names = [r["system"] for r in rows]
@@ -266,24 +287,33 @@ def plot(payload: dict, path: Path) -> None:
     lat_ax.set_xlabel("p50 ms per query (log)")
     lat_ax.invert_yaxis()
     lat_ax.tick_params(axis="y", labelsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="dphr-minilm-squad",
-                        help="phrase model: 'dphr-minilm-squad' (shipped), 'minilm' (untrained) or a directory")
+    parser.add_argument(
+        "--model",
+        default="dphr-minilm-squad",
+        help="phrase model: 'dphr-minilm-squad' (shipped), 'minilm' (untrained) or a directory",
+    )
     parser.add_argument("--questions", type=int, default=300, help="dev questions to sample (default 300)")
-    parser.add_argument("--in-memory-dense-questions", type=int, default=50,
-                        help="questions for the slow in-memory dense scan (default 50)")
+    parser.add_argument(
+        "--in-memory-dense-questions",
+        type=int,
+        default=50,
+        help="questions for the slow in-memory dense scan (default 50)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--top-k", type=int, default=20)
     parser.add_argument("--build-only", action="store_true")
     parser.add_argument("--only", choices=["dense", "phrases"], help="build only this part (implies --build-only)")
-    parser.add_argument("--max-passages", type=int, default=None,
-                        help="smoke run: only the first N dev paragraphs (separate cache; not SQuAD-open-small)")
+    parser.add_argument(
+        "--max-passages",
+        type=int,
+        default=None,
+        help="smoke run: only the first N dev paragraphs (separate cache; not SQuAD-open-small)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     args = parser.parse_args(argv)
     import torch
@@ -303,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     payload["evaluation_seconds"] = time.perf_counter() - eval_started
     payload["benchmark_seconds"] = time.perf_counter() - started
     payload["machine"] = machine()
-    payload["command"] = "python benchmarks/bench_squad_open_small.py " + " ".join(argv or sys.argv[1:])
+    payload["command"] = "python -m benchmarks.bench_squad_open_small " + " ".join(argv or sys.argv[1:])
     payload["markdown"] = markdown(payload)
     path = write_result("squad_open_small" + (f"_smoke{args.max_passages}" if args.max_passages else ""), payload)
     plot(payload, path.with_suffix(".png"))

@@ -4,7 +4,7 @@ With all-gathered negatives and no dropout the two runs should train the same mo
 and gradient norms of both, the largest relative differences, the largest weight difference, wall times and
 throughput. Tiny random BERT on the built-in sample, so it runs anywhere in a few minutes.
 
-    python benchmarks/bench_train_ddp.py            # -> benchmarks/results/train_ddp.{json,png}
+    python -m benchmarks.bench_train_ddp            # -> benchmarks/results/train_ddp.{json,png}
 """
 
 from __future__ import annotations
@@ -18,47 +18,86 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 
-import yaml  # noqa: E402
+import yaml
 
-from benchmarks._common import RESULTS, ROOT, machine, write_result  # noqa: E402
+from benchmarks._common import RESULTS, ROOT, machine, pyplot, save_figure, write_result
 
 LOSSES = {
     "unified": {"loss": "unified", "pre_batch": 1, "gather_negatives": True},
-    "densephrases": {"loss": "densephrases", "pre_batch": 1, "gather_negatives": True,
-                     "loss_kwargs": {"lambda_neg": 4.0, "lambda_flt": 1.0}},
+    "densephrases": {
+        "loss": "densephrases",
+        "pre_batch": 1,
+        "gather_negatives": True,
+        "loss_kwargs": {"lambda_neg": 4.0, "lambda_flt": 1.0},
+    },
 }
 
 
 def recipe(out: Path, rc: dict, steps: int, batch: int) -> dict:
-    return {"output_dir": str(out), "seed": 0, "torch_threads": 1, "stages": ["rc"],
-            "model": {"base": "tiny", "tiny": {"hidden_size": 32, "layers": 2, "heads": 4, "max_words": 500,
-                                               "dropout": 0.0},
-                      "config": {"max_passage_length": 48, "passage_stride": 8, "max_query_length": 24}},
-            "data": {"train": "builtin", "dev": "builtin"},
-            "rc": {**rc, "train": {"max_steps": steps, "batch_size": batch, "lr": 1e-3, "log_every": 1,
-                                   "save_every": steps, "progress": False}}}
+    return {
+        "output_dir": str(out),
+        "seed": 0,
+        "torch_threads": 1,
+        "stages": ["rc"],
+        "model": {
+            "base": "tiny",
+            "tiny": {"hidden_size": 32, "layers": 2, "heads": 4, "max_words": 500, "dropout": 0.0},
+            "config": {"max_passage_length": 48, "passage_stride": 8, "max_query_length": 24},
+        },
+        "data": {"train": "builtin", "dev": "builtin"},
+        "rc": {
+            **rc,
+            "train": {
+                "max_steps": steps,
+                "batch_size": batch,
+                "lr": 1e-3,
+                "log_every": 1,
+                "save_every": steps,
+                "progress": False,
+            },
+        },
+    }
 
 
 def run(out: Path, rc: dict, steps: int, batch: int, nproc: int) -> dict:
     config = out.with_suffix(".yaml")
     config.write_text(yaml.safe_dump(recipe(out, rc, steps, batch)))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "DPHR_HAYSTACK_NODES": "0", "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "HAYSTACK_TELEMETRY_ENABLED": "False"}
-    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
-                if nproc > 1 else [sys.executable])
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "DPHR_HAYSTACK_NODES": "0",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HAYSTACK_TELEMETRY_ENABLED": "False",
+    }
+    launcher = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
+        if nproc > 1
+        else [sys.executable]
+    )
     started = time.perf_counter()
-    subprocess.run([*launcher, "-m", "train", "rc", "--config", str(config), "--quiet"], cwd=ROOT, env=env,
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [*launcher, "-m", "train", "rc", "--config", str(config), "--quiet"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wall = time.perf_counter() - started
     records = [json.loads(line) for line in (out / "rc" / "metrics.jsonl").read_text().splitlines()]
     steps_ = [r for r in records if "loss" in r]
-    return {"nproc": nproc, "batch_per_process": batch, "wall_s": wall,
-            "loss": [r["loss"] for r in steps_], "grad_norm": [r["grad_norm"] for r in steps_],
-            "samples_per_s": steps_[-1]["samples_per_s"],
-            "parameter_spread": next((r["ddp/parameter_spread"] for r in records if "ddp/parameter_spread" in r), None)}
+    return {
+        "nproc": nproc,
+        "batch_per_process": batch,
+        "wall_s": wall,
+        "loss": [r["loss"] for r in steps_],
+        "grad_norm": [r["grad_norm"] for r in steps_],
+        "samples_per_s": steps_[-1]["samples_per_s"],
+        "parameter_spread": next((r["ddp/parameter_spread"] for r in records if "ddp/parameter_spread" in r), None),
+    }
 
 
 def weight_diff(a: Path, b: Path) -> float:
@@ -69,10 +108,7 @@ def weight_diff(a: Path, b: Path) -> float:
 
 
 def plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for loss_name, r in results.items():
@@ -84,9 +120,7 @@ def plot(results: dict, path: Path) -> None:
             ax.set_title(key)
     axes[0].legend(fontsize=7)
     fig.suptitle("1 process (batch 2b) vs torchrun 2 CPU processes (batch b each), gathered negatives")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(fig, path, dpi=90)
 
 
 def main() -> None:
@@ -100,16 +134,25 @@ def main() -> None:
             one = run(Path(tmp) / f"{name}-1", rc, args.steps, 2 * args.batch, 1)
             two = run(Path(tmp) / f"{name}-2", rc, args.steps, args.batch, 2)
             results[name] = {
-                "one_process": one, "torchrun_2": two,
+                "one_process": one,
+                "torchrun_2": two,
                 "max_rel_loss_diff": max(abs(a - b) / abs(b) for a, b in zip(two["loss"], one["loss"], strict=True)),
-                "max_rel_grad_norm_diff": max(abs(a - b) / abs(b) for a, b in
-                                              zip(two["grad_norm"], one["grad_norm"], strict=True)),
-                "max_weight_diff": weight_diff(Path(tmp) / f"{name}-1" / "rc" / "final",
-                                               Path(tmp) / f"{name}-2" / "rc" / "final"),
+                "max_rel_grad_norm_diff": max(
+                    abs(a - b) / abs(b) for a, b in zip(two["grad_norm"], one["grad_norm"], strict=True)
+                ),
+                "max_weight_diff": weight_diff(
+                    Path(tmp) / f"{name}-1" / "rc" / "final", Path(tmp) / f"{name}-2" / "rc" / "final"
+                ),
             }
             print(name, {k: v for k, v in results[name].items() if k.startswith("max")})
-    payload = {"benchmark": "train_ddp", "machine": machine(), "steps": args.steps, "lr": 1e-3,
-               "model": "tiny random BERT (hidden 32, 2 layers), built-in sample, windows 48", "results": results}
+    payload = {
+        "benchmark": "train_ddp",
+        "machine": machine(),
+        "steps": args.steps,
+        "lr": 1e-3,
+        "model": "tiny random BERT (hidden 32, 2 layers), built-in sample, windows 48",
+        "results": results,
+    }
     path = write_result("train_ddp", payload)
     plot(results, RESULTS / "train_ddp.png")
     print(f"wrote {path} and {RESULTS / 'train_ddp.png'}")

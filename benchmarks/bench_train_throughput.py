@@ -6,7 +6,8 @@ Every configuration trains the offline all-MiniLM-L6-v2 phrase model (unified lo
 frozen word embeddings: the recipe's optimisation step) on the same SQuAD train paragraphs, on all cores, for
 ``--seconds`` after two warm-up steps; the configurations take turns for ``--rounds`` rounds and each keeps its
 best round. Reported: trained questions/s, passage tokens/s (real tokens of the windows encoded, padding
-excluded; a window encoded for each of its questions counts each time), the share of padding, and each one's ratio to the first configuration, the recipe the shipped
+excluded; a window encoded for each of its questions counts each time), the share of padding, and each one's ratio
+to the first configuration, the recipe the shipped
 model was trained with (per-question batches of 32, the DensePhrases query layout).
 Writes results/train_throughput.json and .png.
 """
@@ -22,11 +23,15 @@ from typing import Any
 os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks._common import SQUAD_TRAIN, finish_result, machine  # noqa: E402
+from benchmarks._common import SQUAD_TRAIN, finish_result, machine, pyplot, save_figure
 
 CONFIGS: list[dict[str, Any]] = [
-    {"name": "per-question 32, separate (shipped recipe)", "batching": "question", "batch_size": 32,
-     "layout": "separate"},
+    {
+        "name": "per-question 32, separate (shipped recipe)",
+        "batching": "question",
+        "batch_size": 32,
+        "layout": "separate",
+    },
     {"name": "passage-grouped 8, separate", "batching": "passage", "batch_size": 8, "layout": "separate"},
     {"name": "passage-grouped 8, shared", "batching": "passage", "batch_size": 8, "layout": "shared"},
     {"name": "passage-grouped 12, shared", "batching": "passage", "batch_size": 12, "layout": "shared"},
@@ -36,7 +41,7 @@ CONFIGS: list[dict[str, Any]] = [
 def _setup(config: dict[str, Any], data, base_config):
     import torch
 
-    from dphr_haystack.model import PhraseModel
+    from dphr_haystack.model.phrase_model import PhraseModel
     from train.data import PassageWindows, build_features
     from train.tasks import RCTask
     from train.trainer import set_trainable
@@ -75,13 +80,18 @@ def _run(config: dict[str, Any], data, base_config, seconds: float, epoch: int) 
         if time.perf_counter() - started >= seconds:
             break
     elapsed = time.perf_counter() - started
-    return {"steps": steps, "seconds": elapsed, "questions_per_s": questions / elapsed,
-            "passage_tokens_per_s": real / elapsed, "padding": 1 - real / max(padded, 1),
-            "questions_per_step": questions / max(steps, 1)}
+    return {
+        "steps": steps,
+        "seconds": elapsed,
+        "questions_per_s": questions / elapsed,
+        "passage_tokens_per_s": real / elapsed,
+        "padding": 1 - real / max(padded, 1),
+        "questions_per_step": questions / max(steps, 1),
+    }
 
 
 def measure(paragraphs: int, seconds: float, rounds: int) -> dict[str, Any]:
-    from dphr_haystack.config import PhraseModelConfig
+    from dphr_haystack.model.config import PhraseModelConfig
     from train.data import RCData, load_squad
 
     if not SQUAD_TRAIN.is_file():
@@ -97,37 +107,53 @@ def measure(paragraphs: int, seconds: float, rounds: int) -> dict[str, Any]:
     for r in range(rounds):
         for config in CONFIGS:
             got = _run(config, data, base_config, seconds, epoch=r)
-            print(f"round {r + 1}: {config['name']}: {got['questions_per_s']:.2f} questions/s, "
-                  f"{got['passage_tokens_per_s']:.0f} passage tokens/s, padding {got['padding']:.1%}", flush=True)
+            print(
+                f"round {r + 1}: {config['name']}: {got['questions_per_s']:.2f} questions/s, "
+                f"{got['passage_tokens_per_s']:.0f} passage tokens/s, padding {got['padding']:.1%}",
+                flush=True,
+            )
             if config["name"] not in best or got["questions_per_s"] > best[config["name"]]["questions_per_s"]:
                 best[config["name"]] = got
     reference = best[CONFIGS[0]["name"]]
-    rows = [{**config, **best[config["name"]],
-             "questions_ratio": best[config["name"]]["questions_per_s"] / reference["questions_per_s"],
-             "tokens_ratio": best[config["name"]]["passage_tokens_per_s"] / reference["passage_tokens_per_s"]}
-            for config in CONFIGS]
-    return {"machine": machine(), "paragraphs": len(data.passages), "questions": len(data.examples),
-            "seconds_per_config": seconds, "rounds": rounds, "rows": rows,
-            "seconds": time.perf_counter() - started}
+    rows = [
+        {
+            **config,
+            **best[config["name"]],
+            "questions_ratio": best[config["name"]]["questions_per_s"] / reference["questions_per_s"],
+            "tokens_ratio": best[config["name"]]["passage_tokens_per_s"] / reference["passage_tokens_per_s"],
+        }
+        for config in CONFIGS
+    ]
+    return {
+        "machine": machine(),
+        "paragraphs": len(data.passages),
+        "questions": len(data.examples),
+        "seconds_per_config": seconds,
+        "rounds": rounds,
+        "rows": rows,
+        "seconds": time.perf_counter() - started,
+    }
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines = [f"Training throughput on {result['paragraphs']} SQuAD train paragraphs ({result['questions']} questions), "
-             f"{result['machine']['cpu']}, {result['machine']['torch_threads']} torch threads, best of "
-             f"{result['rounds']} rounds of {result['seconds_per_config']:.0f} s:", "",
-             "| batches, query layout | questions/step | questions/s | passage tokens/s | padding | ratio (questions) |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"Training throughput on {result['paragraphs']} SQuAD train paragraphs ({result['questions']} questions), "
+        f"{result['machine']['cpu']}, {result['machine']['torch_threads']} torch threads, best of "
+        f"{result['rounds']} rounds of {result['seconds_per_config']:.0f} s:",
+        "",
+        "| batches, query layout | questions/step | questions/s | passage tokens/s | padding | ratio (questions) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for row in result["rows"]:
-        lines.append(f"| {row['name']} | {row['questions_per_step']:.1f} | {row['questions_per_s']:.2f} | "
-                     f"{row['passage_tokens_per_s']:.0f} | {row['padding']:.1%} | {row['questions_ratio']:.2f}× |")
+        lines.append(
+            f"| {row['name']} | {row['questions_per_step']:.1f} | {row['questions_per_s']:.2f} | "
+            f"{row['passage_tokens_per_s']:.0f} | {row['padding']:.1%} | {row['questions_ratio']:.2f}× |"
+        )
     return "\n".join(lines)
 
 
 def plot(result: dict[str, Any], path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = [row["name"] for row in result["rows"]]
     fig, ax = plt.subplots(figsize=(8, 3.2))
@@ -137,9 +163,7 @@ def plot(result: dict[str, Any], path) -> None:
     ax.invert_yaxis()
     ax.set_xlabel("trained questions / s (MiniLM, unified loss)")
     ax.set_title(f"training throughput, {result['machine']['cores']} CPU cores")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 def main() -> None:

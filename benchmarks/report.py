@@ -1,6 +1,6 @@
 """Render benchmarks/README.md from benchmarks/results/*.json (tables are never typed by hand).
 
-    .venv/bin/python benchmarks/report.py
+.venv/bin/python -m benchmarks.report
 """
 
 from __future__ import annotations
@@ -13,38 +13,55 @@ RESULTS = HERE / "results"
 
 
 def _machine(m: dict) -> str:
-    return (f"{m.get('cpu')} ({m.get('cores')} cores, torch threads {m.get('torch_threads')}), Python {m.get('python')}, "
-            f"torch {m.get('torch')}, transformers {m.get('transformers')}, faiss {m.get('faiss')}; run {m.get('date')}")
+    return (
+        f"{m.get('cpu')} ({m.get('cores')} cores, torch threads {m.get('torch_threads')}), Python {m.get('python')}, "
+        f"torch {m.get('torch')}, transformers {m.get('transformers')}, faiss {m.get('faiss')}; run {m.get('date')}"
+    )
 
 
 def core_section(r: dict) -> list[str]:
     d, s, f = r["dump"], r["search"], r["filter"]
     lines = [
-        "## Core: dump throughput, search latency, index size (`bench_core.py`)", "",
-        f"Command: `{r['command']}` · model: `{r['model']}` · machine: {_machine(r['machine'])}", "",
+        "## Core: dump throughput, search latency, index size (`bench_core.py`)",
+        "",
+        f"Command: `{r['command']}` · model: `{r['model']}` · machine: {_machine(r['machine'])}",
+        "",
         f"**Dump throughput** on {d['passages']} SQuAD dev paragraphs, batch {d['batch_size']}, best of {d['rounds']} "
-        "alternating rounds (phrase dump = tokenise, window, encode, filter, fp16, write shards):", "",
-        "| encoder | context tokens | seconds (best) | tokens/s | ratio |", "|---|---:|---:|---:|---:|",
+        "alternating rounds (phrase dump = tokenise, window, encode, filter, fp16, write shards):",
+        "",
+        "| encoder | context tokens | seconds (best) | tokens/s | ratio |",
+        "|---|---:|---:|---:|---:|",
         f"| dphr phrase dump (MiniLM) | {d['context_tokens']} | {min(d['phrase_dump_seconds']):.1f} | "
         f"{d['phrase_dump_tokens_per_s']:.0f} | **{d['ratio_tokens_per_s']:.2f}** |",
-        f"| sentence-transformers all-MiniLM-L6-v2 | {d['st_tokens']} | {min(d['sentence_transformers_seconds']):.1f} | "
-        f"{d['sentence_transformers_tokens_per_s']:.0f} | 1.00 |", "",
+        f"| sentence-transformers all-MiniLM-L6-v2 | {d['st_tokens']} | "
+        f"{min(d['sentence_transformers_seconds']):.1f} | "
+        f"{d['sentence_transformers_tokens_per_s']:.0f} | 1.00 |",
+        "",
         f"**Search** over a flat index of {s['passages']} passages ({s['vectors']} vectors, "
         f"{s['vectors_per_passage']:.1f} per passage; built in {s['index_build_seconds']:.0f} s), top-{s['top_k']}, "
         f"{s['queries']} dev questions. Single-query latency includes query encoding "
-        f"(p50 {s['query_encoding']['p50_ms']:.1f} ms alone):", "",
-        "| unit | p50 ms | p95 ms | batched queries/s (batches of 64) |", "|---|---:|---:|---:|",
+        f"(p50 {s['query_encoding']['p50_ms']:.1f} ms alone):",
+        "",
+        "| unit | p50 ms | p95 ms | batched queries/s (batches of 64) |",
+        "|---|---:|---:|---:|",
     ]
     for unit, u in s["units"].items():
         lines.append(f"| {unit} | {u['p50_ms']:.1f} | {u['p95_ms']:.1f} | {u['batched_queries_per_s']:.1f} |")
-    lines += ["", f"**Index size against accuracy** by filter threshold (the model's own filter; the first "
-              f"{f['passages']} dev paragraphs and {f.get('questions', '?')} of their questions, open-domain over them):",
-              "", "| threshold | vectors / passage | fraction kept | MiB | phrase EM@1 | passage acc@1 | acc@20 |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        f"**Index size against accuracy** by filter threshold (the model's own filter; the first "
+        f"{f['passages']} dev paragraphs and {f.get('questions', '?')} of their questions, open-domain over them):",
+        "",
+        "| threshold | vectors / passage | fraction kept | MiB | phrase EM@1 | passage acc@1 | acc@20 |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for row in f["rows"]:
         t = "none" if row["threshold"] is None else row["threshold"]
-        acc = (f"{100 * row['em@1']:.1f} | {100 * row['acc@1']:.1f} | {100 * row['acc@20']:.1f}" if "em@1" in row
-               else "– | – | –")
+        acc = (
+            f"{100 * row['em@1']:.1f} | {100 * row['acc@1']:.1f} | {100 * row['acc@20']:.1f}"
+            if "em@1" in row
+            else "– | – | –"
+        )
         mib = f"{row['bytes'] / 2**20:.1f}" if "bytes" in row else "–"
         lines.append(f"| {t} | {row['vectors_per_passage']:.1f} | {row['fraction_kept']:.3f} | {mib} | {acc} |")
     lines += ["", f"![core benchmark](results/{Path(r.get('_file', 'core.json')).stem}.png)", ""]
@@ -68,12 +85,19 @@ def generic_section(name: str, r: dict) -> list[str]:
 
 
 def main() -> None:
-    lines = ["# Benchmarks", "", "Generated by `benchmarks/report.py` from `benchmarks/results/*.json`; every number below "
-             "comes from the script and command named in its section. Re-run a script, then this report.", ""]
+    lines = [
+        "# Benchmarks",
+        "",
+        "Generated by `benchmarks/report.py` from `benchmarks/results/*.json`; every number below "
+        "comes from the script and command named in its section. Re-run a script, then this report.",
+        "",
+    ]
     for path in sorted(RESULTS.glob("*.json")):
         result = json.loads(path.read_text())
         result["_file"] = path.name
-        lines += core_section(result) if "dump" in result and "search" in result else generic_section(path.stem, result)
+        lines += (
+            core_section(result) if "dump" in result and "search" in result else generic_section(path.stem, result)
+        )
     (HERE / "README.md").write_text("\n".join(lines))
     print(f"wrote {HERE / 'README.md'}")
 

@@ -11,10 +11,8 @@ from __future__ import annotations
 import importlib.metadata
 import os
 
-from .codec import VectorCodec
-from .config import PhraseModelConfig
-from .corpus import CorpusStats, Passage, read_corpus
-from .dump import PhraseShard, dump_phrases, encode_shard, list_shards
+from .build.corpus import CorpusStats, Passage, read_corpus
+from .build.dump import PhraseShard, dump_phrases, encode_shard, list_shards
 from .errors import (
     CorpusFormatError,
     DphrError,
@@ -25,20 +23,44 @@ from .errors import (
     ModelLoadError,
     ModelMismatchError,
 )
-from .index import PhraseIndex
-from .model import PhraseModel, resolve_base
+from .index.codec import VectorCodec
+from .index.phrase_index import PhraseIndex
+from .model.config import PhraseModelConfig
+from .model.phrase_model import PhraseModel
+from .model.registry import DEFAULT_MODEL, resolve_base, shipped_model_names
 from .search import DocumentHit, PassageHit, PhraseHit, PhraseSearcher
-from .shipped import DEFAULT_MODEL, shipped_model_names
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DEFAULT_MODEL", "CorpusFormatError", "CorpusStats", "DocumentHit", "DphrError", "EmptyCorpusError", "IndexLoadError",
-    "InvalidParameterError", "InvalidQueryError", "ModelLoadError", "ModelMismatchError", "Passage", "PassageHit",
-    "PhraseHit", "PhraseIndex", "PhraseModel", "PhraseModelConfig", "PhraseSearcher", "PhraseShard", "VectorCodec",
-    "dump_phrases", "encode_shard", "list_shards", "read_corpus", "resolve_base",
+    "DEFAULT_MODEL",
+    "CorpusFormatError",
+    "CorpusStats",
+    "DocumentHit",
+    "DphrError",
+    "EmptyCorpusError",
+    "IndexLoadError",
+    "InvalidParameterError",
+    "InvalidQueryError",
+    "ModelLoadError",
+    "ModelMismatchError",
+    "Passage",
+    "PassageHit",
+    "PhraseHit",
+    "PhraseIndex",
+    "PhraseModel",
+    "PhraseModelConfig",
+    "PhraseSearcher",
+    "PhraseShard",
+    "VectorCodec",
+    "dump_phrases",
+    "encode_shard",
+    "list_shards",
+    "read_corpus",
+    "resolve_base",
     "shipped_model_names",
 ]
+
 
 # Haystack 1.x (farm-haystack) only: haystack-ai 2.x/3.x provides a module of the same name, ``haystack``, whose
 # API the 1.x nodes cannot use (its layer is ``dphr_haystack.haystack2``, imported explicitly). The installed

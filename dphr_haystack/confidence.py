@@ -41,7 +41,7 @@ def copies_question(phrase: str, words: Sequence[str]) -> bool:
     if not needle:
         return True
     n = len(needle)
-    return any(list(words[i: i + n]) == needle for i in range(len(words) - n + 1))
+    return any(list(words[i : i + n]) == needle for i in range(len(words) - n + 1))
 
 
 def confidence_features(scores: Sequence[float], texts: Sequence[str]) -> np.ndarray:
@@ -92,8 +92,13 @@ class Calibration:
         return _sigmoid(x @ np.asarray(self.weights) + self.bias)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"features": list(self.features), "weights": list(self.weights), "bias": self.bias,
-                "mean": list(self.mean), "scale": list(self.scale)}
+        return {
+            "features": list(self.features),
+            "weights": list(self.weights),
+            "bias": self.bias,
+            "mean": list(self.mean),
+            "scale": list(self.scale),
+        }
 
     @classmethod
     def from_dict(cls, data: Any) -> Calibration:
@@ -106,8 +111,11 @@ class Calibration:
             raise InvalidParameterError(f"malformed calibration {data!r}: {exc}") from exc
         if features != FEATURES:
             raise InvalidParameterError(f"calibration over features {features}; this library computes {FEATURES}")
-        if any(len(v) != len(FEATURES) for v in values) or not all(
-                math.isfinite(x) for x in (*values[0], *values[1], *values[2], bias)) or min(values[2]) <= 0:
+        if (
+            any(len(v) != len(FEATURES) for v in values)
+            or not all(math.isfinite(x) for x in (*values[0], *values[1], *values[2], bias))
+            or min(values[2]) <= 0
+        ):
             raise InvalidParameterError(f"calibration values must be {len(FEATURES)} finite numbers, scales > 0")
         return cls(values[0], bias, values[1], values[2], features)
 
@@ -154,7 +162,7 @@ def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:
         j = i
         while j + 1 < len(s) and sorted_s[j + 1] == sorted_s[i]:
             j += 1
-        ranks[order[i: j + 1]] = (i + j) / 2 + 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
         i = j + 1
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
@@ -165,9 +173,17 @@ def reliability(confidences: Sequence[float], labels: Sequence[bool], bins: int 
     y = np.asarray(labels, dtype=np.float64)
     edges = np.linspace(0.0, 1.0, bins + 1)
     which = np.clip(np.searchsorted(edges, c, side="right") - 1, 0, bins - 1)
-    return [{"low": float(edges[b]), "high": float(edges[b + 1]), "confidence": float(c[which == b].mean()),
-             "accuracy": float(y[which == b].mean()), "count": int((which == b).sum())}
-            for b in range(bins) if (which == b).any()]
+    return [
+        {
+            "low": float(edges[b]),
+            "high": float(edges[b + 1]),
+            "confidence": float(c[which == b].mean()),
+            "accuracy": float(y[which == b].mean()),
+            "count": int((which == b).sum()),
+        }
+        for b in range(bins)
+        if (which == b).any()
+    ]
 
 
 def expected_calibration_error(confidences: Sequence[float], labels: Sequence[bool], bins: int = 10) -> float:

@@ -22,7 +22,7 @@ import numpy as np
 
 from .confidence import CONFIDENCE_DEPTH, Calibration, confidence_features, copies_question, question_words
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
-from .index import PhraseIndex
+from .index.phrase_index import PhraseIndex
 
 UNITS = ("phrase", "passage", "document")
 
@@ -93,9 +93,16 @@ class PhraseSearcher:
         >>> searcher.search("Who wrote Hamlet?", unit="phrase", top_k=5)[0].text
     """
 
-    def __init__(self, index: PhraseIndex, model=None, max_answer_length: int | None = None,
-                 query_batch_size: int = 64, whole_words: bool = True, skip_question_copies: bool = True,
-                 calibration: Calibration | str | None = "model") -> None:
+    def __init__(
+        self,
+        index: PhraseIndex,
+        model=None,
+        max_answer_length: int | None = None,
+        query_batch_size: int = 64,
+        whole_words: bool = True,
+        skip_question_copies: bool = True,
+        calibration: Calibration | str | None = "model",
+    ) -> None:
         self.index = index
         self.whole_words = whole_words
         self.skip_question_copies = skip_question_copies
@@ -111,13 +118,15 @@ class PhraseSearcher:
             raise InvalidParameterError(f"max_answer_length must be >= 1, got {self.max_answer_length}")
         self.query_batch_size = query_batch_size
 
-    def search(self, query: str, unit: str = "phrase", top_k: int = 10,
-               allowed_passages: np.ndarray | None = None) -> list[Hit]:
+    def search(
+        self, query: str, unit: str = "phrase", top_k: int = 10, allowed_passages: np.ndarray | None = None
+    ) -> list[Hit]:
         """Top-k phrases, passages or documents for one query."""
         return self.search_batch([query], unit, top_k, allowed_passages)[0]
 
-    def search_batch(self, queries: Sequence[str], unit: str = "phrase", top_k: int = 10,
-                     allowed_passages: np.ndarray | None = None) -> list[list[Hit]]:
+    def search_batch(
+        self, queries: Sequence[str], unit: str = "phrase", top_k: int = 10, allowed_passages: np.ndarray | None = None
+    ) -> list[list[Hit]]:
         """Top-k results per query; queries are encoded in batches. Raises InvalidQueryError on empty ones."""
         if self.model is None:
             raise InvalidParameterError("PhraseSearcher needs a model to encode text queries")
@@ -126,9 +135,16 @@ class PhraseSearcher:
         q_start, q_end = self.model.encode_queries(list(queries), batch_size=self.query_batch_size)
         return self.search_vectors(q_start, q_end, unit, top_k, allowed_passages, questions=list(queries))
 
-    def search_vectors(self, q_start: np.ndarray, q_end: np.ndarray, unit: str = "phrase", top_k: int = 10,
-                       allowed_passages: np.ndarray | None = None, candidates: int | None = None,
-                       questions: Sequence[str] | None = None) -> list[list[Hit]]:
+    def search_vectors(
+        self,
+        q_start: np.ndarray,
+        q_end: np.ndarray,
+        unit: str = "phrase",
+        top_k: int = 10,
+        allowed_passages: np.ndarray | None = None,
+        candidates: int | None = None,
+        questions: Sequence[str] | None = None,
+    ) -> list[list[Hit]]:
         """Search with precomputed query vectors (n, d). ``candidates`` fixes c (no doubling).
 
         ``questions`` (the query texts) let phrase answers that copy the question be skipped.
@@ -139,8 +155,10 @@ class PhraseSearcher:
         q_start = np.ascontiguousarray(q_start, dtype=np.float32)
         q_end = np.ascontiguousarray(q_end, dtype=np.float32)
         if q_start.ndim != 2 or q_start.shape != q_end.shape or q_start.shape[1] != self.index.dim:
-            raise ModelMismatchError(f"query vectors of shape {q_start.shape} / {q_end.shape} do not fit an index of "
-                                     f"{self.index.dim}-dimensional vectors")
+            raise ModelMismatchError(
+                f"query vectors of shape {q_start.shape} / {q_end.shape} do not fit an index of "
+                f"{self.index.dim}-dimensional vectors"
+            )
         n_queries, total = len(q_start), len(self.index)
         results: list[list[Hit]] = [[] for _ in range(n_queries)]
         if n_queries == 0 or total == 0:
@@ -152,8 +170,11 @@ class PhraseSearcher:
             return results
         if questions is not None and len(questions) != n_queries:
             raise InvalidParameterError(f"{len(questions)} question texts for {n_queries} query vectors")
-        words = [question_words(q) for q in questions] if (questions is not None and self.skip_question_copies
-                                                            and unit == "phrase") else None
+        words = (
+            [question_words(q) for q in questions]
+            if (questions is not None and self.skip_question_copies and unit == "phrase")
+            else None
+        )
         calibration = self.calibration if unit == "phrase" else None
         first = top_k if unit == "phrase" else 2 * top_k
         if calibration is not None:  # confidences look at a fixed number of candidates, whatever top_k is
@@ -176,8 +197,9 @@ class PhraseSearcher:
             c = min(2 * c, total)
         return results
 
-    def _spans(self, qs: np.ndarray, qe: np.ndarray, start_ids: np.ndarray, end_ids: np.ndarray,
-               allowed: np.ndarray) -> list[tuple[float, int, int, float, float]]:
+    def _spans(
+        self, qs: np.ndarray, qe: np.ndarray, start_ids: np.ndarray, end_ids: np.ndarray, allowed: np.ndarray
+    ) -> list[tuple[float, int, int, float, float]]:
         """Best span for every start hit and every end hit: (score, start row, end row, s_score, e_score)."""
         L = self.max_answer_length
         tokens = self.index.tokens
@@ -220,7 +242,13 @@ class PhraseSearcher:
         e_scores = end_scores_by_row[np.searchsorted(rows, ends)]
         scores = s_scores + e_scores
         pairs = np.unique(np.stack([starts, ends], axis=1), axis=0, return_index=True)[1]
-        starts, ends, scores, s_scores, e_scores = starts[pairs], ends[pairs], scores[pairs], s_scores[pairs], e_scores[pairs]
+        starts, ends, scores, s_scores, e_scores = (
+            starts[pairs],
+            ends[pairs],
+            scores[pairs],
+            s_scores[pairs],
+            e_scores[pairs],
+        )
         # Keep, for each start hit, its best end and, for each end hit, its best start.
         chosen = set()
         chosen |= _argmax_groups(starts, scores, np.isin(starts, start_ids))
@@ -253,8 +281,13 @@ def inside_word(text: str, char: int) -> bool:
 
 def _word_char(ch: str) -> bool:
     code = ord(ch)
-    cjk = (0x4E00 <= code <= 0x9FFF or 0x3400 <= code <= 0x4DBF or 0x20000 <= code <= 0x2FA1F
-           or 0xF900 <= code <= 0xFAFF or 0x2F800 <= code <= 0x2FA1F)
+    cjk = (
+        0x4E00 <= code <= 0x9FFF
+        or 0x3400 <= code <= 0x4DBF
+        or 0x20000 <= code <= 0x2FA1F
+        or 0xF900 <= code <= 0xFAFF
+        or 0x2F800 <= code <= 0x2FA1F
+    )
     return ch.isalnum() and not cjk
 
 
@@ -275,9 +308,18 @@ def _make_phrase(index: PhraseIndex, score: float, s: int, e: int, s_score: floa
     passage = index.passages[row]
     start, end = int(tokens["char_start"][s]), int(tokens["char_end"][e])
     return PhraseHit(
-        text=passage["text"][start:end], score=score, passage_id=passage["id"], document_id=passage["document_id"],
-        title=passage.get("title", ""), start=start, end=end, start_score=s_score, end_score=e_score,
-        start_token=int(tokens["position"][s]), end_token=int(tokens["position"][e]), passage_row=row,
+        text=passage["text"][start:end],
+        score=score,
+        passage_id=passage["id"],
+        document_id=passage["document_id"],
+        title=passage.get("title", ""),
+        start=start,
+        end=end,
+        start_score=s_score,
+        end_score=e_score,
+        start_token=int(tokens["position"][s]),
+        end_token=int(tokens["position"][e]),
+        passage_row=row,
     )
 
 
@@ -287,8 +329,13 @@ def _ranked(index: PhraseIndex, phrases: list[tuple[float, int, int, float, floa
     return sorted(phrases, key=lambda p: (-p[0], int(tokens["passage"][p[1]]), p[1], p[2]))
 
 
-def _phrase_answers(index: PhraseIndex, phrases: list[tuple[float, int, int, float, float]], top_k: int,
-                    words: Sequence[str] | None, calibration: Calibration | None) -> list[Hit]:
+def _phrase_answers(
+    index: PhraseIndex,
+    phrases: list[tuple[float, int, int, float, float]],
+    top_k: int,
+    words: Sequence[str] | None,
+    calibration: Calibration | None,
+) -> list[Hit]:
     """The top-k phrase answers, skipping copies of the question (``words``), with confidences."""
     wanted = max(top_k, CONFIDENCE_DEPTH) if calibration is not None else top_k
     kept: list[PhraseHit] = []
@@ -305,7 +352,9 @@ def _phrase_answers(index: PhraseIndex, phrases: list[tuple[float, int, int, flo
     return list(kept[:top_k])
 
 
-def _aggregate(index: PhraseIndex, phrases: list[tuple[float, int, int, float, float]], unit: str, top_k: int) -> list[Hit]:
+def _aggregate(
+    index: PhraseIndex, phrases: list[tuple[float, int, int, float, float]], unit: str, top_k: int
+) -> list[Hit]:
     """Sort phrases deterministically, then keep the best per passage or document."""
     tokens = index.tokens
     ranked = _ranked(index, phrases)
@@ -319,9 +368,18 @@ def _aggregate(index: PhraseIndex, phrases: list[tuple[float, int, int, float, f
             continue
         seen.add(key)
         phrase = _make_phrase(index, *p)
-        hit = PassageHit(passage["id"], passage["document_id"], passage.get("title", ""), passage["text"], p[0],
-                         phrase, dict(passage.get("meta") or {}))
-        out.append(hit if unit == "passage" else DocumentHit(passage["document_id"], passage.get("title", ""), p[0], hit))
+        hit = PassageHit(
+            passage["id"],
+            passage["document_id"],
+            passage.get("title", ""),
+            passage["text"],
+            p[0],
+            phrase,
+            dict(passage.get("meta") or {}),
+        )
+        out.append(
+            hit if unit == "passage" else DocumentHit(passage["document_id"], passage.get("title", ""), p[0], hit)
+        )
         if len(out) == top_k:
             break
     return out
@@ -335,13 +393,13 @@ def open_searcher(index_dir, model_dir=None, **kwargs: Any) -> PhraseSearcher:
         ModelMismatchError: The model's phrase encoder is not the one the index was built with.
     """
     from .errors import ModelLoadError, ModelMismatchError
-    from .model import PhraseModel
+    from .model.phrase_model import load_model
 
     index = PhraseIndex.load(index_dir)
     model_dir = model_dir or index.manifest.get("model_path")
     if not model_dir:
         raise ModelLoadError(f"{index_dir}: the index does not record its model; pass a model directory")
-    model = PhraseModel.load(model_dir)
+    model = load_model(model_dir)
     if model.phrase_fingerprint() != index.model_fingerprint:
         raise ModelMismatchError(f"{model_dir}: phrase encoder differs from the one {index_dir} was built with")
     return PhraseSearcher(index, model, **kwargs)

@@ -7,13 +7,20 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from ._lazy import require
+from ._util.lazy import require
 
 _SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
-def make_tiny_base(out_dir: str | Path, texts: Iterable[str] = (), hidden_size: int = 32, layers: int = 2,
-                   heads: int = 4, max_words: int = 2000, seed: int = 0) -> Path:
+def make_tiny_base(
+    out_dir: str | Path,
+    texts: Iterable[str] = (),
+    hidden_size: int = 32,
+    layers: int = 2,
+    heads: int = 4,
+    max_words: int = 2000,
+    seed: int = 0,
+) -> Path:
     """Write a random-initialised BERT (hidden 32, 2 layers, 4 heads by default) with a WordPiece vocab.
 
     The vocab holds the special tokens, single characters with their ``##`` forms, and the ``max_words``
@@ -42,8 +49,13 @@ def make_tiny_base(out_dir: str | Path, texts: Iterable[str] = (), hidden_size: 
         tokenizer = transformers.BertTokenizerFast(vocab_file=str(out / "vocab.txt"), do_lower_case=True)
     tokenizer.save_pretrained(str(out))
     config = transformers.BertConfig(
-        vocab_size=len(vocab), hidden_size=hidden_size, num_hidden_layers=layers, num_attention_heads=heads,
-        intermediate_size=hidden_size * 2, max_position_embeddings=512, type_vocab_size=2,
+        vocab_size=len(vocab),
+        hidden_size=hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=hidden_size * 2,
+        max_position_embeddings=512,
+        type_vocab_size=2,
     )
     torch.manual_seed(seed)
     transformers.BertModel(config).save_pretrained(str(out))

@@ -27,21 +27,42 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parents[1]
 SQUAD_DEV = REPO.parent / "shared" / "data" / "squad" / "dev-v1.1-public.json.gz"
-UNTRAINED_NOTE = ("NOTE: model 'minilm' is an UNTRAINED phrase model (all-MiniLM-L6-v2 copied into the three "
-                  "encoders), so its phrase answers are not meaningful; the default is the trained dphr-minilm-squad.")
+UNTRAINED_NOTE = (
+    "NOTE: model 'minilm' is an UNTRAINED phrase model (all-MiniLM-L6-v2 copied into the three "
+    "encoders), so its phrase answers are not meaningful; the default is the trained dphr-minilm-squad."
+)
 
 # Used when ../shared is absent: short paragraphs written for this example, with questions.
 SAMPLE = [
-    ("Eiffel Tower", "The Eiffel Tower is a wrought-iron lattice tower in Paris. It was designed by the company of "
-     "Gustave Eiffel and completed in 1889 for the World's Fair.", "When was the Eiffel Tower completed?"),
-    ("Amazon River", "The Amazon River in South America is the largest river by discharge volume of water in the "
-     "world. It flows into the Atlantic Ocean.", "Which ocean does the Amazon flow into?"),
-    ("Marie Curie", "Marie Curie was a physicist and chemist who conducted pioneering research on radioactivity. "
-     "She was the first woman to win a Nobel Prize.", "What did Marie Curie research?"),
-    ("Mount Kilimanjaro", "Mount Kilimanjaro is a dormant volcano in Tanzania. Its summit is about 5,895 metres "
-     "above sea level, the highest in Africa.", "In which country is Kilimanjaro?"),
-    ("Python", "Python is a programming language created by Guido van Rossum and first released in 1991.",
-     "Who created Python?"),
+    (
+        "Eiffel Tower",
+        "The Eiffel Tower is a wrought-iron lattice tower in Paris. It was designed by the company of "
+        "Gustave Eiffel and completed in 1889 for the World's Fair.",
+        "When was the Eiffel Tower completed?",
+    ),
+    (
+        "Amazon River",
+        "The Amazon River in South America is the largest river by discharge volume of water in the "
+        "world. It flows into the Atlantic Ocean.",
+        "Which ocean does the Amazon flow into?",
+    ),
+    (
+        "Marie Curie",
+        "Marie Curie was a physicist and chemist who conducted pioneering research on radioactivity. "
+        "She was the first woman to win a Nobel Prize.",
+        "What did Marie Curie research?",
+    ),
+    (
+        "Mount Kilimanjaro",
+        "Mount Kilimanjaro is a dormant volcano in Tanzania. Its summit is about 5,895 metres "
+        "above sea level, the highest in Africa.",
+        "In which country is Kilimanjaro?",
+    ),
+    (
+        "Python",
+        "Python is a programming language created by Guido van Rossum and first released in 1991.",
+        "Who created Python?",
+    ),
 ]
 
 
@@ -57,8 +78,13 @@ def load_corpus(limit: int) -> tuple[list[dict], list[str], str]:
         for p_idx, para in enumerate(article["paragraphs"]):
             if len(docs) == limit:
                 break
-            docs.append({"content": para["context"], "id": f"{article['title']}-{a_idx}-{p_idx}",
-                         "meta": {"title": article["title"].replace("_", " ")}})
+            docs.append(
+                {
+                    "content": para["context"],
+                    "id": f"{article['title']}-{a_idx}-{p_idx}",
+                    "meta": {"title": article["title"].replace("_", " ")},
+                }
+            )
             questions.append(para["qas"][0]["question"] if para.get("qas") else "")
     step = max(1, len(docs) // 8)
     picked = [q for q in questions[::step] if q]  # spread over the articles
@@ -69,8 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--limit", type=int, default=300, help="paragraphs to index (default 300)")
     parser.add_argument("--questions", type=int, default=4, help="questions to ask (default 4)")
-    parser.add_argument("--model", default="dphr-minilm-squad",
-                        help="phrase model: 'dphr-minilm-squad' (shipped, trained), 'minilm' (untrained) or a directory")
+    parser.add_argument(
+        "--model",
+        default="dphr-minilm-squad",
+        help="phrase model: 'dphr-minilm-squad' (shipped, trained), 'minilm' (untrained) or a directory",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     import torch
@@ -91,19 +120,26 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         store.save(Path(tmp) / "store")  # the hybrid pipeline loads the same documents and phrases
-        hybrid = load_pipeline(REPO / "pipelines" / "hybrid_answers.yml", overrides={
-            "DocumentStore": {"load_path": str(Path(tmp) / "store")}, "Retriever": {"model": args.model},
-            "Join": {"top_k_join": 3, "top_k_answers": 3}})
+        hybrid = load_pipeline(
+            REPO / "pipelines" / "hybrid_answers.yml",
+            overrides={
+                "DocumentStore": {"load_path": str(Path(tmp) / "store")},
+                "Retriever": {"model": args.model},
+                "Join": {"top_k_join": 3, "top_k_answers": 3},
+            },
+        )
     for question in questions[: args.questions]:
         print(f"\nQ: {question}")
         answers = qa.run(query=question)["answers"]
         print("  phrase_qa.yml answers:")
         for answer in answers:
             span = answer.offsets_in_context[0]
-            left = answer.context[max(0, span.start - 50): span.start].replace("\n", " ")
-            right = answer.context[span.end: span.end + 50].replace("\n", " ")
-            print(f"    {answer.score:.3f}  {answer.answer!r}  [{answer.meta.get('title', '')}] "
-                  f"...{left}[[{answer.answer}]]{right}...")
+            left = answer.context[max(0, span.start - 50) : span.start].replace("\n", " ")
+            right = answer.context[span.end : span.end + 50].replace("\n", " ")
+            print(
+                f"    {answer.score:.3f}  {answer.answer!r}  [{answer.meta.get('title', '')}] "
+                f"...{left}[[{answer.answer}]]{right}..."
+            )
         out = hybrid.run(query=question)
         print("  hybrid_answers.yml (BM25 + phrase, reciprocal rank fusion) passages:")
         for doc in out["documents"]:

@@ -48,7 +48,9 @@ def one_torch_thread():
 def tiny_base_dir(tmp_path_factory) -> Path:
     from dphr_haystack.testing import make_tiny_base
 
-    return make_tiny_base(tmp_path_factory.mktemp("tiny-base"), [t for _, t in TINY_TEXTS] + [t for t, _ in TINY_TEXTS])
+    return make_tiny_base(
+        tmp_path_factory.mktemp("tiny-base"), [t for _, t in TINY_TEXTS] + [t for t, _ in TINY_TEXTS]
+    )
 
 
 @pytest.fixture(scope="session")
@@ -72,8 +74,14 @@ def load_squad_paragraphs(path: Path, limit: int) -> list[dict]:
     out = []
     for a_idx, article in enumerate(data):
         for p_idx, para in enumerate(article["paragraphs"]):
-            out.append({"id": f"{article['title']}-{a_idx}-{p_idx}", "title": article["title"],
-                        "text": para["context"], "qas": para.get("qas", [])})
+            out.append(
+                {
+                    "id": f"{article['title']}-{a_idx}-{p_idx}",
+                    "title": article["title"],
+                    "text": para["context"],
+                    "qas": para.get("qas", []),
+                }
+            )
             if len(out) == limit:
                 return out
     return out

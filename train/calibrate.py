@@ -31,6 +31,7 @@ import numpy as np
 
 os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 
+from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher  # noqa: E402
 from dphr_haystack.confidence import (  # noqa: E402
     CONFIDENCE_DEPTH,
     auroc,
@@ -40,9 +41,6 @@ from dphr_haystack.confidence import (  # noqa: E402
     reliability,
 )
 from dphr_haystack.evaluation import exact_match  # noqa: E402
-from dphr_haystack.index import PhraseIndex  # noqa: E402
-from dphr_haystack.model import PhraseModel  # noqa: E402
-from dphr_haystack.search import PhraseSearcher  # noqa: E402
 
 from .data import RCData, RCExample, load_squad  # noqa: E402
 from .validation import unique_questions  # noqa: E402
@@ -51,12 +49,13 @@ logger = logging.getLogger(__name__)
 DEFAULT_DEV = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "squad" / "dev-v1.1-public.json.gz"
 
 
-def top_answers(searcher: PhraseSearcher, examples: Sequence[RCExample],
-                batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+def top_answers(
+    searcher: PhraseSearcher, examples: Sequence[RCExample], batch_size: int = 64
+) -> tuple[np.ndarray, np.ndarray]:
     """Confidence features (n, f) and exact-match labels (n,) of each question's top phrase."""
     rows, labels = [], []
     for b in range(0, len(examples), batch_size):
-        batch = examples[b: b + batch_size]
+        batch = examples[b : b + batch_size]
         hits = searcher.search_batch([ex.question for ex in batch], unit="phrase", top_k=CONFIDENCE_DEPTH)
         for ex, ranked in zip(batch, hits, strict=True):
             if not ranked:
@@ -66,8 +65,14 @@ def top_answers(searcher: PhraseSearcher, examples: Sequence[RCExample],
     return np.array(rows), np.array(labels, dtype=bool)
 
 
-def calibrate(model: PhraseModel, data: RCData, index: PhraseIndex, holdout: float = 0.3, seed: int = 0,
-              outside: Sequence[RCExample] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
+def calibrate(
+    model: PhraseModel,
+    data: RCData,
+    index: PhraseIndex,
+    holdout: float = 0.3,
+    seed: int = 0,
+    outside: Sequence[RCExample] = (),
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Fit on ``data``'s questions against ``index``; returns (the calibration dict, a report)."""
     searcher = PhraseSearcher(index, model, calibration=None)
     questions = unique_questions(data.examples)
@@ -76,26 +81,37 @@ def calibrate(model: PhraseModel, data: RCData, index: PhraseIndex, holdout: flo
     random.Random(seed).shuffle(order)
     n_held = int(round(holdout * len(order)))
     held, fit = np.array(order[:n_held], dtype=int), np.array(order[n_held:], dtype=int)
-    report: dict[str, Any] = {"questions": len(labels), "em@1": float(labels.mean()) if len(labels) else 0.0,
-                              "fit_questions": len(fit), "held_out_questions": len(held)}
+    report: dict[str, Any] = {
+        "questions": len(labels),
+        "em@1": float(labels.mean()) if len(labels) else 0.0,
+        "fit_questions": len(fit),
+        "held_out_questions": len(held),
+    }
     if len(held):
         on_fit = fit_calibration(features[fit], labels[fit])
         confidence = on_fit.confidence(features[held])
-        report.update({
-            "held_out_auroc": auroc(confidence, labels[held]),
-            "held_out_raw_score_auroc": auroc(features[held, 0], labels[held]),
-            "held_out_ece": expected_calibration_error(confidence, labels[held]),
-            "held_out_reliability": reliability(confidence, labels[held]),
-            "held_out_mean_confidence": {"right": float(confidence[labels[held]].mean()),
-                                         "wrong": float(confidence[~labels[held]].mean())},
-        })
+        report.update(
+            {
+                "held_out_auroc": auroc(confidence, labels[held]),
+                "held_out_raw_score_auroc": auroc(features[held, 0], labels[held]),
+                "held_out_ece": expected_calibration_error(confidence, labels[held]),
+                "held_out_reliability": reliability(confidence, labels[held]),
+                "held_out_mean_confidence": {
+                    "right": float(confidence[labels[held]].mean()),
+                    "wrong": float(confidence[~labels[held]].mean()),
+                },
+            }
+        )
     calibration = fit_calibration(features, labels)
     report["in_sample_auroc"] = auroc(calibration.confidence(features), labels)
     if outside:
         out_features, _ = top_answers(searcher, unique_questions(list(outside)))
         out_conf = calibration.confidence(out_features)
-        report["out_of_corpus"] = {"questions": len(out_conf), "mean_confidence": float(out_conf.mean()),
-                                   "share_above_0.5": float((out_conf > 0.5).mean())}
+        report["out_of_corpus"] = {
+            "questions": len(out_conf),
+            "mean_confidence": float(out_conf.mean()),
+            "share_above_0.5": float((out_conf > 0.5).mean()),
+        }
     return calibration.to_dict(), report
 
 
@@ -125,12 +141,15 @@ def plot_reliability(report: dict[str, Any], path: Path) -> None:
     ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="perfect calibration")
     ax.plot([r["confidence"] for r in rows], [r["accuracy"] for r in rows], marker="o", label="held-out questions")
     for r in rows:
-        ax.annotate(str(r["count"]), (r["confidence"], r["accuracy"]), fontsize=7, xytext=(3, -9),
-                    textcoords="offset points")
+        ax.annotate(
+            str(r["count"]), (r["confidence"], r["accuracy"]), fontsize=7, xytext=(3, -9), textcoords="offset points"
+        )
     ax.set_xlabel("confidence of the top answer")
     ax.set_ylabel("exact-match rate")
-    ax.set_title(f"AUROC {report.get('held_out_auroc', float('nan')):.3f}, "
-                 f"ECE {report.get('held_out_ece', float('nan')):.3f}", fontsize=9)
+    ax.set_title(
+        f"AUROC {report.get('held_out_auroc', float('nan')):.3f}, ECE {report.get('held_out_ece', float('nan')):.3f}",
+        fontsize=9,
+    )
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.legend(fontsize=7, loc="upper left")
@@ -166,12 +185,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     calibration, report = calibrate(model, data, index, args.holdout, outside=outside_examples)
     model_dir = Path(args.model)
     if not model_dir.is_dir():  # a shipped model name
-        from dphr_haystack.shipped import shipped_model_path
+        from dphr_haystack.model.registry import shipped_model_path
 
         model_dir = shipped_model_path(args.model)
     write_calibrated(model_dir, args.out, calibration)
-    report.update({"model": str(args.model), "index": str(args.index) if args.index else "in-memory",
-                   "questions_file": str(args.questions), "paragraphs": args.paragraphs, "calibration": calibration})
+    report.update(
+        {
+            "model": str(args.model),
+            "index": str(args.index) if args.index else "in-memory",
+            "questions_file": str(args.questions),
+            "paragraphs": args.paragraphs,
+            "calibration": calibration,
+        }
+    )
     (args.out / "calibration.json").write_text(json.dumps(report, indent=1) + "\n")
     plot_reliability(report, args.out / "reliability.png")
     print(json.dumps({k: v for k, v in report.items() if k not in ("held_out_reliability", "calibration")}, indent=1))

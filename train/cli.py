@@ -29,12 +29,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("stage", choices=[*STAGES, "run-all"], help="stage to run, or run-all for the recipe")
     parser.add_argument("--config", required=True, help="recipe YAML (train/configs/*.yaml)")
     parser.add_argument("--output-dir", help="override the recipe's output_dir")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a recipe value by dotted key, e.g. rc.train.lr=5e-5 (repeatable)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe value by dotted key, e.g. rc.train.lr=5e-5 (repeatable)",
+    )
     parser.add_argument("--quiet", action="store_true", help="log warnings only")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     overrides = {}
     for item in args.set:
         key, sep, value = item.partition("=")

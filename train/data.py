@@ -1,6 +1,6 @@
 """Reading-comprehension data: SQuAD-format files → examples → windowed features with gold token positions.
 
-Features use the inference-time input builder of :mod:`dphr_haystack.inputs` (same windows, titles and
+Features use the inference-time input builder of :mod:`dphr_haystack.model.inputs` (same windows, titles and
 segment ids). A gold character span maps to context tokens through the tokenizer's offsets, then to
 window positions; an answer outside a window gets position 0 ([CLS]), as in DensePhrases.
 """
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from dphr_haystack.config import PhraseModelConfig
-from dphr_haystack.inputs import TokenizedPassage, build_windows, pad_batch, tokenize_passages, tokenize_queries
+from dphr_haystack.model.config import PhraseModelConfig
+from dphr_haystack.model.inputs import TokenizedPassage, build_windows, pad_batch, tokenize_passages, tokenize_queries
 
 logger = logging.getLogger(__name__)
 
@@ -68,22 +68,46 @@ class Feature:
 
 # A small built-in sample so that the smoke recipe runs where ../shared is absent.
 BUILTIN_SAMPLE: list[tuple[str, str, list[tuple[str, str]]]] = [
-    ("Paris", "Paris is the capital and most populous city of France. The city hosts the Louvre museum.",
-     [("What is the capital of France?", "Paris"), ("Which museum is in Paris?", "the Louvre museum")]),
-    ("Berlin", "Berlin is the capital of Germany. It is known for its art scene and modern landmarks.",
-     [("What is the capital of Germany?", "Berlin"), ("What is Berlin known for?", "its art scene")]),
-    ("Nile", "The Nile is a major river in northeastern Africa. It flows into the Mediterranean Sea.",
-     [("Where does the Nile flow into?", "the Mediterranean Sea"), ("Where is the Nile?", "northeastern Africa")]),
-    ("Hamlet", "Hamlet is a tragedy written by William Shakespeare sometime between 1599 and 1601.",
-     [("Who wrote Hamlet?", "William Shakespeare"), ("What kind of play is Hamlet?", "a tragedy")]),
-    ("Everest", "Mount Everest is Earth's highest mountain above sea level, located in the Himalayas.",
-     [("Where is Mount Everest?", "the Himalayas"), ("What is Earth's highest mountain?", "Mount Everest")]),
-    ("Python", "Python is a programming language created by Guido van Rossum and first released in 1991.",
-     [("Who created Python?", "Guido van Rossum"), ("When was Python first released?", "1991")]),
-    ("Amazon", "The Amazon rainforest covers much of the Amazon basin of South America, about 5.5 million km2.",
-     [("How large is the Amazon rainforest?", "5.5 million km2"), ("Where is the Amazon basin?", "South America")]),
-    ("Moon", "The Moon is Earth's only natural satellite. It orbits the Earth at an average distance of 384,400 km.",
-     [("What is Earth's only natural satellite?", "The Moon"), ("How far is the Moon?", "384,400 km")]),
+    (
+        "Paris",
+        "Paris is the capital and most populous city of France. The city hosts the Louvre museum.",
+        [("What is the capital of France?", "Paris"), ("Which museum is in Paris?", "the Louvre museum")],
+    ),
+    (
+        "Berlin",
+        "Berlin is the capital of Germany. It is known for its art scene and modern landmarks.",
+        [("What is the capital of Germany?", "Berlin"), ("What is Berlin known for?", "its art scene")],
+    ),
+    (
+        "Nile",
+        "The Nile is a major river in northeastern Africa. It flows into the Mediterranean Sea.",
+        [("Where does the Nile flow into?", "the Mediterranean Sea"), ("Where is the Nile?", "northeastern Africa")],
+    ),
+    (
+        "Hamlet",
+        "Hamlet is a tragedy written by William Shakespeare sometime between 1599 and 1601.",
+        [("Who wrote Hamlet?", "William Shakespeare"), ("What kind of play is Hamlet?", "a tragedy")],
+    ),
+    (
+        "Everest",
+        "Mount Everest is Earth's highest mountain above sea level, located in the Himalayas.",
+        [("Where is Mount Everest?", "the Himalayas"), ("What is Earth's highest mountain?", "Mount Everest")],
+    ),
+    (
+        "Python",
+        "Python is a programming language created by Guido van Rossum and first released in 1991.",
+        [("Who created Python?", "Guido van Rossum"), ("When was Python first released?", "1991")],
+    ),
+    (
+        "Amazon",
+        "The Amazon rainforest covers much of the Amazon basin of South America, about 5.5 million km2.",
+        [("How large is the Amazon rainforest?", "5.5 million km2"), ("Where is the Amazon basin?", "South America")],
+    ),
+    (
+        "Moon",
+        "The Moon is Earth's only natural satellite. It orbits the Earth at an average distance of 384,400 km.",
+        [("What is Earth's only natural satellite?", "The Moon"), ("How far is the Moon?", "384,400 km")],
+    ),
 ]
 
 
@@ -91,8 +115,10 @@ def builtin_squad() -> dict[str, Any]:
     """The built-in sample as a SQuAD-format dict."""
     data = []
     for title, context, qas in BUILTIN_SAMPLE:
-        items = [{"id": f"{title}-{i}", "question": q,
-                  "answers": [{"text": a, "answer_start": context.index(a)}]} for i, (q, a) in enumerate(qas)]
+        items = [
+            {"id": f"{title}-{i}", "question": q, "answers": [{"text": a, "answer_start": context.index(a)}]}
+            for i, (q, a) in enumerate(qas)
+        ]
         data.append({"title": title, "paragraphs": [{"context": context, "qas": items}]})
     return {"version": "builtin", "data": data}
 
@@ -105,13 +131,18 @@ def read_json(path: str | Path) -> Any:
         return json.load(handle)
 
 
-def load_squad(source: str | Path | dict[str, Any], max_paragraphs: int | None = None,
-               max_questions: int | None = None, skip_paragraphs: int = 0) -> RCData:
+def load_squad(
+    source: str | Path | dict[str, Any],
+    max_paragraphs: int | None = None,
+    max_questions: int | None = None,
+    skip_paragraphs: int = 0,
+) -> RCData:
     """SQuAD v1.1-format data → passages and examples.
 
-    Passage ids follow :func:`dphr_haystack.corpus.read_corpus` (``title-article-paragraph``), so an index
+    Passage ids follow :func:`dphr_haystack.build.corpus.read_corpus` (``title-article-paragraph``), so an index
     built from the same file has the same ids. ``skip_paragraphs``/``max_paragraphs`` select a run of
-    paragraphs in file order; ``max_questions`` keeps that many evenly spaced examples. ``source`` ``"builtin"`` is the sample.
+    paragraphs in file order; ``max_questions`` keeps that many evenly spaced examples. ``source`` ``"builtin"``
+    is the sample.
     """
     data = builtin_squad() if source == "builtin" else source if isinstance(source, dict) else read_json(source)
     passages: list[dict[str, Any]] = []
@@ -126,15 +157,22 @@ def load_squad(source: str | Path | dict[str, Any], max_paragraphs: int | None =
             if max_paragraphs is not None and len(passages) >= max_paragraphs:
                 break
             pid = f"{title or 'article'}-{a_idx}-{p_idx}"
-            passages.append({"id": pid, "document_id": title or f"article-{a_idx}", "title": title,
-                             "text": para["context"]})
+            passages.append(
+                {"id": pid, "document_id": title or f"article-{a_idx}", "title": title, "text": para["context"]}
+            )
             for qa in para.get("qas", []):
                 answers = [a for a in qa.get("answers", []) if a.get("text")]
                 if not answers:
                     continue
-                examples.append(RCExample(str(qa.get("id", f"{pid}-{len(examples)}")), qa["question"],
-                                          [a["text"] for a in answers], [int(a["answer_start"]) for a in answers],
-                                          pid))
+                examples.append(
+                    RCExample(
+                        str(qa.get("id", f"{pid}-{len(examples)}")),
+                        qa["question"],
+                        [a["text"] for a in answers],
+                        [int(a["answer_start"]) for a in answers],
+                        pid,
+                    )
+                )
     if max_questions is not None and len(examples) > max_questions:
         # Evenly spaced, so a capped question set still covers many passages (C0 stays representative).
         picks = np.linspace(0, len(examples) - 1, max_questions).round().astype(int)
@@ -157,8 +195,9 @@ class PassageWindows:
         for window in build_windows(tokenizer, self.tokenized, config):
             if len(window.owned_context) == 0:
                 continue
-            prefix = 1 + (len(self.tokenized[window.passage].title_ids) + 1
-                          if self.tokenized[window.passage].title_ids else 0)
+            prefix = 1 + (
+                len(self.tokenized[window.passage].title_ids) + 1 if self.tokenized[window.passage].title_ids else 0
+            )
             first = int(window.owned_context[0] - (window.owned_positions[0] - prefix))
             self.windows[window.passage].append((first, window.input_ids, window.token_type_ids))
         total = 0
@@ -205,15 +244,17 @@ def build_features(data: RCData, windows: PassageWindows, keep_unanswered_window
                 continue
             start = prefix + span[0] - first if inside else 0
             end = prefix + span[1] - first if inside else 0
-            features.append(Feature(e_idx, ex.passage_id, ids, types, start, end, prefix,
-                                    windows.offsets[row] + w_idx))
+            features.append(
+                Feature(e_idx, ex.passage_id, ids, types, start, end, prefix, windows.offsets[row] + w_idx)
+            )
     if skipped:
         logger.warning("skipped %d examples whose answer span could not be located", skipped)
     return features
 
 
-def _pad(ids: Sequence[list[int]], types: Sequence[list[int]], pad_id: int,
-         pad_to: int | None) -> dict[str, torch.Tensor]:
+def _pad(
+    ids: Sequence[list[int]], types: Sequence[list[int]], pad_id: int, pad_to: int | None
+) -> dict[str, torch.Tensor]:
     """pad_batch, optionally to a fixed width ``pad_to`` (e.g. to all-gather states across DDP ranks)."""
     if pad_to is None:
         return pad_batch(ids, types, pad_id)
@@ -221,9 +262,15 @@ def _pad(ids: Sequence[list[int]], types: Sequence[list[int]], pad_id: int,
     return {k: v[:-1] for k, v in padded.items()}
 
 
-def collate(features: Sequence[Feature], questions: Sequence[str], tokenizer, config: PhraseModelConfig,
-            hard: Sequence[tuple[list[int], list[int]]] = (), pad_to: int | None = None,
-            group_windows: bool = False) -> dict[str, Any]:
+def collate(
+    features: Sequence[Feature],
+    questions: Sequence[str],
+    tokenizer,
+    config: PhraseModelConfig,
+    hard: Sequence[tuple[list[int], list[int]]] = (),
+    pad_to: int | None = None,
+    group_windows: bool = False,
+) -> dict[str, Any]:
     """Tensors for a batch: passages ``p_*``, queries ``q_*``, gold positions, optional hard passages ``h_*``.
 
     By default row i of ``p_*`` is feature i's window. With ``group_windows`` each distinct window
@@ -245,7 +292,8 @@ def collate(features: Sequence[Feature], questions: Sequence[str], tokenizer, co
     p = _pad([f.input_ids for f in window_feats], [f.token_type_ids for f in window_feats], pad_id, pad_to)
     q = tokenize_queries(tokenizer, list(questions), config)
     batch: dict[str, Any] = {
-        **{f"p_{k}": v for k, v in p.items()}, **{f"q_{k}": v for k, v in q.items()},
+        **{f"p_{k}": v for k, v in p.items()},
+        **{f"q_{k}": v for k, v in q.items()},
         "start_positions": torch.tensor([f.start for f in features], dtype=torch.long),
         "end_positions": torch.tensor([f.end for f in features], dtype=torch.long),
         "p_context_start": torch.tensor([f.context_start for f in window_feats], dtype=torch.long),

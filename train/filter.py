@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from dphr_haystack.codec import VectorCodec
-from dphr_haystack.config import PhraseModelConfig
-from dphr_haystack.dump import TOKEN_DTYPE, PhraseShard
-from dphr_haystack.index import PhraseIndex
-from dphr_haystack.model import CONFIG_FILE, PhraseModel
+from dphr_haystack.build.dump import TOKEN_DTYPE, PhraseShard
+from dphr_haystack.index.codec import VectorCodec
+from dphr_haystack.index.phrase_index import PhraseIndex
+from dphr_haystack.model.config import PhraseModelConfig
+from dphr_haystack.model.phrase_model import CONFIG_FILE, PhraseModel
 
 from .data import Feature, RCData, collate
 from .losses import FilterLoss
@@ -28,8 +28,9 @@ logger = logging.getLogger(__name__)
 class FilterTask:
     """Trains ``filter_linear`` only: the phrase encoder runs in eval mode without gradients."""
 
-    def __init__(self, model: PhraseModel, data: RCData, features: Sequence[Feature],
-                 pos_weight: float | None = None) -> None:
+    def __init__(
+        self, model: PhraseModel, data: RCData, features: Sequence[Feature], pos_weight: float | None = None
+    ) -> None:
         self.tokenizer, self.config = model.tokenizer, model.config
         self.data = data
         self.features = [f for f in features if f.start > 0]  # the loss uses answerable windows only
@@ -41,10 +42,11 @@ class FilterTask:
     def batches(self, epoch: int, batch_size: int, rank: int, world_size: int, seed: int) -> Iterator[dict[str, Any]]:
         order = epoch_order(len(self.features), epoch, seed)[rank::world_size]
         for b in range(self.num_batches(batch_size, world_size)):
-            feats = [self.features[i] for i in order[b * batch_size: (b + 1) * batch_size]]
+            feats = [self.features[i] for i in order[b * batch_size : (b + 1) * batch_size]]
             if feats:
-                yield collate(feats, [self.data.examples[f.example].question for f in feats], self.tokenizer,
-                              self.config)
+                yield collate(
+                    feats, [self.data.examples[f.example].question for f in feats], self.tokenizer, self.config
+                )
 
     def step(self, model: PhraseModel, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         model.phrase_encoder.eval()
@@ -72,18 +74,20 @@ def average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
 
 
 @torch.no_grad()
-def filter_scores(model: PhraseModel, data: RCData, features: Sequence[Feature],
-                  batch_size: int = 32) -> dict[str, np.ndarray]:
+def filter_scores(
+    model: PhraseModel, data: RCData, features: Sequence[Feature], batch_size: int = 32
+) -> dict[str, np.ndarray]:
     """Filter logits and 0/1 labels over the context tokens of answerable windows (for AUC-PR)."""
     model.eval()
     device = model.device
     feats = [f for f in features if f.start > 0]
     out: dict[str, list[np.ndarray]] = {"start": [], "end": [], "start_label": [], "end_label": []}
     for b in range(0, len(feats), batch_size):
-        chunk = feats[b: b + batch_size]
+        chunk = feats[b : b + batch_size]
         batch = collate(chunk, [data.examples[f.example].question for f in chunk], model.tokenizer, model.config)
-        states = model.phrase_states(batch["p_input_ids"].to(device), batch["p_attention_mask"].to(device),
-                                     batch["p_token_type_ids"].to(device))
+        states = model.phrase_states(
+            batch["p_input_ids"].to(device), batch["p_attention_mask"].to(device), batch["p_token_type_ids"].to(device)
+        )
         logits = model.filter_linear(states).float().cpu().numpy()
         mask = batch["p_attention_mask"].numpy().astype(bool)
         mask[:, 0] = False  # [CLS] is never indexed
@@ -99,21 +103,29 @@ def filter_scores(model: PhraseModel, data: RCData, features: Sequence[Feature],
 def filter_metrics(scores: dict[str, np.ndarray]) -> dict[str, float]:
     """AUC-PR of the start and end channels and of the index rule (max logit vs start-or-end label)."""
     either = np.maximum(scores["start"], scores["end"])
-    return {"auc_pr_start": average_precision(scores["start"], scores["start_label"]),
-            "auc_pr_end": average_precision(scores["end"], scores["end_label"]),
-            "auc_pr": average_precision(either, scores["start_label"] | scores["end_label"])}
+    return {
+        "auc_pr_start": average_precision(scores["start"], scores["start_label"]),
+        "auc_pr_end": average_precision(scores["end"], scores["end_label"]),
+        "auc_pr": average_precision(either, scores["start_label"] | scores["end_label"]),
+    }
 
 
-def threshold_sweep(model: PhraseModel, passages: Sequence[dict[str, Any]], examples: Sequence[Any],
-                    thresholds: Sequence[float | None], batch_size: int = 32,
-                    ks: Sequence[int] = (1, 5, 20)) -> list[dict[str, Any]]:
+def threshold_sweep(
+    model: PhraseModel,
+    passages: Sequence[dict[str, Any]],
+    examples: Sequence[Any],
+    thresholds: Sequence[float | None],
+    batch_size: int = 32,
+    ks: Sequence[int] = (1, 5, 20),
+) -> list[dict[str, Any]]:
     """Index size and retrieval accuracy for each filter threshold (None = no filtering).
 
     Passages are encoded once; each threshold keeps the tokens whose start or end filter logit exceeds it
     (a passage left empty keeps its first token, as the dump does) and is indexed and searched.
     """
-    encoded = model.encode_passages([p["text"] for p in passages], [p.get("title", "") for p in passages],
-                                    batch_size=batch_size)
+    encoded = model.encode_passages(
+        [p["text"] for p in passages], [p.get("title", "") for p in passages], batch_size=batch_size
+    )
     total = sum(len(e.vectors) for e in encoded)
     codec = VectorCodec("float16")
     rows = []
@@ -129,9 +141,16 @@ def threshold_sweep(model: PhraseModel, passages: Sequence[dict[str, Any]], exam
             tokens["char_start"], tokens["char_end"] = enc.char_offsets[keep, 0], enc.char_offsets[keep, 1]
             vec_parts.append(enc.vectors[keep])
             tok_parts.append(tokens)
-            records.append({"id": passage["id"], "document_id": passage.get("document_id", passage["id"]),
-                            "title": passage.get("title", ""), "text": passage["text"], "meta": {},
-                            "num_context_tokens": n})
+            records.append(
+                {
+                    "id": passage["id"],
+                    "document_id": passage.get("document_id", passage["id"]),
+                    "title": passage.get("title", ""),
+                    "text": passage["text"],
+                    "meta": {},
+                    "num_context_tokens": n,
+                }
+            )
         shard = PhraseShard(codec.encode(np.concatenate(vec_parts)), np.concatenate(tok_parts), records, codec)
         index = PhraseIndex.create(model, filter_threshold=th)
         index.add_shard(shard)
@@ -172,13 +191,23 @@ def choose_threshold(rows: Sequence[dict[str, Any]], metric: str = "em@1", max_d
     floor = reference[metric] - max_drop
     acceptable = [r for r in rows if r[metric] >= floor - 1e-12] if reference[metric] > 0 else [reference]
     # min over (size, -accuracy, -threshold); no filtering counts as the lowest threshold
-    chosen = min(acceptable, key=lambda r: (r["vectors"], -r[metric],
-                                            math.inf if r["threshold"] is None else -r["threshold"]))
-    return {"threshold": chosen["threshold"], "metric": metric, "max_drop": max_drop,
-            "reference": reference[metric], "reference_threshold": reference["threshold"],
-            "chosen": chosen[metric], "kept_fraction": chosen["kept_fraction"],
-            "rule": (f"fewest vectors with {metric} >= {metric}(no filter) - {max_drop:g}" if reference[metric] > 0
-                     else f"{metric}(no filter) = 0: no signal, no filtering")}
+    chosen = min(
+        acceptable, key=lambda r: (r["vectors"], -r[metric], math.inf if r["threshold"] is None else -r["threshold"])
+    )
+    return {
+        "threshold": chosen["threshold"],
+        "metric": metric,
+        "max_drop": max_drop,
+        "reference": reference[metric],
+        "reference_threshold": reference["threshold"],
+        "chosen": chosen[metric],
+        "kept_fraction": chosen["kept_fraction"],
+        "rule": (
+            f"fewest vectors with {metric} >= {metric}(no filter) - {max_drop:g}"
+            if reference[metric] > 0
+            else f"{metric}(no filter) = 0: no signal, no filtering"
+        ),
+    }
 
 
 def store_filter_threshold(model_dir: str | Path, threshold: float | None) -> None:
@@ -204,12 +233,19 @@ def plot_sweep(rows: Sequence[dict[str, Any]], path: Any, chosen: float | None |
     for key in [k for k in rows[0] if k == "em@1" or k.startswith("acc@")]:
         ax.plot(sizes, [r[key] for r in rows], marker="o", label=key)
     for r in rows:
-        ax.annotate("none" if r["threshold"] is None else f"{r['threshold']:g}", (r["kept_fraction"], r["em@1"]),
-                    fontsize=7)
+        ax.annotate(
+            "none" if r["threshold"] is None else f"{r['threshold']:g}", (r["kept_fraction"], r["em@1"]), fontsize=7
+        )
     picked = [r for r in rows if chosen != "unset" and r["threshold"] == chosen]
     if picked:
-        ax.scatter([picked[0]["kept_fraction"]], [picked[0]["em@1"]], s=160, facecolors="none", edgecolors="red",
-                   label="chosen")
+        ax.scatter(
+            [picked[0]["kept_fraction"]],
+            [picked[0]["em@1"]],
+            s=160,
+            facecolors="none",
+            edgecolors="red",
+            label="chosen",
+        )
     ax.set_xlabel("index size (fraction of tokens kept)")
     ax.set_ylabel("accuracy")
     ax.set_title("filter threshold sweep")

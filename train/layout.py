@@ -22,14 +22,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dphr_haystack.model import PhraseModel
+from dphr_haystack.model.phrase_model import PhraseModel
 
 os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 logger = logging.getLogger(__name__)
 
 
-def to_shared_layout(model: PhraseModel, questions: Sequence[str], ridge: float = 1e-3,
-                     batch_size: int = 64) -> tuple[PhraseModel, dict[str, float]]:
+def to_shared_layout(
+    model: PhraseModel, questions: Sequence[str], ridge: float = 1e-3, batch_size: int = 64
+) -> tuple[PhraseModel, dict[str, float]]:
     """The shared-layout copy of ``model`` and how well its fitted end head reproduces q_end on ``questions``.
 
     Raises:
@@ -47,8 +48,14 @@ def to_shared_layout(model: PhraseModel, questions: Sequence[str], ridge: float 
     weights = np.linalg.solve(x.T @ x + penalty, x.T @ q_end.astype(np.float64))  # (d + 1, d)
     config = copy.deepcopy(model.config)
     config.query_layout = "shared"
-    shared = PhraseModel(copy.deepcopy(model.phrase_encoder), None, None, model.tokenizer, config,
-                         query_encoder=copy.deepcopy(model.query_start_encoder))
+    shared = PhraseModel(
+        copy.deepcopy(model.phrase_encoder),
+        None,
+        None,
+        model.tokenizer,
+        config,
+        query_encoder=copy.deepcopy(model.query_start_encoder),
+    )
     shared.filter_linear.load_state_dict(model.filter_linear.state_dict())
     with torch.no_grad():
         shared.query_end_head.weight.copy_(torch.from_numpy(weights[:-1].T.astype(np.float32)))
@@ -56,13 +63,17 @@ def to_shared_layout(model: PhraseModel, questions: Sequence[str], ridge: float 
     fitted = (x @ weights).astype(np.float32)
     cosine = np.sum(fitted * q_end, axis=1) / (np.linalg.norm(fitted, axis=1) * np.linalg.norm(q_end, axis=1) + 1e-12)
     residual = float(np.sum((fitted - q_end) ** 2) / np.sum((q_end - q_end.mean(0)) ** 2))
-    return shared.eval(), {"questions": len(questions), "r2": 1.0 - residual, "mean_cosine": float(cosine.mean()),
-                           "min_cosine": float(cosine.min())}
+    return shared.eval(), {
+        "questions": len(questions),
+        "r2": 1.0 - residual,
+        "mean_cosine": float(cosine.mean()),
+        "min_cosine": float(cosine.min()),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from .data import load_squad
-    from .recipes import DataSection, _resolve_data
+    from .schema import DataSection, _resolve_data
 
     parser = argparse.ArgumentParser(prog="python -m train.layout", description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="a separate-layout model (directory or shipped name)")

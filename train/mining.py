@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dphr_haystack.evaluation import contains_answer
-from dphr_haystack.index import PhraseIndex
-from dphr_haystack.model import PhraseModel
+from dphr_haystack.index.phrase_index import PhraseIndex
+from dphr_haystack.model.phrase_model import PhraseModel
 from dphr_haystack.search import PhraseSearcher
 
 from .data import RCData
@@ -17,8 +17,9 @@ from .data import RCData
 logger = logging.getLogger(__name__)
 
 
-def mine_hard_negatives(model: PhraseModel, data: RCData, index: PhraseIndex, top_k: int = 10,
-                        query_batch: int = 256) -> dict[str, list[str]]:
+def mine_hard_negatives(
+    model: PhraseModel, data: RCData, index: PhraseIndex, top_k: int = 10, query_batch: int = 256
+) -> dict[str, list[str]]:
     """Question id → hard-negative passage ids, best first.
 
     Retrieves the top-k phrases per question from ``index`` (built with ``model`` over ``data.passages``),
@@ -29,7 +30,7 @@ def mine_hard_negatives(model: PhraseModel, data: RCData, index: PhraseIndex, to
     out: dict[str, list[str]] = {}
     examples = data.examples
     for b in range(0, len(examples), query_batch):
-        chunk = examples[b: b + query_batch]
+        chunk = examples[b : b + query_batch]
         hits = searcher.search_batch([ex.question for ex in chunk], unit="phrase", top_k=top_k)
         for ex, per_query in zip(chunk, hits, strict=True):
             negatives: list[str] = []
@@ -68,5 +69,8 @@ def negatives_by_example(data: RCData, negatives: dict[str, list[str]]) -> dict[
 def mining_stats(negatives: dict[str, list[str]], wanted: int = 1) -> dict[str, float]:
     counts: Sequence[int] = [len(v) for v in negatives.values()]
     n = max(1, len(counts))
-    return {"questions": float(len(counts)), "mean_negatives": sum(counts) / n,
-            "short_fraction": sum(c < wanted for c in counts) / n}
+    return {
+        "questions": float(len(counts)),
+        "mean_negatives": sum(counts) / n,
+        "short_fraction": sum(c < wanted for c in counts) / n,
+    }

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from dphr_haystack.model import PhraseModel
+from dphr_haystack.model.phrase_model import PhraseModel
 
 from .data import Feature, PassageWindows, RCData, collate, per_question
 from .losses import DensePhrasesLoss, UnifiedLoss, build_loss, gold_vectors
@@ -23,8 +23,9 @@ BATCHING = ("question", "passage")
 QUERY_CHUNK = 16
 
 
-def chunked_query_vectors(model: PhraseModel, batch: dict[str, Any],
-                          chunk: int = QUERY_CHUNK) -> tuple[torch.Tensor, torch.Tensor]:
+def chunked_query_vectors(
+    model: PhraseModel, batch: dict[str, Any], chunk: int = QUERY_CHUNK
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Query start/end vectors (B, d) computed in length-sorted chunks, each padded only to its own longest."""
     ids, mask, types = batch["q_input_ids"], batch["q_attention_mask"], batch["q_token_type_ids"]
     lengths = mask.sum(dim=1)  # (B,)
@@ -69,12 +70,24 @@ class RCTask:
     processes are all-gathered, so every query sees the same negatives as in one process with the global batch.
     """
 
-    def __init__(self, model: PhraseModel, data: RCData, features: Sequence[Feature], windows: PassageWindows,
-                 loss: str = "densephrases", loss_kwargs: dict[str, Any] | None = None, pre_batch: int = 2,
-                 negatives: dict[int, list[str]] | None = None, hard_per_example: int = 1,
-                 lambda_flt: float = 0.0, gather_negatives: bool = False, seed: int = 0,
-                 teacher: CrossEncoderTeacher | None = None, batching: str = "question",
-                 bucket_batches: int = 50) -> None:
+    def __init__(
+        self,
+        model: PhraseModel,
+        data: RCData,
+        features: Sequence[Feature],
+        windows: PassageWindows,
+        loss: str = "densephrases",
+        loss_kwargs: dict[str, Any] | None = None,
+        pre_batch: int = 2,
+        negatives: dict[int, list[str]] | None = None,
+        hard_per_example: int = 1,
+        lambda_flt: float = 0.0,
+        gather_negatives: bool = False,
+        seed: int = 0,
+        teacher: CrossEncoderTeacher | None = None,
+        batching: str = "question",
+        bucket_batches: int = 50,
+    ) -> None:
         self.tokenizer, self.config = model.tokenizer, model.config
         self.data, self.features, self.windows = data, list(features), windows
         self.loss_name = loss
@@ -98,8 +111,10 @@ class RCTask:
         if bucket_batches < 1:
             raise ValueError(f"bucket_batches must be >= 1, got {bucket_batches}")
         if batching == "passage" and gather_negatives and loss == "densephrases":
-            raise ValueError("gather_negatives with passage batching takes the unified loss: the densephrases "
-                             "loss gathers one gold vector per question, and processes hold different numbers")
+            raise ValueError(
+                "gather_negatives with passage batching takes the unified loss: the densephrases "
+                "loss gathers one gold vector per question, and processes hold different numbers"
+            )
         self.batching, self.bucket_batches = batching, bucket_batches
         # A batching unit is a list of feature indices: one feature, or every feature of one window.
         if batching == "passage":
@@ -124,12 +139,12 @@ class RCTask:
             return [order]
         order = order[: n_full * per_step]
         if self.batching == "question":
-            return [order[b * per_step: (b + 1) * per_step] for b in range(n_full)]
+            return [order[b * per_step : (b + 1) * per_step] for b in range(n_full)]
         plan = []
         span = per_step * self.bucket_batches
         for c in range(0, len(order), span):
-            bucket = sorted(order[c: c + span], key=self.unit_length.__getitem__)
-            plan.extend(bucket[i: i + per_step] for i in range(0, len(bucket), per_step))
+            bucket = sorted(order[c : c + span], key=self.unit_length.__getitem__)
+            plan.extend(bucket[i : i + per_step] for i in range(0, len(bucket), per_step))
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch + 17)
         return [plan[i] for i in torch.randperm(len(plan), generator=generator).tolist()]
 
@@ -144,8 +159,9 @@ class RCTask:
             questions = [self.data.examples[f.example].question for f in feats]
             hard = self._sample_hard(feats)
             pad_to = self.config.max_passage_length if (self.gather and world_size > 1) else None  # same shapes
-            yield collate(feats, questions, self.tokenizer, self.config, hard=hard, pad_to=pad_to,
-                          group_windows=grouped)
+            yield collate(
+                feats, questions, self.tokenizer, self.config, hard=hard, pad_to=pad_to, group_windows=grouped
+            )
 
     def _sample_hard(self, feats: Sequence[Feature]) -> list[tuple[list[int], list[int]]]:
         if self.hard_per_example <= 0:
@@ -172,8 +188,9 @@ class RCTask:
         if self.batching == "passage":
             q_start, q_end = chunked_query_vectors(model, batch)
         else:
-            q_start, q_end = model.query_vectors(batch["q_input_ids"], batch["q_attention_mask"],
-                                                 batch["q_token_type_ids"])
+            q_start, q_end = model.query_vectors(
+                batch["q_input_ids"], batch["q_attention_mask"], batch["q_token_type_ids"]
+            )
         mask = batch["p_attention_mask"]
         starts, ends = batch["start_positions"], batch["end_positions"]
         if isinstance(self.loss, DensePhrasesLoss):
@@ -182,9 +199,17 @@ class RCTask:
             return self._densephrases_step(model, batch, states, q_start, q_end, mask, starts, ends)
         return self._unified_step(model, batch, states, q_start, q_end, mask, starts, ends)
 
-    def _densephrases_step(self, model: PhraseModel, batch: dict[str, Any], states: torch.Tensor,
-                           q_start: torch.Tensor, q_end: torch.Tensor, mask: torch.Tensor, starts: torch.Tensor,
-                           ends: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _densephrases_step(
+        self,
+        model: PhraseModel,
+        batch: dict[str, Any],
+        states: torch.Tensor,
+        q_start: torch.Tensor,
+        q_end: torch.Tensor,
+        mask: torch.Tensor,
+        starts: torch.Tensor,
+        ends: torch.Tensor,
+    ) -> dict[str, torch.Tensor]:
         pre_s = torch.cat([e["start"] for e in self.queue]) if self.queue else None
         pre_e = torch.cat([e["end"] for e in self.queue]) if self.queue else None
         gold_s, gold_e = gold_vectors(states, starts), gold_vectors(states, ends)  # (B, d) each
@@ -197,17 +222,37 @@ class RCTask:
             if self.teacher.device != states.device:
                 self.teacher.to(states.device)
             teacher_s, teacher_e = self.teacher.logits(per_question(batch))  # (B, L) each
-        out = self.loss(q_start, q_end, states, mask, starts, ends, filter_logits=model.filter_linear(states),
-                        pre_start=pre_s, pre_end=pre_e, teacher_start=teacher_s, teacher_end=teacher_e,
-                        batch_start=gold_s if own_index is not None else None,
-                        batch_end=gold_e if own_index is not None else None, own_index=own_index)
+        out = self.loss(
+            q_start,
+            q_end,
+            states,
+            mask,
+            starts,
+            ends,
+            filter_logits=model.filter_linear(states),
+            pre_start=pre_s,
+            pre_end=pre_e,
+            teacher_start=teacher_s,
+            teacher_end=teacher_e,
+            batch_start=gold_s if own_index is not None else None,
+            batch_end=gold_e if own_index is not None else None,
+            own_index=own_index,
+        )
         if self.queue.maxlen:
             self.queue.append({"start": gold_s.detach(), "end": gold_e.detach()})
         return out
 
-    def _unified_step(self, model: PhraseModel, batch: dict[str, Any], states: torch.Tensor, q_start: torch.Tensor,
-                      q_end: torch.Tensor, mask: torch.Tensor, starts: torch.Tensor,
-                      ends: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _unified_step(
+        self,
+        model: PhraseModel,
+        batch: dict[str, Any],
+        states: torch.Tensor,
+        q_start: torch.Tensor,
+        q_end: torch.Tensor,
+        mask: torch.Tensor,
+        starts: torch.Tensor,
+        ends: torch.Tensor,
+    ) -> dict[str, torch.Tensor]:
         K = states.shape[0]  # this process's windows; one per question unless grouped
         passage_ids = list(batch["passage_ids"])
         local_own = batch.get("own_index", torch.arange(K, device=states.device))  # (B,) row of each question
@@ -232,14 +277,26 @@ class RCTask:
             pre_allowed = local_codes[:, None] != pre_codes[None, :]  # (B, P)
         hard_states = hard_mask = None
         if "h_input_ids" in batch:
-            hard_states = model.phrase_states(batch["h_input_ids"], batch["h_attention_mask"],
-                                              batch["h_token_type_ids"])
+            hard_states = model.phrase_states(
+                batch["h_input_ids"], batch["h_attention_mask"], batch["h_token_type_ids"]
+            )
             hard_mask = batch["h_attention_mask"]
             if self._gathering():
                 hard_states, hard_mask = gather_with_grad(hard_states), gather_with_grad(hard_mask)
-        out = self.loss(q_start, q_end, all_states, all_mask, starts, ends, own_index=own_index, exclude=exclude,
-                        pre_vectors=pre_vectors, pre_allowed=pre_allowed, hard_states=hard_states,
-                        hard_mask=hard_mask)
+        out = self.loss(
+            q_start,
+            q_end,
+            all_states,
+            all_mask,
+            starts,
+            ends,
+            own_index=own_index,
+            exclude=exclude,
+            pre_vectors=pre_vectors,
+            pre_allowed=pre_allowed,
+            hard_states=hard_states,
+            hard_mask=hard_mask,
+        )
         if self.filter_loss is not None:
             flt = self.filter_loss(model.filter_linear(states)[local_own], starts, ends, mask[local_own])
             out = {**out, "loss": out["loss"] + self.lambda_flt * flt, "filter": flt.detach()}

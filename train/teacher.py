@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from dphr_haystack._lazy import require
+from dphr_haystack._util.lazy import require
 from dphr_haystack.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -49,16 +49,18 @@ def load_qa_model(path: str | Path) -> torch.nn.Module:
         try:
             state = torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
         except Exception as exc:  # noqa: BLE001 - torch raises many types for refused or corrupt files
-            raise ModelLoadError(f"refused to load {path / 'pytorch_model.bin'}: not a plain tensor checkpoint "
-                                 f"({exc})") from exc
+            raise ModelLoadError(
+                f"refused to load {path / 'pytorch_model.bin'}: not a plain tensor checkpoint ({exc})"
+            ) from exc
         if not isinstance(state, dict):
             raise ModelLoadError(f"{path / 'pytorch_model.bin'}: expected a state dict, got {type(state).__name__}")
         model = transformers.AutoModelForQuestionAnswering.from_config(config)
         result = model.load_state_dict(state, strict=False)
         missing = [k for k in result.missing_keys if not k.endswith(("position_ids", "token_type_ids"))]
         if missing:
-            raise ModelLoadError(f"{path / 'pytorch_model.bin'}: not a question-answering model "
-                                 f"(missing {missing[:5]})")
+            raise ModelLoadError(
+                f"{path / 'pytorch_model.bin'}: not a question-answering model (missing {missing[:5]})"
+            )
     else:
         raise ModelLoadError(f"teacher directory {path} has neither model.safetensors nor pytorch_model.bin")
     model.eval()
@@ -90,12 +92,16 @@ class CrossEncoderTeacher:
             transformers = require("transformers")
             teacher_vocab = transformers.AutoTokenizer.from_pretrained(str(path)).get_vocab()
             if teacher_vocab != student_tokenizer.get_vocab():
-                raise ModelLoadError(f"the teacher at {path} has another vocabulary than the student: both must "
-                                     f"tokenise alike (re-tokenising across vocabularies is not supported)")
+                raise ModelLoadError(
+                    f"the teacher at {path} has another vocabulary than the student: both must "
+                    f"tokenise alike (re-tokenising across vocabularies is not supported)"
+                )
         vocab_size = getattr(model.config, "vocab_size", None)
         if isinstance(vocab_size, int) and len(student_tokenizer) > vocab_size:
-            raise ModelLoadError(f"the teacher at {path} embeds {vocab_size} tokens, the student's tokenizer has "
-                                 f"{len(student_tokenizer)}")
+            raise ModelLoadError(
+                f"the teacher at {path} embeds {vocab_size} tokens, the student's tokenizer has "
+                f"{len(student_tokenizer)}"
+            )
         logger.info("distillation teacher: %s (%s)", path, type(model).__name__)
         return cls(model, student_tokenizer)
 
@@ -120,7 +126,7 @@ class CrossEncoderTeacher:
         for qi, qm, pi, pm, cs in zip(q_ids, q_mask, p_ids, p_mask, context_starts, strict=True):
             question = [t for t, m in zip(qi, qm, strict=True) if m]  # [CLS] q [SEP]
             n_real = sum(pm)
-            context = pi[cs: n_real - 1]  # up to the final [SEP]
+            context = pi[cs : n_real - 1]  # up to the final [SEP]
             overflow = len(question) + len(context) + 1 - self.max_length
             if overflow > 0:  # keep the whole context; shorten the question
                 question = question[: max(2, len(question) - overflow - 1)] + [question[-1]]
@@ -150,7 +156,6 @@ class CrossEncoderTeacher:
         for row, (cs, n_context, teacher_cs, final_sep) in enumerate(align):
             for target, source in zip(aligned, (t_start, t_end), strict=True):
                 target[row, 0] = source[row, 0]  # [CLS]: the answer is not in this window
-                target[row, cs: cs + n_context] = source[row, teacher_cs: teacher_cs + n_context]
+                target[row, cs : cs + n_context] = source[row, teacher_cs : teacher_cs + n_context]
                 target[row, final_sep] = source[row, teacher_cs + n_context]
         return aligned[0], aligned[1]
-

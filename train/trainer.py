@@ -13,6 +13,7 @@ writes files (checkpoints, ``metrics.jsonl``, models). Validation runs on rank 0
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -28,7 +29,8 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from dphr_haystack.model import PhraseModel
+from dphr_haystack._util.atomic import replace_directory
+from dphr_haystack.model.phrase_model import PhraseModel
 
 logger = logging.getLogger(__name__)
 
@@ -169,8 +171,9 @@ def parameter_spread(model: nn.Module, device: torch.device) -> float:
     """Largest difference across processes of any parameter tensor's sum and sum of squares (0 when in sync)."""
     if not is_distributed():
         return 0.0
-    stats = torch.stack([torch.stack([p.detach().double().sum(), p.detach().double().square().sum()])
-                         for p in model.parameters()]).to(device)  # (n_params, 2)
+    stats = torch.stack(
+        [torch.stack([p.detach().double().sum(), p.detach().double().square().sum()]) for p in model.parameters()]
+    ).to(device)  # (n_params, 2)
     high, low = stats.clone(), stats.clone()
     torch.distributed.all_reduce(high, op=torch.distributed.ReduceOp.MAX)
     torch.distributed.all_reduce(low, op=torch.distributed.ReduceOp.MIN)
@@ -198,7 +201,7 @@ class _GatherWithGrad(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
         grad = grad.clone(memory_format=torch.contiguous_format)  # (world·rows, ...)
         torch.distributed.all_reduce(grad)  # Σ over processes of d(their loss)/d(gathered)
-        return grad[ctx.rank * ctx.rows: (ctx.rank + 1) * ctx.rows]
+        return grad[ctx.rank * ctx.rows : (ctx.rank + 1) * ctx.rows]
 
 
 def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
@@ -211,8 +214,10 @@ def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
     if not is_distributed():
         return tensor
     if not tensor.requires_grad:
-        parts = [torch.empty_like(tensor, memory_format=torch.contiguous_format)
-                 for _ in range(torch.distributed.get_world_size())]
+        parts = [
+            torch.empty_like(tensor, memory_format=torch.contiguous_format)
+            for _ in range(torch.distributed.get_world_size())
+        ]
         torch.distributed.all_gather(parts, tensor.contiguous())
         return torch.cat(parts, dim=0)
     return _GatherWithGrad.apply(tensor)
@@ -221,8 +226,12 @@ def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
 def set_trainable(model: PhraseModel, trainable: str, freeze_word_embeddings: bool) -> list[nn.Parameter]:
     """Set ``requires_grad`` by role and return the trainable parameters."""
     groups = model.parameter_groups()
-    chosen = {"all": ("phrase", "query", "filter"), "encoders": ("phrase", "query"), "query": ("query",),
-              "filter": ("filter",)}[trainable]
+    chosen = {
+        "all": ("phrase", "query", "filter"),
+        "encoders": ("phrase", "query"),
+        "query": ("query",),
+        "filter": ("filter",),
+    }[trainable]
     for role, params in groups.items():
         for param in params:
             param.requires_grad_(role in chosen)
@@ -252,8 +261,13 @@ class Trainer:
         >>> PhraseModel.load(result.best_dir)
     """
 
-    def __init__(self, model: PhraseModel, args: TrainArgs, task: TrainingTask,
-                 eval_fn: Callable[[PhraseModel], dict[str, float]] | None = None) -> None:
+    def __init__(
+        self,
+        model: PhraseModel,
+        args: TrainArgs,
+        task: TrainingTask,
+        eval_fn: Callable[[PhraseModel], dict[str, float]] | None = None,
+    ) -> None:
         self.model = model
         self.args = args
         self.task = task
@@ -292,8 +306,7 @@ class Trainer:
         shutil.rmtree(tmp, ignore_errors=True)
         self.model.save(tmp / "model")
         torch.save(state, tmp / STATE_FILE)
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
+        replace_directory(tmp, final)  # an existing checkpoint stays until the new one is in place
         ckpts = sorted(self.out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
         for old in ckpts[: max(0, len(ckpts) - self.args.keep_checkpoints)]:
             shutil.rmtree(old, ignore_errors=True)
@@ -304,8 +317,7 @@ class Trainer:
             tmp = self.out / f".{name}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
             self.model.save(tmp)
-            shutil.rmtree(path, ignore_errors=True)
-            os.replace(tmp, path)
+            replace_directory(tmp, path)
         return path
 
     # ----------------------------------------------------------------- logging
@@ -333,10 +345,7 @@ class Trainer:
             logger.info("resuming from %s", resume_from)
         model = self.model.to(device)
         params = set_trainable(model, args.trainable, args.freeze_word_embeddings)
-        decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim > 1]
-        no_decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim <= 1]
-        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                                       {"params": no_decay, "weight_decay": 0.0}], lr=args.lr)
+        optimizer = _adamw(model, args)
         per_epoch = max(1, self.task.num_batches(args.batch_size, self.world_size) // args.grad_accum)
         total = args.max_steps or max(1, math.ceil(per_epoch * args.epochs))
         scheduler = linear_schedule(optimizer, int(args.warmup_ratio * total), total)
@@ -344,18 +353,7 @@ class Trainer:
         scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
         step, epoch, batches_done, best = 0, 0, 0, None
         if resume_from is not None:
-            state = torch.load(resume_from / STATE_FILE, map_location="cpu", weights_only=True)
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            if "scaler" in state:
-                scaler.load_state_dict(state["scaler"])
-            step, epoch, batches_done = int(state["step"]), int(state["epoch"]), int(state["batches_done"])
-            best = state.get("best_metric")
-            best = None if best is None else float(best)
-            if "cpu_rng" in state:  # dropout masks continue as in an uninterrupted run
-                torch.set_rng_state(state["cpu_rng"])
-            if "cuda_rng" in state and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(state["cuda_rng"])
+            step, epoch, batches_done, best = _restore_state(resume_from, optimizer, scheduler, scaler)
         wrapped: nn.Module = _TaskModule(model, self.task)
         if self.world_size > 1:
             wrapped = nn.parallel.DistributedDataParallel(
@@ -370,21 +368,25 @@ class Trainer:
         while step < total:
             micro, yielded = 0, False
             accum: dict[str, float] = {}
-            for b_idx, batch in enumerate(self.task.batches(epoch, args.batch_size, self.rank, self.world_size,
-                                                            args.seed)):
+            for b_idx, batch in enumerate(
+                self.task.batches(epoch, args.batch_size, self.rank, self.world_size, args.seed)
+            ):
                 yielded = True
                 if b_idx < batches_done:
                     continue
                 batch = _to_device(batch, device)
                 sync = (micro + 1) % args.grad_accum == 0
-                context = wrapped.no_sync() if (self.world_size > 1 and not sync) else _nullcontext()
+                context = wrapped.no_sync() if (self.world_size > 1 and not sync) else contextlib.nullcontext()
                 with context:
                     with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
                         out = wrapped(batch)
                     loss = out["loss"] / args.grad_accum
                     scaler.scale(loss).backward()
                 for key, value in out.items():
-                    accum[key] = accum.get(key, 0.0) + float(value.detach() if isinstance(value, torch.Tensor) else value) / args.grad_accum
+                    accum[key] = (
+                        accum.get(key, 0.0)
+                        + float(value.detach() if isinstance(value, torch.Tensor) else value) / args.grad_accum
+                    )
                 micro += 1
                 batches_done = b_idx + 1
                 samples += len(batch["start_positions"]) if "start_positions" in batch else args.batch_size
@@ -401,8 +403,10 @@ class Trainer:
                 step += 1
                 bar.update(1)
                 elapsed = max(time.perf_counter() - started, 1e-9)
-                last_metrics = {**average_across_ranks(accum, device),
-                                "samples_per_s": samples * self.world_size / elapsed}
+                last_metrics = {
+                    **average_across_ranks(accum, device),
+                    "samples_per_s": samples * self.world_size / elapsed,
+                }
                 if step % args.log_every == 0 or step == total:
                     self._log({"step": step, "epoch": epoch, "lr": scheduler.get_last_lr()[0], **last_metrics})
                     bar.set_postfix(loss=f"{accum.get('loss', float('nan')):.4f}")
@@ -410,11 +414,7 @@ class Trainer:
                 if step % eval_every == 0 or step == total:
                     best = self._evaluate(step, epoch, best)
                 if step % save_every == 0 or step == total:
-                    state = {"step": step, "epoch": epoch, "batches_done": batches_done,
-                             "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                             "scaler": scaler.state_dict(), "best_metric": best, "cpu_rng": torch.get_rng_state()}
-                    if torch.cuda.is_available():
-                        state["cuda_rng"] = torch.cuda.get_rng_state_all()
+                    state = _checkpoint_state(step, epoch, batches_done, best, optimizer, scheduler, scaler)
                     self._save_checkpoint(step, state)
                 if step >= total:
                     break
@@ -462,12 +462,51 @@ class Trainer:
         return best
 
 
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
+def _adamw(model: nn.Module, args: TrainArgs) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters, without weight decay on biases and norms (1-d tensors)."""
+    decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim > 1]
+    no_decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim <= 1]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr,
+    )
 
-    def __exit__(self, *exc: object) -> None:
-        return None
+
+def _checkpoint_state(
+    step: int, epoch: int, batches_done: int, best: float | None, optimizer, scheduler, scaler
+) -> dict:
+    """What a checkpoint needs beyond the model to resume exactly: position, optimizer, schedule, scaler, RNGs."""
+    state = {
+        "step": step,
+        "epoch": epoch,
+        "batches_done": batches_done,
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "scaler": scaler.state_dict(),
+        "best_metric": best,
+        "cpu_rng": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda_rng"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _restore_state(checkpoint: Path, optimizer, scheduler, scaler) -> tuple[int, int, int, float | None]:
+    """Load a checkpoint's training state into ``optimizer``, ``scheduler``, ``scaler`` and the RNGs; returns
+    ``(step, epoch, batches_done, best_metric)``."""
+    state = torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=True)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    if "scaler" in state:
+        scaler.load_state_dict(state["scaler"])
+    step, epoch, batches_done = int(state["step"]), int(state["epoch"]), int(state["batches_done"])
+    best = state.get("best_metric")
+    best = None if best is None else float(best)
+    if "cpu_rng" in state:  # dropout masks continue as in an uninterrupted run
+        torch.set_rng_state(state["cpu_rng"])
+    if "cuda_rng" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    return step, epoch, batches_done, best
 
 
 def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
@@ -492,8 +531,10 @@ def plot_curves(metrics_path: str | Path, out_path: str | Path) -> Path | None:
         logger.warning("matplotlib is not installed: no curves plot (pip install 'dphr-haystack[train]')")
         return None
     records = read_metrics(metrics_path)
-    train_keys = sorted({k for r in records for k in r if not k.startswith(("eval/", "ddp/"))}
-                        - {"step", "epoch", "lr", "samples_per_s"})
+    train_keys = sorted(
+        {k for r in records for k in r if not k.startswith(("eval/", "ddp/"))}
+        - {"step", "epoch", "lr", "samples_per_s"}
+    )
     eval_keys = sorted({k for r in records for k in r if k.startswith("eval/")})
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for key in train_keys:

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from dphr_haystack.evaluation import contains_answer, exact_match
-from dphr_haystack.index import PhraseIndex
-from dphr_haystack.model import PhraseModel
+from dphr_haystack.index.phrase_index import PhraseIndex
+from dphr_haystack.model.phrase_model import PhraseModel
 from dphr_haystack.search import PhraseSearcher
 
 from .data import RCData, RCExample
@@ -28,8 +28,13 @@ from .data import RCData, RCExample
 logger = logging.getLogger(__name__)
 
 
-def build_index(model: PhraseModel, passages: Sequence[dict[str, Any]], batch_size: int = 32,
-                faiss_factory: str = "Flat", filter_threshold: float | None = None) -> PhraseIndex:
+def build_index(
+    model: PhraseModel,
+    passages: Sequence[dict[str, Any]],
+    batch_size: int = 32,
+    faiss_factory: str = "Flat",
+    filter_threshold: float | None = None,
+) -> PhraseIndex:
     """An in-memory phrase index of ``passages`` encoded by ``model``."""
     index = PhraseIndex.create(model, faiss_factory=faiss_factory, filter_threshold=filter_threshold)
     index.add_passages(list(passages), model, batch_size=batch_size, progress=False)
@@ -47,9 +52,14 @@ def unique_questions(examples: Sequence[RCExample]) -> list[RCExample]:
     return out
 
 
-def build_subcorpora(data: RCData, reference: PhraseModel | None = None, hard_k: Sequence[int] = (10,),
-                     random_fractions: Sequence[float] = (0.1,), seed: int = 0,
-                     batch_size: int = 32) -> dict[str, list[str]]:
+def build_subcorpora(
+    data: RCData,
+    reference: PhraseModel | None = None,
+    hard_k: Sequence[int] = (10,),
+    random_fractions: Sequence[float] = (0.1,),
+    seed: int = 0,
+    batch_size: int = 32,
+) -> dict[str, list[str]]:
     """Passage ids of C0, R_r for each fraction and, with a reference model, H_k for each k."""
     order = {p["id"]: i for i, p in enumerate(data.passages)}
     c0 = {ex.passage_id for ex in data.examples if ex.passage_id in order}
@@ -71,8 +81,9 @@ def build_subcorpora(data: RCData, reference: PhraseModel | None = None, hard_k:
     return sub
 
 
-def evaluate_index(index: PhraseIndex, model: PhraseModel, examples: Sequence[RCExample],
-                   ks: Sequence[int] = (1, 5, 20)) -> dict[str, float]:
+def evaluate_index(
+    index: PhraseIndex, model: PhraseModel, examples: Sequence[RCExample], ks: Sequence[int] = (1, 5, 20)
+) -> dict[str, float]:
     """EM@1 of the top phrase and passage accuracy@k over ``examples`` on a built index."""
     questions = unique_questions(examples)
     if not questions:
@@ -84,13 +95,16 @@ def evaluate_index(index: PhraseIndex, model: PhraseModel, examples: Sequence[RC
     # Passages: a fixed candidate pool (DensePhrases retrieves 2×top_k phrases for coarser units), so small
     # subcorpora never trigger the searcher's widen-until-k-results loop over the whole index.
     k_max = max(ks)
-    passages = searcher.search_vectors(q_start, q_end, unit="passage", top_k=k_max,
-                                       candidates=min(len(index), max(2 * k_max, 100)))
+    passages = searcher.search_vectors(
+        q_start, q_end, unit="passage", top_k=k_max, candidates=min(len(index), max(2 * k_max, 100))
+    )
     em = [bool(p) and exact_match(p[0].text, ex.answers) for p, ex in zip(phrases, questions, strict=True)]
     out = {"em@1": float(np.mean(em))}
     for k in ks:
-        hit = [any(contains_answer(h.text, ex.answers) for h in ps[:k]) for ps, ex in zip(passages, questions,
-                                                                                           strict=True)]
+        hit = [
+            any(contains_answer(h.text, ex.answers) for h in ps[:k])
+            for ps, ex in zip(passages, questions, strict=True)
+        ]
         out[f"acc@{k}"] = float(np.mean(hit))
     return out
 
@@ -106,8 +120,15 @@ class Validator:
         >>> validator(model)   # {"H_10/em@1": ..., "H_10/acc@1": ..., ...}
     """
 
-    def __init__(self, data: RCData, subcorpora: dict[str, list[str]], names: Sequence[str] | None = None,
-                 ks: Sequence[int] = (1, 5, 20), batch_size: int = 32, max_questions: int | None = None) -> None:
+    def __init__(
+        self,
+        data: RCData,
+        subcorpora: dict[str, list[str]],
+        names: Sequence[str] | None = None,
+        ks: Sequence[int] = (1, 5, 20),
+        batch_size: int = 32,
+        max_questions: int | None = None,
+    ) -> None:
         self.data = data
         self.subcorpora = subcorpora
         self.names = list(names) if names is not None else list(subcorpora)

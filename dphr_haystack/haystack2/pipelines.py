@@ -38,7 +38,7 @@ def indexing_pipeline(store: PhraseDocumentStore, model: str = DEFAULT_MODEL) ->
 
 
 def phrase_qa_pipeline(store: PhraseDocumentStore, model: str = DEFAULT_MODEL, top_k: int = 5) -> Pipeline:
-    """``retriever`` (PhraseRetriever, unit phrase): ``answers`` are the top-k phrases, ``documents`` their passages."""
+    """``retriever`` (PhraseRetriever, unit phrase): ``answers`` are the top-k phrases, ``documents`` passages."""
     pipeline = Pipeline()
     pipeline.add_component("retriever", PhraseRetriever(document_store=store, model=model, unit="phrase", top_k=top_k))
     return pipeline

@@ -14,7 +14,17 @@ from .pipeline import PIPELINES_DIR, corpus_documents, index_corpus, load_pipeli
 from .retriever import PhraseRetriever
 
 __all__ = [
-    "LinearFusionJoin", "MiniLMEmbeddingRetriever", "PIPELINES_DIR", "PhraseDocumentStore", "PhraseHybridJoin",
-    "PhraseIndexingStats", "PhraseRetriever", "cached_models", "clear_model_cache", "corpus_documents",
-    "index_corpus", "load_phrase_model", "load_pipeline",
+    "LinearFusionJoin",
+    "MiniLMEmbeddingRetriever",
+    "PIPELINES_DIR",
+    "PhraseDocumentStore",
+    "PhraseHybridJoin",
+    "PhraseIndexingStats",
+    "PhraseRetriever",
+    "cached_models",
+    "clear_model_cache",
+    "corpus_documents",
+    "index_corpus",
+    "load_phrase_model",
+    "load_pipeline",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from haystack.document_stores import BaseDocumentStore
 from haystack.nodes import EmbeddingRetriever
 
-from ..model import resolve_base
+from ..model.registry import resolve_base
 from ._schema import typed_init
 
 
@@ -29,12 +29,28 @@ class MiniLMEmbeddingRetriever(EmbeddingRetriever):
         progress_bar: Show a progress bar while embedding documents.
     """
 
-    def __init__(self, document_store: BaseDocumentStore | None = None, embedding_model: str = "minilm",
-                 top_k: int = 10, batch_size: int = 32, max_seq_len: int = 256, use_gpu: bool = False,
-                 scale_score: bool = True, progress_bar: bool = True):
-        super().__init__(embedding_model=resolve_base(embedding_model), document_store=document_store,
-                         model_format="sentence_transformers", top_k=top_k, batch_size=batch_size,
-                         max_seq_len=max_seq_len, use_gpu=use_gpu, scale_score=scale_score, progress_bar=progress_bar)
+    def __init__(
+        self,
+        document_store: BaseDocumentStore | None = None,
+        embedding_model: str = "minilm",
+        top_k: int = 10,
+        batch_size: int = 32,
+        max_seq_len: int = 256,
+        use_gpu: bool = False,
+        scale_score: bool = True,
+        progress_bar: bool = True,
+    ):
+        super().__init__(
+            embedding_model=resolve_base(embedding_model),
+            document_store=document_store,
+            model_format="sentence_transformers",
+            top_k=top_k,
+            batch_size=batch_size,
+            max_seq_len=max_seq_len,
+            use_gpu=use_gpu,
+            scale_score=scale_score,
+            progress_bar=progress_bar,
+        )
 
 
 __all__ = ["MiniLMEmbeddingRetriever"]

@@ -10,53 +10,34 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
+import inspect
 import logging
 import os
 import shutil
-from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from haystack.document_stores import BaseDocumentStore, InMemoryDocumentStore, KeywordDocumentStore
+from haystack.document_stores import BaseDocumentStore, KeywordDocumentStore
 from haystack.errors import DocumentStoreError
 from haystack.schema import Document, Label
 
-from .._atomic import fsync_directory, recover_directory
-from .._memory import release_free_memory
-from ..codec import VectorCodec
-from ..corpus import Passage
-from ..dump import PhraseShard, chunked, encode_shard
-from ..errors import DphrError, InvalidParameterError, ModelMismatchError
-from ..index import PhraseIndex, replace_directory
-from ..inputs import is_valid_unicode
-from ._filters import compile_filters, matches
-from ._models import model_fingerprint
+from .._util.atomic import replace_directory
+from ..errors import DphrError, InvalidParameterError
+from ..index.phrase_index import PhraseIndex
 from ._rwlock import ReadWriteLock, read_locked, write_locked
 from ._schema import typed_init
+from .persistence import STORE_FILE, document_from_json, read_items, read_manifest, write_snapshot
+from .phrases import PhraseIndexing, PhraseIndexingStats
+from .stores import make_inner_store
 
 logger = logging.getLogger(__name__)
 
-STORE_FILE = "phrase_store.json"
-STORE_FORMAT = "dphr-phrase-document-store"
-STORE_FORMAT_VERSION = 1
-
-
-@dataclass
-class PhraseIndexingStats:
-    """What :meth:`PhraseDocumentStore.update_embeddings` did."""
-
-    encoded: int = 0
-    skipped_existing: int = 0
-    skipped_non_text: int = 0
-
 
 @typed_init
-class PhraseDocumentStore(KeywordDocumentStore):
+class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
     """Haystack documents in an inner store, their phrase vectors in one phrase index per Haystack index.
 
     Example:
@@ -132,9 +113,6 @@ class PhraseDocumentStore(KeywordDocumentStore):
         super().__init__()
         self._lock = ReadWriteLock()
         self._indexing = ReadWriteLock()  # its write lock: one update_embeddings per store at a time
-        # Haystack's in-memory BM25 query writes each hit's score into the stored Document before copying it, so
-        # two concurrent queries could swap scores: they take this mutex (its write lock) in turn.
-        self._bm25_mutex = ReadWriteLock()
         if duplicate_documents not in self.duplicate_documents_options:
             raise InvalidParameterError(
                 f"duplicate_documents={duplicate_documents!r}; valid: {', '.join(self.duplicate_documents_options)}"
@@ -142,16 +120,27 @@ class PhraseDocumentStore(KeywordDocumentStore):
         _check_bm25(bm25_algorithm, bm25_parameters)
         if isinstance(embedding_dim, bool) or not isinstance(embedding_dim, int) or embedding_dim < 1:
             raise InvalidParameterError(f"embedding_dim must be a positive integer, got {embedding_dim!r}")
-        for name, value in (("index", index), ("label_index", label_index), ("title_field", title_field),
-                            ("document_id_field", document_id_field), ("faiss_factory", faiss_factory)):
+        for name, value in (
+            ("index", index),
+            ("label_index", label_index),
+            ("title_field", title_field),
+            ("document_id_field", document_id_field),
+            ("faiss_factory", faiss_factory),
+        ):
             if not isinstance(value, str) or (name.endswith("index") and not value):
-                raise InvalidParameterError(f"{name} must be a{' non-empty' if name.endswith('index') else ''} "
-                                            f"string, got {value!r:.60}")
+                raise InvalidParameterError(
+                    f"{name} must be a{' non-empty' if name.endswith('index') else ''} string, got {value!r:.60}"
+                )
         if phrase_dtype not in ("float16", "float32", "int8") or similarity not in ("dot_product", "cosine"):
-            raise InvalidParameterError(f"phrase_dtype={phrase_dtype!r} (float16, float32, int8), "
-                                        f"similarity={similarity!r} (dot_product, cosine)")
-        for name, value in (("return_embedding", return_embedding), ("progress_bar", progress_bar),
-                            ("use_bm25", use_bm25)):
+            raise InvalidParameterError(
+                f"phrase_dtype={phrase_dtype!r} (float16, float32, int8), "
+                f"similarity={similarity!r} (dot_product, cosine)"
+            )
+        for name, value in (
+            ("return_embedding", return_embedding),
+            ("progress_bar", progress_bar),
+            ("use_bm25", use_bm25),
+        ):
             if not isinstance(value, bool):
                 raise InvalidParameterError(f"{name} must be true or false, got {value!r:.60}")
         self.index = index
@@ -162,33 +151,26 @@ class PhraseDocumentStore(KeywordDocumentStore):
         self.phrase_dtype = phrase_dtype
         self.title_field = title_field
         self.document_id_field = document_id_field
-        self._config: dict[str, Any] = {
-            "index": index, "label_index": label_index, "duplicate_documents": duplicate_documents,
-            "embedding_dim": embedding_dim, "similarity": similarity, "return_embedding": return_embedding,
-            "progress_bar": progress_bar, "use_bm25": use_bm25, "bm25_algorithm": bm25_algorithm,
-            "bm25_parameters": bm25_parameters, "faiss_factory": faiss_factory, "phrase_dtype": phrase_dtype,
-            "title_field": title_field, "document_id_field": document_id_field,
-            "elasticsearch_host": elasticsearch_host, "elasticsearch_port": elasticsearch_port,
-            "elasticsearch_scheme": elasticsearch_scheme, "elasticsearch_username": elasticsearch_username,
-        }
         self._phrase_indexes: dict[str, PhraseIndex] = {}
         self._snapshots: set[Path] = set()  # phrase index folders of the directory this store was loaded from
-        if elasticsearch_host:
-            from haystack.document_stores import ElasticsearchDocumentStore
-
-            self.inner: BaseDocumentStore = ElasticsearchDocumentStore(
-                host=elasticsearch_host, port=elasticsearch_port, scheme=elasticsearch_scheme,
-                username=elasticsearch_username, password=elasticsearch_password, index=index,
-                label_index=label_index, embedding_dim=embedding_dim, similarity=similarity,
-                return_embedding=return_embedding, duplicate_documents=duplicate_documents,
-            )
-        else:
-            self.inner = InMemoryDocumentStore(
-                index=index, label_index=label_index, embedding_dim=embedding_dim, similarity=similarity,
-                return_embedding=return_embedding, progress_bar=progress_bar, duplicate_documents=duplicate_documents,
-                use_gpu=False, use_bm25=use_bm25, bm25_algorithm=bm25_algorithm,
-                bm25_parameters=dict(bm25_parameters or {}),
-            )
+        self._inner = make_inner_store(
+            index,
+            label_index,
+            duplicate_documents,
+            embedding_dim,
+            similarity,
+            return_embedding,
+            progress_bar,
+            use_bm25,
+            bm25_algorithm,
+            bm25_parameters,
+            elasticsearch_host,
+            elasticsearch_port,
+            elasticsearch_scheme,
+            elasticsearch_username,
+            elasticsearch_password,
+        )
+        self.inner: BaseDocumentStore = self._inner.store
         self.similarity = similarity
         if load_path:
             self._restore(Path(load_path))
@@ -197,7 +179,18 @@ class PhraseDocumentStore(KeywordDocumentStore):
     @property
     def in_memory(self) -> bool:
         """True when documents live in the embedded in-memory store."""
-        return isinstance(self.inner, InMemoryDocumentStore)
+        return self._inner.in_memory
+
+    @property
+    def _config(self) -> dict[str, Any]:
+        """The settings :meth:`save` records: the constructor's arguments as Haystack recorded them, defaults
+        filled in, without ``load_path`` and the Elasticsearch password."""
+        passed = self._component_config.get("params", {})
+        return {
+            name: passed.get(name, parameter.default)
+            for name, parameter in inspect.signature(PhraseDocumentStore.__init__).parameters.items()
+            if name not in ("self", "load_path", "elasticsearch_password")
+        }
 
     @property
     def embedding_field(self) -> str | None:
@@ -222,31 +215,14 @@ class PhraseDocumentStore(KeywordDocumentStore):
     def _create_document_field_map(self) -> dict:
         return self.inner._create_document_field_map()
 
-    def _memory_docs(self, index: str) -> dict[str, Any]:
-        return self.inner.indexes.get(index, {})  # type: ignore[attr-defined]
-
-    def _check_index(self, index: str) -> None:
-        """Like Elasticsearch, reading a non-default document index that does not exist raises."""
-        if self.in_memory and index != self.index and index not in self.inner.indexes:  # type: ignore[attr-defined]
-            raise DocumentStoreError(f"index {index!r} does not exist")
-
-    def _filtered_memory(self, index: str, filters, return_embedding: bool | None) -> list[Document]:
-        clause = compile_filters(filters)
-        docs = [d for d in self._memory_docs(index).values() if isinstance(d, Document) and matches(clause, d.meta)]
-        docs = copy.deepcopy(docs)
-        if not (self.return_embedding if return_embedding is None else return_embedding):
-            for doc in docs:
-                doc.embedding = None
-        return docs
+    def index_exists(self, index: str | None = None) -> bool:
+        """Whether ``index`` may hold documents (in memory: the default index, or one written to)."""
+        return self._inner.index_exists(index or self.index)
 
     @read_locked
     def matching_ids(self, filters: dict[str, Any] | None, index: str | None = None) -> set[str]:
         """Ids of the documents of ``index`` that pass ``filters``."""
-        index = index or self.index
-        if self.in_memory:
-            clause = compile_filters(filters)
-            return {d.id for d in self._memory_docs(index).values() if isinstance(d, Document) and matches(clause, d.meta)}
-        return {d.id for d in self.inner.get_all_documents_generator(index=index, filters=filters, return_embedding=False)}
+        return self._inner.matching_ids(index or self.index, filters)
 
     # ----------------------------------------------------------------- documents
     @write_locked
@@ -274,54 +250,12 @@ class PhraseDocumentStore(KeywordDocumentStore):
             # encodes them again), never phrases of a text that is no longer stored.
             if stale:
                 self._private(index).delete_passages(stale)
-        self._inner_write(index, lambda: self.inner.write_documents(
-            documents, index=index, batch_size=batch_size, duplicate_documents=policy, headers=headers))
-
-    def _phrases_outdated(self, phrase_index: PhraseIndex, doc: Document) -> bool:
-        """True when ``doc`` has phrases encoded from another text, title or document id."""
-        row = phrase_index.passage_row(doc.id)
-        if row is None:
-            return False
-        record = phrase_index.passages[row]
-        passage = self._to_passage(doc)
-        return passage is None or (passage["text"], passage["title"], passage["document_id"]) != (
-            record["text"], record.get("title", ""), record.get("document_id", record["id"]))
-
-    def _inner_write(self, index: str, call) -> None:
-        """Run a write on the inner store; in memory, a failure restores the index as it was.
-
-        Haystack's in-memory store stores documents before it rebuilds BM25, so a failing rebuild would leave
-        them half written. A corpus with no token at all (only empty or non-text documents) makes rank_bm25 divide
-        by zero: the index then simply has no BM25 representation (``query`` returns nothing) until it has text.
-        """
-        if not self.in_memory:
-            call()
-            return
-        indexes = self.inner.indexes  # type: ignore[attr-defined]
-        before = dict(indexes[index]) if index in indexes else None
-        try:
-            call()
-        except ZeroDivisionError:
-            self.inner.bm25.pop(index, None)  # type: ignore[attr-defined]
-        except BaseException:
-            after = indexes.get(index)
-            changed = after is None or len(after) != len(before or {}) or any(
-                after.get(key) is not doc for key, doc in (before or {}).items())
-            if before is None:
-                indexes.pop(index, None)
-            else:
-                indexes[index] = before
-            if changed:
-                self._rebuild_bm25(index)
-            raise
-
-    def _rebuild_bm25(self, index: str) -> None:
-        if not (self.in_memory and self.inner.use_bm25 and index in self.inner.indexes):  # type: ignore[attr-defined]
-            return
-        try:
-            self.inner.update_bm25(index=index)  # type: ignore[attr-defined]
-        except ZeroDivisionError:
-            self.inner.bm25.pop(index, None)  # type: ignore[attr-defined]
+        self._inner.write(
+            index,
+            lambda: self.inner.write_documents(
+                documents, index=index, batch_size=batch_size, duplicate_documents=policy, headers=headers
+            ),
+        )
 
     def get_all_documents(
         self,
@@ -342,14 +276,9 @@ class PhraseDocumentStore(KeywordDocumentStore):
         headers: dict[str, str] | None = None,
     ) -> Iterator[Document]:
         index = index or self.index
-        if self.in_memory:
-            with self._lock.read():  # a snapshot: the lock is not held while the caller iterates
-                self._check_index(index)
-                docs = self._filtered_memory(index, filters, return_embedding)
-            yield from docs
-            return
-        yield from self.inner.get_all_documents_generator(index=index, filters=filters, return_embedding=return_embedding,
-                                                          batch_size=batch_size, headers=headers)
+        with self._lock.read():  # in memory a snapshot: the lock is not held while the caller iterates
+            docs = self._inner.documents(index, filters, return_embedding, batch_size=batch_size, headers=headers)
+        yield from docs
 
     def get_document_by_id(self, id: str, index: str | None = None, headers: dict[str, str] | None = None):
         docs = self.get_documents_by_id([id], index=index, headers=headers)
@@ -364,11 +293,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
         headers: dict[str, str] | None = None,
     ) -> list[Document]:
         """Documents with these ids, in the order given; unknown ids are left out."""
-        index = index or self.index
-        if self.in_memory:
-            stored = self._memory_docs(index)
-            return [copy.deepcopy(stored[i]) for i in ids if isinstance(stored.get(i), Document)]
-        return self.inner.get_documents_by_id(ids, index=index, batch_size=batch_size, headers=headers)
+        return self._inner.documents_by_id(ids, index or self.index, batch_size=batch_size, headers=headers)
 
     @read_locked
     def get_document_count(
@@ -378,15 +303,9 @@ class PhraseDocumentStore(KeywordDocumentStore):
         only_documents_without_embedding: bool = False,
         headers: dict[str, str] | None = None,
     ) -> int:
-        index = index or self.index
-        if self.in_memory:
-            self._check_index(index)
-            clause = compile_filters(filters)
-            return sum(1 for d in self._memory_docs(index).values() if isinstance(d, Document) and matches(clause, d.meta)
-                       and not (only_documents_without_embedding and d.embedding is not None))
-        return self.inner.get_document_count(filters=filters, index=index,
-                                             only_documents_without_embedding=only_documents_without_embedding,
-                                             headers=headers)
+        return self._inner.document_count(
+            index or self.index, filters, only_documents_without_embedding, headers=headers
+        )
 
     @read_locked
     def get_embedding_count(self, filters: dict[str, Any] | None = None, index: str | None = None) -> int:
@@ -399,7 +318,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
         index = index or self.index
         if not isinstance(meta, dict):
             raise DocumentStoreError(f"update_document_meta takes a dict, got {type(meta).__name__}")
-        if self.in_memory and not isinstance(self._memory_docs(index).get(id), Document):
+        if not self._inner.has_document(index, id):
             raise DocumentStoreError(f"no document with id {id!r} in index {index!r}")
         phrase_index = self._phrase_indexes.get(index)
         if phrase_index is not None and phrase_index.passage_row(id) is not None:
@@ -428,7 +347,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
             return
         if not ids and not filters:
             self._phrase_indexes.pop(index, None)
-            self._inner_write(index, lambda: self.inner.delete_documents(index=index, headers=headers))
+            self._inner.write(index, lambda: self.inner.delete_documents(index=index, headers=headers))
             return
         targets = list(ids) if ids else None
         if filters:
@@ -439,7 +358,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
         phrase_index = self._phrase_indexes.get(index)
         if phrase_index is not None:  # phrases first (see write_documents)
             self._private(index).delete_passages(targets)
-        self._inner_write(index, lambda: self.inner.delete_documents(index=index, ids=targets, headers=headers))
+        self._inner.write(index, lambda: self.inner.delete_documents(index=index, ids=targets, headers=headers))
 
     @write_locked
     def delete_index(self, index: str):
@@ -453,8 +372,9 @@ class PhraseDocumentStore(KeywordDocumentStore):
         self.inner.write_labels(labels, index=index or self.label_index, headers=headers)
 
     @read_locked
-    def get_all_labels(self, index: str | None = None, filters: dict[str, Any] | None = None,
-                       headers: dict[str, str] | None = None) -> list[Label]:
+    def get_all_labels(
+        self, index: str | None = None, filters: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+    ) -> list[Label]:
         return self.inner.get_all_labels(index=index or self.label_index, filters=filters, headers=headers)
 
     @read_locked
@@ -462,8 +382,13 @@ class PhraseDocumentStore(KeywordDocumentStore):
         return self.inner.get_label_count(index=index or self.label_index, headers=headers)
 
     @write_locked
-    def delete_labels(self, index: str | None = None, ids: list[str] | None = None,
-                      filters: dict[str, Any] | None = None, headers: dict[str, str] | None = None):
+    def delete_labels(
+        self,
+        index: str | None = None,
+        ids: list[str] | None = None,
+        filters: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         self.inner.delete_labels(index=index or self.label_index, ids=ids, filters=filters, headers=headers)
 
     # ----------------------------------------------------------------- BM25 and dense queries
@@ -481,24 +406,16 @@ class PhraseDocumentStore(KeywordDocumentStore):
     ) -> list[Document]:
         """BM25 over the inner store. In memory, filters are applied here (the in-memory store ignores them)
         and an empty index returns no documents."""
-        index = index or self.index
-        if not self.in_memory:
-            return self.inner.query(query, filters=filters, top_k=top_k, custom_query=custom_query, index=index,
-                                    headers=headers, all_terms_must_match=all_terms_must_match, scale_score=scale_score)
-        stored = self._memory_docs(index)
-        if query is None or not any(isinstance(d, Document) for d in stored.values()):
-            return []
-        if self.inner.use_bm25 and index not in self.inner.bm25:  # type: ignore[attr-defined]
-            return []  # no document with a token yet (see _inner_write)
-        if not filters:
-            with self._bm25_mutex.write():
-                return self.inner.query(query, top_k=top_k, index=index, scale_score=scale_score)
-        allowed = self.matching_ids(filters, index)
-        if not allowed:
-            return []
-        with self._bm25_mutex.write():
-            ranked = self.inner.query(query, top_k=len(stored), index=index, scale_score=scale_score)
-        return [d for d in ranked if d.id in allowed][:top_k]
+        return self._inner.query(
+            index or self.index,
+            query,
+            filters,
+            top_k,
+            scale_score,
+            custom_query=custom_query,
+            headers=headers,
+            all_terms_must_match=all_terms_must_match,
+        )
 
     @read_locked
     def query_batch(
@@ -515,8 +432,10 @@ class PhraseDocumentStore(KeywordDocumentStore):
         per_query = filters if isinstance(filters, list) else [filters] * len(queries)
         if len(per_query) != len(queries):
             raise InvalidParameterError(f"{len(per_query)} filters for {len(queries)} queries")
-        return [self.query(q, f, top_k, custom_query, index, headers, all_terms_must_match, scale_score)
-                for q, f in zip(queries, per_query)]
+        return [
+            self.query(q, f, top_k, custom_query, index, headers, all_terms_must_match, scale_score)
+            for q, f in zip(queries, per_query)
+        ]
 
     @read_locked
     def query_by_embedding(
@@ -531,169 +450,17 @@ class PhraseDocumentStore(KeywordDocumentStore):
     ) -> list[Document]:
         """Dense search over the inner store's document embeddings (for ``EmbeddingRetriever``)."""
         index = index or self.index
-        if self.in_memory and not any(isinstance(d, Document) for d in self._memory_docs(index).values()):
+        if not self._inner.has_documents(index):
             return []
-        return self.inner.query_by_embedding(query_emb, filters=filters, top_k=top_k, index=index,
-                                             return_embedding=return_embedding, headers=headers, scale_score=scale_score)
-
-    # ----------------------------------------------------------------- phrases
-    def reading(self) -> AbstractContextManager[None]:
-        """The store's read lock, for a multi-step read such as a retrieval (see the class docstring)."""
-        return self._lock.read()
-
-    def get_phrase_index(self, index: str | None = None) -> PhraseIndex | None:
-        """The phrase index of a Haystack index, or None before the first :meth:`update_embeddings`."""
-        return self._phrase_indexes.get(index or self.index)
-
-    @read_locked
-    def get_phrase_count(self, index: str | None = None) -> int:
-        """Number of live (not deleted) documents in the phrase index."""
-        phrase_index = self.get_phrase_index(index)
-        return 0 if phrase_index is None else phrase_index.num_live_passages
-
-    @read_locked
-    def phrase_mask(self, filters: dict[str, Any] | None, index: str | None = None) -> np.ndarray | None:
-        """Boolean mask over phrase-index passage rows of the documents passing ``filters`` (None: no filter)."""
-        if not filters:
-            return None
-        phrase_index = self.get_phrase_index(index)
-        if phrase_index is None:
-            return None
-        allowed = self.matching_ids(filters, index)
-        return np.fromiter((p["id"] in allowed for p in phrase_index.passages), dtype=bool, count=phrase_index.num_passages)
-
-    def _to_passage(self, doc: Document) -> dict[str, str] | None:
-        """The phrase-index passage of a document, or None for non-text, empty or invalid (lone surrogate) text."""
-        if doc.content_type != "text" or not isinstance(doc.content, str) or not doc.content.strip():
-            return None
-        meta = doc.meta if isinstance(doc.meta, dict) else {}
-        passage = {"id": str(doc.id), "text": doc.content, "title": str(meta.get(self.title_field) or ""),
-                   "document_id": str(meta.get(self.document_id_field) or doc.id)}
-        return passage if all(is_valid_unicode(value) for value in passage.values()) else None
-
-    def update_embeddings(
-        self,
-        retriever,
-        index: str | None = None,
-        filters: dict[str, Any] | None = None,
-        update_existing_embeddings: bool | None = None,
-        batch_size: int = 10_000,
-    ) -> PhraseIndexingStats | None:
-        """Encode documents into the phrase index (``PhraseRetriever``) or into dense embeddings (other retrievers).
-
-        With a ``PhraseRetriever``, only documents not yet in the phrase index are encoded unless
-        ``update_existing_embeddings=True``; passages are committed every ``min(batch_size, 512)`` documents, so
-        an interrupted run resumes where it stopped. Non-text and empty documents are skipped and counted.
-        Any other retriever goes to the inner store's ``update_embeddings`` (Haystack default: update all).
-        """
-        index = index or self.index
-        if not hasattr(retriever, "phrase_model"):
-            update = True if update_existing_embeddings is None else update_existing_embeddings
-            with self._lock.write():
-                return self.inner.update_embeddings(retriever, index=index, filters=filters,
-                                                    update_existing_embeddings=update, batch_size=batch_size)
-        if batch_size < 1:
-            raise InvalidParameterError(f"batch_size must be >= 1, got {batch_size}")
-        with self._indexing.write():
-            return self._update_phrases(retriever, index, filters, bool(update_existing_embeddings), batch_size)
-
-    def _update_phrases(self, retriever, index: str, filters: dict[str, Any] | None, update: bool,
-                        batch_size: int) -> PhraseIndexingStats:
-        """Encode the documents that need phrases, a chunk at a time; each chunk commits under the write lock."""
-        from tqdm.auto import tqdm
-
-        model = retriever.phrase_model
-        stats = PhraseIndexingStats()
-        with self._lock.write():
-            phrase_index = self._phrase_index_for(retriever, index)
-            pending: list[dict[str, str]] = []
-            docs: Iterable[Document] = []
-            if not self.in_memory or index == self.index or index in self.inner.indexes:  # type: ignore[attr-defined]
-                docs = self.get_all_documents_generator(index=index, filters=filters, return_embedding=False)
-            for doc in docs:
-                if not update and phrase_index.passage_row(doc.id) is not None:
-                    stats.skipped_existing += 1
-                    continue
-                passage = self._to_passage(doc)
-                if passage is None:
-                    stats.skipped_non_text += 1
-                    continue
-                pending.append(passage)
-        if stats.skipped_non_text:
-            logger.warning("update_embeddings: skipped %d non-text, empty or invalid documents", stats.skipped_non_text)
-        bar = tqdm(total=len(pending), desc="indexing phrases", unit="doc", disable=not (self.progress_bar and pending))
-        for chunk in chunked(pending, min(batch_size, 512)):
-            calibrated = phrase_index.manifest.get("codec_calibrated", True)  # int8: add_shard calibrates on float32
-            codec = phrase_index.codec if calibrated else VectorCodec("float32")
-            shard = encode_shard(model, [Passage(**p) for p in chunk], codec, phrase_index.filter_threshold,
-                                 retriever.batch_size)  # outside the lock: searches go on meanwhile
-            with self._lock.write():
-                # The index object may have been swapped meanwhile (a private copy, or the copy save() wrote).
-                phrase_index = self._phrase_indexes.get(index)  # type: ignore[assignment]
-                if phrase_index is None or phrase_index.model_fingerprint != model_fingerprint(model):
-                    logger.warning("update_embeddings: index %r was deleted or replaced meanwhile; stopping", index)
-                    break
-                current = {d.id: self._to_passage(d) for d in self.get_documents_by_id([p["id"] for p in chunk],
-                                                                                       index=index)}
-                keep = [i for i, p in enumerate(chunk) if current.get(p["id"]) == p]  # not deleted or changed since
-                if update:
-                    phrase_index = self._private(index)
-                    phrase_index.delete_passages([chunk[i]["id"] for i in keep])
-                keep = [i for i in keep if phrase_index.passage_row(chunk[i]["id"]) is None]
-                if keep:
-                    phrase_index.add_shard(_subset_shard(shard, keep))
-                stats.encoded += len(keep)
-            del shard
-            release_free_memory()  # flat peak memory however many chunks (see dphr_haystack/_memory.py)
-            bar.update(len(chunk))
-        bar.close()
-        logger.info("update_embeddings(%r): %s", index, stats)
-        return stats
-
-    def _phrase_index_for(self, retriever, index: str) -> PhraseIndex:
-        """The phrase index of ``index`` (created for the retriever's model when missing); the model must match."""
-        model = retriever.phrase_model
-        phrase_index = self._phrase_indexes.get(index)
-        if phrase_index is None:
-            phrase_index = PhraseIndex.create(model, faiss_factory=self.faiss_factory, dtype=self.phrase_dtype,
-                                              filter_threshold=retriever.filter_threshold, model_path=retriever.model)
-            self._phrase_indexes[index] = phrase_index
-        elif phrase_index.model_fingerprint != model_fingerprint(model):
-            raise ModelMismatchError(
-                f"the phrase index of {index!r} was built with another phrase encoder than {retriever.model!r}; "
-                f"delete_index({index!r}) and re-index, or use the original model"
-            )
-        elif phrase_index.filter_threshold != retriever.filter_threshold:
-            logger.warning("phrase index %r keeps filter_threshold=%s (the retriever asks for %s)", index,
-                           phrase_index.filter_threshold, retriever.filter_threshold)
-        return phrase_index
-
-    def index_documents(
-        self,
-        documents: list[dict] | list[Document],
-        retriever,
-        index: str | None = None,
-        duplicate_documents: str | None = None,
-        batch_size: int = 10_000,
-    ) -> PhraseIndexingStats | None:
-        """One call for scripts: :meth:`write_documents`, then :meth:`update_embeddings` with ``retriever``."""
-        self.write_documents(documents, index=index, duplicate_documents=duplicate_documents, batch_size=batch_size)
-        return self.update_embeddings(retriever, index=index, batch_size=batch_size)
-
-    @write_locked
-    def attach_phrase_index(self, phrase_index: PhraseIndex, index: str | None = None) -> None:
-        """Serve ``index`` with a phrase index built elsewhere (e.g. by ``dphr index`` over the same corpus).
-
-        Raises:
-            InvalidParameterError: A passage of the phrase index is not a document of ``index``.
-        """
-        index = index or self.index
-        doc_ids = {doc.id for doc in self.get_all_documents_generator(index=index, return_embedding=False)}
-        missing = [pid for pid in phrase_index.live_passage_ids() if pid not in doc_ids]
-        if missing:
-            raise InvalidParameterError(f"{len(missing)} passages of the phrase index are not documents of "
-                                        f"{index!r}, e.g. {missing[:3]}; write the same corpus first")
-        self._phrase_indexes[index] = phrase_index
+        return self.inner.query_by_embedding(
+            query_emb,
+            filters=filters,
+            top_k=top_k,
+            index=index,
+            return_embedding=return_embedding,
+            headers=headers,
+            scale_score=scale_score,
+        )
 
     # ----------------------------------------------------------------- persistence
     @write_locked
@@ -710,7 +477,7 @@ class PhraseDocumentStore(KeywordDocumentStore):
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         try:
-            manifest = self._write_snapshot(tmp)
+            manifest = write_snapshot(tmp, self._config, self._inner.saved_collections(), self._phrase_indexes)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -723,62 +490,10 @@ class PhraseDocumentStore(KeywordDocumentStore):
                 self._phrase_indexes[name] = PhraseIndex.load(path / folder, verify=False)
                 self._snapshots.add((path / folder).resolve())
 
-    def _private(self, index: str) -> PhraseIndex:
-        """The phrase index of ``index``, first moved to a private copy when it lives in a saved directory.
-
-        Phrase additions are committed in place (they only extend the saved index, and load() drops those whose
-        document the directory does not hold), but a deletion would remove phrases of documents the saved
-        directory still holds; so the saved directory only loses phrases through save().
-        """
-        import tempfile
-        import weakref
-
-        phrase_index = self._phrase_indexes[index]
-        if phrase_index.path is None or phrase_index.path.resolve() not in self._snapshots:
-            return phrase_index
-        folder = Path(tempfile.mkdtemp(prefix="dphr-phrases-"))
-        phrase_index.save(folder / "index")
-        private = PhraseIndex.load(folder / "index", verify=False)
-        weakref.finalize(private, shutil.rmtree, folder, True)
-        self._phrase_indexes[index] = private
-        logger.info("phrase index %r moved from %s to a private copy until the next save()", index, phrase_index.path)
-        return private
-
-    def _write_snapshot(self, tmp: Path) -> dict[str, Any]:
-        manifest: dict[str, Any] = {"format": STORE_FORMAT, "format_version": STORE_FORMAT_VERSION,
-                                    "config": self._config, "documents": {}, "labels": {}, "phrases": {}}
-        if self.in_memory:
-            for n, (name, items) in enumerate(sorted(self.inner.indexes.items())):  # type: ignore[attr-defined]
-                values = list(items.values())
-                if not values:
-                    continue
-                kind = "labels" if isinstance(values[0], Label) else "documents"
-                file = f"{kind}-{n}.jsonl"
-                with (tmp / file).open("w", encoding="utf-8") as handle:
-                    for item in values:
-                        try:
-                            line = item.to_json()
-                        except (TypeError, ValueError, RecursionError) as exc:
-                            raise DocumentStoreError(f"cannot save {kind[:-1]} {item.id!r} of index {name!r}: "
-                                                     f"its content or meta is not JSON ({exc})") from exc
-                        handle.write(line + "\n")
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                manifest[kind][name] = file
-        for n, (name, phrase_index) in enumerate(sorted(self._phrase_indexes.items())):
-            phrase_index.save(tmp / f"phrases-{n}")
-            manifest["phrases"][name] = f"phrases-{n}"
-        with (tmp / STORE_FILE).open("w", encoding="utf-8") as handle:
-            handle.write(json.dumps(manifest, indent=1))
-            handle.flush()
-            os.fsync(handle.fileno())
-        fsync_directory(tmp)
-        return manifest
-
     @classmethod
     def load(cls, path: str | Path, elasticsearch_password: str = "") -> PhraseDocumentStore:
         """A store rebuilt from a directory written by :meth:`save`, with the settings it was saved with."""
-        manifest = _read_manifest(Path(path))
+        manifest = read_manifest(Path(path))
         config = dict(manifest["config"])
         if config.get("elasticsearch_host"):
             config["elasticsearch_password"] = elasticsearch_password
@@ -790,39 +505,27 @@ class PhraseDocumentStore(KeywordDocumentStore):
             raise DocumentStoreError(f"{Path(path) / STORE_FILE}: unusable store settings ({exc})") from exc
 
     def _restore(self, path: Path) -> None:
-        manifest = _read_manifest(path)
+        manifest = read_manifest(path)
         for name, file in manifest["documents"].items():
-            docs = _read_items(path / file, _document_from_json)
-            self._inner_write(name, functools.partial(self.inner.write_documents, docs, index=name,
-                                                      duplicate_documents="overwrite"))
+            docs = read_items(path / file, document_from_json)
+            self._inner.write(
+                name, functools.partial(self.inner.write_documents, docs, index=name, duplicate_documents="overwrite")
+            )
         for name, file in manifest["labels"].items():
-            self.inner.write_labels(_read_items(path / file, Label.from_json), index=name)
+            self.inner.write_labels(read_items(path / file, Label.from_json), index=name)
         for name, folder in manifest["phrases"].items():
             self._phrase_indexes[name] = phrase_index = PhraseIndex.load(path / folder)
             self._snapshots.add((path / folder).resolve())
-            if self.in_memory:
-                self._drop_orphan_phrases(name, phrase_index)
-
-    def _drop_orphan_phrases(self, index: str, phrase_index: PhraseIndex) -> None:
-        """Tombstone phrases whose document is missing or changed (a run killed between a phrase commit and save)."""
-        docs = self._memory_docs(index)
-        orphans = []
-        for pid in phrase_index.live_passage_ids():
-            doc = docs.get(pid)
-            record = phrase_index.passages[phrase_index.passage_row(pid)]
-            passage = self._to_passage(doc) if isinstance(doc, Document) else None
-            if passage is None or (passage["text"], passage["title"]) != (record["text"], record.get("title", "")):
-                orphans.append(pid)
-        if orphans:
-            logger.warning("phrase index %r: dropping phrases of %d documents missing from the saved documents, "
-                           "e.g. %s (left by a run stopped before save())", index, len(orphans), orphans[:3])
-            try:
-                phrase_index.delete_passages(orphans)
-            except OSError as exc:  # a read-only directory: the retriever skips hits of missing documents anyway
-                logger.warning("could not drop them from %s: %s", phrase_index.path, exc)
+            docs = self._inner.stored_documents(name)
+            if docs is not None:
+                self._drop_orphan_phrases(name, phrase_index, docs)
 
 
-_BM25_PARAMETERS = {"BM25Okapi": ("k1", "b", "epsilon"), "BM25L": ("k1", "b", "delta"), "BM25Plus": ("k1", "b", "delta")}
+_BM25_PARAMETERS = {
+    "BM25Okapi": ("k1", "b", "epsilon"),
+    "BM25L": ("k1", "b", "delta"),
+    "BM25Plus": ("k1", "b", "delta"),
+}
 
 
 def _check_bm25(algorithm: str, parameters: dict[str, float] | None) -> None:
@@ -835,8 +538,9 @@ def _check_bm25(algorithm: str, parameters: dict[str, float] | None) -> None:
         raise InvalidParameterError(f"bm25_parameters must be a mapping, got {type(parameters).__name__}")
     for name, value in parameters.items():
         if name not in _BM25_PARAMETERS[algorithm]:
-            raise InvalidParameterError(f"bm25_parameters: {algorithm} takes {', '.join(_BM25_PARAMETERS[algorithm])},"
-                                        f" not {name!r}")
+            raise InvalidParameterError(
+                f"bm25_parameters: {algorithm} takes {', '.join(_BM25_PARAMETERS[algorithm])}, not {name!r}"
+            )
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InvalidParameterError(f"bm25_parameters[{name!r}] must be a number, got {value!r}")
 
@@ -855,73 +559,15 @@ def _checked_documents(documents, field_map: dict) -> list[Document]:
         if not isinstance(doc, Document):
             raise DocumentStoreError(f"document {position} is a {type(doc).__name__}, not a Document or dict")
         if doc.content_type == "text" and not isinstance(doc.content, str):
-            raise DocumentStoreError(f"document {doc.id!r}: content_type 'text' needs str content, "
-                                     f"got {type(doc.content).__name__}")
+            raise DocumentStoreError(
+                f"document {doc.id!r}: content_type 'text' needs str content, got {type(doc.content).__name__}"
+            )
         if doc.content_type == "table" and not isinstance(doc.content, pd.DataFrame):
-            raise DocumentStoreError(f"document {doc.id!r}: content_type 'table' needs a pandas DataFrame, "
-                                     f"got {type(doc.content).__name__}")
+            raise DocumentStoreError(
+                f"document {doc.id!r}: content_type 'table' needs a pandas DataFrame, got {type(doc.content).__name__}"
+            )
         checked.append(doc)
     return checked
-
-
-def _subset_shard(shard: PhraseShard, keep: list[int]) -> PhraseShard:
-    """The passages ``keep`` (local positions, ascending) of a shard, with their tokens and vectors."""
-    if len(keep) == len(shard.passages):
-        return shard
-    remap = np.full(len(shard.passages), -1, dtype=np.int64)
-    remap[keep] = np.arange(len(keep))
-    rows = remap[shard.tokens["passage"]] >= 0
-    tokens = shard.tokens[rows].copy()
-    tokens["passage"] = remap[tokens["passage"]]
-    return PhraseShard(shard.vectors[rows], tokens, [shard.passages[i] for i in keep], shard.codec)
-
-
-def _read_manifest(path: Path) -> dict[str, Any]:
-    file = path / STORE_FILE
-    recover_directory(path)  # a save() killed mid-swap (platforms without an atomic exchange)
-    if not file.is_file():
-        raise DocumentStoreError(f"{file} not found: not a directory written by PhraseDocumentStore.save")
-    try:
-        manifest = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DocumentStoreError(f"{file} is corrupted: {exc}") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != STORE_FORMAT or \
-            manifest.get("format_version") != STORE_FORMAT_VERSION:
-        raise DocumentStoreError(f"{file}: not a {STORE_FORMAT} v{STORE_FORMAT_VERSION} manifest")
-    if not isinstance(manifest.get("config"), dict):
-        raise DocumentStoreError(f"{file} is corrupted: no store settings")
-    for kind in ("documents", "labels", "phrases"):
-        entries = manifest.get(kind)
-        if not isinstance(entries, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) and Path(v).name == v and not v.startswith(".")
-                for k, v in entries.items()):
-            raise DocumentStoreError(f"{file} is corrupted: {kind} must map index names to files of {path}")
-    return manifest
-
-
-def _read_items(file: Path, parse) -> list:
-    """Parse a JSON-lines file of documents or labels; a damaged line raises DocumentStoreError naming it."""
-    items = []
-    try:
-        with file.open(encoding="utf-8") as handle:
-            for line_no, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    items.append(parse(line))
-                except Exception as exc:  # noqa: BLE001 - Haystack's from_json raises anything on bad input
-                    raise DocumentStoreError(f"{file}:{line_no} is corrupted: {type(exc).__name__}: {exc}") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DocumentStoreError(f"cannot read {file}: {exc}") from exc
-    return items
-
-
-def _document_from_json(line: str) -> Document:
-    data = json.loads(line)
-    doc = Document.from_dict(data)
-    if isinstance(doc.embedding, list):
-        doc.embedding = np.asarray(doc.embedding, dtype=np.float32)
-    return doc
 
 
 __all__ = ["PhraseDocumentStore", "PhraseIndexingStats"]

@@ -33,8 +33,15 @@ def _check_weights(weights: list[float] | None, n: int) -> list[float]:
 
 
 def _copy(doc: Document, score: float) -> Document:
-    return Document(content=doc.content, content_type=doc.content_type, id=doc.id, meta=dict(doc.meta or {}),
-                    score=score, id_hash_keys=doc.id_hash_keys, embedding=doc.embedding)
+    return Document(
+        content=doc.content,
+        content_type=doc.content_type,
+        id=doc.id,
+        meta=dict(doc.meta or {}),
+        score=score,
+        id_hash_keys=doc.id_hash_keys,
+        embedding=doc.embedding,
+    )
 
 
 def minmax(scores: Sequence[float]) -> list[float]:
@@ -47,8 +54,9 @@ def minmax(scores: Sequence[float]) -> list[float]:
     return [(s - low) / (high - low) for s in scores]
 
 
-def fuse_linear(lists: Sequence[Sequence[Document]], weights: list[float] | None = None,
-                normalization: str = "minmax") -> list[Document]:
+def fuse_linear(
+    lists: Sequence[Sequence[Document]], weights: list[float] | None = None, normalization: str = "minmax"
+) -> list[Document]:
     """Σ_i w_i · norm_i(score) per document id (missing → 0), best first; input Documents are not modified."""
     weights = _check_weights(weights, len(lists))
     fused: dict[str, float] = {}
@@ -67,7 +75,9 @@ def fuse_linear(lists: Sequence[Sequence[Document]], weights: list[float] | None
     return [_copy(first[i], fused[i]) for i in order]
 
 
-def fuse_rrf(lists: Sequence[Sequence[Document]], weights: list[float] | None = None, k: int = RRF_K) -> list[Document]:
+def fuse_rrf(
+    lists: Sequence[Sequence[Document]], weights: list[float] | None = None, k: int = RRF_K
+) -> list[Document]:
     """Reciprocal rank fusion Σ_i w_i / (k + rank_i), scaled so a document ranked first everywhere scores 1."""
     weights = _check_weights(weights, len(lists))
     fused: dict[str, float] = {}
@@ -112,8 +122,12 @@ class LinearFusionJoin(JoinNode):
 
     outgoing_edges = 1
 
-    def __init__(self, weights: list[float] | None = None, normalization: Literal["minmax", "none"] = "minmax",
-                 top_k_join: int | None = None):
+    def __init__(
+        self,
+        weights: list[float] | None = None,
+        normalization: Literal["minmax", "none"] = "minmax",
+        top_k_join: int | None = None,
+    ):
         super().__init__()
         if normalization not in ("minmax", "none"):
             raise InvalidParameterError(f"normalization={normalization!r}; valid: minmax, none")
@@ -149,9 +163,13 @@ class PhraseHybridJoin(JoinNode):
 
     outgoing_edges = 1
 
-    def __init__(self, join_mode: Literal["reciprocal_rank_fusion", "linear"] = "reciprocal_rank_fusion",
-                 weights: list[float] | None = None, top_k_join: int | None = None,
-                 top_k_answers: int | None = None):
+    def __init__(
+        self,
+        join_mode: Literal["reciprocal_rank_fusion", "linear"] = "reciprocal_rank_fusion",
+        weights: list[float] | None = None,
+        top_k_join: int | None = None,
+        top_k_answers: int | None = None,
+    ):
         super().__init__()
         if join_mode not in ("reciprocal_rank_fusion", "linear"):
             raise InvalidParameterError(f"join_mode={join_mode!r}; valid: reciprocal_rank_fusion, linear")

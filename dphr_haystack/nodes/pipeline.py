@@ -14,20 +14,26 @@ from haystack import Pipeline
 from haystack.errors import PipelineConfigError
 from haystack.schema import Document
 
-from ..corpus import read_corpus
+from .._util.resources import pipelines_dir
+from ..build.corpus import read_corpus
 from ..errors import CorpusFormatError, DphrError, InvalidParameterError
 
-PIPELINES_DIR = Path(__file__).resolve().parents[2] / "pipelines"
+PIPELINES_DIR = pipelines_dir()
 
 
-def load_pipeline(path: str | Path, pipeline_name: str | None = None,
-                  overrides: dict[str, dict[str, Any]] | None = None, overwrite_with_env_variables: bool = True,
-                  strict_version_check: bool = False, components: dict[str, Any] | None = None) -> Pipeline:
+def load_pipeline(
+    path: str | Path,
+    pipeline_name: str | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    overwrite_with_env_variables: bool = True,
+    strict_version_check: bool = False,
+    components: dict[str, Any] | None = None,
+) -> Pipeline:
     """Load a Haystack YAML pipeline after registering the dphr_haystack nodes.
 
     Args:
-        path: The YAML file. A bare name such as ``phrase_qa.yml`` is also looked up in the repository's
-            ``pipelines/`` directory when it is not a file.
+        path: The YAML file. A bare name such as ``phrase_qa.yml`` is also looked up among the pipelines
+            shipped with the package (:data:`PIPELINES_DIR`) when it is not a file.
         pipeline_name: Which pipeline of the file (needed when it declares several).
         overrides: ``{component name: {param: value}}`` merged into the components' params before loading
             (e.g. ``{"Retriever": {"model": "/path/to/model"}}``); an unknown component name raises KeyError.
@@ -59,11 +65,15 @@ def load_pipeline(path: str | Path, pipeline_name: str | None = None,
             declared[name].setdefault("params", {}).update(params)
     try:
         if not components:
-            return Pipeline.load_from_config(config, pipeline_name=pipeline_name,
-                                             overwrite_with_env_variables=overwrite_with_env_variables,
-                                             strict_version_check=strict_version_check)
-        return _load_with_components(config, pipeline_name, overwrite_with_env_variables, strict_version_check,
-                                     components, file)
+            return Pipeline.load_from_config(
+                config,
+                pipeline_name=pipeline_name,
+                overwrite_with_env_variables=overwrite_with_env_variables,
+                strict_version_check=strict_version_check,
+            )
+        return _load_with_components(
+            config, pipeline_name, overwrite_with_env_variables, strict_version_check, components, file
+        )
     except PipelineConfigError as exc:
         # Haystack hides a component's own error behind "see the stacktrace"; surface ours (e.g. the missing
         # model path) in the message.
@@ -77,6 +87,7 @@ def load_pipeline(path: str | Path, pipeline_name: str | None = None,
 
 def _check_structure(config: dict[str, Any], file: Path) -> None:
     """Raise PipelineConfigError on a malformed layout (Haystack's validator crashes on some with KeyError)."""
+
     def fail(what: str) -> None:
         raise PipelineConfigError(f"{file}: {what}")
 
@@ -84,16 +95,24 @@ def _check_structure(config: dict[str, Any], file: Path) -> None:
     if not isinstance(components, list) or not isinstance(pipelines, list):
         fail("'components' and 'pipelines' must be lists")
     for n, component in enumerate(components):
-        if not isinstance(component, dict) or not isinstance(component.get("name"), str) or \
-                not isinstance(component.get("type"), str) or not isinstance(component.get("params", {}), dict):
+        if (
+            not isinstance(component, dict)
+            or not isinstance(component.get("name"), str)
+            or not isinstance(component.get("type"), str)
+            or not isinstance(component.get("params", {}), dict)
+        ):
             fail(f"component {n} must be a mapping with a string name and type and optional params mapping")
     for n, pipeline in enumerate(pipelines):
         nodes = pipeline.get("nodes") if isinstance(pipeline, dict) else None
         if not isinstance(pipeline, dict) or not isinstance(pipeline.get("name"), str) or not isinstance(nodes, list):
             fail(f"pipeline {n} must be a mapping with a string name and a list of nodes")
         for node in nodes:
-            if not isinstance(node, dict) or not isinstance(node.get("name"), str) or \
-                    not isinstance(node.get("inputs"), list) or not all(isinstance(i, str) for i in node["inputs"]):
+            if (
+                not isinstance(node, dict)
+                or not isinstance(node.get("name"), str)
+                or not isinstance(node.get("inputs"), list)
+                or not all(isinstance(i, str) for i in node["inputs"])
+            ):
                 fail(f"pipeline {pipeline['name']!r}: each node needs a string name and a list of input names")
 
 
@@ -106,21 +125,27 @@ def _read_yaml(file: Path) -> dict[str, Any]:
     except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise PipelineConfigError(f"{file} is not valid YAML: {type(exc).__name__}: {exc}") from exc
     if not isinstance(config, dict):
-        raise PipelineConfigError(f"{file}: a pipeline file is a YAML mapping with version, components and "
-                                  f"pipelines, got {type(config).__name__}")
+        raise PipelineConfigError(
+            f"{file}: a pipeline file is a YAML mapping with version, components and "
+            f"pipelines, got {type(config).__name__}"
+        )
     return config
 
 
 def corpus_documents(corpora: Iterable[str | Path]) -> list[Document]:
-    """Haystack documents of one or more corpus files (:func:`dphr_haystack.corpus.read_corpus` formats), with
+    """Haystack documents of one or more corpus files (:func:`dphr_haystack.build.corpus.read_corpus` formats), with
     ``title`` and ``document_id`` in their meta, as PhraseDocumentStore expects."""
-    docs = [Document(content=p.text, id=p.id, meta={**p.meta, "title": p.title, "document_id": p.document_id})
-            for corpus in corpora for p in read_corpus(corpus)]
+    docs = [
+        Document(content=p.text, id=p.id, meta={**p.meta, "title": p.title, "document_id": p.document_id})
+        for corpus in corpora
+        for p in read_corpus(corpus)
+    ]
     counts = Counter(doc.id for doc in docs)
     repeated = [doc_id for doc_id, n in counts.items() if n > 1]
     if repeated:
-        raise CorpusFormatError(f"{len(repeated)} passage ids occur more than once across the corpora, "
-                                f"e.g. {repeated[:3]}")
+        raise CorpusFormatError(
+            f"{len(repeated)} passage ids occur more than once across the corpora, e.g. {repeated[:3]}"
+        )
     return docs
 
 
@@ -133,6 +158,8 @@ def index_corpus(pipeline: Pipeline, documents: list[Document]) -> dict[str, Any
     """
     from haystack.nodes import DenseRetriever
 
+    from .retriever import PhraseRetriever
+
     store = pipeline.get_document_store()
     if store is None:
         raise InvalidParameterError("the pipeline has no document store to index into")
@@ -144,7 +171,7 @@ def index_corpus(pipeline: Pipeline, documents: list[Document]) -> dict[str, Any
     for name in pipeline.graph.nodes:
         component = pipeline.graph.nodes[name].get("component")
         start = time.perf_counter()
-        if hasattr(component, "phrase_model"):
+        if isinstance(component, PhraseRetriever):
             store.update_embeddings(component)
         elif isinstance(component, DenseRetriever):
             store.update_embeddings(component, update_existing_embeddings=False)
@@ -154,8 +181,14 @@ def index_corpus(pipeline: Pipeline, documents: list[Document]) -> dict[str, Any
     return timings
 
 
-def _load_with_components(config: dict[str, Any], pipeline_name: str | None, overwrite_with_env_variables: bool,
-                          strict_version_check: bool, prebuilt: dict[str, Any], file: Path) -> Pipeline:
+def _load_with_components(
+    config: dict[str, Any],
+    pipeline_name: str | None,
+    overwrite_with_env_variables: bool,
+    strict_version_check: bool,
+    prebuilt: dict[str, Any],
+    file: Path,
+) -> Pipeline:
     """``Pipeline.load_from_config`` seeded with prebuilt components (Haystack 1.26 builds every one itself)."""
     from haystack.pipelines.config import get_component_definitions, get_pipeline_definition, validate_config
 
@@ -165,8 +198,9 @@ def _load_with_components(config: dict[str, Any], pipeline_name: str | None, ove
         raise KeyError(f"{file}: no component named {unknown} to replace (components: {sorted(declared)})")
     validate_config(config, strict_version_check=strict_version_check)
     definition = get_pipeline_definition(pipeline_config=config, pipeline_name=pipeline_name)
-    definitions = get_component_definitions(pipeline_config=config,
-                                            overwrite_with_env_variables=overwrite_with_env_variables)
+    definitions = get_component_definitions(
+        pipeline_config=config, overwrite_with_env_variables=overwrite_with_env_variables
+    )
     built = dict(prebuilt)
     pipeline = Pipeline()
     for node in definition["nodes"]:

@@ -11,8 +11,8 @@ from haystack.nodes import BaseRetriever
 from haystack.schema import Answer, Document, Span
 
 from ..errors import InvalidParameterError, ModelMismatchError
+from ..model.registry import DEFAULT_MODEL
 from ..search import UNITS, DocumentHit, PassageHit, PhraseHit, PhraseSearcher
-from ..shipped import DEFAULT_MODEL
 from ._models import load_phrase_model, model_fingerprint
 from ._schema import typed_init
 from .document_store import PhraseDocumentStore
@@ -117,8 +117,10 @@ class PhraseRetriever(BaseRetriever):
         self.whole_words = whole_words
         self.skip_question_copies = skip_question_copies
         if self.max_answer_length > self.phrase_model.config.max_passage_length:
-            raise InvalidParameterError(f"max_answer_length={self.max_answer_length} exceeds the model's passage "
-                                        f"windows ({self.phrase_model.config.max_passage_length} subwords)")
+            raise InvalidParameterError(
+                f"max_answer_length={self.max_answer_length} exceeds the model's passage "
+                f"windows ({self.phrase_model.config.max_passage_length} subwords)"
+            )
 
     # ----------------------------------------------------------------- BaseRetriever API
     def retrieve(
@@ -146,7 +148,9 @@ class PhraseRetriever(BaseRetriever):
         document_store: BaseDocumentStore | None = None,
     ) -> list[list[Document]]:
         """Top-k Documents per query; queries are encoded in batches of ``batch_size``."""
-        return [docs for docs, _ in self._search(queries, filters, top_k, index, scale_score, document_store, batch_size)]
+        return [
+            docs for docs, _ in self._search(queries, filters, top_k, index, scale_score, document_store, batch_size)
+        ]
 
     def run_query(
         self,
@@ -181,18 +185,32 @@ class PhraseRetriever(BaseRetriever):
         return output, "output_1"
 
     # ----------------------------------------------------------------- search
-    def _search(self, queries: list[str], filters, top_k: int | None, index: str | None,
-                scale_score: bool | None, document_store: BaseDocumentStore | None = None,
-                batch_size: int | None = None) -> list[tuple[list[Document], list[Answer]]]:
+    def _search(
+        self,
+        queries: list[str],
+        filters,
+        top_k: int | None,
+        index: str | None,
+        scale_score: bool | None,
+        document_store: BaseDocumentStore | None = None,
+        batch_size: int | None = None,
+    ) -> list[tuple[list[Document], list[Answer]]]:
         store = document_store or self.document_store
         if not isinstance(store, PhraseDocumentStore):
             raise InvalidParameterError("PhraseRetriever has no PhraseDocumentStore: pass document_store")
         with store.reading():  # writes wait until this search has read the phrase index and the documents
             return self._search_locked(store, queries, filters, top_k, index, scale_score, batch_size)
 
-    def _search_locked(self, store: PhraseDocumentStore, queries: list[str], filters, top_k: int | None,
-                       index: str | None, scale_score: bool | None,
-                       batch_size: int | None) -> list[tuple[list[Document], list[Answer]]]:
+    def _search_locked(
+        self,
+        store: PhraseDocumentStore,
+        queries: list[str],
+        filters,
+        top_k: int | None,
+        index: str | None,
+        scale_score: bool | None,
+        batch_size: int | None,
+    ) -> list[tuple[list[Document], list[Answer]]]:
         if isinstance(queries, str):
             raise InvalidParameterError("retrieve_batch takes a list of queries, not one string")
         top_k = top_k or self.top_k
@@ -201,26 +219,36 @@ class PhraseRetriever(BaseRetriever):
         empty: list[tuple[list[Document], list[Answer]]] = [([], []) for _ in queries]
         phrase_index = store.get_phrase_index(index)
         if phrase_index is None or phrase_index.num_live_passages == 0:
-            if phrase_index is None and _index_exists(store, index) and store.get_document_count(index=index):
-                logger.warning("index %r has documents but no phrases: call document_store.update_embeddings(retriever)",
-                               index)
+            if phrase_index is None and store.index_exists(index) and store.get_document_count(index=index):
+                logger.warning(
+                    "index %r has documents but no phrases: call document_store.update_embeddings(retriever)", index
+                )
             return empty
         if phrase_index.model_fingerprint != model_fingerprint(self.phrase_model):
             raise ModelMismatchError(
                 f"the phrase index of {index!r} was built with another phrase encoder than {self.model!r}"
             )
-        searcher = PhraseSearcher(phrase_index, self.phrase_model, self.max_answer_length,
-                                  query_batch_size=batch_size or self.batch_size, whole_words=self.whole_words,
-                                  skip_question_copies=self.skip_question_copies)
+        searcher = PhraseSearcher(
+            phrase_index,
+            self.phrase_model,
+            self.max_answer_length,
+            query_batch_size=batch_size or self.batch_size,
+            whole_words=self.whole_words,
+            skip_question_copies=self.skip_question_copies,
+        )
         if isinstance(filters, list):
             if len(filters) != len(queries):
                 raise InvalidParameterError(f"{len(filters)} filters for {len(queries)} queries")
-            hits = [searcher.search(q, self.unit, top_k, store.phrase_mask(f, index))
-                    for q, f in zip(queries, filters)]
+            hits = [
+                searcher.search(q, self.unit, top_k, store.phrase_mask(f, index)) for q, f in zip(queries, filters)
+            ]
         else:
             hits = searcher.search_batch(list(queries), self.unit, top_k, store.phrase_mask(filters, index))
-        wanted = {h.passage_id if isinstance(h, PhraseHit) else _passage_of(h).passage_id
-                  for per_query in hits for h in per_query}
+        wanted = {
+            h.passage_id if isinstance(h, PhraseHit) else _passage_of(h).passage_id
+            for per_query in hits
+            for h in per_query
+        }
         stored = {d.id: d for d in store.get_documents_by_id(sorted(wanted), index=index)}
         return [self._convert(per_query, stored, scale) for per_query in hits]
 
@@ -245,13 +273,25 @@ class PhraseRetriever(BaseRetriever):
 
     def _document(self, hit, phrase: PhraseHit, doc: Document, scale: bool) -> Document:
         meta = dict(doc.meta or {})
-        meta.update({"best_phrase": phrase.text, "best_phrase_start": phrase.start, "best_phrase_end": phrase.end,
-                     "best_phrase_score": phrase.score})
+        meta.update(
+            {
+                "best_phrase": phrase.text,
+                "best_phrase_start": phrase.start,
+                "best_phrase_end": phrase.end,
+                "best_phrase_score": phrase.score,
+            }
+        )
         if isinstance(hit, DocumentHit):
             meta["phrase_document_id"] = hit.document_id
         score = hit.score if not isinstance(hit, PhraseHit) else phrase.score
-        return Document(content=doc.content, content_type=doc.content_type, id=doc.id, meta=meta,
-                        score=self._score(score, scale), id_hash_keys=doc.id_hash_keys)
+        return Document(
+            content=doc.content,
+            content_type=doc.content_type,
+            id=doc.id,
+            meta=meta,
+            score=self._score(score, scale),
+            id_hash_keys=doc.id_hash_keys,
+        )
 
     def _answer(self, phrase: PhraseHit, doc: Document, scale: bool) -> Answer:
         meta = dict(doc.meta or {})
@@ -260,17 +300,20 @@ class PhraseRetriever(BaseRetriever):
         if phrase.confidence is not None:
             score = meta["confidence"] = phrase.confidence
         span = Span(start=phrase.start, end=phrase.end)
-        return Answer(answer=phrase.text, type="extractive", score=score,
-                      context=doc.content, offsets_in_document=[span], offsets_in_context=[Span(phrase.start, phrase.end)],
-                      document_ids=[doc.id], meta=meta)
+        return Answer(
+            answer=phrase.text,
+            type="extractive",
+            score=score,
+            context=doc.content,
+            offsets_in_document=[span],
+            offsets_in_context=[Span(phrase.start, phrase.end)],
+            document_ids=[doc.id],
+            meta=meta,
+        )
 
 
 def _passage_of(hit) -> PassageHit:
     return hit.best_passage if isinstance(hit, DocumentHit) else hit
-
-
-def _index_exists(store: PhraseDocumentStore, index: str) -> bool:
-    return not store.in_memory or index == store.index or index in store.inner.indexes  # type: ignore[attr-defined]
 
 
 __all__ = ["PhraseRetriever"]

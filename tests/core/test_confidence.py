@@ -26,10 +26,20 @@ from tests.conftest import tiny_passages
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize(("phrase", "copied"), [
-    ("Super Bowl 50", True), ("super bowl", True), ("The Super Bowl 50!", True), ("50", True), ("the", True),
-    ("Denver Broncos", False), ("Bowl 5", False), ("Super 50", False), ("Super Bowl 50 MVP", False),
-])
+@pytest.mark.parametrize(
+    ("phrase", "copied"),
+    [
+        ("Super Bowl 50", True),
+        ("super bowl", True),
+        ("The Super Bowl 50!", True),
+        ("50", True),
+        ("the", True),
+        ("Denver Broncos", False),
+        ("Bowl 5", False),
+        ("Super 50", False),
+        ("Super Bowl 50 MVP", False),
+    ],
+)
 def test_copies_question_matches_whole_normalised_words_in_order(phrase, copied):
     assert copies_question(phrase, question_words("Who won Super Bowl 50?")) is copied
 
@@ -52,14 +62,18 @@ def test_searcher_skips_phrases_the_question_contains(tiny_model, index):
     words = question_words(question)
     assert all(not copies_question(h.text, words) for h in got)
     assert got[0].text != copied
-    expected = [h for h in plain.search_vectors(q_start, q_end, unit="phrase", top_k=40)[0]
-                if not copies_question(h.text, words)][:5]
+    expected = [
+        h
+        for h in plain.search_vectors(q_start, q_end, unit="phrase", top_k=40)[0]
+        if not copies_question(h.text, words)
+    ][:5]
     assert [(h.passage_id, h.start, h.end) for h in got] == [(h.passage_id, h.start, h.end) for h in expected]
     # Off: the copy comes back; passages are ranked the same either way.
     again = plain.search_vectors(q_start, q_end, unit="phrase", top_k=1, questions=[question])[0]
     assert again[0].text == copied
-    assert skipping.search_vectors(q_start, q_end, unit="passage", top_k=3, questions=[question]) == \
-        plain.search_vectors(q_start, q_end, unit="passage", top_k=3, questions=[question])
+    assert skipping.search_vectors(
+        q_start, q_end, unit="passage", top_k=3, questions=[question]
+    ) == plain.search_vectors(q_start, q_end, unit="passage", top_k=3, questions=[question])
 
 
 def test_question_texts_must_match_the_query_vectors(tiny_model, index):
@@ -105,17 +119,26 @@ def test_auroc_equals_the_pairwise_definition_with_ties():
     rng = np.random.default_rng(3)
     scores = rng.integers(0, 5, size=60).astype(float)
     labels = rng.random(60) < 0.4
-    pairs = [(1.0 if p > n else 0.5 if p == n else 0.0)
-             for p, n in itertools.product(scores[labels], scores[~labels])]
+    pairs = [(1.0 if p > n else 0.5 if p == n else 0.0) for p, n in itertools.product(scores[labels], scores[~labels])]
     assert auroc(scores, labels) == pytest.approx(np.mean(pairs))
 
 
-@pytest.mark.parametrize("bad", [
-    {}, {"features": list(FEATURES), "weights": [1.0], "bias": 0.0, "mean": [0.0] * 4, "scale": [1.0] * 4},
-    {"features": ["score"], "weights": [1.0], "bias": 0.0, "mean": [0.0], "scale": [1.0]},
-    {"features": list(FEATURES), "weights": [1.0] * 4, "bias": float("nan"), "mean": [0.0] * 4, "scale": [1.0] * 4},
-    {"features": list(FEATURES), "weights": [1.0] * 4, "bias": 0.0, "mean": [0.0] * 4, "scale": [0.0] * 4},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {},
+        {"features": list(FEATURES), "weights": [1.0], "bias": 0.0, "mean": [0.0] * 4, "scale": [1.0] * 4},
+        {"features": ["score"], "weights": [1.0], "bias": 0.0, "mean": [0.0], "scale": [1.0]},
+        {
+            "features": list(FEATURES),
+            "weights": [1.0] * 4,
+            "bias": float("nan"),
+            "mean": [0.0] * 4,
+            "scale": [1.0] * 4,
+        },
+        {"features": list(FEATURES), "weights": [1.0] * 4, "bias": 0.0, "mean": [0.0] * 4, "scale": [0.0] * 4},
+    ],
+)
 def test_malformed_calibrations_are_refused(bad):
     with pytest.raises(InvalidParameterError):
         Calibration.from_dict(bad)
@@ -147,8 +170,12 @@ def test_model_calibration_gives_confidences_independent_of_top_k(tiny_model, in
     assert all(h.confidence is not None for h in five)
     many = searcher.search("capital of france", unit="phrase", top_k=3 * CONFIDENCE_DEPTH)
     assert len(many) == 3 * CONFIDENCE_DEPTH and all(h.confidence is not None for h in many)
-    assert [h.text for h in many] == [h.text for h in PhraseSearcher(index, loaded, calibration=None).search(
-        "capital of france", unit="phrase", top_k=3 * CONFIDENCE_DEPTH)]
+    assert [h.text for h in many] == [
+        h.text
+        for h in PhraseSearcher(index, loaded, calibration=None).search(
+            "capital of france", unit="phrase", top_k=3 * CONFIDENCE_DEPTH
+        )
+    ]
     assert searcher.search("capital of france", unit="passage", top_k=2)[0].best_phrase.confidence is None
     assert PhraseSearcher(index, loaded, calibration=None).search("capital of france", top_k=1)[0].confidence is None
     with pytest.raises(InvalidParameterError):

@@ -19,8 +19,8 @@ from dphr_haystack import (
     list_shards,
     read_corpus,
 )
+from dphr_haystack.build.dump import PhraseShard
 from dphr_haystack.cli import main as dphr
-from dphr_haystack.dump import PhraseShard
 from tests.conftest import tiny_passages
 
 pytestmark = pytest.mark.unit
@@ -43,7 +43,9 @@ def test_read_squad_json_gz(tmp_path):
 
 
 def test_read_jsonl_and_objects(tmp_path):
-    path = _write_jsonl(tmp_path / "c.jsonl", [{"id": 1, "title": "a", "text": "x", "document_id": "d"}, {"id": "2", "text": "y"}])
+    path = _write_jsonl(
+        tmp_path / "c.jsonl", [{"id": 1, "title": "a", "text": "x", "document_id": "d"}, {"id": "2", "text": "y"}]
+    )
     passages = list(read_corpus(path))
     assert [(p.id, p.document_id) for p in passages] == [("1", "d"), ("2", "2")]
     assert [p.text for p in read_corpus(["first", "second"])] == ["first", "second"]
@@ -51,8 +53,12 @@ def test_read_jsonl_and_objects(tmp_path):
 
 @pytest.mark.parametrize(
     "content, match",
-    [("not json at all", "SQuAD|JSON"), ('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n', "duplicate"),
-     ('{"id": "a", "text": 5}\n', "string"), ('{"id": "a", "text": "x"}\n[1, 2]\n', "JSON object")],
+    [
+        ("not json at all", "SQuAD|JSON"),
+        ('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n', "duplicate"),
+        ('{"id": "a", "text": 5}\n', "string"),
+        ('{"id": "a", "text": "x"}\n[1, 2]\n', "JSON object"),
+    ],
 )
 def test_bad_corpus_files(tmp_path, content, match):
     path = tmp_path / "bad.jsonl"
@@ -112,18 +118,57 @@ def test_int8_dump_shards_merge_into_one_codec(tiny_model, tmp_path):
 
 def test_cli_end_to_end(tiny_base_dir, tmp_path, capsys):
     corpus = _write_jsonl(tmp_path / "c.jsonl", tiny_passages() + [{"id": "empty", "text": ""}])
-    assert dphr(["model", "init", "--base", str(tiny_base_dir), "--out", str(tmp_path / "m"), "--max-passage-length", "64"]) == 0
-    assert dphr(["index", "--model", str(tmp_path / "m"), "--corpus", str(corpus), "--out", str(tmp_path / "i"),
-                 "--chunk-size", "2", "--no-progress"]) == 0
+    assert (
+        dphr(
+            ["model", "init", "--base", str(tiny_base_dir), "--out", str(tmp_path / "m"), "--max-passage-length", "64"]
+        )
+        == 0
+    )
+    assert (
+        dphr(
+            [
+                "index",
+                "--model",
+                str(tmp_path / "m"),
+                "--corpus",
+                str(corpus),
+                "--out",
+                str(tmp_path / "i"),
+                "--chunk-size",
+                "2",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert "skipped 1 without text" in capsys.readouterr().out
-    assert dphr(["search", "--index", str(tmp_path / "i"), "--unit", "passage", "--top-k", "3", "--json", "capital?"]) == 0
+    assert (
+        dphr(["search", "--index", str(tmp_path / "i"), "--unit", "passage", "--top-k", "3", "--json", "capital?"])
+        == 0
+    )
     record = json.loads(capsys.readouterr().out.strip())
     assert record["unit"] == "passage" and len(record["results"]) == 3
     assert all(r["best_phrase"]["text"] for r in record["results"])
-    assert dphr(["search", "--index", str(tmp_path / "i"), "--top-k", "4", "--json", "--partial-words", "capital?"]) == 0
+    assert (
+        dphr(["search", "--index", str(tmp_path / "i"), "--top-k", "4", "--json", "--partial-words", "capital?"]) == 0
+    )
     assert len(json.loads(capsys.readouterr().out.strip())["results"]) == 4
     # Re-running the same index command resumes and adds nothing twice.
-    assert dphr(["index", "--model", str(tmp_path / "m"), "--corpus", str(corpus), "--out", str(tmp_path / "i"), "--no-progress"]) == 0
+    assert (
+        dphr(
+            [
+                "index",
+                "--model",
+                str(tmp_path / "m"),
+                "--corpus",
+                str(corpus),
+                "--out",
+                str(tmp_path / "i"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert PhraseIndex.load(tmp_path / "i").num_passages == 6
     assert dphr(["search", "--index", str(tmp_path / "i"), "--unit", "sentence", "x"]) == 2
     assert "phrase, passage, document" in capsys.readouterr().err

@@ -21,7 +21,7 @@ from dphr_haystack.evaluation import (
     read_questions,
     summarize,
 )
-from dphr_haystack.index import PhraseIndex
+from dphr_haystack.index.phrase_index import PhraseIndex
 from dphr_haystack.search import PhraseSearcher
 
 pytestmark = pytest.mark.unit
@@ -59,14 +59,36 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_question_file_formats(tmp_path):
-    squad = {"data": [{"title": "T", "paragraphs": [{"context": "c", "qas": [
-        {"id": "q1", "question": "Who?", "answers": [{"text": "Ann", "answer_start": 0}]},
-        {"id": "q2", "question": "Unanswerable?", "answers": []}]}]},
-        {"title": "U", "paragraphs": [{"context": "d", "qas": [
-            {"id": "q3", "question": "What?", "answers": [{"text": "X", "answer_start": 0}]}]}]}]}
+    squad = {
+        "data": [
+            {
+                "title": "T",
+                "paragraphs": [
+                    {
+                        "context": "c",
+                        "qas": [
+                            {"id": "q1", "question": "Who?", "answers": [{"text": "Ann", "answer_start": 0}]},
+                            {"id": "q2", "question": "Unanswerable?", "answers": []},
+                        ],
+                    }
+                ],
+            },
+            {
+                "title": "U",
+                "paragraphs": [
+                    {
+                        "context": "d",
+                        "qas": [{"id": "q3", "question": "What?", "answers": [{"text": "X", "answer_start": 0}]}],
+                    }
+                ],
+            },
+        ]
+    }
     got = read_questions(_write(tmp_path / "s.json.gz", json.dumps(squad)))
     assert [(e.qid, e.answers, e.title, e.gold_passage_id) for e in got] == [
-        ("q1", ("Ann",), "T", "T-0-0"), ("q3", ("X",), "U", "U-1-0")]
+        ("q1", ("Ann",), "T", "T-0-0"),
+        ("q3", ("X",), "U", "U-1-0"),
+    ]
     assert [e.qid for e in read_questions(tmp_path / "s.json.gz", exclude_titles=["T"])] == ["q3"]
 
     flat = {"data": [{"id": "a", "question": "Q1", "answers": ["x"]}, {"id": "b", "question": "Q2", "answers": ["y"]}]}
@@ -79,8 +101,10 @@ def test_question_file_formats(tmp_path):
 
     csv_text = "who got the prize\t['Wilhelm Conrad Röntgen']\nwhat is 'x'\t['a', \"b's\"]\n"
     got = read_questions(_write(tmp_path / "nq-test.qa.csv.gz", csv_text))
-    assert [(e.question, e.answers) for e in got] == [("who got the prize", ("Wilhelm Conrad Röntgen",)),
-                                                       ("what is 'x'", ("a", "b's"))]
+    assert [(e.question, e.answers) for e in got] == [
+        ("who got the prize", ("Wilhelm Conrad Röntgen",)),
+        ("what is 'x'", ("a", "b's")),
+    ]
     # A list literal is parsed, never executed.
     with pytest.raises(CorpusFormatError, match=":1:"):
         read_questions(_write(tmp_path / "bad.qa.csv", "q\t__import__('os').system('true')\n"))
@@ -108,15 +132,22 @@ def test_shared_question_files_read_with_their_documented_counts():
 
 
 def _result(first_hit: int, n: int = 20, predictions=()) -> QuestionResult:
-    passages = [{"id": str(i), "score": 0.0, "has_answer": i + 1 == first_hit or (first_hit and i + 1 > first_hit + 3)}
-                for i in range(n)]
-    return QuestionResult("q", "q?", ["Paris"], [{"text": t, "score": 0.0, "passage_id": None} for t in predictions],
-                          passages, 0.01)
+    passages = [
+        {"id": str(i), "score": 0.0, "has_answer": i + 1 == first_hit or (first_hit and i + 1 > first_hit + 3)}
+        for i in range(n)
+    ]
+    return QuestionResult(
+        "q", "q?", ["Paris"], [{"text": t, "score": 0.0, "passage_id": None} for t in predictions], passages, 0.01
+    )
 
 
 def test_summary_against_hand_computed_values():
-    results = [_result(1, predictions=["Paris", "x"]), _result(3, predictions=["the city of Paris"]),
-               _result(0), _result(25, n=30, predictions=["Lyon", "paris"])]
+    results = [
+        _result(1, predictions=["Paris", "x"]),
+        _result(3, predictions=["the city of Paris"]),
+        _result(0),
+        _result(25, n=30, predictions=["Lyon", "paris"]),
+    ]
     s = summarize(results, top_k=2, has_answers=True, has_passages=True)
     assert s["phrase_em@1"] == 0.25 and s["phrase_em@2"] == 0.5
     assert s["phrase_f1@1"] == pytest.approx((1 + 2 * (1 / 3) * 1 / (1 / 3 + 1)) / 4)
@@ -146,8 +177,10 @@ def test_searcher_evaluation_is_consistent_with_search(tiny_model):
     oracle = [QAExample(str(i), q, (hit.text,)) for i, (q, hit) in enumerate(zip(questions, top))]
     assert evaluate_searcher(searcher, oracle, top_k=3, progress=False).summary["phrase_em@1"] == 1.0
     # ... and with the first words of the top passage as the answer, passage acc@1 and MRR are exactly 1.
-    oracle = [QAExample(str(i), q, (" ".join(hit.text.split()[:4]),)) for i, (q, hit) in enumerate(zip(questions,
-                                                                                                        top_passages))]
+    oracle = [
+        QAExample(str(i), q, (" ".join(hit.text.split()[:4]),))
+        for i, (q, hit) in enumerate(zip(questions, top_passages))
+    ]
     report = evaluate_searcher(searcher, oracle, top_k=3, progress=False)
     assert report.summary["passage_acc@1"] == 1.0 and report.summary["mrr@20"] == 1.0
     # An answer that occurs nowhere scores 0 everywhere.

@@ -167,7 +167,12 @@ def test_format_version_mismatch_names_the_file(saved_index):
         (lambda d: (d / "manifest.json").unlink(), "manifest.json"),
         (lambda d: (d / "vectors.bin").write_bytes(b"\0" * 10), "vectors.bin"),
         (lambda d: (d / "tokens.bin").write_bytes((d / "tokens.bin").read_bytes()[:-7]), "tokens.bin"),
-        (lambda d: (d / "passages.jsonl").write_bytes((d / "passages.jsonl").read_bytes().replace(b"Paris", b"Pxris")), "passages.jsonl"),
+        (
+            lambda d: (d / "passages.jsonl").write_bytes(
+                (d / "passages.jsonl").read_bytes().replace(b"Paris", b"Pxris")
+            ),
+            "passages.jsonl",
+        ),
     ],
 )
 def test_corrupted_index_files_fail_with_the_file_named(saved_index, damage, message):

@@ -27,4 +27,4 @@ def test_minilm_phrase_index_end_to_end(minilm_available, squad_dev_paragraphs, 
         assert all(len(hits) == 5 for hits in results)
     for hits in searcher.search_batch(questions, unit="phrase", top_k=5):
         for hit in hits:
-            assert hit.text == by_id[hit.passage_id][hit.start:hit.end] and hit.end - hit.start > 0
+            assert hit.text == by_id[hit.passage_id][hit.start : hit.end] and hit.end - hit.start > 0

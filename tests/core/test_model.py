@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dphr_haystack import InvalidQueryError, ModelLoadError, PhraseModel, PhraseModelConfig
-from dphr_haystack.inputs import normalize_query
+from dphr_haystack.model.inputs import normalize_query
 
 pytestmark = pytest.mark.unit
 
@@ -54,7 +54,7 @@ def test_every_context_token_gets_the_vector_of_its_max_context_window(tiny_mode
 
 def test_window_choice_matches_direct_encoding(tiny_model):
     """A token in the middle of the second window has exactly the vector that window gives it."""
-    from dphr_haystack.inputs import build_windows, pad_batch, tokenize_passages
+    from dphr_haystack.model.inputs import build_windows, pad_batch, tokenize_passages
 
     long_text = " ".join([TEXT] * 4)
     tokenized = tokenize_passages(tiny_model.tokenizer, [long_text], ["Louvre"], tiny_model.config)
@@ -71,7 +71,7 @@ def test_window_choice_matches_direct_encoding(tiny_model):
 
 
 def test_passage_token_types_follow_config(tiny_model):
-    from dphr_haystack.inputs import build_windows, tokenize_passages
+    from dphr_haystack.model.inputs import build_windows, tokenize_passages
 
     for mode, expected_title_type in (("all_one", 1), ("pair", 0)):
         config = PhraseModelConfig(max_passage_length=48, passage_stride=8, passage_token_type=mode)
@@ -82,7 +82,7 @@ def test_passage_token_types_follow_config(tiny_model):
 
 
 def test_title_is_truncated_to_max_title_length(tiny_model):
-    from dphr_haystack.inputs import tokenize_passages
+    from dphr_haystack.model.inputs import tokenize_passages
 
     tp = tokenize_passages(tiny_model.tokenizer, [TEXT], ["a b c d e f g h i j k l m n"], tiny_model.config)
     assert len(tp[0].title_ids) == tiny_model.config.max_title_length == 10
@@ -102,7 +102,7 @@ def test_trailing_question_mark_is_stripped(tiny_model):
 
 
 def test_query_is_truncated_to_max_query_length(tiny_model):
-    from dphr_haystack.inputs import tokenize_queries
+    from dphr_haystack.model.inputs import tokenize_queries
 
     batch = tokenize_queries(tiny_model.tokenizer, ["word " * 500], tiny_model.config)
     assert batch["input_ids"].shape[1] == tiny_model.config.max_query_length
@@ -170,7 +170,7 @@ def test_densephrases_checkpoint_imports(tiny_model, tiny_base_dir, tmp_path, ol
         direct = tiny_model.phrase_encoder(input_ids=ids, token_type_ids=torch.ones_like(ids)).last_hidden_state[0]
     got = imported.encode_passages(["the louvre is in paris"], ["Louvre"])[0].vectors
     start = 2 + len(title_ids)
-    np.testing.assert_allclose(got, direct[start: start + len(ctx_ids)].numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, direct[start : start + len(ctx_ids)].numpy(), rtol=1e-5, atol=1e-5)
 
 
 class _Exploit:

@@ -100,8 +100,12 @@ def test_answer_text_is_the_passage_slice(index, tiny_model, unit):
     by_id = {p["id"]: p for p in index.passages}
     for hits in searcher.search_batch(QUERIES, unit=unit, top_k=4):
         for hit in hits:
-            phrase = hit if isinstance(hit, PhraseHit) else (hit.best_phrase if isinstance(hit, PassageHit) else hit.best_passage.best_phrase)
-            assert phrase.text == by_id[phrase.passage_id]["text"][phrase.start:phrase.end]
+            phrase = (
+                hit
+                if isinstance(hit, PhraseHit)
+                else (hit.best_phrase if isinstance(hit, PassageHit) else hit.best_passage.best_phrase)
+            )
+            assert phrase.text == by_id[phrase.passage_id]["text"][phrase.start : phrase.end]
             assert phrase.text
 
 
@@ -186,8 +190,7 @@ def test_whole_words_never_pairs_a_split_word(tiny_model, whole_words):
     results = searcher.search_vectors(qs, qe, "phrase", top_k=len(idx) * 2, candidates=len(idx))
     for q in range(len(QUERIES)):
         spans = brute_force_spans(idx, qs[q], qe[q], L)
-        whole = {(i, j): s for (i, j), s in spans.items()
-                 if not continues[char_start[i]] and not next_continues[j]}
+        whole = {(i, j): s for (i, j), s in spans.items() if not continues[char_start[i]] and not next_continues[j]}
         reference = dp_reference(whole if whole_words else spans)
         if not whole_words:  # the split words do change what exhaustive search returns
             assert set(reference) != set(dp_reference(whole))
@@ -195,4 +198,6 @@ def test_whole_words_never_pairs_a_split_word(tiny_model, whole_words):
         assert set(got) == set(reference)
         if whole_words:
             for hit in results[q]:
-                assert not text[hit.start - 1: hit.start + 1].isalnum() and not text[hit.end - 1: hit.end + 1].isalnum()
+                assert (
+                    not text[hit.start - 1 : hit.start + 1].isalnum() and not text[hit.end - 1 : hit.end + 1].isalnum()
+                )

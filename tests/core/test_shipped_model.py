@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher, shipped
+from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
 from dphr_haystack.errors import ModelLoadError
 from dphr_haystack.evaluation import exact_match
+from dphr_haystack.model import registry as shipped
 
-SIZE_BUDGET_BYTES = 40 * 10**6  # issue 8: the shipped files, at most 40 MB in total
+SIZE_BUDGET_BYTES = 40 * 10**6  # the shipped files, at most 40 MB in total
 MIN_EM_AT_1 = 0.20  # measured 0.30 (18 of 60 questions) when shipped (the model before QSFT: 16); untrained: 0.0
 
 
@@ -39,8 +40,11 @@ def test_a_local_directory_wins_over_a_shipped_name(stand_in, tmp_path, tiny_mod
     tiny_model.save(tmp_path / "work" / "default")
     monkeypatch.chdir(tmp_path / "work")
     assert PhraseModel.load("default").phrase_fingerprint() == tiny_model.phrase_fingerprint()
-    assert PhraseModel.load(shipped.DEFAULT_MODEL).phrase_fingerprint() == shipped_fingerprint != \
-        tiny_model.phrase_fingerprint()
+    assert (
+        PhraseModel.load(shipped.DEFAULT_MODEL).phrase_fingerprint()
+        == shipped_fingerprint
+        != tiny_model.phrase_fingerprint()
+    )
 
 
 @pytest.mark.unit
@@ -55,12 +59,16 @@ def test_missing_shipped_files_raise_a_clear_error(monkeypatch, tmp_path):
 @pytest.mark.unit
 def test_haystack_loader_resolves_shipped_names(stand_in):
     pytest.importorskip("haystack")
+    from dphr_haystack.model.registry import model_key
     from dphr_haystack.nodes import clear_model_cache, load_phrase_model
-    from dphr_haystack.nodes._models import model_key
 
     clear_model_cache()
     try:
-        assert model_key("default") == model_key(shipped.DEFAULT_MODEL) == str(shipped.SHIPPED_DIR / shipped.DEFAULT_MODEL)
+        assert (
+            model_key("default")
+            == model_key(shipped.DEFAULT_MODEL)
+            == str(shipped.SHIPPED_DIR / shipped.DEFAULT_MODEL)
+        )
         assert load_phrase_model("default", "cpu") is load_phrase_model(shipped.DEFAULT_MODEL, "cpu")
     finally:
         clear_model_cache()
@@ -90,13 +98,17 @@ def test_shipped_files_fit_the_budget_and_load_offline(shipped_model):
 def test_shipped_model_answers_squad_questions_the_untrained_one_cannot(shipped_model, squad_dev_paragraphs):
     """Open-domain over 20 SQuAD dev paragraphs: the trained model finds answers, the untrained base does not."""
     passages = [{k: p[k] for k in ("id", "title", "text")} for p in squad_dev_paragraphs]
-    questions = [(qa["question"], [a["text"] for a in qa["answers"]]) for p in squad_dev_paragraphs for qa in p["qas"][:3]]
+    questions = [
+        (qa["question"], [a["text"] for a in qa["answers"]]) for p in squad_dev_paragraphs for qa in p["qas"][:3]
+    ]
 
     def em_at_1(model: PhraseModel) -> float:
         index = PhraseIndex.create(model)
         index.add_passages(passages, model, batch_size=16, progress=False)
         hits = PhraseSearcher(index, model).search_batch([q for q, _ in questions], unit="phrase", top_k=1)
-        return sum(bool(h) and exact_match(h[0].text, answers) for h, (_, answers) in zip(hits, questions)) / len(questions)
+        return sum(bool(h) and exact_match(h[0].text, answers) for h, (_, answers) in zip(hits, questions)) / len(
+            questions
+        )
 
     trained = em_at_1(shipped_model)
     untrained = em_at_1(PhraseModel.from_base("minilm", shipped_model.config))

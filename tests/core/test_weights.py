@@ -1,4 +1,5 @@
-"""Compact model weights: float16, shards of bounded size (large tensors split by rows), tensors taken from the base."""
+"""Compact model weights: float16, shards of bounded size (large tensors split by rows), tensors taken from the
+base."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 
 from dphr_haystack import ModelLoadError, PhraseModel
 from dphr_haystack.errors import InvalidParameterError
-from dphr_haystack.weights import WEIGHTS_FILE, WEIGHTS_INDEX_FILE
+from dphr_haystack.model.weights import WEIGHTS_FILE, WEIGHTS_INDEX_FILE
 
 pytestmark = pytest.mark.unit
 
@@ -100,8 +101,22 @@ def test_dphr_model_export_writes_a_loadable_compact_model(tiny_model, tmp_path,
 
     model = _trained_like(tiny_model)
     model.save(tmp_path / "full")
-    assert main(["model", "export", "--model", str(tmp_path / "full"), "--out", str(tmp_path / "compact"),
-                 "--max-shard-mb", "0.1", "--omit-base-weights"]) == 0
+    assert (
+        main(
+            [
+                "model",
+                "export",
+                "--model",
+                str(tmp_path / "full"),
+                "--out",
+                str(tmp_path / "compact"),
+                "--max-shard-mb",
+                "0.1",
+                "--omit-base-weights",
+            ]
+        )
+        == 0
+    )
     assert "3 tensors from the base model" in capsys.readouterr().out
     loaded = PhraseModel.load(tmp_path / "compact")
     np.testing.assert_allclose(_vectors(loaded)[1], _vectors(model)[1], atol=5e-2 * np.abs(_vectors(model)[1]).max())
@@ -132,8 +147,9 @@ def test_int8_phrase_keeps_an_int8_phrase_encoder_exactly_and_the_query_side_in_
     assert scaled and all(key.startswith("phrase_encoder.") for key in scaled)
     mixed, half = PhraseModel.load(tmp_path / "mixed"), PhraseModel.load(tmp_path / "fp16")
     assert mixed.phrase_fingerprint() == model.phrase_fingerprint() != half.phrase_fingerprint()
-    np.testing.assert_array_equal(mixed.encode_queries(["where is the louvre"])[0],
-                                  half.encode_queries(["where is the louvre"])[0])
+    np.testing.assert_array_equal(
+        mixed.encode_queries(["where is the louvre"])[0], half.encode_queries(["where is the louvre"])[0]
+    )
     with pytest.raises(InvalidParameterError, match="int8-phrase"):
         model.save(tmp_path / "bad", weights_dtype="int4")
 
@@ -149,7 +165,7 @@ def test_int8_codes_without_their_scales_are_refused(tiny_model, tmp_path):
     tensors = load_file(str(shard))
     del tensors[scale_key]
     save_file(tensors, str(shard))
-    from dphr_haystack._atomic import file_sha256
+    from dphr_haystack._util.atomic import file_sha256
 
     index["files_sha256"][shard.name] = file_sha256(shard)
     index_file.write_text(json.dumps(index))

@@ -37,8 +37,10 @@ def haystack_docs():
     from tests.conftest import tiny_passages
 
     topics = ["city", "city", "nature", "book", "nature", "tech"]
-    return [Document(content=p["text"], id=p["id"], meta={"title": p["title"], "topic": topic})
-            for p, topic in zip(tiny_passages(), topics)]
+    return [
+        Document(content=p["text"], id=p["id"], meta={"title": p["title"], "topic": topic})
+        for p, topic in zip(tiny_passages(), topics)
+    ]
 
 
 @pytest.fixture

@@ -40,8 +40,17 @@ def _fill(pipeline, docs):
 
 
 def test_every_pipeline_file_is_tested():
-    tested = {"phrase_qa.yml", "phrase_passages.yml", "bm25.yml", "dense_passages.yml", "hybrid_rrf.yml",
-              "hybrid_dpr.yml", "hybrid_answers.yml", "indexing.yml", "dense_faiss.yml"}
+    tested = {
+        "phrase_qa.yml",
+        "phrase_passages.yml",
+        "bm25.yml",
+        "dense_passages.yml",
+        "hybrid_rrf.yml",
+        "hybrid_dpr.yml",
+        "hybrid_answers.yml",
+        "indexing.yml",
+        "dense_faiss.yml",
+    }
     assert {p.name for p in PIPELINES.glob("*.yml")} == tested
 
 
@@ -93,8 +102,11 @@ def test_dense_faiss_gives_the_in_memory_ranking(minilm_available, haystack_docs
     faiss = load_pipeline("dense_faiss.yml")
     # The same embeddings written into Haystack's FAISSDocumentStore (exact inner product over normalised vectors).
     faiss.get_document_store().write_documents(
-        [Document(content=d.content, id=d.id, meta=d.meta, embedding=d.embedding)
-         for d in store.get_all_documents(return_embedding=True)])
+        [
+            Document(content=d.content, id=d.id, meta=d.meta, embedding=d.embedding)
+            for d in store.get_all_documents(return_embedding=True)
+        ]
+    )
     for query in ("Which river flows into the Mediterranean?", "Who wrote Hamlet?", "capital of France"):
         ours = memory.run(query=query, params={"Dense": {"top_k": 6}})["documents"]
         theirs = faiss.run(query=query, params={"Dense": {"top_k": 6}})["documents"]
@@ -226,8 +238,11 @@ def test_fusion_helpers():
     assert rrf[1].score == pytest.approx((1 / 62) / (2 / 61)) and math.isclose(rrf[1].score, rrf[2].score)
     with pytest.raises(ValueError):
         fuse_linear([[a], [b]], [1.0])
-    dup = [Answer("x", score=0.2, document_ids=["a"]), Answer("x", score=0.9, document_ids=["a"]),
-           Answer("y", score=0.5, document_ids=["b"])]
+    dup = [
+        Answer("x", score=0.2, document_ids=["a"]),
+        Answer("x", score=0.9, document_ids=["a"]),
+        Answer("y", score=0.5, document_ids=["b"]),
+    ]
     assert [(ans.answer, ans.score) for ans in dedupe_answers(dup)] == [("x", 0.9), ("y", 0.5)]
     assert len(dedupe_answers(dup, top_k=1)) == 1
 
@@ -253,4 +268,4 @@ def test_shipped_model_in_the_hybrid_yaml_on_squad_paragraphs(minilm_available, 
     assert {d.id for d in out["documents"]} == inputs[0] | inputs[1]
     for answer in out["answers"]:
         span = answer.offsets_in_document[0]
-        assert answer.context[span.start: span.end] == answer.answer
+        assert answer.context[span.start : span.end] == answer.answer

@@ -25,9 +25,9 @@ def test_run_query_returns_extractive_answers_with_offsets(indexed_retriever):
         assert answer.type == "extractive"
         (span,) = answer.offsets_in_document
         assert isinstance(span, Span) and answer.offsets_in_context == [span]
-        assert answer.context[span.start: span.end] == answer.answer
+        assert answer.context[span.start : span.end] == answer.answer
         stored = indexed_retriever.document_store.get_document_by_id(answer.document_ids[0])
-        assert stored.content[span.start: span.end] == answer.answer
+        assert stored.content[span.start : span.end] == answer.answer
     # unit=phrase: documents are the passages of the phrases, deduplicated, in phrase order
     expected = list(dict.fromkeys(a.document_ids[0] for a in answers))
     assert [d.id for d in docs] == expected
@@ -55,8 +55,9 @@ def test_document_unit_groups_passages_by_the_document_id_field(tiny_retriever, 
     docs = tiny_retriever.retrieve("capital city", top_k=6)
     groups = [d.meta["phrase_document_id"] for d in docs]
     assert len(docs) == 5 and len(set(groups)) == 5 and "europe" in groups
-    passage = PhraseRetriever(document_store=tiny_retriever.document_store, model=tiny_retriever.model,
-                              unit="passage", device="cpu", top_k=6).retrieve("capital city")
+    passage = PhraseRetriever(
+        document_store=tiny_retriever.document_store, model=tiny_retriever.model, unit="passage", device="cpu", top_k=6
+    ).retrieve("capital city")
     best_europe = next(d for d in passage if d.id in ("p0", "p1"))
     assert next(d for d in docs if d.meta["phrase_document_id"] == "europe").id == best_europe.id
 
@@ -131,7 +132,9 @@ def test_filter_threshold_defaults_to_the_models_own(tiny_model, tmp_path, hayst
 def test_whole_words_answers_never_cut_a_word(tiny_retriever):
     # 'zxqvb', 'qwzz' and 'vvkjx' are not in the tiny vocab, so WordPiece splits them into single characters.
     text = "The zxqvb code of Paris was qwzz found in vvkjx valleys of 1990s Europe."
-    tiny_retriever.document_store.index_documents([Document(content=text, id="w", meta={"title": "w"})], tiny_retriever)
+    tiny_retriever.document_store.index_documents(
+        [Document(content=text, id="w", meta={"title": "w"})], tiny_retriever
+    )
     tiny_retriever.unit = "phrase"
 
     def cuts(answer: Answer) -> bool:
@@ -141,8 +144,9 @@ def test_whole_words_answers_never_cut_a_word(tiny_retriever):
     answers = {}
     for whole_words in (True, False):
         tiny_retriever.whole_words = whole_words
-        answers[whole_words] = [a for q in QUERIES + ["zxqvb code", "valleys"]
-                                for a in tiny_retriever.run_query(q, top_k=30)[0]["answers"]]
+        answers[whole_words] = [
+            a for q in QUERIES + ["zxqvb code", "valleys"] for a in tiny_retriever.run_query(q, top_k=30)[0]["answers"]
+        ]
     assert answers[True] and not any(cuts(a) for a in answers[True])
     assert any(cuts(a) for a in answers[False])  # the setting is what keeps them whole
     with pytest.raises(InvalidParameterError, match="whole_words"):
@@ -158,14 +162,20 @@ def test_answers_skip_question_copies_and_carry_the_calibrated_confidence(tiny_m
     calibrated = tmp_path / "calibrated"
     shutil.copytree(tiny_model_dir, calibrated)
     config = json.loads((calibrated / "dphr_config.json").read_text())
-    config["calibration"] = {"features": list(FEATURES), "weights": [0.5, 1.0, 0.5, 1.0], "bias": -1.0,
-                             "mean": [0.0] * 4, "scale": [1.0] * 4}
+    config["calibration"] = {
+        "features": list(FEATURES),
+        "weights": [0.5, 1.0, 0.5, 1.0],
+        "bias": -1.0,
+        "mean": [0.0] * 4,
+        "scale": [1.0] * 4,
+    }
     (calibrated / "dphr_config.json").write_text(json.dumps(config))
     store = PhraseDocumentStore()
     retriever = PhraseRetriever(document_store=store, model=str(calibrated), unit="phrase", device="cpu")
     store.index_documents(haystack_docs, retriever)
-    plain = PhraseRetriever(document_store=store, model=str(calibrated), unit="phrase", device="cpu",
-                            skip_question_copies=False)
+    plain = PhraseRetriever(
+        document_store=store, model=str(calibrated), unit="phrase", device="cpu", skip_question_copies=False
+    )
     # A question made of the words of likely answers, so that some phrase answers copy it.
     seeds = [a.answer for a in plain.run_query("capital city", top_k=5)[0]["answers"]]
     question = f"Which {' '.join(seeds)} is it?"

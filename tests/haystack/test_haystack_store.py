@@ -106,9 +106,13 @@ def test_bm25_on_the_store_honours_filters_and_empty_store():
     store = PhraseDocumentStore(progress_bar=False)
     bm25 = BM25Retriever(document_store=store, top_k=3)
     assert bm25.retrieve("capital") == []
-    store.write_documents([Document("Paris is the capital of France.", meta={"lang": "en"}),
-                           Document("Berlin is the capital of Germany.", meta={"lang": "de"}),
-                           Document("Rivers flow into the sea.", meta={"lang": "en"})])
+    store.write_documents(
+        [
+            Document("Paris is the capital of France.", meta={"lang": "en"}),
+            Document("Berlin is the capital of Germany.", meta={"lang": "de"}),
+            Document("Rivers flow into the sea.", meta={"lang": "en"}),
+        ]
+    )
     assert len(bm25.retrieve("capital")) == 3
     filtered = bm25.retrieve("capital", filters={"lang": "de"})
     assert [d.content for d in filtered] == ["Berlin is the capital of Germany."]
@@ -136,11 +140,19 @@ def test_duplicate_documents_follow_haystack_policy(tiny_retriever, haystack_doc
 
 def test_save_and_load_round_trip(indexed_retriever, tmp_path):
     store = indexed_retriever.document_store
-    label = Label(query="capital of France?", document=store.get_document_by_id("p0"), is_correct_answer=True,
-                  is_correct_document=True, origin="gold-label", answer=Answer("Paris", document_ids=["p0"]))
+    label = Label(
+        query="capital of France?",
+        document=store.get_document_by_id("p0"),
+        is_correct_answer=True,
+        is_correct_document=True,
+        origin="gold-label",
+        answer=Answer("Paris", document_ids=["p0"]),
+    )
     store.write_labels([label])
-    store.write_documents([Document("A document with a dense embedding.", id="emb",
-                                    embedding=np.arange(768, dtype=np.float32))], index="other")
+    store.write_documents(
+        [Document("A document with a dense embedding.", id="emb", embedding=np.arange(768, dtype=np.float32))],
+        index="other",
+    )
     store.save(tmp_path / "store")
     store.save(tmp_path / "store")  # saving over an existing directory replaces it
     loaded = PhraseDocumentStore.load(tmp_path / "store")
@@ -152,8 +164,9 @@ def test_save_and_load_round_trip(indexed_retriever, tmp_path):
     expected = indexed_retriever.retrieve_batch(queries)
     indexed_retriever.document_store = loaded
     got = indexed_retriever.retrieve_batch(queries)
-    assert [[(d.id, d.meta["best_phrase"]) for d in ds] for ds in got] == \
-        [[(d.id, d.meta["best_phrase"]) for d in ds] for ds in expected]
+    assert [[(d.id, d.meta["best_phrase"]) for d in ds] for ds in got] == [
+        [(d.id, d.meta["best_phrase"]) for d in ds] for ds in expected
+    ]
     assert [d.score for ds in got for d in ds] == pytest.approx([d.score for ds in expected for d in ds])
     assert PhraseDocumentStore(load_path=str(tmp_path / "store")).get_phrase_count() == 6
     assert len(BM25Retriever(document_store=loaded).retrieve("Hamlet")) > 0
@@ -181,8 +194,13 @@ def test_phrases_are_kept_per_haystack_index(tiny_retriever, haystack_docs):
 @pytest.mark.skipif(not os.environ.get("DPHR_ES_HOST"), reason="set DPHR_ES_HOST to an Elasticsearch 7 host to run")
 def test_elasticsearch_backed_store(tiny_model_dir, haystack_docs):
     host, _, port = os.environ["DPHR_ES_HOST"].partition(":")
-    store = PhraseDocumentStore(elasticsearch_host=host, elasticsearch_port=int(port or 9200),
-                                index="dphr_test_docs", label_index="dphr_test_labels", progress_bar=False)
+    store = PhraseDocumentStore(
+        elasticsearch_host=host,
+        elasticsearch_port=int(port or 9200),
+        index="dphr_test_docs",
+        label_index="dphr_test_labels",
+        progress_bar=False,
+    )
     try:
         store.delete_documents()
         retriever = PhraseRetriever(document_store=store, model=str(tiny_model_dir), top_k=3, device="cpu")

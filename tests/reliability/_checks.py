@@ -69,8 +69,10 @@ def assert_store_consistent(store, index: str | None = None) -> None:
         assert pid in docs, f"phrases of {pid!r}, which is not a document"
         passage = store._to_passage(docs[pid])
         record = phrase_index.passages[phrase_index.passage_row(pid)]
-        assert passage is not None and (passage["text"], passage["title"]) == (record["text"], record.get("title", "")), \
-            f"stale phrases for {pid!r}"
+        assert passage is not None and (passage["text"], passage["title"]) == (
+            record["text"],
+            record.get("title", ""),
+        ), f"stale phrases for {pid!r}"
 
 
 def check_hits(index: PhraseIndex, hits: list, top_k: int, finite: bool = True) -> None:
@@ -81,12 +83,15 @@ def check_hits(index: PhraseIndex, hits: list, top_k: int, finite: bool = True) 
         assert all(math.isfinite(s) for s in scores)
         assert scores == sorted(scores, reverse=True)
     for hit in hits:
-        phrase = hit if isinstance(hit, PhraseHit) else (hit.best_phrase if isinstance(hit, PassageHit)
-                                                         else hit.best_passage.best_phrase)
+        phrase = (
+            hit
+            if isinstance(hit, PhraseHit)
+            else (hit.best_phrase if isinstance(hit, PassageHit) else hit.best_passage.best_phrase)
+        )
         assert isinstance(hit, (PhraseHit, PassageHit, DocumentHit))
         record = index.passages[phrase.passage_row]
         assert record["id"] == phrase.passage_id and not index.deleted[phrase.passage_row]
-        assert record["text"][phrase.start: phrase.end] == phrase.text
+        assert record["text"][phrase.start : phrase.end] == phrase.text
 
 
 def check_documents(store, docs: list, index: str | None = None) -> None:
@@ -97,4 +102,4 @@ def check_documents(store, docs: list, index: str | None = None) -> None:
             stored = store.get_document_by_id(doc.id, index=index)
             assert stored is not None and stored.content == doc.content, f"{doc.id!r} is not the stored document"
         meta = doc.meta
-        assert doc.content[meta["best_phrase_start"]: meta["best_phrase_end"]] == meta["best_phrase"]
+        assert doc.content[meta["best_phrase_start"] : meta["best_phrase_end"]] == meta["best_phrase"]

@@ -32,8 +32,25 @@ def job_index(model: str, corpus: str, out: str, chunk_size: int = 4, extra: lis
     """``dphr index`` (resumable: a second run over the same --out continues)."""
     from dphr_haystack.cli import main
 
-    return main(["index", "--model", model, "--corpus", corpus, "--out", out, "--chunk-size", str(chunk_size),
-                 "--batch-size", "8", "--device", "cpu", "--no-progress", *(extra or [])])
+    return main(
+        [
+            "index",
+            "--model",
+            model,
+            "--corpus",
+            corpus,
+            "--out",
+            out,
+            "--chunk-size",
+            str(chunk_size),
+            "--batch-size",
+            "8",
+            "--device",
+            "cpu",
+            "--no-progress",
+            *(extra or []),
+        ]
+    )
 
 
 def job_store_update(path: str, model: str, batch_size: int = 4) -> int:
@@ -57,8 +74,9 @@ def job_store_edit(path: str, model: str, corpus: str, delete: list[str], add_fr
     store = PhraseDocumentStore.load(path)
     retriever = PhraseRetriever(document_store=store, model=model, top_k=5, device="cpu", batch_size=8)
     store.delete_documents(ids=delete)
-    store.write_documents([Document(content=p["text"], id=p["id"], meta={"title": p["title"]})
-                           for p in passages[add_from:]])
+    store.write_documents(
+        [Document(content=p["text"], id=p["id"], meta={"title": p["title"]}) for p in passages[add_from:]]
+    )
     store.update_embeddings(retriever, batch_size=batch_size)
     store.save(path)
     return 0
@@ -75,15 +93,19 @@ def job_index_save(model: str, corpus: str, out: str) -> int:
     return 0
 
 
-JOBS = {"index": job_index, "store_update": job_store_update, "store_edit": job_store_edit,
-        "index_save": job_index_save}
+JOBS = {
+    "index": job_index,
+    "store_update": job_store_update,
+    "store_edit": job_store_edit,
+    "index_save": job_index_save,
+}
 
 
 def _arm(kill_at: int | None, counter: list[int]) -> None:
     """Count durability steps; SIGKILL this process just before step ``kill_at``."""
     import shutil
 
-    from dphr_haystack import _atomic
+    from dphr_haystack._util import atomic as _atomic
 
     def wrap(owner, name):
         original = getattr(owner, name)
@@ -140,9 +162,17 @@ def zygote_main() -> None:
         steps = None
         if job.get("steps_file") and Path(job["steps_file"]).is_file():
             steps = int(Path(job["steps_file"]).read_text() or 0)
-        print(json.dumps({"pid": pid, "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-                          "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None, "steps": steps}),
-              flush=True)
+        print(
+            json.dumps(
+                {
+                    "pid": pid,
+                    "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+                    "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                    "steps": steps,
+                }
+            ),
+            flush=True,
+        )
 
 
 # ----------------------------------------------------------------- test side
@@ -150,13 +180,27 @@ class Zygote:
     """The test's handle on a zygote process."""
 
     def __init__(self, log_dir: Path) -> None:
-        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-                   HAYSTACK_TELEMETRY_ENABLED="False", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+        env = dict(
+            os.environ,
+            OMP_NUM_THREADS="1",
+            MKL_NUM_THREADS="1",
+            TOKENIZERS_PARALLELISM="false",
+            HAYSTACK_TELEMETRY_ENABLED="False",
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        )
         self.log_dir = log_dir
         self.jobs = 0
-        self.process = subprocess.Popen([sys.executable, "-m", "tests.reliability._crash"], cwd=REPO, env=env,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.reliability._crash"],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
         assert json.loads(self._read())["ready"]
 
     def _read(self) -> str:

@@ -18,13 +18,27 @@ CI_TOTAL = 220
 FULL_TOTAL = int(os.environ.get("DPHR_FUZZ_EXAMPLES", "10000"))
 # Relative cost-adjusted weights of the fuzz tests (their names without the test_ prefix).
 WEIGHTS = {
-    "queries": 2.0, "documents": 1.5, "yaml_pipelines": 2.0, "index_files": 2.0, "model_checkpoints": 1.0,
-    "dump_shards": 1.0, "saved_stores": 1.0, "corpus_records": 1.0,
+    "queries": 2.0,
+    "documents": 1.5,
+    "yaml_pipelines": 2.0,
+    "index_files": 2.0,
+    "model_checkpoints": 1.0,
+    "dump_shards": 1.0,
+    "saved_stores": 1.0,
+    "corpus_records": 1.0,
 }
 
-_COMMON = dict(deadline=None, database=None, print_blob=True,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                      HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much])
+_COMMON = dict(
+    deadline=None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.filter_too_much,
+    ],
+)
 settings.register_profile("dphr-ci", derandomize=True, **_COMMON)
 settings.register_profile("dphr-fuzz", derandomize=False, **_COMMON)
 
@@ -41,8 +55,12 @@ def fuzz_settings(name: str, profile: str, **overrides) -> settings:
 
 
 def budget_summary() -> dict:
-    return {"ci_total": CI_TOTAL, "full_total": FULL_TOTAL, "weights": WEIGHTS,
-            "per_test_full": {name: examples(name, "full") for name in WEIGHTS}}
+    return {
+        "ci_total": CI_TOTAL,
+        "full_total": FULL_TOTAL,
+        "weights": WEIGHTS,
+        "per_test_full": {name: examples(name, "full") for name in WEIGHTS},
+    }
 
 
 # ----------------------------------------------------------------- text
@@ -57,8 +75,9 @@ texts = st.one_of(
     st.text(alphabet=st.sampled_from(" \t\n\r\x0b\x0c\u00a0\u3000"), max_size=20),
     st.text(alphabet=st.sampled_from(CONTROL), max_size=20),
     st.text(alphabet=st.sampled_from(EMOJI + SCRIPTS + " ?abc"), max_size=60),
-    st.builds(lambda word, n: (word + " ") * n, st.sampled_from(["a", "Paris", "東京", "😀", "?"]),
-              st.integers(1000, 20_000)),  # long: up to 100k+ characters
+    st.builds(
+        lambda word, n: (word + " ") * n, st.sampled_from(["a", "Paris", "東京", "😀", "?"]), st.integers(1000, 20_000)
+    ),  # long: up to 100k+ characters
 )
 
 

@@ -95,7 +95,11 @@ def pytest_terminal_summary(terminalreporter) -> None:
     terminalreporter.write_line(f"total: {total} fuzz cases (hypothesis examples)")
     report = os.environ.get("DPHR_FUZZ_REPORT")
     if report:
-        payload = {"total_cases": total, "budget": _fuzz.budget_summary(),
-                   "tests": {name: {"cases": log.examples, "operations": dict(log.outcomes)}
-                             for name, log in sorted(_LOGS.items())}}
+        payload = {
+            "total_cases": total,
+            "budget": _fuzz.budget_summary(),
+            "tests": {
+                name: {"cases": log.examples, "operations": dict(log.outcomes)} for name, log in sorted(_LOGS.items())
+            },
+        }
         Path(report).write_text(json.dumps(payload, indent=1))

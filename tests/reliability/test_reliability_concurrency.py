@@ -89,8 +89,13 @@ def retriever(model_dir, squad_passages):
 
     store = PhraseDocumentStore(progress_bar=False)
     retriever = PhraseRetriever(document_store=store, model=str(model_dir), top_k=4, device="cpu")
-    store.index_documents([Document(content=p["text"], id=p["id"], meta={"title": p["title"], "n": n % 3})
-                           for n, p in enumerate(squad_passages)], retriever)
+    store.index_documents(
+        [
+            Document(content=p["text"], id=p["id"], meta={"title": p["title"], "n": n % 3})
+            for n, p in enumerate(squad_passages)
+        ],
+        retriever,
+    )
     return retriever
 
 
@@ -161,8 +166,10 @@ def test_writes_during_reads_are_safe(retriever, squad_passages, squad_questions
         for round_no in range(3):
             store.write_documents(extra)
             store.update_embeddings(retriever, batch_size=2)  # commits between reads
-            changed = [Document(content=p["text"] + f" Revision {round_no}.", id=p["id"], meta={"title": p["title"]})
-                       for p in base[:4]]
+            changed = [
+                Document(content=p["text"] + f" Revision {round_no}.", id=p["id"], meta={"title": p["title"]})
+                for p in base[:4]
+            ]
             store.write_documents(changed)  # overwrite: stale phrases must never meet the new text
             store.update_embeddings(retriever, batch_size=3)
             store.delete_documents(ids=[d.id for d in extra[: 2 + round_no]])
@@ -181,7 +188,7 @@ def test_writes_during_reads_are_safe(retriever, squad_passages, squad_questions
             output, _ = retriever.run_query(q)
             for answer in output["answers"]:
                 span = answer.offsets_in_document[0]
-                assert answer.context[span.start: span.end] == answer.answer
+                assert answer.context[span.start : span.end] == answer.answer
             i += 1
             reads.append(no)
 

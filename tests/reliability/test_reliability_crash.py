@@ -64,8 +64,9 @@ def _same_index(got: PhraseIndex, want: PhraseIndex, model, questions: list[str]
     assert np.array_equal(got.tokens, want.tokens)
     assert np.array_equal(got.vectors(), want.vectors())
     for unit in ("phrase", "passage", "document"):
-        assert PhraseSearcher(got, model).search_batch(questions, unit=unit, top_k=5) == \
-            PhraseSearcher(want, model).search_batch(questions, unit=unit, top_k=5)
+        assert PhraseSearcher(got, model).search_batch(questions, unit=unit, top_k=5) == PhraseSearcher(
+            want, model
+        ).search_batch(questions, unit=unit, top_k=5)
 
 
 # ----------------------------------------------------------------- dphr index
@@ -77,10 +78,12 @@ def clean_index(zygote, model_dir, corpus_file, tmp_path_factory):
     return out, result["steps"]
 
 
-@pytest.mark.parametrize("profile", [pytest.param("ci", marks=pytest.mark.unit),
-                                     pytest.param("full", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "profile", [pytest.param("ci", marks=pytest.mark.unit), pytest.param("full", marks=pytest.mark.slow)]
+)
 def test_dphr_index_killed_at_commit_steps_resumes_to_the_clean_index(
-        profile, zygote, clean_index, model_dir, corpus_file, tiny_model, squad_questions, tmp_path):
+    profile, zygote, clean_index, model_dir, corpus_file, tiny_model, squad_questions, tmp_path
+):
     reference_dir, steps = clean_index
     reference = PhraseIndex.load(reference_dir, model=tiny_model)
     assert steps > 20  # create + 10 commits of 4 passages, several steps each
@@ -97,25 +100,43 @@ def test_dphr_index_killed_at_commit_steps_resumes_to_the_clean_index(
         _same_index(PhraseIndex.load(out, model=tiny_model), reference, tiny_model, squad_questions[:8])
 
 
-def test_dphr_index_killed_at_random_moments_resumes(zygote, clean_index, model_dir, corpus_file, tiny_model,
-                                                     squad_questions, tmp_path):
+def test_dphr_index_killed_at_random_moments_resumes(
+    zygote, clean_index, model_dir, corpus_file, tiny_model, squad_questions, tmp_path
+):
     reference = PhraseIndex.load(clean_index[0], model=tiny_model)
     rnd = random.Random(7)
     out = tmp_path / "index"
     for _ in range(3):  # three kills in a row into the same directory, then one run to the end
-        result = zygote.run("index", kill_after=rnd.uniform(0.3, 1.5), model=str(model_dir),
-                            corpus=str(corpus_file), out=str(out))
+        result = zygote.run(
+            "index", kill_after=rnd.uniform(0.3, 1.5), model=str(model_dir), corpus=str(corpus_file), out=str(out)
+        )
         assert result["signal"] == signal.SIGKILL or result["code"] == 0, result["log"][-2000:]
     _assert_ok(zygote.run("index", model=str(model_dir), corpus=str(corpus_file), out=str(out)))
     _same_index(PhraseIndex.load(out, model=tiny_model), reference, tiny_model, squad_questions[:8])
 
 
-def test_dphr_cli_process_sigkilled_mid_index_resumes(clean_index, model_dir, corpus_file, tiny_model,
-                                                      squad_questions, tmp_path):
+def test_dphr_cli_process_sigkilled_mid_index_resumes(
+    clean_index, model_dir, corpus_file, tiny_model, squad_questions, tmp_path
+):
     """The real `python -m dphr_haystack index` process, SIGKILLed once its first commits are on disk."""
     out = tmp_path / "index"
-    command = [sys.executable, "-m", "dphr_haystack", "index", "--model", str(model_dir), "--corpus",
-               str(corpus_file), "--out", str(out), "--chunk-size", "2", "--device", "cpu", "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "dphr_haystack",
+        "index",
+        "--model",
+        str(model_dir),
+        "--corpus",
+        str(corpus_file),
+        "--out",
+        str(out),
+        "--chunk-size",
+        "2",
+        "--device",
+        "cpu",
+        "--no-progress",
+    ]
     env = dict(os.environ, DPHR_HAYSTACK_NODES="0", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     committed = 0
@@ -146,8 +167,9 @@ def test_dphr_cli_process_sigkilled_mid_index_resumes(clean_index, model_dir, co
     for unit in ("passage", "document"):
         ours = PhraseSearcher(got, tiny_model).search_batch(squad_questions[:8], unit=unit, top_k=3)
         theirs = PhraseSearcher(reference, tiny_model).search_batch(squad_questions[:8], unit=unit, top_k=3)
-        assert [[h.passage_id if unit == "passage" else h.document_id for h in hits] for hits in ours] == \
-            [[h.passage_id if unit == "passage" else h.document_id for h in hits] for hits in theirs]
+        assert [[h.passage_id if unit == "passage" else h.document_id for h in hits] for hits in ours] == [
+            [h.passage_id if unit == "passage" else h.document_id for h in hits] for hits in theirs
+        ]
 
 
 # ----------------------------------------------------------------- PhraseDocumentStore
@@ -198,10 +220,12 @@ def _same_store(got, want) -> None:
     assert got[2] == want[2]
 
 
-@pytest.mark.parametrize("profile", [pytest.param("ci", marks=pytest.mark.unit),
-                                     pytest.param("full", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "profile", [pytest.param("ci", marks=pytest.mark.unit), pytest.param("full", marks=pytest.mark.slow)]
+)
 def test_update_embeddings_killed_at_commit_steps_resumes_to_the_clean_store(
-        profile, zygote, store_dirs, model_dir, squad_questions, tmp_path):
+    profile, zygote, store_dirs, model_dir, squad_questions, tmp_path
+):
     questions = squad_questions[:6]
     reference = tmp_path / "reference"
     shutil.copytree(store_dirs["partial"], reference)
@@ -224,10 +248,12 @@ def test_update_embeddings_killed_at_commit_steps_resumes_to_the_clean_store(
         _same_store(_store_state(path, model_dir, questions), want)
 
 
-@pytest.mark.parametrize("profile", [pytest.param("ci", marks=pytest.mark.unit),
-                                     pytest.param("full", marks=pytest.mark.slow)])
-def test_killed_edit_and_save_leaves_the_previous_saved_state(profile, zygote, store_dirs, model_dir, corpus_file,
-                                                              squad_questions, tmp_path):
+@pytest.mark.parametrize(
+    "profile", [pytest.param("ci", marks=pytest.mark.unit), pytest.param("full", marks=pytest.mark.slow)]
+)
+def test_killed_edit_and_save_leaves_the_previous_saved_state(
+    profile, zygote, store_dirs, model_dir, corpus_file, squad_questions, tmp_path
+):
     """Delete documents, add others, save: killed at any step, the directory holds the old state or the new one."""
     questions = squad_questions[:6]
     old = _store_state(store_dirs["complete"], model_dir, questions)
@@ -253,10 +279,12 @@ def test_killed_edit_and_save_leaves_the_previous_saved_state(profile, zygote, s
     assert outcomes["old"] >= 1
 
 
-@pytest.mark.parametrize("profile", [pytest.param("ci", marks=pytest.mark.unit),
-                                     pytest.param("full", marks=pytest.mark.slow)])
-def test_killed_index_save_leaves_the_previous_index(profile, zygote, clean_index, model_dir, corpus_file,
-                                                     tiny_model, squad_questions, tmp_path, squad_passages):
+@pytest.mark.parametrize(
+    "profile", [pytest.param("ci", marks=pytest.mark.unit), pytest.param("full", marks=pytest.mark.slow)]
+)
+def test_killed_index_save_leaves_the_previous_index(
+    profile, zygote, clean_index, model_dir, corpus_file, tiny_model, squad_questions, tmp_path, squad_passages
+):
     """PhraseIndex.save over an existing index directory, killed at every step: the old index or the new one."""
     small = tmp_path / "small.jsonl"
     small.write_text("".join(json.dumps(p) + "\n" for p in squad_passages[:5]))

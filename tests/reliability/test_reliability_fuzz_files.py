@@ -52,8 +52,22 @@ def saved_indexes(tmp_path_factory, _tiny_model_session, squad_passages):
     return out
 
 
-@pytest.mark.parametrize("key", ["model_fingerprint", "dim", "codec", "faiss_factory", "counts", "passages_bytes",
-                                 "checksums", "filter_threshold", "faiss_file", "model_path", "model_config"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "model_fingerprint",
+        "dim",
+        "codec",
+        "faiss_factory",
+        "counts",
+        "passages_bytes",
+        "checksums",
+        "filter_threshold",
+        "faiss_file",
+        "model_path",
+        "model_config",
+    ],
+)
 def test_a_manifest_missing_a_field_is_refused_on_load(saved_indexes, tmp_path, key):
     """Found by the 10,000-case run: a manifest without ``filter_threshold`` loaded, then failed with a KeyError."""
     from dphr_haystack.errors import IndexLoadError
@@ -72,8 +86,13 @@ def test_index_files(fuzz_profile, fuzz_log, saved_indexes, tiny_model, tmp_path
     searcher_model = tiny_model
 
     @_fuzz.fuzz_settings("index_files", fuzz_profile)
-    @given(kind=st.sampled_from(sorted(saved_indexes)), rnd=st.randoms(use_true_random=False),
-           json_value=_fuzz.JSON_VALUES, count=st.integers(1, 3), verify=st.booleans())
+    @given(
+        kind=st.sampled_from(sorted(saved_indexes)),
+        rnd=st.randoms(use_true_random=False),
+        json_value=_fuzz.JSON_VALUES,
+        count=st.integers(1, 3),
+        verify=st.booleans(),
+    )
     def run(kind, rnd, json_value, count, verify):
         folder = _copy(saved_indexes[kind], tmp_path / f"idx-{next(counter)}")
         names = sorted(p.name for p in folder.iterdir())
@@ -125,8 +144,12 @@ def test_model_checkpoints(fuzz_profile, fuzz_log, saved_models, tmp_path):
     counter = iter(range(10**9))
 
     @_fuzz.fuzz_settings("model_checkpoints", fuzz_profile)
-    @given(kind=st.sampled_from(sorted(saved_models)), rnd=st.randoms(use_true_random=False),
-           json_value=_fuzz.JSON_VALUES, count=st.integers(1, 2))
+    @given(
+        kind=st.sampled_from(sorted(saved_models)),
+        rnd=st.randoms(use_true_random=False),
+        json_value=_fuzz.JSON_VALUES,
+        count=st.integers(1, 2),
+    )
     def run(kind, rnd, json_value, count):
         folder = _copy(saved_models[kind], tmp_path / f"model-{next(counter)}")
         _damage(folder, sorted(p.name for p in folder.iterdir()), rnd, json_value, count)
@@ -207,8 +230,13 @@ def saved_store(tmp_path_factory, model_dir, squad_passages):
     torch.set_num_threads(1)
     store = PhraseDocumentStore(progress_bar=False)
     retriever = PhraseRetriever(document_store=store, model=str(model_dir), top_k=3, device="cpu")
-    store.index_documents([Document(content=p["text"], id=p["id"], meta={"title": p["title"], "n": n})
-                           for n, p in enumerate(squad_passages[:10])], retriever)
+    store.index_documents(
+        [
+            Document(content=p["text"], id=p["id"], meta={"title": p["title"], "n": n})
+            for n, p in enumerate(squad_passages[:10])
+        ],
+        retriever,
+    )
     path = tmp_path_factory.mktemp("store") / "store"
     store.save(path)
     return path

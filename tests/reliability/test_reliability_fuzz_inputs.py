@@ -48,8 +48,9 @@ def search_env(_tiny_model_session, model_dir, squad_passages):
     index.add_passages(passages, _tiny_model_session, progress=False)
     store = PhraseDocumentStore(progress_bar=False)
     retriever = PhraseRetriever(document_store=store, model=str(model_dir), top_k=3, device="cpu")
-    store.index_documents([Document(content=p["text"], id=p["id"], meta={"title": p["title"]}) for p in passages],
-                          retriever)
+    store.index_documents(
+        [Document(content=p["text"], id=p["id"], meta={"title": p["title"]}) for p in passages], retriever
+    )
     return PhraseSearcher(index, _tiny_model_session), retriever
 
 
@@ -77,15 +78,28 @@ def test_queries(fuzz_profile, fuzz_log, search_env):
 
 
 # ----------------------------------------------------------------- corpus records into an on-disk index
-RECORD_IDS = st.one_of(st.sampled_from(["a", "b", "c"]), st.integers(-3, 3), st.none(), st.text(max_size=4),
-                       st.lists(st.integers(), max_size=2))
-META = st.one_of(st.none(), _fuzz.JSON_VALUES, st.dictionaries(st.text(max_size=4), st.one_of(
-    _fuzz.JSON_VALUES, st.sets(st.integers(), max_size=2), st.binary(max_size=3)), max_size=3))
+RECORD_IDS = st.one_of(
+    st.sampled_from(["a", "b", "c"]),
+    st.integers(-3, 3),
+    st.none(),
+    st.text(max_size=4),
+    st.lists(st.integers(), max_size=2),
+)
+META = st.one_of(
+    st.none(),
+    _fuzz.JSON_VALUES,
+    st.dictionaries(
+        st.text(max_size=4),
+        st.one_of(_fuzz.JSON_VALUES, st.sets(st.integers(), max_size=2), st.binary(max_size=3)),
+        max_size=3,
+    ),
+)
 RECORD_TEXTS = st.one_of(_fuzz.texts, NON_STRINGS)
 RECORDS = st.one_of(
-    st.fixed_dictionaries({"id": RECORD_IDS, "text": RECORD_TEXTS},
-                          optional={"title": st.one_of(_fuzz.texts, NON_STRINGS), "meta": META,
-                                    "document_id": RECORD_IDS}),
+    st.fixed_dictionaries(
+        {"id": RECORD_IDS, "text": RECORD_TEXTS},
+        optional={"title": st.one_of(_fuzz.texts, NON_STRINGS), "meta": META, "document_id": RECORD_IDS},
+    ),
     st.fixed_dictionaries({"content": RECORD_TEXTS}),
     _fuzz.texts,
     st.builds(Passage, id=st.text(max_size=4), text=_fuzz.texts, title=st.text(max_size=4)),
@@ -98,15 +112,24 @@ def test_corpus_records(fuzz_profile, fuzz_log, tiny_model, tmp_path):
     counter = iter(range(10**9))
 
     @_fuzz.fuzz_settings("corpus_records", fuzz_profile)
-    @given(records=st.lists(RECORDS, max_size=6), chunk=st.integers(1, 4),
-           duplicates=st.sampled_from(["fail", "skip", "overwrite"]))
+    @given(
+        records=st.lists(RECORDS, max_size=6),
+        chunk=st.integers(1, 4),
+        duplicates=st.sampled_from(["fail", "skip", "overwrite"]),
+    )
     def run(records, chunk, duplicates):
         path = tmp_path / f"idx-{next(counter)}"
         index = PhraseIndex.create(tiny_model, path=path)
         index.add_passages([{"id": "seed", "text": "A seed passage about Paris."}], tiny_model, progress=False)
         fuzz_log.example()
-        fuzz_log.record("add_passages", outcome_of(lambda: index.add_passages(
-            records, tiny_model, chunk_size=chunk, duplicates=duplicates, progress=False)))
+        fuzz_log.record(
+            "add_passages",
+            outcome_of(
+                lambda: index.add_passages(
+                    records, tiny_model, chunk_size=chunk, duplicates=duplicates, progress=False
+                )
+            ),
+        )
         assert_index_consistent(index)
         reloaded = PhraseIndex.load(path, model=tiny_model)  # what was committed is exactly what is in memory
         assert_index_consistent(reloaded)
@@ -123,20 +146,36 @@ def _document(content, content_type, doc_id, meta):
         return None
 
 
-DOC_TEXTS = st.one_of(st.text(max_size=60), st.text(alphabet=_fuzz.any_char, max_size=30), st.just(""),
-                      st.text(alphabet=st.sampled_from(_fuzz.CONTROL + " "), max_size=10),
-                      st.text(alphabet=st.sampled_from(_fuzz.EMOJI + _fuzz.SCRIPTS + " "), max_size=40),
-                      st.sampled_from(["Paris is the capital of France.", "The Nile flows north."]))
+DOC_TEXTS = st.one_of(
+    st.text(max_size=60),
+    st.text(alphabet=_fuzz.any_char, max_size=30),
+    st.just(""),
+    st.text(alphabet=st.sampled_from(_fuzz.CONTROL + " "), max_size=10),
+    st.text(alphabet=st.sampled_from(_fuzz.EMOJI + _fuzz.SCRIPTS + " "), max_size=40),
+    st.sampled_from(["Paris is the capital of France.", "The Nile flows north."]),
+)
 HUGE_TEXT = st.builds(lambda n: "Paris is the capital of France. " * n, st.integers(500, 4000))  # 16k-128k chars
 DOCUMENTS = st.builds(
     _document,
-    content=st.one_of(DOC_TEXTS, DOC_TEXTS, DOC_TEXTS, HUGE_TEXT, st.integers(), st.none(),
-                      st.just(pd.DataFrame({"a": [1, 2], "b": ["x", "y"]}))),
+    content=st.one_of(
+        DOC_TEXTS,
+        DOC_TEXTS,
+        DOC_TEXTS,
+        HUGE_TEXT,
+        st.integers(),
+        st.none(),
+        st.just(pd.DataFrame({"a": [1, 2], "b": ["x", "y"]})),
+    ),
     content_type=st.sampled_from(["text", "text", "text", "table", "image"]),
     doc_id=st.one_of(st.none(), st.sampled_from(["d1", "d2", "d3", "d4"]), st.text(max_size=4)),
-    meta=st.one_of(st.none(), st.dictionaries(
-        st.sampled_from(["title", "document_id", "topic"]) | st.text(max_size=4),
-        st.one_of(_fuzz.JSON_VALUES, st.sets(st.integers(), max_size=2), DOC_TEXTS), max_size=4)),
+    meta=st.one_of(
+        st.none(),
+        st.dictionaries(
+            st.sampled_from(["title", "document_id", "topic"]) | st.text(max_size=4),
+            st.one_of(_fuzz.JSON_VALUES, st.sets(st.integers(), max_size=2), DOC_TEXTS),
+            max_size=4,
+        ),
+    ),
 )
 
 
@@ -164,8 +203,10 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(update=st.booleans(), batch=st.integers(1, 4))
     def update(self, update, batch):
-        outcome = self._record("update", lambda: self.store.update_embeddings(
-            self.retriever, update_existing_embeddings=update, batch_size=batch))
+        outcome = self._record(
+            "update",
+            lambda: self.store.update_embeddings(self.retriever, update_existing_embeddings=update, batch_size=batch),
+        )
         if outcome == "ok":  # every text document now has phrases
             texts = {d.id for d in self.store.get_all_documents() if self.store._to_passage(d) is not None}
             assert set(self.store.get_phrase_index().live_passage_ids()) == texts
@@ -177,8 +218,13 @@ class StoreMachine(RuleBasedStateMachine):
         filters = data.draw(st.one_of(st.none(), st.fixed_dictionaries({"topic": _fuzz.JSON_VALUES})))
         self._record("delete", lambda: self.store.delete_documents(ids=chosen or None, filters=filters))
 
-    @rule(data=st.data(), meta=st.one_of(st.dictionaries(st.sampled_from(["title", "document_id", "topic"]),
-                                                         _fuzz.JSON_VALUES, max_size=2), NON_STRINGS))
+    @rule(
+        data=st.data(),
+        meta=st.one_of(
+            st.dictionaries(st.sampled_from(["title", "document_id", "topic"]), _fuzz.JSON_VALUES, max_size=2),
+            NON_STRINGS,
+        ),
+    )
     def update_meta(self, data, meta):
         ids = [d.id for d in self.store.get_all_documents()]
         doc_id = data.draw(st.sampled_from(ids + ["missing"]) if ids else st.just("missing"))
@@ -214,37 +260,89 @@ class StoreMachine(RuleBasedStateMachine):
 def test_documents(fuzz_profile, fuzz_log, model_dir, tmp_path):
     """Empty, huge, non-text, duplicate-id and odd-meta documents through writes, updates, deletes and saves."""
     StoreMachine.model_dir, StoreMachine.tmp_path, StoreMachine.log = model_dir, tmp_path, fuzz_log
-    run_state_machine_as_test(StoreMachine, settings=_fuzz.fuzz_settings("documents", fuzz_profile,
-                                                                         stateful_step_count=6))
+    run_state_machine_as_test(
+        StoreMachine, settings=_fuzz.fuzz_settings("documents", fuzz_profile, stateful_step_count=6)
+    )
 
 
 # ----------------------------------------------------------------- YAML pipelines
 UNIT_NAMES = st.sampled_from(["phrase", "passage", "document"])
 PARAM_VALUES = st.one_of(
-    _fuzz.JSON_VALUES, st.integers(-5, 5), st.sampled_from(["phrase", "passage", "document", "cpu", "cuda", "auto",
-                                                            "Flat", "IVF4,Flat", "HNSW8", "PQ3", "garbage", "int8",
-                                                            "float16", "BM25Plus", "DocumentStore", "Retriever"]),
+    _fuzz.JSON_VALUES,
+    st.integers(-5, 5),
+    st.sampled_from(
+        [
+            "phrase",
+            "passage",
+            "document",
+            "cpu",
+            "cuda",
+            "auto",
+            "Flat",
+            "IVF4,Flat",
+            "HNSW8",
+            "PQ3",
+            "garbage",
+            "int8",
+            "float16",
+            "BM25Plus",
+            "DocumentStore",
+            "Retriever",
+        ]
+    ),
 )
 # Values of the right YAML type but any size or spelling: they pass Haystack's schema and reach our validation.
 TYPED_PARAMS = {
-    "top_k": st.integers(-3, 10**9), "batch_size": st.integers(-3, 4096), "max_answer_length": st.integers(-3, 10**6),
-    "filter_threshold": st.one_of(st.none(), st.floats(-1e6, 1e6)), "unit": UNIT_NAMES,
-    "device": st.sampled_from(["cpu", "cuda", "auto"]), "scale_score": st.booleans(),
-    "faiss_factory": st.sampled_from(["Flat", "IVF4,Flat", "IVF1024,Flat", "HNSW8", "PQ3", "OPQ4,IVF2,PQ4", "LSH",
-                                      "garbage", ""]),
+    "top_k": st.integers(-3, 10**9),
+    "batch_size": st.integers(-3, 4096),
+    "max_answer_length": st.integers(-3, 10**6),
+    "filter_threshold": st.one_of(st.none(), st.floats(-1e6, 1e6)),
+    "unit": UNIT_NAMES,
+    "device": st.sampled_from(["cpu", "cuda", "auto"]),
+    "scale_score": st.booleans(),
+    "faiss_factory": st.sampled_from(
+        ["Flat", "IVF4,Flat", "IVF1024,Flat", "HNSW8", "PQ3", "OPQ4,IVF2,PQ4", "LSH", "garbage", ""]
+    ),
     "phrase_dtype": st.sampled_from(["float16", "int8", "float32"]),
     "bm25_algorithm": st.sampled_from(["BM25Okapi", "BM25L", "BM25Plus"]),
-    "bm25_parameters": st.dictionaries(st.sampled_from(["k1", "b", "epsilon", "delta", "z"]), st.floats(-10, 10),
-                                       max_size=3),
-    "embedding_dim": st.integers(-5, 5000), "similarity": st.sampled_from(["dot_product", "cosine"]),
+    "bm25_parameters": st.dictionaries(
+        st.sampled_from(["k1", "b", "epsilon", "delta", "z"]), st.floats(-10, 10), max_size=3
+    ),
+    "embedding_dim": st.integers(-5, 5000),
+    "similarity": st.sampled_from(["dot_product", "cosine"]),
     "duplicate_documents": st.sampled_from(["overwrite", "skip", "fail"]),
-    "title_field": st.text(max_size=5), "document_id_field": st.text(max_size=5),
+    "title_field": st.text(max_size=5),
+    "document_id_field": st.text(max_size=5),
 }
-STORE_PARAMS = ["index", "duplicate_documents", "embedding_dim", "similarity", "progress_bar", "use_bm25",
-                "bm25_algorithm", "bm25_parameters", "faiss_factory", "phrase_dtype", "title_field",
-                "document_id_field", "load_path", "unknown_param"]
-RETRIEVER_PARAMS = ["document_store", "model", "top_k", "unit", "max_answer_length", "filter_threshold", "batch_size",
-                    "device", "scale_score", "return_answers", "unknown_param"]
+STORE_PARAMS = [
+    "index",
+    "duplicate_documents",
+    "embedding_dim",
+    "similarity",
+    "progress_bar",
+    "use_bm25",
+    "bm25_algorithm",
+    "bm25_parameters",
+    "faiss_factory",
+    "phrase_dtype",
+    "title_field",
+    "document_id_field",
+    "load_path",
+    "unknown_param",
+]
+RETRIEVER_PARAMS = [
+    "document_store",
+    "model",
+    "top_k",
+    "unit",
+    "max_answer_length",
+    "filter_threshold",
+    "batch_size",
+    "device",
+    "scale_score",
+    "return_answers",
+    "unknown_param",
+]
 
 
 def _pipeline_config(model: str) -> dict:
@@ -252,8 +350,11 @@ def _pipeline_config(model: str) -> dict:
         "version": "ignore",
         "components": [
             {"name": "DocumentStore", "type": "PhraseDocumentStore", "params": {"progress_bar": False}},
-            {"name": "Retriever", "type": "PhraseRetriever",
-             "params": {"document_store": "DocumentStore", "model": model, "top_k": 3, "device": "cpu"}},
+            {
+                "name": "Retriever",
+                "type": "PhraseRetriever",
+                "params": {"document_store": "DocumentStore", "model": model, "top_k": 3, "device": "cpu"},
+            },
         ],
         "pipelines": [{"name": "query", "nodes": [{"name": "Retriever", "inputs": ["Query"]}]}],
     }
@@ -264,11 +365,15 @@ def test_yaml_pipelines(fuzz_profile, fuzz_log, model_dir, tmp_path):
     counter = iter(range(10**9))
 
     @_fuzz.fuzz_settings("yaml_pipelines", fuzz_profile)
-    @given(kind=st.sampled_from(["typed", "typed", "params", "structure", "text"]),
-           typed=st.fixed_dictionaries({}, optional=TYPED_PARAMS),
-           store_params=st.dictionaries(st.sampled_from(STORE_PARAMS), PARAM_VALUES, max_size=3),
-           retriever_params=st.dictionaries(st.sampled_from(RETRIEVER_PARAMS), PARAM_VALUES, max_size=3),
-           rnd=st.randoms(use_true_random=False), value=_fuzz.JSON_VALUES, raw=_fuzz.texts)
+    @given(
+        kind=st.sampled_from(["typed", "typed", "params", "structure", "text"]),
+        typed=st.fixed_dictionaries({}, optional=TYPED_PARAMS),
+        store_params=st.dictionaries(st.sampled_from(STORE_PARAMS), PARAM_VALUES, max_size=3),
+        retriever_params=st.dictionaries(st.sampled_from(RETRIEVER_PARAMS), PARAM_VALUES, max_size=3),
+        rnd=st.randoms(use_true_random=False),
+        value=_fuzz.JSON_VALUES,
+        raw=_fuzz.texts,
+    )
     def run(kind, typed, store_params, retriever_params, rnd, value, raw):
         config = _pipeline_config(str(model_dir))
         file = tmp_path / f"pipeline-{next(counter)}.yml"
@@ -284,8 +389,13 @@ def test_yaml_pipelines(fuzz_profile, fuzz_log, model_dir, tmp_path):
             file.write_text(yaml.safe_dump(_fuzz.mutate_json(config, rnd, value)))
         else:
             text = yaml.safe_dump(config)
-            file.write_text(rnd.choice([raw, text[: rnd.randrange(len(text))], text.replace(":", rnd.choice(
-                ["", "::", ": [", ": {"]), 1)]), encoding="utf-8", errors="surrogatepass")
+            file.write_text(
+                rnd.choice(
+                    [raw, text[: rnd.randrange(len(text))], text.replace(":", rnd.choice(["", "::", ": [", ": {"]), 1)]
+                ),
+                encoding="utf-8",
+                errors="surrogatepass",
+            )
 
         pipelines = []
 
@@ -299,8 +409,10 @@ def test_yaml_pipelines(fuzz_profile, fuzz_log, model_dir, tmp_path):
         store, retriever = pipeline.get_document_store(), pipeline.get_node("Retriever")
 
         def index_and_query():
-            docs = [Document(content="Paris is the capital of France.", id="p"),
-                    Document(content="The Nile is a river in Africa.", id="n")]
+            docs = [
+                Document(content="Paris is the capital of France.", id="p"),
+                Document(content="The Nile is a river in Africa.", id="n"),
+            ]
             if isinstance(store, PhraseDocumentStore) and isinstance(retriever, PhraseRetriever):
                 store.write_documents(docs)
                 store.update_embeddings(retriever)
@@ -317,8 +429,13 @@ def test_bad_yaml_files_name_the_problem(tmp_path):
     """Unreadable, malformed and non-mapping pipeline files raise Haystack's PipelineConfigError, naming the file."""
     from haystack.errors import PipelineConfigError
 
-    cases = {"missing.yml": None, "syntax.yml": "components: [", "scalar.yml": "just text", "empty.yml": "",
-             "binary.yml": b"\xff\xfe\x00garbage"}
+    cases = {
+        "missing.yml": None,
+        "syntax.yml": "components: [",
+        "scalar.yml": "just text",
+        "empty.yml": "",
+        "binary.yml": b"\xff\xfe\x00garbage",
+    }
     for name, content in cases.items():
         file = tmp_path / name
         if isinstance(content, bytes):

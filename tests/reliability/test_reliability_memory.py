@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dphr_haystack import PhraseModelConfig
-from dphr_haystack.inputs import TokenizedPassage, build_windows
+from dphr_haystack.model.inputs import TokenizedPassage, build_windows
 
 pytestmark = pytest.mark.unit
 

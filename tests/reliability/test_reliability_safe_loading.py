@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from dphr_haystack import IndexLoadError, ModelLoadError, PhraseIndex, PhraseModel, PhraseShard, dump_phrases
-from dphr_haystack.dump import list_shards
+from dphr_haystack.build.dump import list_shards
 
 pytestmark = pytest.mark.unit
 
@@ -59,8 +59,9 @@ def saved_model(tmp_path_factory, _tiny_model_session) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name", ["model.safetensors", "dphr_config.json", "encoder_config.json", "tokenizer.json",
-                                  "tokenizer_config.json"])
+@pytest.mark.parametrize(
+    "name", ["model.safetensors", "dphr_config.json", "encoder_config.json", "tokenizer.json", "tokenizer_config.json"]
+)
 @pytest.mark.parametrize("how", ["pickle", "torch"])
 def test_model_directory_file_replaced_by_a_pickle(saved_model, tmp_path, marker, name, how):
     model_dir = shutil.copytree(saved_model, tmp_path / "model")
@@ -123,8 +124,11 @@ def test_trainer_resume_state_pickle_is_refused(saved_model, tmp_path, marker, _
         def step(self, model, batch):
             return {"loss": model.filter_linear.weight.sum() * 0}
 
-    trainer = Trainer(_tiny_model_session, TrainArgs(output_dir=str(tmp_path / "run"), max_steps=1, progress=False,
-                                                     precision="fp32"), _Task())
+    trainer = Trainer(
+        _tiny_model_session,
+        TrainArgs(output_dir=str(tmp_path / "run"), max_steps=1, progress=False, precision="fp32"),
+        _Task(),
+    )
     with pytest.raises(Exception, match="(?i)weights.only|unpickl|refused") as caught:
         trainer.train()
     assert not isinstance(caught.value, (AssertionError, NameError))
@@ -140,8 +144,9 @@ def saved_ivf_index(tmp_path_factory, _tiny_model_session, squad_passages) -> Pa
     return path
 
 
-@pytest.mark.parametrize("name", ["manifest.json", "vectors.bin", "tokens.bin", "passages.jsonl", "tombstones.bin",
-                                  "faiss"])
+@pytest.mark.parametrize(
+    "name", ["manifest.json", "vectors.bin", "tokens.bin", "passages.jsonl", "tombstones.bin", "faiss"]
+)
 @pytest.mark.parametrize("how", ["pickle", "torch"])
 def test_index_file_replaced_by_a_pickle(saved_ivf_index, tmp_path, marker, name, how):
     index_dir = shutil.copytree(saved_ivf_index, tmp_path / "index")
@@ -191,8 +196,16 @@ def saved_store(tmp_path_factory, model_dir, squad_passages) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name", ["phrase_store.json", "documents-0.jsonl", "phrases-0/manifest.json",
-                                  "phrases-0/vectors.bin", "phrases-0/passages.jsonl"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "phrase_store.json",
+        "documents-0.jsonl",
+        "phrases-0/manifest.json",
+        "phrases-0/vectors.bin",
+        "phrases-0/passages.jsonl",
+    ],
+)
 def test_saved_store_file_replaced_by_a_pickle(saved_store, tmp_path, marker, name):
     from haystack.errors import DocumentStoreError
 

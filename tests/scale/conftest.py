@@ -8,11 +8,12 @@ import os
 import numpy as np
 import pytest
 
-from dphr_haystack.dump import TOKEN_DTYPE, PhraseShard
+from dphr_haystack.build.dump import TOKEN_DTYPE, PhraseShard
 
 
-def synthetic_shard(num_passages: int, tokens_per_passage: int, dim: int, seed: int = 0,
-                    clusters: int = 16, prefix: str = "s") -> PhraseShard:
+def synthetic_shard(
+    num_passages: int, tokens_per_passage: int, dim: int, seed: int = 0, clusters: int = 16, prefix: str = "s"
+) -> PhraseShard:
     """A shard of clustered random vectors (float16) with consistent token and passage records."""
     rng = np.random.default_rng(seed)
     n = num_passages * tokens_per_passage
@@ -25,8 +26,17 @@ def synthetic_shard(num_passages: int, tokens_per_passage: int, dim: int, seed: 
     tokens["char_start"] = positions * 2
     tokens["char_end"] = positions * 2 + 1
     words = " ".join(["w"] * tokens_per_passage)
-    passages = [{"id": f"{prefix}{i}", "document_id": f"d{i // 4}", "title": f"T{i}", "text": words, "meta": {},
-                 "num_context_tokens": tokens_per_passage} for i in range(num_passages)]
+    passages = [
+        {
+            "id": f"{prefix}{i}",
+            "document_id": f"d{i // 4}",
+            "title": f"T{i}",
+            "text": words,
+            "meta": {},
+            "num_context_tokens": tokens_per_passage,
+        }
+        for i in range(num_passages)
+    ]
     return PhraseShard(vectors.astype(np.float16), tokens, passages)
 
 
@@ -38,8 +48,19 @@ def ray_cluster():
     import ray
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             runtime_env={"env_vars": {"DPHR_HAYSTACK_NODES": "0", "HF_HUB_OFFLINE": "1",
-                                       "TRANSFORMERS_OFFLINE": "1", "HAYSTACK_TELEMETRY_ENABLED": "False"}})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        runtime_env={
+            "env_vars": {
+                "DPHR_HAYSTACK_NODES": "0",
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "HAYSTACK_TELEMETRY_ENABLED": "False",
+            }
+        },
+    )
     yield ray
     ray.shutdown()

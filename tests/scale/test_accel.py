@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dphr_haystack import PhraseIndex, PhraseSearcher, VectorCodec
-from dphr_haystack.accel import DeviceFallbackWarning, TorchFlatSearch, cuda_available, resolve_device
+from dphr_haystack.index.backends import DeviceFallbackWarning, TorchFlatSearch, cuda_available, resolve_device
 from tests.conftest import tiny_passages
 from tests.scale.conftest import synthetic_shard
 
@@ -47,7 +47,9 @@ def test_torch_top_k_pads_like_faiss_when_k_exceeds_n():
     ref_scores, ref_ids = _faiss_flat(x.astype(np.float32)).search(np.ones((2, 8), np.float32), 8)
     assert np.array_equal(ids, ref_ids) and (ids[:, 5:] == -1).all()
     np.testing.assert_allclose(scores[:, :5], ref_scores[:, :5], rtol=1e-5, atol=1e-4)
-    empty_scores, empty_ids = TorchFlatSearch(lambda: x[:0], VectorCodec("float16")).search(np.ones((1, 8), np.float32), 3)
+    empty_scores, empty_ids = TorchFlatSearch(lambda: x[:0], VectorCodec("float16")).search(
+        np.ones((1, 8), np.float32), 3
+    )
     assert (empty_ids == -1).all()
 
 
@@ -88,7 +90,7 @@ def test_cuda_request_without_gpu_warns_and_falls_back(monkeypatch, tiny_model):
 
 def test_quantized_index_on_gpu_without_faiss_gpu_stays_on_cpu(monkeypatch, tiny_model):
     """With CUDA but no faiss-gpu, an IVF index cannot move: a warning, and CPU FAISS keeps serving."""
-    from dphr_haystack import accel
+    from dphr_haystack.index import backends as accel
 
     index = PhraseIndex.create(tiny_model, faiss_factory="IVF4,Flat")
     index.add_shard(synthetic_shard(60, 8, tiny_model.hidden_size))
@@ -151,7 +153,7 @@ def test_index_on_gpu_returns_the_cpu_results(tiny_model):
 @pytest.mark.gpu
 @gpu
 def test_faiss_gpu_ivf_when_installed(tiny_model):
-    from dphr_haystack.accel import faiss_has_gpu
+    from dphr_haystack.index.backends import faiss_has_gpu
 
     if not faiss_has_gpu():
         pytest.skip("faiss has no GPU support here (pip install 'dphr-haystack[faiss-gpu]')")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from dphr_haystack import IndexLoadError, PhraseIndex, PhraseSearcher, dump_phrases, list_shards
+from dphr_haystack.build.dump import PhraseShard
 from dphr_haystack.cli import main as dphr
-from dphr_haystack.dump import PhraseShard
 from dphr_haystack.errors import DistributedDumpError
 from tests.conftest import tiny_passages
 
@@ -33,7 +33,7 @@ def _same_index(a: PhraseIndex, b: PhraseIndex) -> None:
 
 
 def test_ray_dump_survives_a_killed_worker_and_merges_to_the_serial_index(ray_cluster, tiny_model, tmp_path):
-    from dphr_haystack.distributed import dump_distributed
+    from dphr_haystack.build.distributed import dump_distributed
 
     corpus, records = _corpus(tmp_path)  # 24 passages -> 8 shards of 3
     model_dir = tmp_path / "model"
@@ -61,8 +61,9 @@ def test_ray_dump_survives_a_killed_worker_and_merges_to_the_serial_index(ray_cl
     assert np.array_equal(merged.tokens, built.tokens) and merged.passages == built.passages
     np.testing.assert_allclose(merged.vectors(), built.vectors(), atol=2e-3)
     search = lambda index: PhraseSearcher(index, tiny_model).search_batch(QUERIES, unit="passage", top_k=5)  # noqa: E731
-    assert [[h.passage_id for h in hits] for hits in search(merged)] == \
-        [[h.passage_id for h in hits] for hits in search(built)]
+    assert [[h.passage_id for h in hits] for hits in search(merged)] == [
+        [h.passage_id for h in hits] for hits in search(built)
+    ]
 
 
 def test_from_dump_refuses_gaps_and_other_models(tiny_model, tmp_path, tiny_base_dir):
@@ -85,10 +86,47 @@ def test_cli_dump_by_hand_split_workers_then_merge_into_a_quantized_index(tiny_m
     tiny_model.save(model_dir)
     dump_dir = tmp_path / "dump"
     for worker in ("0", "1"):  # two independent processes (here: calls) split the shards
-        assert dphr(["dump", "--model", str(model_dir), "--corpus", str(corpus), "--out", str(dump_dir), "--device",
-                     "cpu", "--shard-size", "5", "--worker", worker, "--num-workers", "2", "--no-progress"]) == 0
-    assert dphr(["merge", "--dump", str(dump_dir), "--out", str(tmp_path / "sq8"), "--type", "ivf-sq8", "--nlist", "2",
-                 "--nprobe", "2"]) == 0
+        assert (
+            dphr(
+                [
+                    "dump",
+                    "--model",
+                    str(model_dir),
+                    "--corpus",
+                    str(corpus),
+                    "--out",
+                    str(dump_dir),
+                    "--device",
+                    "cpu",
+                    "--shard-size",
+                    "5",
+                    "--worker",
+                    worker,
+                    "--num-workers",
+                    "2",
+                    "--no-progress",
+                ]
+            )
+            == 0
+        )
+    assert (
+        dphr(
+            [
+                "merge",
+                "--dump",
+                str(dump_dir),
+                "--out",
+                str(tmp_path / "sq8"),
+                "--type",
+                "ivf-sq8",
+                "--nlist",
+                "2",
+                "--nprobe",
+                "2",
+            ]
+        )
+        == 0
+    )
     index = PhraseIndex.load(tmp_path / "sq8", model=tiny_model)
     assert index.faiss_factory == "IVF2,SQ8" and index.num_passages == 12 and index.search_params == {"nprobe": 2}
     assert "worker 1/2" in capsys.readouterr().out
@@ -99,12 +137,45 @@ def test_cli_dump_with_ray_merge_and_reindex(ray_cluster, tiny_model, tmp_path, 
     model_dir = tmp_path / "model"
     tiny_model.save(model_dir)
     dump_dir, index_dir = tmp_path / "dump", tmp_path / "index"
-    assert dphr(["dump", "--model", str(model_dir), "--corpus", str(corpus), "--out", str(dump_dir), "--ray",
-                 "--num-workers", "2", "--shard-size", "4"]) == 0
+    assert (
+        dphr(
+            [
+                "dump",
+                "--model",
+                str(model_dir),
+                "--corpus",
+                str(corpus),
+                "--out",
+                str(dump_dir),
+                "--ray",
+                "--num-workers",
+                "2",
+                "--shard-size",
+                "4",
+            ]
+        )
+        == 0
+    )
     assert json.loads((dump_dir / "dump-status.json").read_text())["state"] == "complete"
     assert dphr(["merge", "--dump", str(dump_dir), "--out", str(index_dir), "--model-path", str(model_dir)]) == 0
-    assert dphr(["reindex", "--index", str(index_dir), "--out", str(tmp_path / "ivf"), "--type", "ivf-flat",
-                 "--nlist", "2", "--nprobe", "2"]) == 0
+    assert (
+        dphr(
+            [
+                "reindex",
+                "--index",
+                str(index_dir),
+                "--out",
+                str(tmp_path / "ivf"),
+                "--type",
+                "ivf-flat",
+                "--nlist",
+                "2",
+                "--nprobe",
+                "2",
+            ]
+        )
+        == 0
+    )
     ivf = PhraseIndex.load(tmp_path / "ivf", model=tiny_model)
     assert ivf.faiss_factory == "IVF2,Flat" and ivf.search_params == {"nprobe": 2}
     flat = PhraseIndex.load(index_dir, model=tiny_model)
@@ -115,7 +186,7 @@ def test_cli_dump_with_ray_merge_and_reindex(ray_cluster, tiny_model, tmp_path, 
 
 
 def test_a_worker_failing_beyond_its_retries_raises_and_the_dump_stays_unmergeable(ray_cluster, tiny_model, tmp_path):
-    from dphr_haystack.distributed import dump_distributed
+    from dphr_haystack.build.distributed import dump_distributed
 
     corpus, _ = _corpus(tmp_path, copies=2)  # 12 passages -> 4 shards of 3
     out = tmp_path / "dump"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dphr_haystack import InvalidParameterError, PhraseIndex, PhraseSearcher
-from dphr_haystack import index_types as it
+from dphr_haystack.index import structures as it
 from tests.scale.conftest import synthetic_shard
 
 pytestmark = pytest.mark.unit
@@ -56,22 +56,27 @@ def _recall(index: PhraseIndex, reference: PhraseIndex, k: int = 10) -> float:
     return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(got, want)]))
 
 
-@pytest.mark.parametrize("kind, factory, params, min_recall", [
-    ("ivf-flat", "IVF8,Flat", {"nprobe": 8}, 1.0),
-    ("ivf-sq8", "IVF8,SQ8", {"nprobe": 8}, 0.9),
-    ("ivf-sq4", "IVF8,SQ4", {"nprobe": 8}, 0.5),
-    ("ivf-pq", "IVF8,PQ16x4np", {"nprobe": 8}, 0.3),  # fast 4-bit codes; OPQ-PQ quality: see benchmarks
-    ("hnsw", "HNSW16,Flat", {"efSearch": 256}, 0.6),  # inner product is no metric: HNSW saturates (~0.7 here)
-])
-def test_reindex_copies_builds_each_type_and_spans_use_exact_vectors(synthetic_index, tiny_model, tmp_path, kind,
-                                                                      factory, params, min_recall):
+@pytest.mark.parametrize(
+    "kind, factory, params, min_recall",
+    [
+        ("ivf-flat", "IVF8,Flat", {"nprobe": 8}, 1.0),
+        ("ivf-sq8", "IVF8,SQ8", {"nprobe": 8}, 0.9),
+        ("ivf-sq4", "IVF8,SQ4", {"nprobe": 8}, 0.5),
+        ("ivf-pq", "IVF8,PQ16x4np", {"nprobe": 8}, 0.3),  # fast 4-bit codes; OPQ-PQ quality: see benchmarks
+        ("hnsw", "HNSW16,Flat", {"efSearch": 256}, 0.6),  # inner product is no metric: HNSW saturates (~0.7 here)
+    ],
+)
+def test_reindex_copies_builds_each_type_and_spans_use_exact_vectors(
+    synthetic_index, tiny_model, tmp_path, kind, factory, params, min_recall
+):
     flat = PhraseIndex.load(synthetic_index)
     copy = flat.reindex(factory, path=tmp_path / kind, search_params=params, progress=False)
     assert flat.faiss_factory == "Flat" and PhraseIndex.load(synthetic_index).faiss_factory == "Flat"  # untouched
     reopened = PhraseIndex.load(tmp_path / kind)
     assert reopened.faiss_factory == factory and reopened.search_params == params
-    assert reopened.manifest["faiss_build"]["train_vectors"] == (0 if kind == "hnsw" else
-                                                                 it.training_sample_size(factory, 8, len(flat)))
+    assert reopened.manifest["faiss_build"]["train_vectors"] == (
+        0 if kind == "hnsw" else it.training_sample_size(factory, 8, len(flat))
+    )
     assert _recall(reopened, flat) >= min_recall and _recall(copy, flat) >= min_recall
     qs, qe = _queries(flat.dim, 5)
     got = PhraseSearcher(reopened, tiny_model).search_vectors(qs, qe, unit="phrase", top_k=3)
@@ -80,16 +85,22 @@ def test_reindex_copies_builds_each_type_and_spans_use_exact_vectors(synthetic_i
         assert got == want  # exhaustive probing: identical results
     for hits in got:  # whatever the structure found, the span score is the exact stored-vector score
         for hit in hits:
-            s, e = flat.first_token[hit.passage_row] + hit.start_token, flat.first_token[hit.passage_row] + hit.end_token
-            exact = flat.vectors(np.array([s])) @ qs[got.index(hits)] + flat.vectors(np.array([e])) @ qe[got.index(hits)]
+            s, e = (
+                flat.first_token[hit.passage_row] + hit.start_token,
+                flat.first_token[hit.passage_row] + hit.end_token,
+            )
+            exact = (
+                flat.vectors(np.array([s])) @ qs[got.index(hits)] + flat.vectors(np.array([e])) @ qe[got.index(hits)]
+            )
             assert hit.score == pytest.approx(float(exact[0]), rel=1e-5, abs=1e-5)
 
 
 def test_on_disk_inverted_lists(synthetic_index, tmp_path):
     flat = PhraseIndex.load(synthetic_index)
     in_ram = flat.reindex("IVF8,SQ8", path=tmp_path / "ram", search_params={"nprobe": 4}, progress=False)
-    on_disk = flat.reindex("IVF8,SQ8", path=tmp_path / "disk", on_disk=True, search_params={"nprobe": 4},
-                           progress=False)
+    on_disk = flat.reindex(
+        "IVF8,SQ8", path=tmp_path / "disk", on_disk=True, search_params={"nprobe": 4}, progress=False
+    )
     ivfdata = tmp_path / "disk" / on_disk.manifest["faiss_ivfdata"]
     assert ivfdata.is_file() and ivfdata.stat().st_size >= len(flat) * (flat.dim + 8)  # codes + ids live there
     loaded = PhraseIndex.load(tmp_path / "disk")
@@ -103,7 +114,9 @@ def test_on_disk_inverted_lists(synthetic_index, tmp_path):
     assert loaded.delete_passages(["s0", "s1"]) == 2  # deletes still commit (new header, same lists)
     loaded.save(tmp_path / "copy")  # a copy carries its .ivfdata
     copy = PhraseIndex.load(tmp_path / "copy")
-    assert copy.num_live_passages == 398 and np.array_equal(copy.search_tokens(q, 10)[1], in_ram.search_tokens(q, 10)[1])
+    assert copy.num_live_passages == 398 and np.array_equal(
+        copy.search_tokens(q, 10)[1], in_ram.search_tokens(q, 10)[1]
+    )
     copy.reindex("Flat", progress=False)  # back to flat: the on-disk files go away
     assert not any(p.suffix in (".ivfdata", ".index") for p in (tmp_path / "copy").iterdir())
     assert PhraseIndex.load(tmp_path / "copy").faiss_factory == "Flat"

@@ -1,4 +1,5 @@
 """Every train/ test runs its tiny models on one torch thread (see tests/conftest.py)."""
+
 from __future__ import annotations
 
 import pytest

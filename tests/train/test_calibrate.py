@@ -23,10 +23,13 @@ def test_calibrate_fits_reports_and_stores_the_confidence(tiny_model, tmp_path):
     searcher = PhraseSearcher(index, tiny_model, calibration=None)
     # Gold answers: the model's own top phrase for every other question, so there are right and wrong answers.
     tops = [hits[0].text for hits in searcher.search_batch([ex.question for ex in sample.examples], top_k=1)]
-    examples = [RCExample(ex.qid, ex.question, [top if i % 2 == 0 else "no such answer"], [0], ex.passage_id)
-                for i, (ex, top) in enumerate(zip(sample.examples, tops, strict=True))]
-    calibration, report = calibrate(tiny_model, RCData(sample.passages, examples), index, holdout=0.25,
-                                    outside=examples[:3])
+    examples = [
+        RCExample(ex.qid, ex.question, [top if i % 2 == 0 else "no such answer"], [0], ex.passage_id)
+        for i, (ex, top) in enumerate(zip(sample.examples, tops, strict=True))
+    ]
+    calibration, report = calibrate(
+        tiny_model, RCData(sample.passages, examples), index, holdout=0.25, outside=examples[:3]
+    )
     assert report["questions"] == len(examples)
     assert report["em@1"] == pytest.approx(0.5)
     assert report["fit_questions"] + report["held_out_questions"] == len(examples)

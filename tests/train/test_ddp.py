@@ -34,12 +34,25 @@ TINY_DDP_RECIPE = {
     "seed": 0,
     "torch_threads": 1,
     "stages": ["rc"],
-    "model": {"base": "tiny", "tiny": {"hidden_size": 32, "layers": 2, "heads": 4, "max_words": 500, "dropout": 0.0},
-              "config": {"max_passage_length": 48, "passage_stride": 8, "max_query_length": 24}},
+    "model": {
+        "base": "tiny",
+        "tiny": {"hidden_size": 32, "layers": 2, "heads": 4, "max_words": 500, "dropout": 0.0},
+        "config": {"max_passage_length": 48, "passage_stride": 8, "max_query_length": 24},
+    },
     "data": {"train": "builtin", "dev": "builtin"},
-    "rc": {"loss": "unified", "pre_batch": 1, "gather_negatives": True,
-           "train": {"max_steps": STEPS, "batch_size": PER_RANK_BATCH, "lr": LR, "log_every": 1, "save_every": 2,
-                     "progress": False}},
+    "rc": {
+        "loss": "unified",
+        "pre_batch": 1,
+        "gather_negatives": True,
+        "train": {
+            "max_steps": STEPS,
+            "batch_size": PER_RANK_BATCH,
+            "lr": LR,
+            "log_every": 1,
+            "save_every": 2,
+            "progress": False,
+        },
+    },
 }
 
 
@@ -56,10 +69,26 @@ def _torchrun() -> list[str]:
 def test_torchrun_two_cpu_ranks_match_one_process_with_the_global_batch(tmp_path):
     config = tmp_path / "ddp.yaml"
     config.write_text(yaml.safe_dump({**TINY_DDP_RECIPE, "output_dir": str(tmp_path / "ddp")}))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "DPHR_HAYSTACK_NODES": "0", "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "HAYSTACK_TELEMETRY_ENABLED": "False"}
-    cmd = [*_torchrun(), "--standalone", "--nproc_per_node", "2", "-m", "train", "rc", "--config", str(config),
-           "--quiet"]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "DPHR_HAYSTACK_NODES": "0",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HAYSTACK_TELEMETRY_ENABLED": "False",
+    }
+    cmd = [
+        *_torchrun(),
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "train",
+        "rc",
+        "--config",
+        str(config),
+        "--quiet",
+    ]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
 
@@ -83,8 +112,9 @@ def test_torchrun_two_cpu_ranks_match_one_process_with_the_global_batch(tmp_path
 
     threads = torch.get_num_threads()
     try:
-        reference = run_stage(load_recipe(config, {"output_dir": str(tmp_path / "one"),
-                                                   "rc.train.batch_size": 2 * PER_RANK_BATCH}), "rc")
+        reference = run_stage(
+            load_recipe(config, {"output_dir": str(tmp_path / "one"), "rc.train.batch_size": 2 * PER_RANK_BATCH}), "rc"
+        )
     finally:
         torch.set_num_threads(threads)
     assert reference["steps"] == STEPS
@@ -99,8 +129,9 @@ def test_torchrun_two_cpu_ranks_match_one_process_with_the_global_batch(tmp_path
         assert got["negatives"] == want["negatives"]  # every query saw all passages of the global batch
     two = PhraseModel.load(out / "final").state_dict()
     one = PhraseModel.load(tmp_path / "one" / "rc" / "final").state_dict()
-    initial = PhraseModel.from_base(tmp_path / "one" / "base", PhraseModelConfig(**TINY_DDP_RECIPE["model"]["config"]),
-                                    seed=0).state_dict()
+    initial = PhraseModel.from_base(
+        tmp_path / "one" / "base", PhraseModelConfig(**TINY_DDP_RECIPE["model"]["config"]), seed=0
+    ).state_dict()
     # Adam moves a weight by up to ~LR per step. Where a gradient element is at rounding level, Adam's normalisation
     # turns rounding differences (another reduction order across ranks) into visible ones: seen on one LayerNorm bias
     # element of ~100k (1.3e-4 after 3 steps), and on this machine 13 of 122,946 (identically at earlier commits).
@@ -124,12 +155,19 @@ def test_ranks_take_disjoint_halves_of_each_global_batch(tiny_model):
 
     def keys(batch) -> list[tuple]:
         """(window tokens, question tokens) of each example of a batch, padding dropped."""
-        rows = zip(batch["p_input_ids"], batch["p_attention_mask"], batch["q_input_ids"], batch["q_attention_mask"],
-                   strict=True)
+        rows = zip(
+            batch["p_input_ids"],
+            batch["p_attention_mask"],
+            batch["q_input_ids"],
+            batch["q_attention_mask"],
+            strict=True,
+        )
         return [(tuple(p[pm.bool()].tolist()), tuple(q[qm.bool()].tolist())) for p, pm, q, qm in rows]
 
-    for make in (lambda: RCTask(tiny_model, data, features, windows, loss="unified", pre_batch=0),
-                 lambda: FilterTask(tiny_model, data, features)):
+    for make in (
+        lambda: RCTask(tiny_model, data, features, windows, loss="unified", pre_batch=0),
+        lambda: FilterTask(tiny_model, data, features),
+    ):
         task = make()
         for epoch in (0, 1):
             one = [keys(b) for b in task.batches(epoch, 4, rank=0, world_size=1, seed=3)]

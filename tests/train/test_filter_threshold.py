@@ -22,8 +22,13 @@ def _row(threshold, vectors, em, acc=0.5):
     return {"threshold": threshold, "vectors": vectors, "kept_fraction": vectors / 1000, "em@1": em, "acc@20": acc}
 
 
-SWEEP = [_row(None, 1000, 0.40), _row(-2.0, 700, 0.41), _row(-1.0, 400, 0.395), _row(0.0, 150, 0.37),
-         _row(1.0, 50, 0.20)]
+SWEEP = [
+    _row(None, 1000, 0.40),
+    _row(-2.0, 700, 0.41),
+    _row(-1.0, 400, 0.395),
+    _row(0.0, 150, 0.37),
+    _row(1.0, 50, 0.20),
+]
 
 
 def test_smallest_index_within_the_allowed_drop():
@@ -60,7 +65,7 @@ def test_recipe_rejects_a_metric_the_sweep_does_not_report(tmp_path):
 
 def test_threshold_is_stored_in_the_model_config_and_used_by_dphr_index_and_dump(tiny_model, tmp_path, capsys):
     from dphr_haystack.cli import main as dphr
-    from dphr_haystack.index import PhraseIndex
+    from dphr_haystack.index.phrase_index import PhraseIndex
     from tests.conftest import tiny_passages
 
     model_dir = tmp_path / "model"
@@ -76,13 +81,43 @@ def test_threshold_is_stored_in_the_model_config_and_used_by_dphr_index_and_dump
     sizes = {}
     for name, extra in runs.items():
         out = tmp_path / f"index-{name}"
-        assert dphr(["index", "--model", str(model_dir), "--corpus", str(corpus), "--out", str(out),
-                     "--no-progress", *extra]) == 0
+        assert (
+            dphr(
+                [
+                    "index",
+                    "--model",
+                    str(model_dir),
+                    "--corpus",
+                    str(corpus),
+                    "--out",
+                    str(out),
+                    "--no-progress",
+                    *extra,
+                ]
+            )
+            == 0
+        )
         index = PhraseIndex.load(out)
         sizes[name] = (index.filter_threshold, len(index))
         dump = tmp_path / f"dump-{name}"
-        assert dphr(["dump", "--model", str(model_dir), "--corpus", str(corpus), "--out", str(dump), "--device", "cpu",
-                     "--no-progress", *extra]) == 0
+        assert (
+            dphr(
+                [
+                    "dump",
+                    "--model",
+                    str(model_dir),
+                    "--corpus",
+                    str(corpus),
+                    "--out",
+                    str(dump),
+                    "--device",
+                    "cpu",
+                    "--no-progress",
+                    *extra,
+                ]
+            )
+            == 0
+        )
         assert json.loads((dump / "dump.json").read_text())["filter_threshold"] == index.filter_threshold
     capsys.readouterr()
     assert sizes["default"][0] == 0.25 and sizes["explicit"][0] == -0.5 and sizes["none"][0] is None

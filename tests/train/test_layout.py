@@ -12,7 +12,7 @@ import torch
 
 os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 
-from dphr_haystack.model import PhraseModel  # noqa: E402
+from dphr_haystack.model.phrase_model import PhraseModel  # noqa: E402
 from train.layout import main, to_shared_layout  # noqa: E402
 
 pytestmark = pytest.mark.unit
@@ -58,8 +58,10 @@ def test_shared_layout_errors(tiny_model):
 def test_layout_command_writes_a_loadable_model(tiny_model, tmp_path, capsys):
     tiny_model.save(tmp_path / "separate")
     context = "Paris is the capital of France."
-    qas = [{"id": f"q{i}", "question": q, "answers": [{"text": "Paris", "answer_start": 0}]}
-           for i, q in enumerate(_questions(50))]
+    qas = [
+        {"id": f"q{i}", "question": q, "answers": [{"text": "Paris", "answer_start": 0}]}
+        for i, q in enumerate(_questions(50))
+    ]
     train = tmp_path / "train.json"
     train.write_text(json.dumps({"data": [{"title": "France", "paragraphs": [{"context": context, "qas": qas}]}]}))
     assert main(["--model", str(tmp_path / "separate"), "--out", str(tmp_path / "shared"), "--train", str(train)]) == 0
@@ -67,7 +69,10 @@ def test_layout_command_writes_a_loadable_model(tiny_model, tmp_path, capsys):
     assert fit["questions"] == 50 and fit["phrase_fingerprint"] == tiny_model.phrase_fingerprint()
     loaded = PhraseModel.load(tmp_path / "shared")
     assert loaded.config.query_layout == "shared"
-    np.testing.assert_allclose(loaded.encode_queries(["who wrote hamlet?"])[0],
-                               tiny_model.encode_queries(["who wrote hamlet?"])[0], atol=1e-5)
+    np.testing.assert_allclose(
+        loaded.encode_queries(["who wrote hamlet?"])[0], tiny_model.encode_queries(["who wrote hamlet?"])[0], atol=1e-5
+    )
     with pytest.raises(SystemExit):
-        main(["--model", str(tmp_path / "separate"), "--out", str(tmp_path / "x"), "--train", str(tmp_path / "no.json")])
+        main(
+            ["--model", str(tmp_path / "separate"), "--out", str(tmp_path / "x"), "--train", str(tmp_path / "no.json")]
+        )

@@ -105,8 +105,19 @@ def test_densephrases_loss_matches_reference():
     mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0]])
     starts, ends = torch.tensor([2, 0, 1]), torch.tensor([4, 0, 3])
     loss = DensePhrasesLoss(lambda_neg=2.0, lambda_flt=0.5, lambda_kl=3.0)
-    out = loss(qs, qe, h, mask, starts, ends, filter_logits=flt, pre_start=pre_s, pre_end=pre_e,
-               teacher_start=t_s, teacher_end=t_e)
+    out = loss(
+        qs,
+        qe,
+        h,
+        mask,
+        starts,
+        ends,
+        filter_logits=flt,
+        pre_start=pre_s,
+        pre_end=pre_e,
+        teacher_start=t_s,
+        teacher_end=t_e,
+    )
     ref = _ref_densephrases(qs, qe, h, mask, starts, ends, flt, pre_s, pre_e, t_s, t_e, 2.0, 0.5, 3.0)
     _assert_close(out["loss"], ref)
     inputs = [qs, qe, h, flt, pre_s, pre_e, t_s]
@@ -127,8 +138,19 @@ def test_densephrases_loss_with_gathered_gold_vectors_splits_like_one_batch():
     parts = []
     for rank in (0, 1):
         rows = slice(2 * rank, 2 * rank + 2)
-        parts.append(loss(qs[rows], qe[rows], h[rows], mask[rows], starts[rows], ends[rows], batch_start=gathered_s,
-                          batch_end=gathered_e, own_index=torch.arange(2) + 2 * rank)["loss"])
+        parts.append(
+            loss(
+                qs[rows],
+                qe[rows],
+                h[rows],
+                mask[rows],
+                starts[rows],
+                ends[rows],
+                batch_start=gathered_s,
+                batch_end=gathered_e,
+                own_index=torch.arange(2) + 2 * rank,
+            )["loss"]
+        )
     _assert_close(0.5 * (parts[0] + parts[1]), whole)
     for a, b in zip(_grads(0.5 * (parts[0] + parts[1]), [qs, qe, h]), _grads(whole, [qs, qe, h]), strict=True):
         _assert_close(a, b)
@@ -168,8 +190,9 @@ def test_unified_loss_matches_reference(lambdas):
     hard_mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
     starts, ends = torch.tensor([1, 0, 2]), torch.tensor([3, 0, 2])
     exclude = torch.tensor([[False, False, True], [False, False, False], [True, False, False]])
-    out = UnifiedLoss(*lambdas)(qs, qe, h, mask, starts, ends, exclude=exclude, pre_vectors=pre,
-                                hard_states=hard, hard_mask=hard_mask)
+    out = UnifiedLoss(*lambdas)(
+        qs, qe, h, mask, starts, ends, exclude=exclude, pre_vectors=pre, hard_states=hard, hard_mask=hard_mask
+    )
     ref = _ref_unified(qs, qe, h, mask, starts, ends, exclude, pre, hard, hard_mask, *lambdas)
     _assert_close(out["loss"], ref)
     inputs = [qs, qe, h, pre, hard]

@@ -58,8 +58,15 @@ def test_grouped_unified_step_equals_per_question_rows_without_duplicates(tiny_m
         passage = torch.tensor([codes[p] for p in batch["passage_ids"]])[own]
         repeated = torch.tensor([int(own[j]) in own[:j].tolist() for j in range(len(own))])
         exclude = (passage[:, None] == passage[None, :]) | repeated[None, :]
-        reference = UnifiedLoss()(q_start, q_end, states[own], batch["p_attention_mask"][own],
-                                  batch["start_positions"], batch["end_positions"], exclude=exclude)
+        reference = UnifiedLoss()(
+            q_start,
+            q_end,
+            states[own],
+            batch["p_attention_mask"][own],
+            batch["start_positions"],
+            batch["end_positions"],
+            exclude=exclude,
+        )
     assert float(grouped["loss"]) == pytest.approx(float(reference["loss"]), rel=1e-5)
     assert float(grouped["negatives"]) == pytest.approx(float(reference["negatives"]))
 
@@ -92,10 +99,11 @@ def test_passage_plan_covers_windows_once_bucketed_and_deterministic(tiny_model)
     units = [u for batch in plan for u in batch]
     assert len(units) == len(set(units)) == 3 * (len(task.units) // 3)
     assert len(plan) == task.num_batches(3, 1)
-    sorted_once = RCTask(tiny_model, data, features, windows, loss="unified", batching="passage",
-                         bucket_batches=len(task.units))  # one bucket: batches are slices of one sorted run
+    sorted_once = RCTask(
+        tiny_model, data, features, windows, loss="unified", batching="passage", bucket_batches=len(task.units)
+    )  # one bucket: batches are slices of one sorted run
     order = epoch_order(len(task.units), 0, 0)[: len(units)]
-    unbucketed = [order[i: i + 3] for i in range(0, len(order), 3)]
+    unbucketed = [order[i : i + 3] for i in range(0, len(order), 3)]
     assert len(set(task.unit_length)) > 1
     assert _padding(sorted_once, sorted_once.batch_plan(0, 3, 0)) < _padding(task, unbucketed)
     questions = sum(len(task.units[u]) for u in units)
@@ -118,7 +126,7 @@ def test_bad_batching_settings_are_refused(tiny_model, sample):
 
 
 def test_chunked_query_vectors_equal_one_padded_batch(tiny_model):
-    from dphr_haystack.inputs import tokenize_queries
+    from dphr_haystack.model.inputs import tokenize_queries
     from train.tasks import chunked_query_vectors
 
     questions = ["Who?", "Where does the Nile flow into the sea today?", "What is the capital of France?", "When?"]

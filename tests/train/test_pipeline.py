@@ -35,7 +35,7 @@ def test_features_point_at_the_answer_tokens(tiny_model, sample):
     answered = [f for f in features if f.start > 0]
     assert answered
     for f in answered:
-        text = tok.decode(f.input_ids[f.start: f.end + 1])
+        text = tok.decode(f.input_ids[f.start : f.end + 1])
         gold = sample.examples[f.example].answers[0]
         assert normalize_answer(text).replace(" ", "") == normalize_answer(gold).replace(" ", "")
 
@@ -88,13 +88,23 @@ def _task(model, data, loss="unified", pre_batch=1):
     windows = PassageWindows(model.tokenizer, model.config, data.passages)
     features = build_features(data, windows)
     negatives = {i: [p["id"] for p in data.passages[:3]] for i in range(len(data.examples))}
-    return RCTask(model, data, features, windows, loss=loss, pre_batch=pre_batch, negatives=negatives, hard_per_example=1)
+    return RCTask(
+        model, data, features, windows, loss=loss, pre_batch=pre_batch, negatives=negatives, hard_per_example=1
+    )
 
 
 @pytest.mark.parametrize("loss", ["densephrases", "unified"])
 def test_trainer_checkpoints_and_resumes(tiny_model, sample, tmp_path, loss):
-    args = TrainArgs(output_dir=str(tmp_path / "run"), max_steps=4, batch_size=4, lr=1e-3, save_every=2,
-                     log_every=1, progress=False, keep_checkpoints=5)
+    args = TrainArgs(
+        output_dir=str(tmp_path / "run"),
+        max_steps=4,
+        batch_size=4,
+        lr=1e-3,
+        save_every=2,
+        log_every=1,
+        progress=False,
+        keep_checkpoints=5,
+    )
     before = {k: v.clone() for k, v in tiny_model.state_dict().items()}
     # No pre-batch queue here: it is rebuilt empty on resume, which would make the comparison below inexact.
     result = Trainer(tiny_model, args, _task(tiny_model, sample, loss, pre_batch=0)).train()
@@ -124,8 +134,15 @@ def test_trainer_checkpoints_and_resumes(tiny_model, sample, tmp_path, loss):
 
 
 def test_grad_accumulation_counts_optimizer_steps(tiny_model, sample, tmp_path):
-    args = TrainArgs(output_dir=str(tmp_path / "acc"), max_steps=2, batch_size=2, grad_accum=2, progress=False,
-                     trainable="query", log_every=1)
+    args = TrainArgs(
+        output_dir=str(tmp_path / "acc"),
+        max_steps=2,
+        batch_size=2,
+        grad_accum=2,
+        progress=False,
+        trainable="query",
+        log_every=1,
+    )
     before = {k: v.clone() for k, v in tiny_model.state_dict().items()}
     result = Trainer(tiny_model, args, _task(tiny_model, sample)).train()
     assert result.steps == 2
@@ -151,8 +168,14 @@ def test_run_all_recipes_sharing_an_output_dir_add_to_one_summary(tmp_path):
     from train.recipes import run_all
 
     out = str(tmp_path / "run")
-    small = {"output_dir": out, "data.train": "builtin", "data.dev": "builtin", "model.base": "tiny",
-             "rc.train": {"max_steps": 2, "batch_size": 4, "progress": False}, "rc.select_on": None}
+    small = {
+        "output_dir": out,
+        "data.train": "builtin",
+        "data.dev": "builtin",
+        "model.base": "tiny",
+        "rc.train": {"max_steps": 2, "batch_size": 4, "progress": False},
+        "rc.select_on": None,
+    }
     run_all(load_recipe("train/configs/smoke.yaml", {**small, "stages": ["rc"]}))
     summary = run_all(load_recipe("train/configs/smoke.yaml", {**small, "stages": ["mine"]}))
     written = json.loads((tmp_path / "run" / "summary.json").read_text())

@@ -11,8 +11,8 @@ import yaml
 os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 
 from dphr_haystack.errors import ModelMismatchError  # noqa: E402
-from dphr_haystack.index import PhraseIndex  # noqa: E402
-from dphr_haystack.model import PhraseModel  # noqa: E402
+from dphr_haystack.index.phrase_index import PhraseIndex  # noqa: E402
+from dphr_haystack.model.phrase_model import PhraseModel  # noqa: E402
 from train.data import load_squad  # noqa: E402
 from train.recipes import load_recipe, run_stage  # noqa: E402
 
@@ -20,10 +20,18 @@ pytestmark = pytest.mark.unit
 
 
 def _recipe(tmp_path, model_dir, index_dir, label_strategy="phrase"):
-    raw = {"output_dir": str(tmp_path / "run"), "stages": ["qsft"],
-           "data": {"train": "builtin", "dev": "builtin"},
-           "qsft": {"init": str(model_dir), "index": str(index_dir), "top_k": 5, "label_strategy": label_strategy,
-                    "train": {"max_steps": 3, "batch_size": 4, "lr": 1.0e-2, "progress": False, "log_every": 1}}}
+    raw = {
+        "output_dir": str(tmp_path / "run"),
+        "stages": ["qsft"],
+        "data": {"train": "builtin", "dev": "builtin"},
+        "qsft": {
+            "init": str(model_dir),
+            "index": str(index_dir),
+            "top_k": 5,
+            "label_strategy": label_strategy,
+            "train": {"max_steps": 3, "batch_size": 4, "lr": 1.0e-2, "progress": False, "log_every": 1},
+        },
+    }
     path = tmp_path / "qsft.yaml"
     path.write_text(yaml.safe_dump(raw))
     return load_recipe(path)

@@ -36,8 +36,9 @@ def batch_and_task(tiny_model, teacher_dir):
     data = load_squad("builtin")
     windows = PassageWindows(tiny_model.tokenizer, tiny_model.config, data.passages)
     features = build_features(data, windows)[:6]
-    batch = collate(features, [data.examples[f.example].question for f in features], tiny_model.tokenizer,
-                    tiny_model.config)
+    batch = collate(
+        features, [data.examples[f.example].question for f in features], tiny_model.tokenizer, tiny_model.config
+    )
     teacher = CrossEncoderTeacher.load(teacher_dir, tiny_model.tokenizer)
     return data, features, windows, batch, teacher
 
@@ -49,16 +50,19 @@ def test_teacher_logits_line_up_with_the_student_window(tiny_model, batch_and_ta
     tok = tiny_model.tokenizer
     for row, feature in enumerate(features):
         ids = feature.input_ids
-        context = ids[feature.context_start: len(ids) - 1]
-        question = [t for t, m in zip(batch["q_input_ids"][row].tolist(), batch["q_attention_mask"][row].tolist(),
-                                      strict=True) if m]
+        context = ids[feature.context_start : len(ids) - 1]
+        question = [
+            t
+            for t, m in zip(batch["q_input_ids"][row].tolist(), batch["q_attention_mask"][row].tolist(), strict=True)
+            if m
+        ]
         direct_ids = torch.tensor([question + context + [tok.sep_token_id]])
         types = torch.tensor([[0] * len(question) + [1] * (len(context) + 1)])
         with torch.no_grad():
             direct = teacher.model(input_ids=direct_ids, token_type_ids=types)
         cs, n = feature.context_start, len(context)
         for aligned, raw in ((t_start, direct.start_logits[0]), (t_end, direct.end_logits[0])):
-            torch.testing.assert_close(aligned[row, cs: cs + n], raw[len(question): len(question) + n])
+            torch.testing.assert_close(aligned[row, cs : cs + n], raw[len(question) : len(question) + n])
             torch.testing.assert_close(aligned[row, 0], raw[0])  # [CLS]
             torch.testing.assert_close(aligned[row, len(ids) - 1], raw[-1])  # final [SEP]
             assert (aligned[row, 1:cs] == MASKED_LOGIT).all()  # title and its [SEP]: unseen by the teacher
@@ -70,9 +74,16 @@ def test_kl_term_is_non_zero_and_trains_the_student(tiny_model, batch_and_task):
 
     def grads(lambda_kl: float, with_teacher: bool) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         tiny_model.zero_grad(set_to_none=True)
-        task = RCTask(tiny_model, data, features, windows, loss="densephrases", pre_batch=0,
-                      loss_kwargs={"lambda_neg": 1.0, "lambda_flt": 1.0, "lambda_kl": lambda_kl},
-                      teacher=teacher if with_teacher else None)
+        task = RCTask(
+            tiny_model,
+            data,
+            features,
+            windows,
+            loss="densephrases",
+            pre_batch=0,
+            loss_kwargs={"lambda_neg": 1.0, "lambda_flt": 1.0, "lambda_kl": lambda_kl},
+            teacher=teacher if with_teacher else None,
+        )
         out = task.step(tiny_model, batch)
         out["loss"].backward()
         return out, {n: p.grad.clone() for n, p in tiny_model.named_parameters() if p.grad is not None}
@@ -93,8 +104,9 @@ def test_teacher_needs_the_densephrases_kl_term(tiny_model, batch_and_task):
     with pytest.raises(ValueError, match="lambda_kl"):
         RCTask(tiny_model, data, features, windows, loss="unified", teacher=teacher)
     with pytest.raises(ValueError, match="lambda_kl"):
-        RCTask(tiny_model, data, features, windows, loss="densephrases", loss_kwargs={"lambda_kl": 0.0},
-               teacher=teacher)
+        RCTask(
+            tiny_model, data, features, windows, loss="densephrases", loss_kwargs={"lambda_kl": 0.0}, teacher=teacher
+        )
 
 
 class _MakesADirectory:
@@ -136,12 +148,20 @@ def test_teacher_loading_refuses_pickles_and_foreign_vocabularies(tiny_model, te
 def test_recipe_rc_stage_distils_from_a_teacher_directory(teacher_dir, tmp_path, tiny_base_dir):
     from train.recipes import load_recipe, run_stage
 
-    overrides = {"output_dir": str(tmp_path / "run"), "model.base": str(tiny_base_dir),
-                 "model.config": {"max_passage_length": 48, "passage_stride": 8, "max_query_length": 24},
-                 "data.train": "builtin", "data.dev": "builtin", "stages": ["rc"], "torch_threads": 1,
-                 "rc.loss": "densephrases", "rc.teacher": str(teacher_dir), "rc.select_on": None,
-                 "rc.loss_kwargs": {"lambda_neg": 4.0, "lambda_flt": 1.0, "lambda_kl": 1.0},
-                 "rc.train": {"max_steps": 2, "batch_size": 4, "lr": 1e-3, "log_every": 1, "progress": False}}
+    overrides = {
+        "output_dir": str(tmp_path / "run"),
+        "model.base": str(tiny_base_dir),
+        "model.config": {"max_passage_length": 48, "passage_stride": 8, "max_query_length": 24},
+        "data.train": "builtin",
+        "data.dev": "builtin",
+        "stages": ["rc"],
+        "torch_threads": 1,
+        "rc.loss": "densephrases",
+        "rc.teacher": str(teacher_dir),
+        "rc.select_on": None,
+        "rc.loss_kwargs": {"lambda_neg": 4.0, "lambda_flt": 1.0, "lambda_kl": 1.0},
+        "rc.train": {"max_steps": 2, "batch_size": 4, "lr": 1e-3, "log_every": 1, "progress": False},
+    }
     threads = torch.get_num_threads()
     try:
         result = run_stage(load_recipe("train/configs/smoke.yaml", overrides), "rc")

@@ -53,21 +53,36 @@ class DensePhrasesLoss(nn.Module):
         >>> out["loss"].backward()
     """
 
-    def __init__(self, lambda_neg: float = 4.0, lambda_flt: float = 1.0, lambda_kl: float = 0.0,
-                 filter_pos_weight: float | None = None) -> None:
+    def __init__(
+        self,
+        lambda_neg: float = 4.0,
+        lambda_flt: float = 1.0,
+        lambda_kl: float = 0.0,
+        filter_pos_weight: float | None = None,
+    ) -> None:
         super().__init__()
         self.lambda_neg = lambda_neg
         self.lambda_flt = lambda_flt
         self.lambda_kl = lambda_kl
         self.filter_loss = FilterLoss(filter_pos_weight)
 
-    def forward(self, q_start: torch.Tensor, q_end: torch.Tensor, states: torch.Tensor, mask: torch.Tensor,
-                start_positions: torch.Tensor, end_positions: torch.Tensor,
-                filter_logits: torch.Tensor | None = None, pre_start: torch.Tensor | None = None,
-                pre_end: torch.Tensor | None = None, teacher_start: torch.Tensor | None = None,
-                teacher_end: torch.Tensor | None = None, batch_start: torch.Tensor | None = None,
-                batch_end: torch.Tensor | None = None,
-                own_index: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def forward(
+        self,
+        q_start: torch.Tensor,
+        q_end: torch.Tensor,
+        states: torch.Tensor,
+        mask: torch.Tensor,
+        start_positions: torch.Tensor,
+        end_positions: torch.Tensor,
+        filter_logits: torch.Tensor | None = None,
+        pre_start: torch.Tensor | None = None,
+        pre_end: torch.Tensor | None = None,
+        teacher_start: torch.Tensor | None = None,
+        teacher_end: torch.Tensor | None = None,
+        batch_start: torch.Tensor | None = None,
+        batch_end: torch.Tensor | None = None,
+        own_index: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
         q_start, q_end, states = upcast(q_start), upcast(q_end), upcast(states)
         valid = mask.bool()  # (B, L)
         start_logits = torch.einsum("bd,bld->bl", q_start, states).masked_fill(~valid, float("-inf"))  # (B, L)
@@ -76,8 +91,10 @@ class DensePhrasesLoss(nn.Module):
 
         targets = own_index if own_index is not None else torch.arange(states.shape[0], device=states.device)  # (B,)
         neg_terms = []
-        for q, positions, gathered, pre in ((q_start, start_positions, batch_start, pre_start),
-                                            (q_end, end_positions, batch_end, pre_end)):
+        for q, positions, gathered, pre in (
+            (q_start, start_positions, batch_start, pre_start),
+            (q_end, end_positions, batch_end, pre_end),
+        ):
             columns = upcast(gathered) if gathered is not None else gold_vectors(states, positions)  # (K, d)
             if pre is not None and len(pre):
                 columns = torch.cat([columns, upcast(pre)])  # (K + P, d)
@@ -91,8 +108,13 @@ class DensePhrasesLoss(nn.Module):
         if filter_logits is not None:
             flt = self.filter_loss(filter_logits, start_positions, end_positions, mask)
         loss = single + self.lambda_neg * neg + self.lambda_kl * kl + self.lambda_flt * flt
-        return {"loss": loss, "single": single.detach(), "neg": neg.detach(), "kl": kl.detach(),
-                "filter": flt.detach()}
+        return {
+            "loss": loss,
+            "single": single.detach(),
+            "neg": neg.detach(),
+            "kl": kl.detach(),
+            "filter": flt.detach(),
+        }
 
 
 def _kl(teacher: torch.Tensor, student: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

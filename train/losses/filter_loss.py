@@ -1,4 +1,5 @@
-"""Token-filter loss (DensePhrases, Lee et al. 2021a): BCE of the start/end filter logits against the gold positions."""
+"""Token-filter loss (DensePhrases, Lee et al. 2021a): BCE of the start/end filter logits against the gold
+positions."""
 
 from __future__ import annotations
 
@@ -39,8 +40,13 @@ class FilterLoss(nn.Module):
         super().__init__()
         self.pos_weight = pos_weight
 
-    def forward(self, filter_logits: torch.Tensor, start_positions: torch.Tensor, end_positions: torch.Tensor,
-                mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        filter_logits: torch.Tensor,
+        start_positions: torch.Tensor,
+        end_positions: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
         mask = mask.bool()  # (B, L)
         answerable = start_positions > 0  # (B,)
         if not bool(answerable.any()):

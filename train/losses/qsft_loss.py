@@ -35,9 +35,16 @@ class QuerySideLoss(nn.Module):
         >>> out = QuerySideLoss()(qs, qe, cs, ce, cmask, phrase_targets=gold)
     """
 
-    def forward(self, q_start: torch.Tensor, q_end: torch.Tensor, cand_start: torch.Tensor, cand_end: torch.Tensor,
-                cand_mask: torch.Tensor, phrase_targets: torch.Tensor | None = None,
-                doc_targets: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def forward(
+        self,
+        q_start: torch.Tensor,
+        q_end: torch.Tensor,
+        cand_start: torch.Tensor,
+        cand_end: torch.Tensor,
+        cand_mask: torch.Tensor,
+        phrase_targets: torch.Tensor | None = None,
+        doc_targets: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
         valid = cand_mask.bool()  # (B, K)
         zs = torch.einsum("bd,bkd->bk", upcast(q_start), upcast(cand_start))  # (B, K)
         ze = torch.einsum("bd,bkd->bk", upcast(q_end), upcast(cand_end))  # (B, K)
@@ -60,5 +67,4 @@ class QuerySideLoss(nn.Module):
             if bool(has.any()):
                 doc = (masked_logsumexp(z, valid) - masked_logsumexp(z, t))[has].mean()
                 total = total + doc
-        return {"loss": total, "phrase": phrase.detach(), "doc": doc.detach(),
-                "answered": any_target.float().mean()}
+        return {"loss": total, "phrase": phrase.detach(), "doc": doc.detach(), "answered": any_target.float().mean()}

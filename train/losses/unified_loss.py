@@ -49,11 +49,21 @@ class UnifiedLoss(nn.Module):
             raise ValueError("the λ weights of the unified loss must be > 0")
         self.log_inp, self.log_inb, self.log_hard = math.log(lambda_inp), math.log(lambda_inb), math.log(lambda_hard)
 
-    def forward(self, q_start: torch.Tensor, q_end: torch.Tensor, states: torch.Tensor, mask: torch.Tensor,
-                start_positions: torch.Tensor, end_positions: torch.Tensor, own_index: torch.Tensor | None = None,
-                exclude: torch.Tensor | None = None, pre_vectors: torch.Tensor | None = None,
-                pre_allowed: torch.Tensor | None = None, hard_states: torch.Tensor | None = None,
-                hard_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def forward(
+        self,
+        q_start: torch.Tensor,
+        q_end: torch.Tensor,
+        states: torch.Tensor,
+        mask: torch.Tensor,
+        start_positions: torch.Tensor,
+        end_positions: torch.Tensor,
+        own_index: torch.Tensor | None = None,
+        exclude: torch.Tensor | None = None,
+        pre_vectors: torch.Tensor | None = None,
+        pre_allowed: torch.Tensor | None = None,
+        hard_states: torch.Tensor | None = None,
+        hard_mask: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
         B, K = q_start.shape[0], states.shape[0]
         device = states.device
         if own_index is None:
@@ -78,8 +88,9 @@ class UnifiedLoss(nn.Module):
             masks = [allowed.reshape(B, -1)]
             if pre_vectors is not None and len(pre_vectors):
                 parts.append(q @ upcast(pre_vectors).T + self.log_inb)  # (B, P)
-                masks.append(pre_allowed.bool() if pre_allowed is not None
-                             else torch.ones_like(parts[-1], dtype=torch.bool))
+                masks.append(
+                    pre_allowed.bool() if pre_allowed is not None else torch.ones_like(parts[-1], dtype=torch.bool)
+                )
             if hard_states is not None and len(hard_states):
                 hard = torch.einsum("bd,hld->bhl", q, upcast(hard_states)).reshape(B, -1)  # (B, H·Lh)
                 parts.append(hard + self.log_hard)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .errors import InvalidParameterError, ModelLoadError
+from ..errors import InvalidParameterError, ModelLoadError
 
 TOKEN_TYPE_MODES = ("all_one", "pair", "all_zero")
 QUERY_LAYOUTS = ("separate", "shared")
@@ -74,8 +74,9 @@ class PhraseModelConfig:
         if self.max_title_length < 0 or self.max_query_length < 3 or self.max_answer_length < 1:
             raise InvalidParameterError("max_title_length >= 0, max_query_length >= 3, max_answer_length >= 1")
         threshold = self.filter_threshold
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
-                                      or not math.isfinite(threshold)):
+        if threshold is not None and (
+            isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold)
+        ):
             raise InvalidParameterError(f"filter_threshold must be a finite number or None, got {threshold!r}")
         if self.calibration is not None:
             from .confidence import Calibration
@@ -104,7 +105,9 @@ class PhraseModelConfig:
             raise ModelLoadError(f"{path}: expected a JSON object, got {type(data).__name__}")
         version = data.pop("format_version", None)
         if version != CONFIG_FORMAT_VERSION:
-            raise ModelLoadError(f"{path}: config format version {version!r}, this library reads {CONFIG_FORMAT_VERSION}")
+            raise ModelLoadError(
+                f"{path}: config format version {version!r}, this library reads {CONFIG_FORMAT_VERSION}"
+            )
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

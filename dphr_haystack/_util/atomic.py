@@ -1,4 +1,9 @@
-"""Crash-safe replacement of a whole directory (an index or a saved store) by a complete new one.
+"""Atomic files and directories: the one way this package replaces what is on disk.
+
+* :func:`write_file_atomic` writes a file through a temporary sibling renamed over it (optionally fsynced first),
+  so a reader sees the old or the new bytes, never a part.
+* :func:`replace_directory` replaces a whole directory (an index, a saved store, a training checkpoint) by a
+  complete new one.
 
 On Linux the swap is one ``renameat2(RENAME_EXCHANGE)`` call, so a process killed at any instant leaves
 either the old or the new directory at the target path. Elsewhere (or on file systems without the call)
@@ -16,6 +21,7 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -48,6 +54,36 @@ def exchange(first: Path, second: Path) -> bool:
     if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM):
         return False
     raise OSError(code, f"cannot swap {first} and {second}: {os.strerror(code)}")
+
+
+def fsync_file(file: Path) -> None:
+    """Flush a written file's bytes to disk."""
+    with Path(file).open("rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def write_file_atomic(
+    file: Path, content: str | bytes | Callable[[Path], object], *, fsync: bool = True, tmp: Path | None = None
+) -> None:
+    """Write ``file`` through a temporary sibling renamed over it.
+
+    Args:
+        file: The file to write or replace.
+        content: UTF-8 text, bytes, or a function that writes the temporary path it is given.
+        fsync: Flush the temporary file to disk before the rename (a crash-safe commit needs it).
+        tmp: The temporary path (default: ``<name>.tmp`` beside ``file``).
+    """
+    file = Path(file)
+    tmp = Path(tmp) if tmp is not None else file.with_name(file.name + ".tmp")
+    if isinstance(content, str):
+        tmp.write_text(content, encoding="utf-8")
+    elif isinstance(content, bytes):
+        tmp.write_bytes(content)
+    else:
+        content(tmp)
+    if fsync:
+        fsync_file(tmp)
+    os.replace(tmp, file)
 
 
 def fsync_directory(path: Path) -> None:

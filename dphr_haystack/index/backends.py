@@ -1,7 +1,7 @@
 """Where phrase search runs: device choice, exact torch top-k search, GPU FAISS, and the CPU fallback.
 
-* :func:`resolve_device` turns ``auto`` / ``cpu`` / ``cuda[:N]`` into a usable torch device name; asking for
-  CUDA where none is usable emits a :class:`DeviceFallbackWarning` and returns ``cpu``.
+* The device choice (:func:`resolve_device`, :class:`DeviceFallbackWarning`) lives in
+  :mod:`dphr_haystack._util.device`, shared with the CLI and the Haystack nodes; it is re-exported here.
 * :class:`TorchFlatSearch` is exact maximum-inner-product search by ``matmul`` + ``topk`` over the stored
   vectors, streamed in row chunks: on the CPU straight from the memory-mapped ``vectors.bin`` (no FAISS
   structure in RAM at all), on a GPU from a resident fp16/int8 copy (bf16/fp16 matmul, fp32 accumulation).
@@ -18,60 +18,25 @@ from typing import Any
 
 import numpy as np
 
-from ._lazy import require
+from .._util.device import DeviceFallbackWarning, _fallback, cuda_available, resolve_device
+from .._util.lazy import require
 from .codec import VectorCodec
 
 logger = logging.getLogger(__name__)
 
 MISSING_SCORE = np.float32(np.finfo(np.float32).min)  # what FAISS returns for missing neighbours (id -1)
 
-
-class DeviceFallbackWarning(UserWarning):
-    """A GPU was requested but cannot be used; the work runs on the CPU instead."""
-
-
-def cuda_available() -> bool:
-    """Whether torch sees a usable CUDA device."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        return False
-    return bool(torch.cuda.is_available())
-
-
-def resolve_device(device: str | None = "auto") -> str:
-    """``auto`` → ``cuda`` when available else ``cpu``; ``cuda[:N]`` without CUDA → ``cpu`` with a warning."""
-    device = (device or "auto").strip().lower()
-    if device == "auto":
-        return "cuda" if cuda_available() else "cpu"
-    if device == "cpu":
-        return "cpu"
-    if device.startswith("cuda"):
-        if cuda_available():
-            import torch
-
-            ordinal = int(device.split(":", 1)[1]) if ":" in device else 0
-            if ordinal < torch.cuda.device_count():
-                return device
-            _fallback(f"{device} requested but only {torch.cuda.device_count()} CUDA device(s) are visible")
-            return "cpu"
-        _fallback(f"{device} requested but CUDA is not available (torch {_torch_version()})")
-        return "cpu"
-    from .errors import InvalidParameterError
-
-    raise InvalidParameterError(f"device={device!r}; valid: auto, cpu, cuda, cuda:N")
-
-
-def _torch_version() -> str:
-    import torch
-
-    return torch.__version__
-
-
-def _fallback(reason: str) -> None:
-    message = f"{reason}; falling back to the CPU"
-    logger.warning(message)
-    warnings.warn(message, DeviceFallbackWarning, stacklevel=3)
+__all__ = [
+    "MISSING_SCORE",
+    "DeviceFallbackWarning",
+    "FaissSearch",
+    "TorchFlatSearch",
+    "cuda_available",
+    "faiss_has_gpu",
+    "faiss_to_gpu",
+    "make_search_backend",
+    "resolve_device",
+]
 
 
 def faiss_has_gpu() -> bool:
@@ -98,8 +63,14 @@ class TorchFlatSearch:
         >>> scores, ids = search.search(queries, k=10)      # like faiss.IndexFlatIP.search
     """
 
-    def __init__(self, vectors: Callable[[], np.ndarray], codec: VectorCodec, device: str = "cpu",
-                 resident: bool | None = None, chunk_rows: int | None = None) -> None:
+    def __init__(
+        self,
+        vectors: Callable[[], np.ndarray],
+        codec: VectorCodec,
+        device: str = "cpu",
+        resident: bool | None = None,
+        chunk_rows: int | None = None,
+    ) -> None:
         torch = require("torch")
         self._vectors = vectors
         self.codec = codec
@@ -117,8 +88,11 @@ class TorchFlatSearch:
         torch = require("torch")
         if self.device.type != "cuda":
             return torch.float32
-        return torch.bfloat16 if self.codec.dtype == "int8" and torch.cuda.is_bf16_supported() else (
-            torch.float16 if self.codec.dtype != "float32" else torch.float32)
+        return (
+            torch.bfloat16
+            if self.codec.dtype == "int8" and torch.cuda.is_bf16_supported()
+            else (torch.float16 if self.codec.dtype != "float32" else torch.float32)
+        )
 
     def _stored_tensor(self, stored: np.ndarray, start: int, stop: int):
         torch = require("torch")
@@ -204,9 +178,15 @@ def faiss_to_gpu(index, device: str = "cuda", fp16: bool = True):
     return gpu_index
 
 
-def make_search_backend(faiss_index, is_flat: bool, vectors: Callable[[], np.ndarray], codec: VectorCodec,
-                        device: str = "cpu", search_params: dict[str, Any] | None = None,
-                        flat_search: str = "faiss") -> FaissSearch | TorchFlatSearch:
+def make_search_backend(
+    faiss_index,
+    is_flat: bool,
+    vectors: Callable[[], np.ndarray],
+    codec: VectorCodec,
+    device: str = "cpu",
+    search_params: dict[str, Any] | None = None,
+    flat_search: str = "faiss",
+) -> FaissSearch | TorchFlatSearch:
     """The token search for an index: GPU FAISS, else torch on the GPU (flat), else CPU FAISS or torch.
 
     On a CUDA device: faiss-gpu when installed and it supports the index type; otherwise flat indexes use
@@ -214,7 +194,7 @@ def make_search_backend(faiss_index, is_flat: bool, vectors: Callable[[], np.nda
     On the CPU: the FAISS index, or TorchFlatSearch over the memory-mapped vectors when ``flat_search="mmap"``
     (or when a flat index has no in-RAM FAISS structure).
     """
-    from .index_types import apply_search_params
+    from .structures import apply_search_params
 
     device = resolve_device(device)
     if device.startswith("cuda"):
@@ -229,8 +209,10 @@ def make_search_backend(faiss_index, is_flat: bool, vectors: Callable[[], np.nda
                     return FaissSearch(faiss_index, "cpu")
         if is_flat:
             return TorchFlatSearch(vectors, codec, device)
-        _fallback("faiss-gpu is not installed, so this quantized/graph index cannot search on the GPU "
-                  "(pip install 'dphr-haystack[faiss-gpu]'; flat indexes use torch on the GPU without it)")
+        _fallback(
+            "faiss-gpu is not installed, so this quantized/graph index cannot search on the GPU "
+            "(pip install 'dphr-haystack[faiss-gpu]'; flat indexes use torch on the GPU without it)"
+        )
         return FaissSearch(faiss_index, "cpu")
     if is_flat and (flat_search == "mmap" or faiss_index is None):
         return TorchFlatSearch(vectors, codec, "cpu")

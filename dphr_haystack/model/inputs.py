@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..errors import InvalidQueryError, ModelLoadError
 from .config import PhraseModelConfig
-from .errors import InvalidQueryError, ModelLoadError
 
 # A fast tokenizer is a Rust object that every call with other truncation/padding settings mutates; two threads
 # calling it at once fail with "RuntimeError: Already borrowed". Tokenising is cheap, so calls are serialised.
@@ -43,11 +43,18 @@ class Window:
     owned_positions: np.ndarray  # their positions inside input_ids
 
 
-def tokenize_passages(tokenizer, texts: Sequence[str], titles: Sequence[str], config: PhraseModelConfig) -> list[TokenizedPassage]:
+def tokenize_passages(
+    tokenizer, texts: Sequence[str], titles: Sequence[str], config: PhraseModelConfig
+) -> list[TokenizedPassage]:
     """Tokenise contexts (with offsets) and titles in one batched call each."""
     with _TOKENIZER_LOCK, _tokenizer_failures():
-        enc = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True,
-                        return_attention_mask=False, verbose=False)  # long passages are windowed, so no length warning
+        enc = tokenizer(
+            list(texts),
+            add_special_tokens=False,
+            return_offsets_mapping=True,
+            return_attention_mask=False,
+            verbose=False,
+        )  # long passages are windowed, so no length warning
         if config.append_title and any(titles):
             title_ids = tokenizer(list(titles), add_special_tokens=False, return_attention_mask=False)["input_ids"]
         else:
@@ -75,8 +82,9 @@ def _tokenizer_failures() -> Iterator[None]:
     except BaseException as exc:
         if isinstance(exc, Exception) and not type(exc).__module__.startswith(("pyo3", "tokenizers")):
             raise
-        raise ModelLoadError(f"the model's tokenizer failed ({type(exc).__name__}: {exc}); its files are damaged") \
-            from exc
+        raise ModelLoadError(
+            f"the model's tokenizer failed ({type(exc).__name__}: {exc}); its files are damaged"
+        ) from exc
 
 
 def build_windows(tokenizer, passages: Sequence[TokenizedPassage], config: PhraseModelConfig) -> list[Window]:
@@ -120,7 +128,9 @@ def _token_types(prefix_len: int, n_context: int, config: PhraseModelConfig) -> 
     return [0] * total
 
 
-def pad_batch(sequences: Sequence[Sequence[int]], types: Sequence[Sequence[int]], pad_id: int) -> dict[str, torch.Tensor]:
+def pad_batch(
+    sequences: Sequence[Sequence[int]], types: Sequence[Sequence[int]], pad_id: int
+) -> dict[str, torch.Tensor]:
     """Right-pad a batch into input_ids / token_type_ids / attention_mask tensors."""
     width = max(len(s) for s in sequences)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)

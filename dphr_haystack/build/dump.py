@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from ._atomic import file_sha256
-from ._memory import pin_malloc_thresholds, release_free_memory
-from .codec import VectorCodec
+from .._util.atomic import file_sha256, write_file_atomic
+from .._util.memory import pin_malloc_thresholds, release_free_memory
+from ..errors import EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
+from ..index.codec import VectorCodec
+from ..model.phrase_model import PhraseModel
 from .corpus import CorpusStats, Passage, read_corpus
-from .errors import EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
-from .model import PhraseModel
 
 logger = logging.getLogger(__name__)
 
@@ -57,10 +57,14 @@ class PhraseShard:
         with (tmp / "passages.jsonl").open("w", encoding="utf-8") as handle:
             for record in self.passages:
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        meta = {"format_version": DUMP_FORMAT_VERSION, "num_vectors": len(self.tokens),
-                "num_passages": len(self.passages), "codec": self.codec.to_dict(),
-                "passage_ids_sha256": passage_ids_digest(r["id"] for r in self.passages),
-                "files_sha256": {name: file_sha256(tmp / name) for name in _SHARD_FILES}}
+        meta = {
+            "format_version": DUMP_FORMAT_VERSION,
+            "num_vectors": len(self.tokens),
+            "num_passages": len(self.passages),
+            "codec": self.codec.to_dict(),
+            "passage_ids_sha256": passage_ids_digest(r["id"] for r in self.passages),
+            "files_sha256": {name: file_sha256(tmp / name) for name in _SHARD_FILES},
+        }
         meta["sha256"] = _meta_digest(meta)
         (tmp / "shard.json").write_text(json.dumps(meta, indent=1))
         shutil.rmtree(path, ignore_errors=True)
@@ -77,7 +81,8 @@ class PhraseShard:
                 raise ValueError(f"{meta_path} is not a JSON object")
             if meta.get("format_version") != DUMP_FORMAT_VERSION:
                 raise IndexLoadError(
-                    f"{meta_path}: dump format {meta.get('format_version')!r}, expected {DUMP_FORMAT_VERSION}")
+                    f"{meta_path}: dump format {meta.get('format_version')!r}, expected {DUMP_FORMAT_VERSION}"
+                )
             if verify:
                 _verify_shard(path, meta)
             # allow_pickle=False: a .npy holding objects (a pickle) is refused, never unpickled
@@ -86,8 +91,7 @@ class PhraseShard:
             with (path / "passages.jsonl").open(encoding="utf-8") as handle:
                 passages = [json.loads(line) for line in handle]
             codec = VectorCodec(**meta["codec"])
-            counts_match = (len(vectors) == meta["num_vectors"] == len(tokens)
-                            and len(passages) == meta["num_passages"])
+            counts_match = len(vectors) == meta["num_vectors"] == len(tokens) and len(passages) == meta["num_passages"]
         except IndexLoadError:
             raise
         except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:  # DphrError's ValueErrors included
@@ -95,8 +99,10 @@ class PhraseShard:
         if not counts_match:
             raise IndexLoadError(f"{path}: shard files disagree with {meta_path} (truncated?)")
         if vectors.ndim != 2 or tokens.dtype != TOKEN_DTYPE or vectors.dtype != codec.numpy_dtype:
-            raise IndexLoadError(f"{path}: vectors {vectors.dtype}{vectors.shape} / tokens {tokens.dtype} are not "
-                                 f"what a {codec.dtype} shard holds")
+            raise IndexLoadError(
+                f"{path}: vectors {vectors.dtype}{vectors.shape} / tokens {tokens.dtype} are not "
+                f"what a {codec.dtype} shard holds"
+            )
         if not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in passages):
             raise IndexLoadError(f"{path / 'passages.jsonl'}: every line must be a passage object with an id")
         if len(tokens) and (tokens["passage"].min() < 0 or tokens["passage"].max() >= len(passages)):
@@ -111,8 +117,13 @@ def passage_ids_digest(ids: Iterable[str]) -> str:
     return digest.hexdigest()
 
 
-def encode_shard(model: PhraseModel, passages: Sequence[Passage], codec: VectorCodec,
-                 filter_threshold: float | None = None, batch_size: int = 32) -> PhraseShard:
+def encode_shard(
+    model: PhraseModel,
+    passages: Sequence[Passage],
+    codec: VectorCodec,
+    filter_threshold: float | None = None,
+    batch_size: int = 32,
+) -> PhraseShard:
     """Encode passages and keep the tokens whose start or end filter logit exceeds ``filter_threshold``.
 
     With no threshold every context token is kept. A passage whose tokens are all filtered keeps its
@@ -130,8 +141,16 @@ def encode_shard(model: PhraseModel, passages: Sequence[Passage], codec: VectorC
         tokens["char_end"] = enc.char_offsets[keep, 1]
         vec_parts.append(enc.vectors[keep])
         tok_parts.append(tokens)
-        records.append({"id": passage.id, "document_id": passage.document_id, "title": passage.title,
-                        "text": passage.text, "meta": dict(passage.meta), "num_context_tokens": n})
+        records.append(
+            {
+                "id": passage.id,
+                "document_id": passage.document_id,
+                "title": passage.title,
+                "text": passage.text,
+                "meta": dict(passage.meta),
+                "num_context_tokens": n,
+            }
+        )
     d = model.hidden_size
     vectors = np.concatenate(vec_parts) if vec_parts else np.zeros((0, d), np.float32)
     tokens = np.concatenate(tok_parts) if tok_parts else np.zeros(0, TOKEN_DTYPE)
@@ -165,9 +184,18 @@ class DumpSummary:
     vectors: int
 
 
-def dump_phrases(model: PhraseModel, corpus: str | Path | Iterable[Any], out_dir: str | Path,
-                 shard_size: int = 1000, filter_threshold: float | None = None, dtype: str = "float16",
-                 batch_size: int = 32, progress: bool = True, worker: int = 0, num_workers: int = 1) -> DumpSummary:
+def dump_phrases(
+    model: PhraseModel,
+    corpus: str | Path | Iterable[Any],
+    out_dir: str | Path,
+    shard_size: int = 1000,
+    filter_threshold: float | None = None,
+    dtype: str = "float16",
+    batch_size: int = 32,
+    progress: bool = True,
+    worker: int = 0,
+    num_workers: int = 1,
+) -> DumpSummary:
     """Encode a corpus into shards under ``out_dir``; re-running skips every complete shard.
 
     Shard ``i`` holds passages ``[i·shard_size, (i+1)·shard_size)`` of the corpus; worker ``w`` of
@@ -175,7 +203,7 @@ def dump_phrases(model: PhraseModel, corpus: str | Path | Iterable[Any], out_dir
     machines) can split one dump. ``dump.json`` records the model fingerprint and settings; resuming
     with another model or other settings fails instead of mixing vectors. Memory stays flat however large
     the corpus: one shard is in memory at a time, and on glibc the process's malloc thresholds are pinned
-    (see :mod:`dphr_haystack._memory`).
+    (see :mod:`dphr_haystack._util.memory`).
     """
     from tqdm.auto import tqdm
 
@@ -183,9 +211,15 @@ def dump_phrases(model: PhraseModel, corpus: str | Path | Iterable[Any], out_dir
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fingerprint = model.phrase_fingerprint()
-    settings = {"model_fingerprint": fingerprint, "filter_threshold": filter_threshold, "dtype": dtype,
-                "shard_size": shard_size, "model_config": model.config.to_dict(), "dim": model.hidden_size,
-                "format_version": DUMP_FORMAT_VERSION}
+    settings = {
+        "model_fingerprint": fingerprint,
+        "filter_threshold": filter_threshold,
+        "dtype": dtype,
+        "shard_size": shard_size,
+        "model_config": model.config.to_dict(),
+        "dim": model.hidden_size,
+        "format_version": DUMP_FORMAT_VERSION,
+    }
     _check_or_write_dump_settings(out / "dump.json", settings)
     stats = CorpusStats()
     codec: VectorCodec | None = _existing_codec(out) if dtype == "int8" else VectorCodec(dtype)
@@ -244,15 +278,19 @@ def _meta_digest(meta: dict[str, Any]) -> str:
 def _verify_shard(path: Path, meta: dict[str, Any]) -> None:
     """Raise IndexLoadError unless ``shard.json`` and the shard's files match their recorded SHA-256 sums."""
     if meta.get("sha256") != _meta_digest(meta):
-        raise IndexLoadError(f"{path / 'shard.json'} is corrupted (or from a dump without checksums): "
-                             "delete the shard directory and resume the dump to encode it again")
+        raise IndexLoadError(
+            f"{path / 'shard.json'} is corrupted (or from a dump without checksums): "
+            "delete the shard directory and resume the dump to encode it again"
+        )
     sums = meta.get("files_sha256")
     if not isinstance(sums, dict) or set(sums) != set(_SHARD_FILES):
         raise IndexLoadError(f"{path / 'shard.json'} lists no checksums for {', '.join(_SHARD_FILES)}")
     for name in _SHARD_FILES:
         if not (path / name).is_file() or file_sha256(path / name) != sums[name]:
-            raise IndexLoadError(f"{path / name} is missing or corrupted (checksum mismatch): delete "
-                                 f"{path} and resume the dump to encode it again")
+            raise IndexLoadError(
+                f"{path / name} is missing or corrupted (checksum mismatch): delete "
+                f"{path} and resume the dump to encode it again"
+            )
 
 
 def _check_or_write_dump_settings(path: Path, settings: dict[str, Any]) -> None:
@@ -270,9 +308,7 @@ def _check_or_write_dump_settings(path: Path, settings: dict[str, Any]) -> None:
                     "use another output directory or the same settings"
                 )
         return
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(settings, indent=1))
-    os.replace(tmp, path)
+    write_file_atomic(path, json.dumps(settings, indent=1), fsync=False)
 
 
 def _existing_codec(out: Path) -> VectorCodec | None:

@@ -2,7 +2,7 @@
 
     dphr eval --index my-index --questions NQ-open.dev.jsonl.gz --out eval/phrase
     dphr eval --pipeline pipelines/bm25.yml --corpus corpus.jsonl --questions dev.json.gz --out eval/bm25
-    dphr eval --pipeline pipelines/hybrid_rrf.yml --store saved-store --questions trec.qa.jsonl --set Retriever.model=DIR
+    dphr eval --pipeline pipelines/hybrid_rrf.yml --store saved-store --questions trec.jsonl --set Retriever.model=DIR
 
 Writes ``<system>.predictions.jsonl``, ``<system>.summary.json`` and ``table.md`` into ``--out``.
 """
@@ -14,29 +14,48 @@ from pathlib import Path
 
 import yaml
 
-from .errors import InvalidParameterError
+from ..errors import InvalidParameterError
 
 
 def add_eval_parser(sub) -> None:
     """Register the ``eval`` subcommand on the ``dphr`` parser's subparsers."""
-    ev = sub.add_parser("eval", help="evaluate a phrase index or a Haystack pipeline on a question file",
-                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ev = sub.add_parser(
+        "eval",
+        help="evaluate a phrase index or a Haystack pipeline on a question file",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     source = ev.add_mutually_exclusive_group(required=True)
     source.add_argument("--index", type=Path, help="a phrase index directory (built by `dphr index`)")
     source.add_argument("--pipeline", type=Path, help="a Haystack YAML query pipeline (bare names: pipelines/)")
     ev.add_argument("--model", type=Path, help="with --index: model directory (default: the one it was built with)")
-    ev.add_argument("--corpus", type=Path, action="append", default=[],
-                    help="with --pipeline: corpus file(s) to index into its store first (repeatable)")
+    ev.add_argument(
+        "--corpus",
+        type=Path,
+        action="append",
+        default=[],
+        help="with --pipeline: corpus file(s) to index into its store first (repeatable)",
+    )
     ev.add_argument("--store", type=Path, help="with --pipeline: a saved PhraseDocumentStore directory to load")
     ev.add_argument("--save-store", type=Path, help="with --pipeline: save the indexed store here for reuse")
-    ev.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
-                    help="override a pipeline component param (value parsed as YAML; repeatable)")
-    ev.add_argument("--questions", required=True, type=Path,
-                    help="SQuAD/DensePhrases JSON, NQ-open JSONL or DPR .qa.csv (.gz ok)")
+    ev.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NODE.PARAM=VALUE",
+        help="override a pipeline component param (value parsed as YAML; repeatable)",
+    )
+    ev.add_argument(
+        "--questions", required=True, type=Path, help="SQuAD/DensePhrases JSON, NQ-open JSONL or DPR .qa.csv (.gz ok)"
+    )
     ev.add_argument("--limit", type=int, help="evaluate this many questions (random when --seed is given)")
     ev.add_argument("--seed", type=int, help="sample --limit questions with this seed")
-    ev.add_argument("--regex", action=argparse.BooleanOptionalAction, default=None,
-                    help="answers are regular expressions (default: yes for CuratedTREC file names)")
+    ev.add_argument(
+        "--regex",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="answers are regular expressions (default: yes for CuratedTREC file names)",
+    )
     ev.add_argument("--top-k", type=int, default=20)
     ev.add_argument("--answer-match", default="squad", choices=["squad", "substring"])
     ev.add_argument("--name", help="system name in the outputs (default: the index or pipeline file name)")
@@ -57,20 +76,25 @@ def parse_overrides(items: list[str]) -> dict[str, dict]:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from .evaluation import evaluate_pipeline, evaluate_searcher, markdown_table, read_questions
+    from ..evaluation import evaluate_pipeline, evaluate_searcher, markdown_table, read_questions
 
     examples = read_questions(args.questions, regex=args.regex, limit=args.limit, seed=args.seed)
     progress = not args.no_progress
     if args.index is not None:
         if args.corpus or args.store or args.set:
             raise InvalidParameterError("--corpus, --store and --set apply to --pipeline, not --index")
-        from .search import open_searcher
+        from ..search import open_searcher
 
-        report = evaluate_searcher(open_searcher(args.index, args.model), examples, args.top_k,
-                                   system=args.name or args.index.name, answer_match=args.answer_match,
-                                   progress=progress)
+        report = evaluate_searcher(
+            open_searcher(args.index, args.model),
+            examples,
+            args.top_k,
+            system=args.name or args.index.name,
+            answer_match=args.answer_match,
+            progress=progress,
+        )
     else:
-        from .nodes import corpus_documents, index_corpus, load_pipeline
+        from ..nodes import corpus_documents, index_corpus, load_pipeline
 
         overrides = parse_overrides(args.set)
         if args.store is not None:
@@ -85,8 +109,14 @@ def run_eval(args: argparse.Namespace) -> int:
             raise InvalidParameterError("the pipeline's document store is empty: give --corpus or --store")
         if args.save_store is not None:
             store.save(args.save_store)
-        report = evaluate_pipeline(pipeline, examples, args.top_k, system=args.name or args.pipeline.stem,
-                                   answer_match=args.answer_match, progress=progress)
+        report = evaluate_pipeline(
+            pipeline,
+            examples,
+            args.top_k,
+            system=args.name or args.pipeline.stem,
+            answer_match=args.answer_match,
+            progress=progress,
+        )
     report.write(args.out)
     table = markdown_table([report])
     (args.out / "table.md").write_text(table + "\n")

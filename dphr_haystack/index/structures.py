@@ -10,7 +10,8 @@ flat            ``Flat``                              4·d (rebuilt in RAM on lo
 ivf-flat        ``IVF1024,Flat``                      4·d + 8 (id)
 ivf-sq8         ``IVF1024,SQ8``                       d + 8
 ivf-sq4         ``IVF1024,SQ4``                       d/2 + 8
-opq-ivf-pq      ``OPQ48,IVF1024,PQ48np``               m + 8 (m = d/8 sub-quantizers of 8 bits, DensePhrases' OPQ96 at d=768)
+opq-ivf-pq      ``OPQ48,IVF1024,PQ48np``               m + 8 (m = d/8 sub-quantizers of 8 bits,
+                                                      DensePhrases' OPQ96 at d=768)
 hnsw            ``HNSW32,Flat``                       4·d + 8·32·~1.2 (graph links)
 ==============  ====================================  ==================================================
 
@@ -20,7 +21,8 @@ the coarse k-means gets its 39 points per centroid, and at most 65536.
 **Training sample** (:func:`training_sample_size`): k-means needs at least 39 points per centroid (FAISS warns
 below that) and ignores more than 256 per centroid (it subsamples), so an IVF type trains on
 ``clip(64·nlist, 39·nlist, 256·nlist)`` vectors; PQ/OPQ codebooks (256 centroids per sub-quantizer) need at
-least 39·256 = 9,984 (``PQmxb``: 39·2^b). The sample is capped at ``max_train`` (default 1,000,000 vectors = 1.5 GB of float32 at
+least 39·256 = 9,984 (``PQmxb``: 39·2^b). The sample is capped at ``max_train`` (default 1,000,000 vectors =
+1.5 GB of float32 at
 d = 384) and at the number of stored vectors; rows are drawn uniformly at random (seed 29, as DensePhrases).
 
 **Search parameters** (:func:`default_search_params`): ``nprobe = clip(nlist/16, 1, 256)`` lists per query
@@ -37,7 +39,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import re
 import shutil
 from collections.abc import Callable
@@ -46,8 +47,9 @@ from typing import Any
 
 import numpy as np
 
-from ._lazy import require
-from .errors import InvalidParameterError
+from .._util.atomic import write_file_atomic
+from .._util.lazy import require
+from ..errors import InvalidParameterError
 
 logger = logging.getLogger(__name__)
 
@@ -80,8 +82,9 @@ def pq_subquantizers(dim: int, dims_per_code: int = 8) -> int:
     return m
 
 
-def factory_for(kind: str, num_vectors: int, dim: int, nlist: int | None = None, pq_m: int | None = None,
-                hnsw_m: int = 32) -> str:
+def factory_for(
+    kind: str, num_vectors: int, dim: int, nlist: int | None = None, pq_m: int | None = None, hnsw_m: int = 32
+) -> str:
     """The FAISS factory string of a named index type for ``num_vectors`` vectors of dimension ``dim``.
 
     Example:
@@ -188,11 +191,14 @@ def apply_search_params(index, params: dict[str, Any] | None) -> None:
         try:
             space.set_index_parameter(index, name, float(value) if isinstance(value, float) else int(value))
         except RuntimeError as exc:
-            raise InvalidParameterError(f"search parameter {name}={value!r} does not apply to this index: {exc}") from exc
+            raise InvalidParameterError(
+                f"search parameter {name}={value!r} does not apply to this index: {exc}"
+            ) from exc
 
 
-def refine_exact(queries: np.ndarray, ids: np.ndarray, k: int, stored: np.ndarray,
-                 decode: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def refine_exact(
+    queries: np.ndarray, ids: np.ndarray, k: int, stored: np.ndarray, decode: Callable[[np.ndarray], np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
     """Re-rank candidate rows by their exact inner product with the stored vectors; keep the best ``k``.
 
     With ``search_params["refine"] = r`` a quantized structure returns r·k candidates per query, re-scored from
@@ -224,8 +230,14 @@ def sample_rows(num_vectors: int, size: int, seed: int = TRAIN_SEED) -> np.ndarr
     return np.sort(np.random.default_rng(seed).choice(num_vectors, size, replace=False))
 
 
-def train_faiss(index, factory: str, stored: np.ndarray, decode: Callable[[np.ndarray], np.ndarray],
-                max_train: int = DEFAULT_MAX_TRAIN, train_size: int | None = None) -> int:
+def train_faiss(
+    index,
+    factory: str,
+    stored: np.ndarray,
+    decode: Callable[[np.ndarray], np.ndarray],
+    max_train: int = DEFAULT_MAX_TRAIN,
+    train_size: int | None = None,
+) -> int:
     """Train ``index`` on a sized sample of ``stored`` rows (decoded to float32); returns the sample size."""
     if index.is_trained or len(stored) == 0:
         return 0
@@ -234,8 +246,13 @@ def train_faiss(index, factory: str, stored: np.ndarray, decode: Callable[[np.nd
     size = min(train_size or training_sample_size(factory, nlist, len(stored), max_train), len(stored))
     need = minimum_training_size(factory, nlist)
     if size < need:
-        logger.warning("training FAISS %r on %d vectors; it needs at least %d for good clusters (39 per IVF list, "
-                       "39·256 for PQ codebooks): add more vectors before training or lower nlist", factory, size, need)
+        logger.warning(
+            "training FAISS %r on %d vectors; it needs at least %d for good clusters (39 per IVF list, "
+            "39·256 for PQ codebooks): add more vectors before training or lower nlist",
+            factory,
+            size,
+            need,
+        )
     rows = sample_rows(len(stored), size)
     sample = np.ascontiguousarray(decode(stored[rows]), dtype=np.float32)
     try:
@@ -247,14 +264,21 @@ def train_faiss(index, factory: str, stored: np.ndarray, decode: Callable[[np.nd
     return size
 
 
-def add_in_chunks(index, stored: np.ndarray, decode: Callable[[np.ndarray], np.ndarray], first_id: int = 0,
-                  chunk: int = 65536, with_ids: bool = False, progress: bool = False) -> None:
+def add_in_chunks(
+    index,
+    stored: np.ndarray,
+    decode: Callable[[np.ndarray], np.ndarray],
+    first_id: int = 0,
+    chunk: int = 65536,
+    with_ids: bool = False,
+    progress: bool = False,
+) -> None:
     """Add stored rows to ``index`` a chunk at a time (decoded to float32), optionally with explicit ids."""
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(stored), desc="adding to FAISS", unit="vec", disable=not progress, leave=False)
     for start in range(0, len(stored), chunk):
-        block = np.ascontiguousarray(decode(stored[start: start + chunk]), dtype=np.float32)
+        block = np.ascontiguousarray(decode(stored[start : start + chunk]), dtype=np.float32)
         if with_ids:
             index.add_with_ids(block, np.arange(first_id + start, first_id + start + len(block), dtype=np.int64))
         else:
@@ -263,9 +287,18 @@ def add_in_chunks(index, stored: np.ndarray, decode: Callable[[np.ndarray], np.n
     bar.close()
 
 
-def build_faiss(factory: str, dim: int, stored: np.ndarray, decode: Callable[[np.ndarray], np.ndarray],
-                max_train: int = DEFAULT_MAX_TRAIN, train_size: int | None = None, ivfdata: Path | None = None,
-                block_rows: int = 1 << 21, progress: bool = False, pq_max_train: int | None = None) -> tuple[Any, int]:
+def build_faiss(
+    factory: str,
+    dim: int,
+    stored: np.ndarray,
+    decode: Callable[[np.ndarray], np.ndarray],
+    max_train: int = DEFAULT_MAX_TRAIN,
+    train_size: int | None = None,
+    ivfdata: Path | None = None,
+    block_rows: int = 1 << 21,
+    progress: bool = False,
+    pq_max_train: int | None = None,
+) -> tuple[Any, int]:
     """Train and fill a FAISS structure from stored vectors (row i gets id i); returns it and its training size.
 
     With ``ivfdata`` (IVF types only) the inverted lists are written to that file as FAISS
@@ -288,8 +321,9 @@ def build_faiss(factory: str, dim: int, stored: np.ndarray, decode: Callable[[np
     try:
         for start in range(0, len(stored), block_rows):
             part = faiss.clone_index(index)
-            add_in_chunks(part, stored[start: start + block_rows], decode, first_id=start, with_ids=True,
-                          progress=progress)
+            add_in_chunks(
+                part, stored[start : start + block_rows], decode, first_id=start, with_ids=True, progress=progress
+            )
             name = str(ivfdata.with_name(f"{ivfdata.name}.block-{len(blocks)}"))
             faiss.write_index(part, name)
             blocks.append(name)
@@ -336,9 +370,7 @@ def read_faiss(file: Path, ondisk: bool = False):
 
 def copy_ivfdata(src: Path, dst: Path) -> None:
     """Copy an inverted-list data file (sparse-aware copy of a possibly large file)."""
-    tmp = dst.with_name(dst.name + ".tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+    write_file_atomic(dst, lambda tmp: shutil.copyfile(src, tmp), fsync=False)
 
 
 def structure_bytes(index) -> int:

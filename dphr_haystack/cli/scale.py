@@ -1,8 +1,8 @@
 """``dphr dump`` / ``dphr merge`` / ``dphr reindex``: sharded (optionally Ray-distributed) dumps and index types.
 
-    dphr dump --model models/minilm-phrase --corpus corpus.jsonl --out dump/ --ray --num-workers 4 --gpus-per-worker 1
-    dphr merge --dump dump/ --out my-index --type opq-ivf-pq
-    dphr reindex --index my-index --out my-index-sq8 --type ivf-sq8 --on-disk
+dphr dump --model models/minilm-phrase --corpus corpus.jsonl --out dump/ --ray --num-workers 4 --gpus-per-worker 1
+dphr merge --dump dump/ --out my-index --type opq-ivf-pq
+dphr reindex --index my-index --out my-index-sq8 --type ivf-sq8 --on-disk
 """
 
 from __future__ import annotations
@@ -12,28 +12,40 @@ import json
 import time
 from pathlib import Path
 
-from .config import PhraseModelConfig, effective_filter_threshold, parse_threshold_arg
-from .index_types import INDEX_TYPES
-from .shipped import DEFAULT_MODEL
+from ..index.structures import INDEX_TYPES
+from ..model.config import PhraseModelConfig, effective_filter_threshold, parse_threshold_arg
+from ..model.registry import DEFAULT_MODEL
 
 
 def add_scale_parsers(sub: argparse._SubParsersAction) -> None:
     """Register the ``dump``, ``merge`` and ``reindex`` subcommands."""
     dump = sub.add_parser("dump", help="encode a corpus into resumable phrase shards (one process, or Ray workers)")
-    dump.add_argument("--model", type=Path, default=Path(DEFAULT_MODEL),
-                      help=f"model directory or shipped name (default: {DEFAULT_MODEL})")
+    dump.add_argument(
+        "--model",
+        type=Path,
+        default=Path(DEFAULT_MODEL),
+        help=f"model directory or shipped name (default: {DEFAULT_MODEL})",
+    )
     dump.add_argument("--corpus", required=True, type=Path, help="SQuAD JSON or JSON lines {id, title, text}; .gz ok")
     dump.add_argument("--out", required=True, type=Path, help="dump directory (re-running resumes)")
     dump.add_argument("--shard-size", type=int, default=1000, help="passages per shard (the unit of work and resume)")
-    dump.add_argument("--filter-threshold", type=parse_threshold_arg, default=None,
-                      help="keep tokens whose filter logit exceeds T; 'none' keeps every token (default: the model's)")
+    dump.add_argument(
+        "--filter-threshold",
+        type=parse_threshold_arg,
+        default=None,
+        help="keep tokens whose filter logit exceeds T; 'none' keeps every token (default: the model's)",
+    )
     dump.add_argument("--dtype", default="float16", choices=["float16", "int8"])
     dump.add_argument("--batch-size", type=int, default=32)
     dump.add_argument("--device", default="auto", help="auto, cpu, cuda (without --ray); CUDA encodes under bf16")
     dump.add_argument("--worker", type=int, default=0, help="without --ray: this process's worker number")
     dump.add_argument("--num-workers", type=int, default=1, help="workers splitting the shards (Ray tasks with --ray)")
-    dump.add_argument("--ray", action="store_true", help="run the workers as Ray tasks (pip install 'dphr-haystack[distributed]')")
-    dump.add_argument("--ray-address", default=None, help="existing Ray cluster (auto, ray://host:10001); default: local")
+    dump.add_argument(
+        "--ray", action="store_true", help="run the workers as Ray tasks (pip install 'dphr-haystack[distributed]')"
+    )
+    dump.add_argument(
+        "--ray-address", default=None, help="existing Ray cluster (auto, ray://host:10001); default: local"
+    )
     dump.add_argument("--gpus-per-worker", type=float, default=0.0)
     dump.add_argument("--cpus-per-worker", type=float, default=1.0)
     dump.add_argument("--max-retries", type=int, default=3, help="Ray re-runs of a worker whose process died")
@@ -53,7 +65,9 @@ def add_scale_parsers(sub: argparse._SubParsersAction) -> None:
 
 def _add_structure_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--type", choices=INDEX_TYPES, default=None, help="named index type (nlist chosen from the size)")
+    group.add_argument(
+        "--type", choices=INDEX_TYPES, default=None, help="named index type (nlist chosen from the size)"
+    )
     group.add_argument("--faiss-factory", default=None, help="any FAISS index_factory string")
     parser.add_argument("--nlist", type=int, default=None, help="IVF lists for --type (default: ~4·sqrt(n))")
     parser.add_argument("--on-disk", action="store_true", help="IVF: keep inverted lists on disk, memory-mapped")
@@ -81,7 +95,7 @@ def _search_params(args: argparse.Namespace) -> dict[str, int]:
 
 
 def _factory(args: argparse.Namespace, num_vectors: int, dim: int) -> str:
-    from .index_types import factory_for
+    from ..index.structures import factory_for
 
     if args.faiss_factory:
         return args.faiss_factory
@@ -89,62 +103,99 @@ def _factory(args: argparse.Namespace, num_vectors: int, dim: int) -> str:
 
 
 def _dump(args: argparse.Namespace) -> int:
-    from .model import CONFIG_FILE
+    from ..model.phrase_model import CONFIG_FILE
 
     started = time.perf_counter()
     config_file = args.model / CONFIG_FILE  # absent for a DensePhrases checkpoint: no threshold of its own
     config = PhraseModelConfig.load(config_file) if config_file.is_file() else PhraseModelConfig()
     threshold = effective_filter_threshold(args.filter_threshold, config)
     if args.ray:
-        from .distributed import dump_distributed, summary_dict
+        from ..build.distributed import dump_distributed, summary_dict
 
-        summary = dump_distributed(args.model, args.corpus, args.out, num_workers=args.num_workers,
-                                   shard_size=args.shard_size, filter_threshold=threshold, dtype=args.dtype,
-                                   batch_size=args.batch_size, gpus_per_worker=args.gpus_per_worker,
-                                   cpus_per_worker=args.cpus_per_worker, max_retries=args.max_retries,
-                                   address=args.ray_address)
+        summary = dump_distributed(
+            args.model,
+            args.corpus,
+            args.out,
+            num_workers=args.num_workers,
+            shard_size=args.shard_size,
+            filter_threshold=threshold,
+            dtype=args.dtype,
+            batch_size=args.batch_size,
+            gpus_per_worker=args.gpus_per_worker,
+            cpus_per_worker=args.cpus_per_worker,
+            max_retries=args.max_retries,
+            address=args.ray_address,
+        )
         print(json.dumps({k: v for k, v in summary_dict(summary).items() if k != "workers"}))
-        print(f"dumped {summary.num_shards} shards ({summary.encoded_shards} encoded, {summary.skipped_shards} "
-              f"already complete) with {args.num_workers} Ray workers in {summary.seconds:.1f}s -> {args.out}")
+        print(
+            f"dumped {summary.num_shards} shards ({summary.encoded_shards} encoded, {summary.skipped_shards} "
+            f"already complete) with {args.num_workers} Ray workers in {summary.seconds:.1f}s -> {args.out}"
+        )
         return 0
-    from .accel import resolve_device
-    from .dump import dump_phrases
-    from .model import PhraseModel
+    from .._util.device import resolve_device
+    from ..build.dump import dump_phrases
+    from ..model.phrase_model import load_model
 
-    model = PhraseModel.load(args.model, device=resolve_device(args.device))
-    summary = dump_phrases(model, args.corpus, args.out, shard_size=args.shard_size,
-                           filter_threshold=threshold, dtype=args.dtype, batch_size=args.batch_size,
-                           progress=not args.no_progress, worker=args.worker, num_workers=args.num_workers)
-    print(f"worker {args.worker}/{args.num_workers}: {summary.encoded_shards} shards encoded, {summary.skipped_shards} "
-          f"already complete, {summary.vectors} vectors in {time.perf_counter() - started:.1f}s -> {args.out}")
+    model = load_model(args.model).to(resolve_device(args.device))
+    summary = dump_phrases(
+        model,
+        args.corpus,
+        args.out,
+        shard_size=args.shard_size,
+        filter_threshold=threshold,
+        dtype=args.dtype,
+        batch_size=args.batch_size,
+        progress=not args.no_progress,
+        worker=args.worker,
+        num_workers=args.num_workers,
+    )
+    print(
+        f"worker {args.worker}/{args.num_workers}: {summary.encoded_shards} shards encoded, {summary.skipped_shards} "
+        f"already complete, {summary.vectors} vectors in {time.perf_counter() - started:.1f}s -> {args.out}"
+    )
     return 0
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from .dump import list_shards
-    from .index import PhraseIndex
+    from ..build.dump import list_shards
+    from ..index.phrase_index import PhraseIndex
 
     started = time.perf_counter()
     settings = json.loads((args.dump / "dump.json").read_text()) if (args.dump / "dump.json").is_file() else {}
     num_vectors = sum(json.loads((s / "shard.json").read_text())["num_vectors"] for s in list_shards(args.dump))
     factory = _factory(args, num_vectors, int(settings.get("dim", 1)))
-    index = PhraseIndex.from_dump(args.dump, args.out, faiss_factory=factory, model_path=args.model_path,
-                                  on_disk=args.on_disk, train_size=args.train_size,
-                                  search_params=_search_params(args) or None)
-    print(f"merged {index.num_passages} passages ({len(index)} vectors) into {args.out} [{factory}] in "
-          f"{time.perf_counter() - started:.1f}s")
+    index = PhraseIndex.from_dump(
+        args.dump,
+        args.out,
+        faiss_factory=factory,
+        model_path=args.model_path,
+        on_disk=args.on_disk,
+        train_size=args.train_size,
+        search_params=_search_params(args) or None,
+    )
+    print(
+        f"merged {index.num_passages} passages ({len(index)} vectors) into {args.out} [{factory}] in "
+        f"{time.perf_counter() - started:.1f}s"
+    )
     return 0
 
 
 def _reindex(args: argparse.Namespace) -> int:
-    from .index import PhraseIndex
+    from ..index.phrase_index import PhraseIndex
 
     started = time.perf_counter()
     index = PhraseIndex.load(args.index, flat_search="mmap")
     factory = _factory(args, len(index), index.dim)
-    result = index.reindex(factory, path=args.out, on_disk=args.on_disk, train_size=args.train_size,
-                           search_params=_search_params(args) or None)
+    result = index.reindex(
+        factory,
+        path=args.out,
+        on_disk=args.on_disk,
+        train_size=args.train_size,
+        search_params=_search_params(args) or None,
+    )
     build = result.manifest.get("faiss_build", {})
-    print(f"reindexed {len(result)} vectors as {factory} (trained on {build.get('train_vectors', 0)}, search "
-          f"params {result.search_params}) in {time.perf_counter() - started:.1f}s -> {args.out or args.index}")
+    print(
+        f"reindexed {len(result)} vectors as {factory} (trained on {build.get('train_vectors', 0)}, search "
+        f"params {result.search_params}) in {time.perf_counter() - started:.1f}s -> {args.out or args.index}"
+    )
     return 0

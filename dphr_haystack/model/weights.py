@@ -4,7 +4,8 @@ A compact save writes ``model.safetensors.index.json`` plus ``model-NNNNN.safete
 ``max_shard_mb`` MiB (a tensor larger than that is split by rows across shards), optionally in float16 or int8
 (weight matrices quantized per row, symmetric, with a float32 scale per row; small tensors float16), or
 ``int8-phrase`` (the phrase encoder int8, the query side float16: a phrase encoder that came from an int8 copy
-and was frozen since, as in query-side fine-tuning, is stored exactly, and the fine-tuned query side loses nothing), and
+and was frozen since, as in query-side fine-tuning, is stored exactly, and the fine-tuned query side loses
+nothing), and
 optionally without the tensors that are bit-identical to the base model's (the frozen word embeddings of a
 model trained from ``minilm``): those are recorded by base key and SHA-256 and read back from the base model
 at load time, which must then be installed. Everything is safetensors and JSON; nothing is unpickled.
@@ -20,9 +21,10 @@ from typing import Any
 
 import torch
 
-from ._atomic import file_sha256
-from ._lazy import require
-from .errors import InvalidParameterError, ModelLoadError
+from .._util.atomic import file_sha256
+from .._util.lazy import require
+from ..errors import InvalidParameterError, ModelLoadError
+from .registry import resolve_base
 
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
@@ -46,8 +48,14 @@ def tensor_sha256(tensor: torch.Tensor) -> str:
     return digest.hexdigest()
 
 
-def write_weights(state: dict[str, torch.Tensor], path: Path, dtype: str = "float32", max_shard_mb: float | None = None,
-                  base_state: dict[str, torch.Tensor] | None = None, base_model: str = "") -> dict[str, Any]:
+def write_weights(
+    state: dict[str, torch.Tensor],
+    path: Path,
+    dtype: str = "float32",
+    max_shard_mb: float | None = None,
+    base_state: dict[str, torch.Tensor] | None = None,
+    base_model: str = "",
+) -> dict[str, Any]:
     """Write ``state`` to ``path``; returns a summary (files, bytes, tensors taken from the base).
 
     Without ``max_shard_mb``, ``dtype="float32"`` and ``base_state`` this is the single ``model.safetensors``.
@@ -78,12 +86,22 @@ def write_weights(state: dict[str, torch.Tensor], path: Path, dtype: str = "floa
         safetensors_torch.save_file(shard, str(path / name), metadata={"format": "pt", "dphr": "1"})
         weight_map.update({key: name for key in shard})
         files.append(name)
-    index = {"format": WEIGHTS_FORMAT, "format_version": WEIGHTS_FORMAT_VERSION, "dtype": dtype,
-             "base_model": base_model, "weight_map": weight_map, "split": split, "from_base": from_base,
-             "files_sha256": {name: file_sha256(path / name) for name in files}}
+    index = {
+        "format": WEIGHTS_FORMAT,
+        "format_version": WEIGHTS_FORMAT_VERSION,
+        "dtype": dtype,
+        "base_model": base_model,
+        "weight_map": weight_map,
+        "split": split,
+        "from_base": from_base,
+        "files_sha256": {name: file_sha256(path / name) for name in files},
+    }
     (path / WEIGHTS_INDEX_FILE).write_text(json.dumps(index, indent=1, sort_keys=True))
-    return {"files": files + [WEIGHTS_INDEX_FILE], "bytes": sum((path / f).stat().st_size for f in files),
-            "from_base": len(from_base)}
+    return {
+        "files": files + [WEIGHTS_INDEX_FILE],
+        "bytes": sum((path / f).stat().st_size for f in files),
+        "from_base": len(from_base),
+    }
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -96,7 +114,9 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
         if not isinstance(index, dict) or index.get("format") != WEIGHTS_FORMAT:
             raise ValueError("not a dphr weights index")
         if index.get("format_version") != WEIGHTS_FORMAT_VERSION:
-            raise ValueError(f"format version {index.get('format_version')!r}, this library reads {WEIGHTS_FORMAT_VERSION}")
+            raise ValueError(
+                f"format version {index.get('format_version')!r}, this library reads {WEIGHTS_FORMAT_VERSION}"
+            )
         weight_map, split, from_base = index["weight_map"], index["split"], index["from_base"]
         files = sorted(set(weight_map.values()))
         sums = index["files_sha256"]
@@ -117,13 +137,14 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
     except (KeyError, TypeError, RuntimeError) as exc:
         raise ModelLoadError(f"{index_file} does not match its shards: {type(exc).__name__}: {exc}") from exc
     if from_base:
-        state.update({k: v.float() for k, v in _read_from_base(index.get("base_model", ""), from_base, index_file).items()})
+        state.update(
+            {k: v.float() for k, v in _read_from_base(index.get("base_model", ""), from_base, index_file).items()}
+        )
     return state
 
 
 def read_base_state(base_model: str) -> dict[str, torch.Tensor]:
     """The safetensors weights of a base model directory (``minilm`` resolves to the offline package)."""
-    from .model import resolve_base
 
     try:
         directory = Path(resolve_base(base_model))
@@ -139,10 +160,14 @@ def _base_references(state: dict[str, torch.Tensor], base: dict[str, torch.Tenso
     out = {}
     for key, value in state.items():
         prefix = next((p for p in ENCODER_PREFIXES if key.startswith(p)), None)
-        base_key = key[len(prefix):] if prefix else None
+        base_key = key[len(prefix) :] if prefix else None
         reference = base.get(base_key) if base_key else None
-        if reference is not None and reference.shape == value.shape and reference.dtype == value.dtype \
-                and torch.equal(reference, value.detach().cpu()):
+        if (
+            reference is not None
+            and reference.shape == value.shape
+            and reference.dtype == value.dtype
+            and torch.equal(reference, value.detach().cpu())
+        ):
             out[key] = {"base_key": base_key, "sha256": tensor_sha256(reference)}
     return out
 
@@ -155,9 +180,11 @@ def _read_from_base(base_model: str, from_base: dict[str, Any], index_file: Path
     for key, ref in from_base.items():
         tensor = base.get(ref.get("base_key")) if isinstance(ref, dict) else None
         if tensor is None or tensor_sha256(tensor) != ref.get("sha256"):
-            raise ModelLoadError(f"{index_file}: {key} comes from base model {base_model!r}, whose "
-                                 f"{ref.get('base_key') if isinstance(ref, dict) else ref!r} is missing or differs "
-                                 "(another version of the base is installed)")
+            raise ModelLoadError(
+                f"{index_file}: {key} comes from base model {base_model!r}, whose "
+                f"{ref.get('base_key') if isinstance(ref, dict) else ref!r} is missing or differs "
+                "(another version of the base is installed)"
+            )
         out[key] = tensor
     return out
 
@@ -193,7 +220,9 @@ def _decode(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         scale = state.get(key + SCALE_SUFFIX)
         if scale is not None:
             if tensor.dtype != torch.int8 or scale.shape != tensor.shape[:1]:
-                raise ModelLoadError(f"{key}: int8 codes {tuple(tensor.shape)} do not match scales {tuple(scale.shape)}")
+                raise ModelLoadError(
+                    f"{key}: int8 codes {tuple(tensor.shape)} do not match scales {tuple(scale.shape)}"
+                )
             tensor = tensor.float() * scale.float()[:, None]
         elif tensor.dtype == torch.int8:
             raise ModelLoadError(f"{key}: int8 weights without their {SCALE_SUFFIX} row scales")
@@ -212,7 +241,7 @@ def _split_rows(state: dict[str, torch.Tensor], limit: int | None) -> tuple[dict
         rows_per_part = max(1, limit // max(1, size // len(tensor)))
         parts = math.ceil(len(tensor) / rows_per_part)
         for i in range(parts):
-            pieces[f"{key}::part{i}"] = tensor[i * rows_per_part: (i + 1) * rows_per_part].clone()
+            pieces[f"{key}::part{i}"] = tensor[i * rows_per_part : (i + 1) * rows_per_part].clone()
         split[key] = parts
     return pieces, split
 

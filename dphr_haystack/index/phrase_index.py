@@ -17,7 +17,6 @@ appending, then atomically replacing ``manifest.json``; a crash before that leav
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -29,71 +28,32 @@ from typing import Any
 
 import numpy as np
 
-from . import _atomic, index_types
-from ._lazy import require
-from ._memory import release_free_memory
+from .._util import atomic as _atomic
+from .._util.lazy import require
+from .._util.memory import release_free_memory
+from ..build.corpus import CorpusStats, Passage, read_corpus
+from ..build.dump import TOKEN_DTYPE, PhraseShard, chunked, encode_shard
+from ..errors import DphrError, EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
+from . import structures as index_types
+from .backends import FaissSearch
 from .codec import VectorCodec
-from .corpus import CorpusStats, Passage, read_corpus
-from .dump import TOKEN_DTYPE, PhraseShard, chunked, encode_shard, list_shards
-from .errors import DphrError, EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
+from .merge import merge_dump
+from .storage import (
+    FILES,
+    INDEX_FORMAT,
+    INDEX_FORMAT_VERSION,
+    MANIFEST,
+    Column,
+    check_manifest,
+    is_flat,
+    remove_uncommitted_files,
+    sha256_prefix,
+    write_faiss,
+)
 
 logger = logging.getLogger(__name__)
 
-INDEX_FORMAT = "dphr-phrase-index"
-INDEX_FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
 DUPLICATE_POLICIES = ("fail", "skip", "overwrite")
-_FILES = {"vectors": "vectors.bin", "tokens": "tokens.bin", "passages": "passages.jsonl", "tombstones": "tombstones.bin"}
-
-
-def _is_flat(factory: str) -> bool:
-    return factory.replace(" ", "") in ("Flat", "IDMap,Flat")
-
-
-class _Column:
-    """An append-only array, in memory or in a raw file whose valid length the manifest records."""
-
-    def __init__(self, dtype: np.dtype, width: int | None, path: Path | None = None, length: int = 0) -> None:
-        self.dtype, self.width, self.path, self.length = np.dtype(dtype), width, path, length
-        self._parts: list[np.ndarray] = []
-        self._cache: np.ndarray | None = None
-
-    @property
-    def row_bytes(self) -> int:
-        return self.dtype.itemsize * (self.width or 1)
-
-    def append(self, values: np.ndarray) -> None:
-        values = np.ascontiguousarray(values, dtype=self.dtype)
-        if self.path is None:
-            self._parts.append(values.copy())
-        else:
-            with self.path.open("r+b" if self.path.exists() else "wb") as handle:
-                handle.truncate(self.length * self.row_bytes)  # drop bytes of an append that never committed
-                handle.seek(self.length * self.row_bytes)
-                handle.write(values.tobytes())
-                handle.flush()
-                os.fsync(handle.fileno())
-        self.length += len(values)
-        self._cache = None
-
-    def view(self) -> np.ndarray:
-        if self._cache is not None:
-            return self._cache
-        shape = (self.length, self.width) if self.width else (self.length,)
-        if self.length == 0:
-            self._cache = np.zeros(shape, dtype=self.dtype)
-        elif self.path is None:
-            self._cache = np.concatenate(self._parts) if len(self._parts) > 1 else self._parts[0]
-            self._parts = [self._cache]
-        else:
-            self._cache = np.memmap(self.path, dtype=self.dtype, mode="r", shape=shape)
-        return self._cache
-
-    def write_to(self, path: Path) -> None:
-        with path.open("wb") as handle:
-            view = self.view()
-            for start in range(0, len(view), 1 << 20):
-                handle.write(np.ascontiguousarray(view[start: start + (1 << 20)]).tobytes())
 
 
 class PhraseIndex:
@@ -115,10 +75,10 @@ class PhraseIndex:
         self.codec = VectorCodec(**manifest["codec"])
         self.dim = int(manifest["dim"])
         cols = manifest.get("counts", {})
-        file = (lambda key: path / _FILES[key]) if path is not None else (lambda key: None)
-        self._vectors = _Column(self.codec.numpy_dtype, self.dim, file("vectors"), cols.get("vectors", 0))
-        self._tokens = _Column(TOKEN_DTYPE, None, file("tokens"), cols.get("vectors", 0))
-        self._tombstones = _Column(np.int64, None, file("tombstones"), cols.get("tombstones", 0))
+        file = (lambda key: path / FILES[key]) if path is not None else (lambda key: None)
+        self._vectors = Column(self.codec.numpy_dtype, self.dim, file("vectors"), cols.get("vectors", 0))
+        self._tokens = Column(TOKEN_DTYPE, None, file("tokens"), cols.get("vectors", 0))
+        self._tombstones = Column(np.int64, None, file("tombstones"), cols.get("tombstones", 0))
         self.passages: list[dict[str, Any]] = []
         self._first_token = np.zeros(0, np.int64)
         self._num_tokens = np.zeros(0, np.int64)
@@ -129,32 +89,73 @@ class PhraseIndex:
         self._flat_search = "faiss"  # or "mmap": exact torch top-k over vectors.bin, no in-RAM FAISS flat
         self._device = "cpu"
         self._search = None  # accel backend (GPU FAISS / torch top-k); None = the CPU FAISS index
-        self._deferred = False  # inside from_dump: no FAISS adds, no commit per shard
 
     # ----------------------------------------------------------------- creation and loading
     @classmethod
-    def create(cls, model, path: str | Path | None = None, faiss_factory: str = "Flat",
-               filter_threshold: float | None = None, dtype: str = "float16", model_path: str | None = None,
-               codec: VectorCodec | None = None) -> PhraseIndex:
+    def create(
+        cls,
+        model,
+        path: str | Path | None = None,
+        faiss_factory: str = "Flat",
+        filter_threshold: float | None = None,
+        dtype: str = "float16",
+        model_path: str | None = None,
+        codec: VectorCodec | None = None,
+    ) -> PhraseIndex:
         """A new, empty index for ``model``'s phrase vectors; on disk at ``path`` (must not exist) or in memory."""
+        return cls._create(
+            model.hidden_size,
+            model.phrase_fingerprint(),
+            model.config.to_dict(),
+            path,
+            faiss_factory=faiss_factory,
+            filter_threshold=filter_threshold,
+            dtype=dtype,
+            model_path=model_path,
+            codec=codec,
+        )
+
+    @classmethod
+    def _create(
+        cls,
+        dim: int,
+        model_fingerprint: str,
+        model_config: dict[str, Any],
+        path: str | Path | None,
+        faiss_factory: str,
+        filter_threshold: float | None,
+        dtype: str,
+        model_path: str | None,
+        codec: VectorCodec | None,
+    ) -> PhraseIndex:
+        """:meth:`create` from what it needs of a model: its dimension, phrase fingerprint and config."""
         faiss = require("faiss")
         try:
-            probe = faiss.index_factory(model.hidden_size, faiss_factory, faiss.METRIC_INNER_PRODUCT)
+            probe = faiss.index_factory(dim, faiss_factory, faiss.METRIC_INNER_PRODUCT)
         except RuntimeError as exc:
             raise InvalidParameterError(f"invalid FAISS factory string {faiss_factory!r}: {exc}") from exc
         del probe
         manifest = {
-            "format": INDEX_FORMAT, "format_version": INDEX_FORMAT_VERSION,
-            "model_fingerprint": model.phrase_fingerprint(), "model_path": model_path,
-            "model_config": model.config.to_dict(), "dim": model.hidden_size,
-            "codec": (codec or VectorCodec(dtype)).to_dict(), "codec_calibrated": codec is not None or dtype != "int8",
-            "filter_threshold": filter_threshold, "faiss_factory": faiss_factory, "metric": "inner_product",
-            "counts": {"vectors": 0, "passages": 0, "tombstones": 0}, "passages_bytes": 0, "faiss_file": None,
-            "checksums": {}, "created": time.time(),
+            "format": INDEX_FORMAT,
+            "format_version": INDEX_FORMAT_VERSION,
+            "model_fingerprint": model_fingerprint,
+            "model_path": model_path,
+            "model_config": model_config,
+            "dim": dim,
+            "codec": (codec or VectorCodec(dtype)).to_dict(),
+            "codec_calibrated": codec is not None or dtype != "int8",
+            "filter_threshold": filter_threshold,
+            "faiss_factory": faiss_factory,
+            "metric": "inner_product",
+            "counts": {"vectors": 0, "passages": 0, "tombstones": 0},
+            "passages_bytes": 0,
+            "faiss_file": None,
+            "checksums": {},
+            "created": time.time(),
         }
         if path is not None:
             path = Path(path)
-            _remove_uncommitted_files(path)  # a create killed before its first commit leaves only these
+            remove_uncommitted_files(path)  # a create killed before its first commit leaves only these
             if path.exists() and any(path.iterdir()):
                 raise InvalidParameterError(f"{path} exists and is not empty; load it or choose another path")
             path.mkdir(parents=True, exist_ok=True)
@@ -165,8 +166,9 @@ class PhraseIndex:
         return index
 
     @classmethod
-    def load(cls, path: str | Path, model=None, verify: bool = True, flat_search: str = "faiss",
-             device: str = "cpu") -> PhraseIndex:
+    def load(
+        cls, path: str | Path, model=None, verify: bool = True, flat_search: str = "faiss", device: str = "cpu"
+    ) -> PhraseIndex:
         """Open an index directory. With ``model``, its phrase fingerprint must match the index's.
 
         ``flat_search="mmap"`` searches a flat index by exact torch top-k over the memory-mapped vectors
@@ -191,10 +193,12 @@ class PhraseIndex:
                 f"{manifest_path}: index format version {manifest.get('format_version')!r}; "
                 f"this library reads version {INDEX_FORMAT_VERSION}: rebuild the index"
             )
-        _check_manifest(manifest, manifest_path)
+        check_manifest(manifest, manifest_path)
         if model is not None and model.hidden_size != manifest["dim"]:
-            raise ModelMismatchError(f"{manifest_path}: the index holds {manifest['dim']}-dimensional vectors, the "
-                                     f"given model makes {model.hidden_size}-dimensional ones")
+            raise ModelMismatchError(
+                f"{manifest_path}: the index holds {manifest['dim']}-dimensional vectors, the "
+                f"given model makes {model.hidden_size}-dimensional ones"
+            )
         if model is not None and model.phrase_fingerprint() != manifest["model_fingerprint"]:
             raise ModelMismatchError(
                 f"{manifest_path}: the index was built with another phrase encoder (fingerprint "
@@ -222,23 +226,26 @@ class PhraseIndex:
     def _check_files(self, verify: bool) -> None:
         assert self.path is not None
         counts = self.manifest["counts"]
-        expected = {"vectors": counts["vectors"] * self._vectors.row_bytes,
-                    "tokens": counts["vectors"] * self._tokens.row_bytes,
-                    "passages": self._passage_bytes, "tombstones": counts["tombstones"] * 8}
+        expected = {
+            "vectors": counts["vectors"] * self._vectors.row_bytes,
+            "tokens": counts["vectors"] * self._tokens.row_bytes,
+            "passages": self._passage_bytes,
+            "tombstones": counts["tombstones"] * 8,
+        }
         for key, size in expected.items():
-            file = self.path / _FILES[key]
+            file = self.path / FILES[key]
             actual = file.stat().st_size if file.exists() else 0
             if actual < size:
                 raise IndexLoadError(f"{file} is truncated: {actual} bytes, manifest says {size}")
         if verify:
             for key, digest in self.manifest.get("checksums", {}).items():
-                file = self.path / _FILES[key]
-                if _sha256_prefix(file, expected[key]) != digest:
+                file = self.path / FILES[key]
+                if sha256_prefix(file, expected[key]) != digest:
                     raise IndexLoadError(f"{file} is corrupted: its checksum does not match {MANIFEST}")
 
     def _read_passages(self) -> None:
         assert self.path is not None
-        file = self.path / _FILES["passages"]
+        file = self.path / FILES["passages"]
         data = b""
         if self._passage_bytes:  # no file yet before the first passage (an index killed right after create)
             with file.open("rb") as handle:
@@ -250,13 +257,22 @@ class PhraseIndex:
             except ValueError as exc:
                 raise IndexLoadError(f"{file}:{line_no} is corrupted: {exc}") from exc
         if len(records) != self.manifest["counts"]["passages"]:
-            raise IndexLoadError(f"{file}: {len(records)} passages, manifest says {self.manifest['counts']['passages']}")
-        if not all(isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("id", "document_id", "text"))
-                   and isinstance(r.get("title", ""), str) and isinstance(r.get("meta", {}), dict) for r in records):
+            raise IndexLoadError(
+                f"{file}: {len(records)} passages, manifest says {self.manifest['counts']['passages']}"
+            )
+        if not all(
+            isinstance(r, dict)
+            and all(isinstance(r.get(k), str) for k in ("id", "document_id", "text"))
+            and isinstance(r.get("title", ""), str)
+            and isinstance(r.get("meta", {}), dict)
+            for r in records
+        ):
             raise IndexLoadError(f"{file} is corrupted: every line must be a passage object (id, document_id, text)")
         rows = self._tokens.view()["passage"]
         if len(rows) and (rows[0] < 0 or rows[-1] >= len(records) or np.any(np.diff(rows) < 0)):
-            raise IndexLoadError(f"{self.path / _FILES['tokens']} is corrupted: token rows are not consecutive per passage")
+            raise IndexLoadError(
+                f"{self.path / FILES['tokens']} is corrupted: token rows are not consecutive per passage"
+            )
         counts = np.bincount(rows, minlength=len(records)) if len(self) else np.zeros(len(records))
         self._register_passages(records, counts[: len(records)])
 
@@ -273,9 +289,11 @@ class PhraseIndex:
             except RuntimeError as exc:
                 raise IndexLoadError(f"cannot read FAISS index {file}: {exc}") from exc
             if self._faiss.ntotal != len(self) or self._faiss.d != self.dim:
-                raise IndexLoadError(f"{file}: {self._faiss.ntotal} vectors of dim {self._faiss.d}, expected {len(self)} of {self.dim}")
+                raise IndexLoadError(
+                    f"{file}: {self._faiss.ntotal} vectors of dim {self._faiss.d}, expected {len(self)} of {self.dim}"
+                )
             index_types.apply_search_params(self._faiss, self.search_params)
-        elif _is_flat(self.faiss_factory) and self._flat_search == "mmap":
+        elif is_flat(self.faiss_factory) and self._flat_search == "mmap":
             self._faiss = None  # searched by exact torch top-k over the memory-mapped vectors
         else:
             self._faiss = faiss.index_factory(self.dim, self.faiss_factory, faiss.METRIC_INNER_PRODUCT)
@@ -363,19 +381,26 @@ class PhraseIndex:
 
         On CUDA: faiss-gpu when installed, else exact torch matmul top-k for flat indexes (vectors resident
         on the GPU in fp16); other index types without faiss-gpu, or no usable GPU, stay on the CPU with a
-        :class:`~dphr_haystack.accel.DeviceFallbackWarning`.
+        :class:`~dphr_haystack.index.backends.DeviceFallbackWarning`.
         """
-        from .accel import resolve_device
+        from .backends import resolve_device
 
         self._search = self._make_search(resolve_device(device))
         self._device = str(getattr(self._search, "device", "cpu"))  # None: the CPU FAISS index
         return self
 
     def _make_search(self, device: str):
-        from .accel import FaissSearch, make_search_backend
+        from .backends import FaissSearch, make_search_backend
 
-        backend = make_search_backend(self._faiss, _is_flat(self.faiss_factory), self._vectors.view, self.codec,
-                                      device, self.search_params, self._flat_search)
+        backend = make_search_backend(
+            self._faiss,
+            is_flat(self.faiss_factory),
+            self._vectors.view,
+            self.codec,
+            device,
+            self.search_params,
+            self._flat_search,
+        )
         if isinstance(backend, FaissSearch) and backend.index is self._faiss:
             return None  # plain CPU FAISS: searched directly
         return backend
@@ -391,8 +416,15 @@ class PhraseIndex:
             self._commit()
 
     # ----------------------------------------------------------------- writing
-    def add_passages(self, corpus: str | Path | Iterable[Any], model, batch_size: int = 32, chunk_size: int = 512,
-                     duplicates: str = "fail", progress: bool = True) -> CorpusStats:
+    def add_passages(
+        self,
+        corpus: str | Path | Iterable[Any],
+        model,
+        batch_size: int = 32,
+        chunk_size: int = 512,
+        duplicates: str = "fail",
+        progress: bool = True,
+    ) -> CorpusStats:
         """Encode passages and add them, committing every ``chunk_size`` passages.
 
         ``duplicates`` decides what an id already in the index does: ``fail`` (raise), ``skip`` (keep the
@@ -404,7 +436,9 @@ class PhraseIndex:
         if duplicates not in DUPLICATE_POLICIES:
             raise InvalidParameterError(f"duplicates={duplicates!r}; valid: {', '.join(DUPLICATE_POLICIES)}")
         if model.phrase_fingerprint() != self.model_fingerprint:
-            raise ModelMismatchError("add_passages: the model's phrase encoder differs from the one this index was built with")
+            raise ModelMismatchError(
+                "add_passages: the model's phrase encoder differs from the one this index was built with"
+            )
         stats = CorpusStats()
         bar = tqdm(desc="indexing phrases", unit="passage", disable=not progress)
         for chunk in chunked(read_corpus(corpus, stats), chunk_size):
@@ -440,13 +474,17 @@ class PhraseIndex:
 
     def add_shard(self, shard: PhraseShard) -> None:
         """Append a dumped shard (its vectors re-coded if its codec differs) and commit."""
+        self._append_shard(shard, merging=False)
+
+    def _append_shard(self, shard: PhraseShard, merging: bool) -> None:
+        """:meth:`add_shard`; while ``merging`` a dump, without FAISS adds and without a commit per shard."""
         ids = [r["id"] for r in shard.passages]
         clashes = [pid for pid in ids if pid in self._live_by_id]
         if clashes or len(set(ids)) != len(ids):
             raise InvalidParameterError(f"duplicate passage ids: {(clashes or ids)[:5]}")
         if shard.vectors.shape[1:] != (self.dim,):
             raise ModelMismatchError(f"shard vectors have dim {shard.vectors.shape[1:]}, index {self.dim}")
-        if not self._deferred and self._faiss is not None and index_types.has_ondisk_lists(self._faiss):
+        if not merging and self._faiss is not None and index_types.has_ondisk_lists(self._faiss):
             raise InvalidParameterError(
                 "this index keeps its FAISS inverted lists on disk, which are read-only: add to an index with "
                 "in-RAM lists (reindex(factory) without on_disk), then reindex(factory, on_disk=True) again"
@@ -462,21 +500,21 @@ class PhraseIndex:
             json.dumps(records, ensure_ascii=False).encode("utf-8")
         except (TypeError, ValueError, RecursionError) as exc:
             raise InvalidParameterError(f"shard passages cannot be stored as JSON: {exc}") from exc
-        if not self._deferred:
+        if not merging:
             self._train_faiss_if_needed(stored)
         self._vectors.append(stored)
         self._tokens.append(tokens)
-        if not self._deferred:
+        if not merging:
             self._faiss_add(stored)
         self._append_passages(records, tokens)
-        if not self._deferred:
+        if not merging:
             self._commit()
-            if self._search is not None and type(self._search).__name__ == "FaissSearch":
+            if isinstance(self._search, FaissSearch):
                 self._search = self._make_search(self._device)  # a GPU copy does not see CPU adds
 
     def _append_passages(self, records: list[dict[str, Any]], tokens: np.ndarray) -> None:
         if self.path is not None:
-            file = self.path / _FILES["passages"]
+            file = self.path / FILES["passages"]
             payload = b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in records)
             with file.open("r+b" if file.exists() else "wb") as handle:
                 handle.truncate(self._passage_bytes)
@@ -539,17 +577,24 @@ class PhraseIndex:
         if self._faiss is None:
             return
         for start in range(0, len(stored), chunk):
-            self._faiss.add(np.ascontiguousarray(self.codec.decode(stored[start: start + chunk])))
+            self._faiss.add(np.ascontiguousarray(self.codec.decode(stored[start : start + chunk])))
 
     def _faiss_file_name(self) -> str:
         generation = int(self.manifest.get("faiss_generation", 0))  # bumped by reindex: a new name, crash-safe
         return f"faiss-{len(self)}-{self._tombstones.length}" + (f"-g{generation}" if generation else "") + ".index"
 
     # ----------------------------------------------------------------- other FAISS structures, merging dumps
-    def reindex(self, faiss_factory: str, path: str | Path | None = None, on_disk: bool = False,
-                train_size: int | None = None, max_train: int = index_types.DEFAULT_MAX_TRAIN,
-                search_params: dict[str, Any] | None = None, progress: bool = True,
-                pq_max_train: int | None = None) -> PhraseIndex:
+    def reindex(
+        self,
+        faiss_factory: str,
+        path: str | Path | None = None,
+        on_disk: bool = False,
+        train_size: int | None = None,
+        max_train: int = index_types.DEFAULT_MAX_TRAIN,
+        search_params: dict[str, Any] | None = None,
+        progress: bool = True,
+        pq_max_train: int | None = None,
+    ) -> PhraseIndex:
         """Build another FAISS structure (any factory string) from the stored vectors, without re-encoding.
 
         In place when ``path`` is None, else on a copy written to ``path`` (this index stays as it is); returns
@@ -565,22 +610,27 @@ class PhraseIndex:
         if path is not None:
             self.save(path)
             copy = PhraseIndex.load(path, verify=False, flat_search="mmap")
-            return copy.reindex(faiss_factory, None, on_disk, train_size, max_train, search_params, progress,
-                                pq_max_train)
+            return copy.reindex(
+                faiss_factory, None, on_disk, train_size, max_train, search_params, progress, pq_max_train
+            )
         if on_disk and self.path is None:
-            raise InvalidParameterError("on_disk=True keeps inverted lists in a file: save the index first or pass path")
+            raise InvalidParameterError(
+                "on_disk=True keeps inverted lists in a file: save the index first or pass path"
+            )
         index_types.make_faiss_index(self.dim, faiss_factory)  # validates the factory string
-        if len(self) == 0 and not _is_flat(faiss_factory):
+        if len(self) == 0 and not is_flat(faiss_factory):
             raise InvalidParameterError(f"cannot train FAISS {faiss_factory!r} on an empty index: add passages first")
         started = time.perf_counter()
         generation = int(self.manifest.get("faiss_generation", 0)) + 1
         old_ivfdata = self.manifest.get("faiss_ivfdata")
         ivfdata = f"faiss-g{generation}.ivfdata" if on_disk else None
         stored = self._vectors.view()
-        if _is_flat(faiss_factory):
+        if is_flat(faiss_factory):
             if on_disk:
-                raise InvalidParameterError("on_disk applies to IVF types; a flat index can be searched memory-mapped "
-                                            "instead: PhraseIndex.load(path, flat_search='mmap')")
+                raise InvalidParameterError(
+                    "on_disk applies to IVF types; a flat index can be searched memory-mapped "
+                    "instead: PhraseIndex.load(path, flat_search='mmap')"
+                )
             new = None
             if self._flat_search != "mmap":
                 new = index_types.make_faiss_index(self.dim, faiss_factory)
@@ -588,19 +638,35 @@ class PhraseIndex:
             trained_on = 0
         else:
             new, trained_on = index_types.build_faiss(
-                faiss_factory, self.dim, stored, self.codec.decode, max_train=max_train, train_size=train_size,
-                ivfdata=self.path / ivfdata if ivfdata else None, progress=progress, pq_max_train=pq_max_train)
+                faiss_factory,
+                self.dim,
+                stored,
+                self.codec.decode,
+                max_train=max_train,
+                train_size=train_size,
+                ivfdata=self.path / ivfdata if ivfdata else None,
+                progress=progress,
+                pq_max_train=pq_max_train,
+            )
         params = {**(index_types.default_search_params(new) if new is not None else {}), **(search_params or {})}
         if new is not None:
             index_types.apply_search_params(new, params)
         self._faiss = new
         old_file = self.manifest.get("faiss_file")
-        self.manifest.update({
-            "faiss_factory": faiss_factory, "faiss_generation": generation, "faiss_ivfdata": ivfdata,
-            "search_params": params, "faiss_file": None if _is_flat(faiss_factory) else old_file,
-            "faiss_build": {"train_vectors": int(trained_on), "seconds": round(time.perf_counter() - started, 3),
-                            "on_disk": bool(on_disk)},
-        })
+        self.manifest.update(
+            {
+                "faiss_factory": faiss_factory,
+                "faiss_generation": generation,
+                "faiss_ivfdata": ivfdata,
+                "search_params": params,
+                "faiss_file": None if is_flat(faiss_factory) else old_file,
+                "faiss_build": {
+                    "train_vectors": int(trained_on),
+                    "seconds": round(time.perf_counter() - started, 3),
+                    "on_disk": bool(on_disk),
+                },
+            }
+        )
         self._commit()  # writes the new FAISS file under a new name, then the manifest
         if self.path is not None:
             for stale in (old_file, old_ivfdata):
@@ -611,54 +677,7 @@ class PhraseIndex:
             self.to(self._device)
         return self
 
-    @classmethod
-    def from_dump(cls, dump_dir: str | Path, path: str | Path | None = None, faiss_factory: str = "Flat",
-                  model=None, model_path: str | None = None, on_disk: bool = False, flat_search: str = "faiss",
-                  progress: bool = True, **reindex_options: Any) -> PhraseIndex:
-        """Merge the shards of a phrase dump (serial, multi-process or Ray) into one index, in corpus order.
-
-        Every shard must be present: a distributed dump must be ``complete`` in ``dump-status.json``, which
-        gives the shard count; otherwise gaps in the shard numbers are detected. Vectors are appended once, the
-        manifest committed once, then the FAISS structure is built from all of them (:meth:`reindex`).
-        With ``path``, the index is built in a temporary sibling directory and renamed into place.
-        """
-        from tqdm.auto import tqdm
-
-        dump_dir = Path(dump_dir)
-        settings, shards = _read_dump(dump_dir)
-        if model is not None and model.phrase_fingerprint() != settings["model_fingerprint"]:
-            raise ModelMismatchError(f"{dump_dir}: the dump was made with another phrase encoder than the given model")
-        first = json.loads((shards[0] / "shard.json").read_text())
-        building = None
-        if path is not None:
-            path = Path(path)
-            _remove_uncommitted_files(path)  # a create killed before its first commit leaves only these
-            if path.exists() and any(path.iterdir()):
-                raise InvalidParameterError(f"{path} exists and is not empty; choose another path")
-            building = path.with_name(f".{path.name}.building-{os.getpid()}")
-            shutil.rmtree(building, ignore_errors=True)
-        index = cls.create(_DumpedModel(settings), building, faiss_factory="Flat",
-                           filter_threshold=settings.get("filter_threshold"), dtype=settings.get("dtype", "float16"),
-                           model_path=model_path, codec=VectorCodec(**first["codec"]))
-        index._faiss, index._flat_search, index._deferred = None, "mmap", True
-        try:
-            for shard_dir in tqdm(shards, desc="merging shards", unit="shard", disable=not progress):
-                index.add_shard(PhraseShard.load(shard_dir))
-        finally:
-            index._deferred = False
-        index._commit()
-        index._flat_search = flat_search
-        if _is_flat(faiss_factory):
-            index._load_faiss()
-        else:
-            index.reindex(faiss_factory, on_disk=on_disk, progress=progress, **reindex_options)
-        if building is None:
-            return index
-        del index
-        if path.exists():
-            path.rmdir()
-        os.replace(building, path)
-        return cls.load(path, flat_search=flat_search)
+    from_dump = classmethod(merge_dump)
 
     # ----------------------------------------------------------------- persistence
     def _commit(self) -> None:
@@ -667,23 +686,30 @@ class PhraseIndex:
             self._update_manifest_counts()
             return
         old_faiss = self.manifest.get("faiss_file")
-        if not _is_flat(self.faiss_factory) and self._faiss is not None and self._faiss.is_trained:
+        if not is_flat(self.faiss_factory) and self._faiss is not None and self._faiss.is_trained:
             name = self._faiss_file_name()
             if name != old_faiss:
-                _write_faiss(self._faiss, self.path / name)
+                write_faiss(self._faiss, self.path / name)
                 self.manifest["faiss_file"] = name
         self._update_manifest_counts()
         self.manifest["checksums"] = {
-            key: _sha256_prefix(self.path / _FILES[key], size)
-            for key, size in (("tokens", self._tokens.length * self._tokens.row_bytes),
-                              ("passages", self._passage_bytes), ("tombstones", self._tombstones.length * 8))
+            key: sha256_prefix(self.path / FILES[key], size)
+            for key, size in (
+                ("tokens", self._tokens.length * self._tokens.row_bytes),
+                ("passages", self._passage_bytes),
+                ("tombstones", self._tombstones.length * 8),
+            )
         }
-        _atomic_write_text(self.path / MANIFEST, json.dumps(self.manifest, indent=1))
+        _atomic.write_file_atomic(self.path / MANIFEST, json.dumps(self.manifest, indent=1))
         if old_faiss and old_faiss != self.manifest.get("faiss_file"):
             (self.path / old_faiss).unlink(missing_ok=True)
 
     def _update_manifest_counts(self) -> None:
-        self.manifest["counts"] = {"vectors": len(self), "passages": self.num_passages, "tombstones": self._tombstones.length}
+        self.manifest["counts"] = {
+            "vectors": len(self),
+            "passages": self.num_passages,
+            "tombstones": self._tombstones.length,
+        }
         self.manifest["passages_bytes"] = self._passage_bytes
         self.manifest["updated"] = time.time()
 
@@ -696,143 +722,28 @@ class PhraseIndex:
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        self._vectors.write_to(tmp / _FILES["vectors"])
-        self._tokens.write_to(tmp / _FILES["tokens"])
-        self._tombstones.write_to(tmp / _FILES["tombstones"])
+        self._vectors.write_to(tmp / FILES["vectors"])
+        self._tokens.write_to(tmp / FILES["tokens"])
+        self._tombstones.write_to(tmp / FILES["tombstones"])
         payload = b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in self.passages)
-        (tmp / _FILES["passages"]).write_bytes(payload)
+        (tmp / FILES["passages"]).write_bytes(payload)
         manifest = json.loads(json.dumps(self.manifest))
         manifest["passages_bytes"] = len(payload)
-        manifest["counts"] = {"vectors": len(self), "passages": self.num_passages, "tombstones": self._tombstones.length}
+        manifest["counts"] = {
+            "vectors": len(self),
+            "passages": self.num_passages,
+            "tombstones": self._tombstones.length,
+        }
         manifest["faiss_file"] = None
-        if not _is_flat(self.faiss_factory) and self._faiss.is_trained:
+        if not is_flat(self.faiss_factory) and self._faiss.is_trained:
             manifest["faiss_file"] = self._faiss_file_name()
-            _write_faiss(self._faiss, tmp / manifest["faiss_file"])
+            write_faiss(self._faiss, tmp / manifest["faiss_file"])
             if manifest.get("faiss_ivfdata"):  # on-disk inverted lists: the header names this file, same dir
                 index_types.copy_ivfdata(self.path / manifest["faiss_ivfdata"], tmp / manifest["faiss_ivfdata"])
-        manifest["checksums"] = {key: _sha256_prefix(tmp / _FILES[key], None) for key in ("tokens", "passages", "tombstones")}
+        manifest["checksums"] = {
+            key: sha256_prefix(tmp / FILES[key], None) for key in ("tokens", "passages", "tombstones")
+        }
         for file in tmp.iterdir():
-            _fsync_file(file)
-        _atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=1))
-        replace_directory(tmp, path)
-
-
-class _DumpedModel:
-    """What :meth:`PhraseIndex.create` reads from a model, taken from a dump's ``dump.json``."""
-
-    def __init__(self, settings: dict[str, Any]) -> None:
-        self.hidden_size = int(settings["dim"])
-        self._fingerprint = settings["model_fingerprint"]
-        self._config = dict(settings["model_config"])
-        self.config = self
-
-    def phrase_fingerprint(self) -> str:
-        return self._fingerprint
-
-    def to_dict(self) -> dict[str, Any]:
-        return self._config
-
-
-def _read_dump(dump_dir: Path) -> tuple[dict[str, Any], list[Path]]:
-    """A dump's settings and its complete shards, checked for gaps (and against dump-complete.json)."""
-    settings_file = dump_dir / "dump.json"
-    if not settings_file.is_file():
-        raise IndexLoadError(f"{settings_file} not found: not a phrase dump directory")
-    settings = json.loads(settings_file.read_text())
-    shards = list_shards(dump_dir)
-    numbers = [int(p.name.split("-")[1]) for p in shards]
-    status_file = dump_dir / "dump-status.json"  # written by dphr_haystack.distributed
-    status = json.loads(status_file.read_text()) if status_file.is_file() else {}
-    if status and status.get("state") != "complete":
-        raise IndexLoadError(f"{dump_dir}: the distributed dump is {status.get('state')!r}, not complete; "
-                             "re-run it (complete shards are kept) before merging")
-    expected = status.get("num_shards")
-    wanted = range(expected) if expected is not None else range(max(numbers, default=-1) + 1)
-    missing = sorted(set(wanted) - set(numbers))
-    if missing or not shards:
-        raise IndexLoadError(
-            f"{dump_dir}: shards {missing[:5] or 'all'} missing or incomplete; re-run the dump "
-            "(complete shards are kept) before merging"
-        )
-    if expected is None:
-        logger.info("%s has no dump-status.json: trailing shards cannot be checked", dump_dir)
-    return settings, [p for p, n in zip(shards, numbers) if n in wanted]
-
-
-_MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
-    "model_fingerprint": (str,), "dim": (int,), "codec": (dict,), "faiss_factory": (str,), "counts": (dict,),
-    "passages_bytes": (int,), "checksums": (dict,), "filter_threshold": (int, float, type(None)),
-    "faiss_file": (str, type(None)), "model_path": (str, type(None)), "model_config": (dict,),
-}
-
-
-def _check_manifest(manifest: dict[str, Any], manifest_path: Path) -> None:
-    """Raise IndexLoadError on a manifest whose fields have the wrong types or impossible values."""
-    for key, types in _MANIFEST_TYPES.items():
-        value = manifest.get(key)
-        if key not in manifest or not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            raise IndexLoadError(f"{manifest_path} is corrupted: {key}={value!r:.80}")
-    counts = manifest["counts"]
-    if manifest["dim"] < 1 or manifest["passages_bytes"] < 0 or not all(
-            isinstance(counts.get(k), int) and not isinstance(counts.get(k), bool) and counts[k] >= 0
-            for k in ("vectors", "passages", "tombstones")):
-        raise IndexLoadError(f"{manifest_path} is corrupted: dim {manifest['dim']!r}, counts {counts!r:.120}")
-    for key in ("faiss_file", "faiss_ivfdata"):
-        name = manifest.get(key)
-        if name is not None and (not isinstance(name, str) or Path(name).name != name or name.startswith(".")):
-            raise IndexLoadError(f"{manifest_path} is corrupted: {key}={name!r:.80} is not a file of the index")
-    try:
-        VectorCodec(**manifest["codec"])
-    except (TypeError, InvalidParameterError) as exc:
-        raise IndexLoadError(f"{manifest_path} is corrupted: codec {manifest['codec']!r:.80} ({exc})") from exc
-
-
-def _remove_uncommitted_files(path: Path) -> None:
-    """Delete a directory's ``*.tmp`` files when it holds nothing else (what a killed create() leaves)."""
-    if path.is_dir():
-        entries = list(path.iterdir())
-        if entries and all(e.is_file() and e.name.endswith(".tmp") for e in entries):
-            for entry in entries:
-                entry.unlink(missing_ok=True)
-
-
-def _write_faiss(index, file: Path) -> None:
-    faiss = require("faiss")
-    tmp = file.with_name(file.name + ".tmp")
-    faiss.write_index(index, str(tmp))
-    _fsync_file(tmp)
-    os.replace(tmp, file)
-
-
-def _sha256_prefix(file: Path, size: int | None) -> str:
-    digest = hashlib.sha256()
-    if not file.exists():
-        return digest.hexdigest()
-    remaining = file.stat().st_size if size is None else size
-    with file.open("rb") as handle:
-        while remaining > 0:
-            block = handle.read(min(remaining, 1 << 22))
-            if not block:
-                break
-            digest.update(block)
-            remaining -= len(block)
-    return digest.hexdigest()
-
-
-def _fsync_file(file: Path) -> None:
-    with file.open("rb") as handle:
-        os.fsync(handle.fileno())
-
-
-def _atomic_write_text(file: Path, text: str) -> None:
-    tmp = file.with_name(file.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, file)
-
-
-def replace_directory(new: Path, target: Path) -> None:
-    """Move ``new`` to ``target``, replacing an existing ``target`` crash-safely (see :mod:`._atomic`)."""
-    _atomic.replace_directory(new, target)
+            _atomic.fsync_file(file)
+        _atomic.write_file_atomic(tmp / MANIFEST, json.dumps(manifest, indent=1))
+        _atomic.replace_directory(tmp, path)

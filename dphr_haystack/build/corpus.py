@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 from collections.abc import Iterable, Iterator, Mapping
@@ -10,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .errors import CorpusFormatError
+from .._util.io import open_text
+from ..errors import CorpusFormatError
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +38,21 @@ class CorpusStats:
     skipped_empty: int = 0
 
 
-def _open_text(path: Path) -> IO[str]:
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open("r", encoding="utf-8")
+def squad_passage_id(title: str, article: int, paragraph: int) -> str:
+    """The one passage id of a SQuAD paragraph: ``title-article-paragraph`` (``article-…`` when untitled).
+
+    Readers, evaluation questions (their gold passage), training data and benchmarks all use it, so an index
+    built from a SQuAD file and the questions of that file agree on ids.
+    """
+    return f"{title or 'article'}-{article}-{paragraph}"
 
 
-def _squad_passages(data: Mapping[str, Any], path: Path) -> Iterator[dict[str, Any]]:
+def squad_paragraphs(data: Mapping[str, Any], path: str | Path = "<data>") -> Iterator[tuple[dict[str, Any], Mapping]]:
+    """Each SQuAD paragraph as ``(passage record {id, document_id, title, text}, the paragraph object)``.
+
+    Raises:
+        CorpusFormatError: An article or paragraph is not shaped like SQuAD's.
+    """
     for a_idx, article in enumerate(data.get("data", [])):
         if not isinstance(article, Mapping) or not isinstance(article.get("paragraphs", []), list):
             raise CorpusFormatError(f"{path}: article {a_idx} is not a SQuAD article {{title, paragraphs: [...]}}")
@@ -52,12 +60,18 @@ def _squad_passages(data: Mapping[str, Any], path: Path) -> Iterator[dict[str, A
         for p_idx, paragraph in enumerate(article.get("paragraphs", [])):
             if not isinstance(paragraph, Mapping):
                 raise CorpusFormatError(f"{path}: article {a_idx} paragraph {p_idx} is not an object")
-            yield {
-                "id": f"{title or 'article'}-{a_idx}-{p_idx}",
+            record = {
+                "id": squad_passage_id(title, a_idx, p_idx),
                 "document_id": title or f"article-{a_idx}",
                 "title": title,
                 "text": paragraph.get("context", ""),
             }
+            yield record, paragraph
+
+
+def _squad_passages(data: Mapping[str, Any], path: Path) -> Iterator[dict[str, Any]]:
+    for record, _ in squad_paragraphs(data, path):
+        yield record
 
 
 def _jsonl_records(handle: IO[str], path: Path) -> Iterator[dict[str, Any]]:
@@ -105,7 +119,7 @@ def read_corpus(source: str | Path | Iterable[Any], stats: CorpusStats | None = 
 def _read_file(path: Path) -> Iterator[Any]:
     if not path.is_file():
         raise CorpusFormatError(f"corpus file not found: {path}")
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         first_line = handle.readline()
         while first_line and not first_line.strip():
             first_line = handle.readline()
@@ -128,7 +142,7 @@ def _read_file(path: Path) -> Iterator[Any]:
         elif isinstance(data, list):
             yield from data
         else:
-            raise CorpusFormatError(f"{path}: expected SQuAD JSON ({{\"data\": [...]}}), a JSON list or JSON lines")
+            raise CorpusFormatError(f'{path}: expected SQuAD JSON ({{"data": [...]}}), a JSON list or JSON lines')
 
 
 def _to_passage(record: Any, position: int) -> Passage:
@@ -162,12 +176,14 @@ def _check_storable(passage: Passage, position: int) -> None:
     """Raise CorpusFormatError unless the passage can be written as UTF-8 JSON (what an index stores)."""
     for name in ("id", "text", "title", "document_id"):
         if not isinstance(getattr(passage, name), str):
-            raise CorpusFormatError(f"record {position}: {name} must be a string, got "
-                                    f"{type(getattr(passage, name)).__name__}")
+            raise CorpusFormatError(
+                f"record {position}: {name} must be a string, got {type(getattr(passage, name)).__name__}"
+            )
     if not isinstance(passage.meta, Mapping):
         raise CorpusFormatError(f"record {position}: meta must be a mapping, got {type(passage.meta).__name__}")
     try:
-        json.dumps([passage.id, passage.text, passage.title, passage.document_id, dict(passage.meta)],
-                   ensure_ascii=False).encode("utf-8")
+        json.dumps(
+            [passage.id, passage.text, passage.title, passage.document_id, dict(passage.meta)], ensure_ascii=False
+        ).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as exc:  # non-JSON meta values, lone surrogates in the text
         raise CorpusFormatError(f"record {position} (id {passage.id[:60]!r}) cannot be stored: {exc}") from exc

@@ -1,0 +1,81 @@
+"""``dphr index``: encode a corpus into a phrase index, resumably."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from ..model.config import effective_filter_threshold, parse_threshold_arg
+from ..model.registry import DEFAULT_MODEL, model_reference
+
+
+def add_index_parser(sub: argparse._SubParsersAction) -> None:
+    """Add ``dphr index``."""
+    index = sub.add_parser("index", help="encode a corpus into a phrase index (resumable)")
+    index.add_argument(
+        "--model",
+        type=Path,
+        default=Path(DEFAULT_MODEL),
+        help=f"model directory or shipped name (default: {DEFAULT_MODEL}, trained, offline)",
+    )
+    index.add_argument("--corpus", required=True, type=Path, help="SQuAD JSON or JSON lines {id, title, text}; .gz ok")
+    index.add_argument("--out", required=True, type=Path)
+    index.add_argument(
+        "--filter-threshold",
+        type=parse_threshold_arg,
+        default=None,
+        help="keep tokens whose filter logit exceeds T; 'none' keeps every token "
+        "(default: the model's filter_threshold, chosen by the filter training stage)",
+    )
+    index.add_argument("--faiss-factory", default="Flat", help="any FAISS index_factory string (default Flat)")
+    index.add_argument("--dtype", default="float16", choices=["float16", "int8"])
+    index.add_argument("--batch-size", type=int, default=32)
+    index.add_argument("--chunk-size", type=int, default=512, help="passages per commit (the unit of resumption)")
+    index.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    index.add_argument("--no-progress", action="store_true")
+
+
+def run_index(args: argparse.Namespace) -> int:
+    """Run ``dphr index``."""
+    from .._util.device import resolve_device
+    from .._util.memory import pin_malloc_thresholds
+    from ..index.phrase_index import MANIFEST, PhraseIndex
+    from ..model.phrase_model import load_model
+
+    pin_malloc_thresholds()  # this process only indexes: keep its memory flat (benchmarks/bench_memory.py)
+    model = load_model(args.model).to(resolve_device(args.device))
+    started = time.perf_counter()
+    # flat_search="mmap": indexing never searches, so a flat index keeps no in-RAM FAISS copy of its vectors and
+    # memory stays flat however large the corpus (benchmarks/bench_memory.py).
+    if (args.out / MANIFEST).is_file():
+        index = PhraseIndex.load(args.out, model=model, flat_search="mmap")
+        print(f"resuming {args.out}: {index.num_passages} passages already indexed")
+        duplicates = "skip"
+    else:
+        threshold = effective_filter_threshold(args.filter_threshold, model.config)
+        PhraseIndex.create(
+            model,
+            path=args.out,
+            faiss_factory=args.faiss_factory,
+            filter_threshold=threshold,
+            dtype=args.dtype,
+            model_path=model_reference(args.model),
+        )
+        index = PhraseIndex.load(args.out, model=model, flat_search="mmap")
+        duplicates = "fail"
+    stats = index.add_passages(
+        args.corpus,
+        model,
+        batch_size=args.batch_size,
+        chunk_size=args.chunk_size,
+        duplicates=duplicates,
+        progress=not args.no_progress,
+    )
+    elapsed = time.perf_counter() - started
+    print(
+        f"indexed {index.num_passages} passages ({len(index)} phrase vectors, "
+        f"{len(index) / max(index.num_passages, 1):.1f} per passage) in {elapsed:.1f}s; "
+        f"skipped {stats.skipped_empty} without text -> {args.out}"
+    )
+    return 0

@@ -1,0 +1,294 @@
+"""Running a system over the questions: a :class:`~dphr_haystack.search.PhraseSearcher` or a Haystack
+pipeline, per-question results, the aggregated report and its markdown table."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..errors import InvalidParameterError
+from .metrics import ANSWER_MATCHES, PASSAGE_KS, contains_answer, exact_match, f1_score
+from .questions import QAExample
+
+
+# ----------------------------------------------------------------------------- results
+@dataclass
+class QuestionResult:
+    """What one system returned for one question, and how it scored."""
+
+    qid: str
+    question: str
+    answers: list[str]
+    predictions: list[dict[str, Any]] = field(default_factory=list)  # {text, score, passage_id}
+    passages: list[dict[str, Any]] = field(default_factory=list)  # {id, score, has_answer}
+    seconds: float = 0.0
+
+    def first_hit(self) -> int:
+        """1-based rank of the first passage containing an answer; 0 when none does."""
+        return next((rank for rank, p in enumerate(self.passages, 1) if p["has_answer"]), 0)
+
+
+@dataclass
+class EvalReport:
+    """A system's per-question results and averaged metrics."""
+
+    system: str
+    results: list[QuestionResult]
+    top_k: int
+    settings: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, float] = field(default_factory=dict)
+    has_answers: bool = False
+    has_passages: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.summary:
+            self.summary = summarize(
+                self.results, self.top_k, self.has_answers, self.has_passages, self.settings.get("regex", False)
+            )
+
+    def write(self, out_dir: str | Path) -> Path:
+        """``<system>.predictions.jsonl`` (one line per question) and ``<system>.summary.json``; returns the dir."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.system)
+        with (out / f"{safe}.predictions.jsonl").open("w", encoding="utf-8") as handle:
+            for result in self.results:
+                handle.write(json.dumps(asdict(result), ensure_ascii=False) + "\n")
+        payload = {
+            "system": self.system,
+            "questions": len(self.results),
+            "top_k": self.top_k,
+            "settings": self.settings,
+            "metrics": self.summary,
+        }
+        (out / f"{safe}.summary.json").write_text(json.dumps(payload, indent=2))
+        return out
+
+
+def summarize(
+    results: Sequence[QuestionResult], top_k: int, has_answers: bool, has_passages: bool, regex: bool = False
+) -> dict[str, float]:
+    """Average the per-question metrics (see the module docstring); also the mean seconds per question."""
+    if not results:
+        return {}
+    out: dict[str, float] = {"questions": float(len(results))}
+    if has_answers:
+        em1, f11, emk = [], [], []
+        for r in results:
+            texts = [p["text"] for p in r.predictions]
+            em1.append(bool(texts) and exact_match(texts[0], r.answers, regex))
+            f11.append(f1_score(texts[0], r.answers, regex) if texts else 0.0)
+            emk.append(any(exact_match(t, r.answers, regex) for t in texts[:top_k]))
+        out["phrase_em@1"], out["phrase_f1@1"] = float(np.mean(em1)), float(np.mean(f11))
+        out[f"phrase_em@{top_k}"] = float(np.mean(emk))
+    if has_passages:
+        firsts = np.array([r.first_hit() for r in results])
+        for k in PASSAGE_KS:
+            out[f"passage_acc@{k}"] = float(np.mean((firsts > 0) & (firsts <= k)))
+        out["mrr@20"] = float(np.mean(np.where((firsts > 0) & (firsts <= 20), 1.0 / np.maximum(firsts, 1), 0.0)))
+        out["p@20"] = float(np.mean([sum(p["has_answer"] for p in r.passages[:20]) / 20 for r in results]))
+    out["ms_per_question"] = 1000 * float(np.mean([r.seconds for r in results]))
+    return out
+
+
+def _check_answer_match(answer_match: str) -> None:
+    if answer_match not in ANSWER_MATCHES:
+        raise InvalidParameterError(f"answer_match must be one of {ANSWER_MATCHES}, got {answer_match!r}")
+
+
+def _check_examples(examples: Sequence[QAExample], top_k: int) -> None:
+    if not examples:
+        raise InvalidParameterError("no questions to evaluate")
+    if top_k < 1:
+        raise InvalidParameterError(f"top_k must be >= 1, got {top_k}")
+
+
+def _batches(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+# ----------------------------------------------------------------------------- systems
+def evaluate_searcher(
+    searcher,
+    examples: Sequence[QAExample],
+    top_k: int = 20,
+    batch_size: int = 32,
+    system: str = "phrase-index",
+    answer_match: str = "squad",
+    progress: bool = True,
+) -> EvalReport:
+    """Phrase answers and phrase-ranked passages of a :class:`~dphr_haystack.search.PhraseSearcher`.
+
+    Queries are encoded once per batch; the same vectors serve the phrase and the passage search.
+    """
+    _check_examples(examples, top_k)
+    _check_answer_match(answer_match)
+    results: list[QuestionResult] = []
+    bar = tqdm(total=len(examples), desc=f"eval {system}", unit="q", disable=not progress)
+    for batch in _batches(examples, batch_size):
+        start = time.perf_counter()
+        texts = [ex.question for ex in batch]
+        q_start, q_end = searcher.model.encode_queries(texts)
+        phrases = searcher.search_vectors(q_start, q_end, unit="phrase", top_k=top_k, questions=texts)
+        passages = searcher.search_vectors(q_start, q_end, unit="passage", top_k=top_k)
+        per_question = (time.perf_counter() - start) / len(batch)
+        for ex, ph, ps in zip(batch, phrases, passages, strict=True):
+            results.append(
+                QuestionResult(
+                    ex.qid,
+                    ex.question,
+                    list(ex.answers),
+                    [
+                        {"text": h.text, "score": h.score, "passage_id": h.passage_id, "confidence": h.confidence}
+                        for h in ph
+                    ],
+                    [
+                        {
+                            "id": h.passage_id,
+                            "score": h.score,
+                            "has_answer": contains_answer(h.text, ex.answers, ex.regex, answer_match),
+                        }
+                        for h in ps
+                    ],
+                    per_question,
+                )
+            )
+        bar.update(len(batch))
+    bar.close()
+    regex = any(ex.regex for ex in examples)
+    return EvalReport(
+        system,
+        results,
+        top_k,
+        {"top_k": top_k, "answer_match": answer_match, "regex": regex},
+        has_answers=True,
+        has_passages=True,
+    )
+
+
+def pipeline_top_k_params(pipeline, top_k: int) -> dict[str, dict[str, Any]]:
+    """``params`` that make every node of a Haystack pipeline return ``top_k`` results.
+
+    Nodes whose ``run`` takes ``top_k`` (retrievers, readers) get it; joins taking ``top_k_join`` get that,
+    so a join configured for 10 results cannot cap a top-20 evaluation.
+    """
+    params: dict[str, dict[str, Any]] = {}
+    for name in pipeline.graph.nodes:
+        component = pipeline.graph.nodes[name].get("component")
+        if component is None:
+            continue
+        accepted = inspect.signature(component.run).parameters
+        node_params = {key: top_k for key in ("top_k", "top_k_join") if key in accepted}
+        if node_params:
+            params[name] = node_params
+    return params
+
+
+def evaluate_pipeline(
+    pipeline,
+    examples: Sequence[QAExample],
+    top_k: int = 20,
+    system: str = "pipeline",
+    params: dict[str, dict[str, Any]] | None = None,
+    answer_match: str = "squad",
+    progress: bool = True,
+    on_result: Callable[[QuestionResult], None] | None = None,
+) -> EvalReport:
+    """Run a Haystack query pipeline on every question and score its ``answers`` and ``documents``.
+
+    Args:
+        pipeline: A Haystack 1.x query pipeline (e.g. from :func:`dphr_haystack.nodes.load_pipeline`).
+        params: Per-node params; by default :func:`pipeline_top_k_params` (every node asked for ``top_k``).
+        on_result: Called with each question's result (e.g. to stream predictions to disk).
+    """
+    _check_examples(examples, top_k)
+    _check_answer_match(answer_match)
+    params = pipeline_top_k_params(pipeline, top_k) if params is None else params
+    results: list[QuestionResult] = []
+    has_answers = has_passages = False
+    for ex in tqdm(examples, desc=f"eval {system}", unit="q", disable=not progress):
+        start = time.perf_counter()
+        output = pipeline.run(query=ex.question, params=params)
+        seconds = time.perf_counter() - start
+        answers = output.get("answers") or []
+        documents = output.get("documents") or []
+        has_answers |= "answers" in output
+        has_passages |= "documents" in output
+        result = QuestionResult(
+            ex.qid,
+            ex.question,
+            list(ex.answers),
+            [
+                {"text": a.answer, "score": _finite(a.score), "passage_id": (a.document_ids or [None])[0]}
+                for a in answers
+                if a.answer
+            ],
+            [
+                {
+                    "id": d.id,
+                    "score": _finite(d.score),
+                    "has_answer": contains_answer(d.content, ex.answers, ex.regex, answer_match),
+                }
+                for d in documents[:top_k]
+            ],
+            seconds,
+        )
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    regex = any(ex.regex for ex in examples)
+    return EvalReport(
+        system,
+        results,
+        top_k,
+        {"top_k": top_k, "answer_match": answer_match, "regex": regex},
+        has_answers=has_answers,
+        has_passages=has_passages,
+    )
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+# ----------------------------------------------------------------------------- tables
+TABLE_COLUMNS = (
+    "phrase_em@1",
+    "phrase_f1@1",
+    "passage_acc@1",
+    "passage_acc@5",
+    "passage_acc@20",
+    "mrr@20",
+    "p@20",
+    "ms_per_question",
+)
+
+
+def markdown_table(reports: Sequence[EvalReport], columns: Sequence[str] = TABLE_COLUMNS) -> str:
+    """One row per system; metrics a system does not produce show as '–'. Accuracies in percent."""
+    header = "| system | questions | " + " | ".join(columns) + " |"
+    rule = "|---|---:|" + "---:|" * len(columns)
+    rows = [header, rule]
+    for report in reports:
+        cells = []
+        for col in columns:
+            value = report.summary.get(col)
+            if value is None:
+                cells.append("–")
+            elif col == "ms_per_question":
+                cells.append(f"{value:.1f}")
+            else:
+                cells.append(f"{100 * value:.1f}")
+        rows.append(f"| {report.system} | {len(report.results)} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)

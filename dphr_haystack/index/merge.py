@@ -1,0 +1,111 @@
+"""Merging a phrase dump (serial, multi-process or Ray) into one phrase index (:meth:`PhraseIndex.from_dump`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..build.dump import PhraseShard, list_shards
+from ..errors import IndexLoadError, InvalidParameterError, ModelMismatchError
+from .codec import VectorCodec
+from .storage import is_flat, remove_uncommitted_files
+
+if TYPE_CHECKING:
+    from .phrase_index import PhraseIndex
+
+logger = logging.getLogger(__name__)
+
+
+def merge_dump(
+    cls: type[PhraseIndex],
+    dump_dir: str | Path,
+    path: str | Path | None = None,
+    faiss_factory: str = "Flat",
+    model=None,
+    model_path: str | None = None,
+    on_disk: bool = False,
+    flat_search: str = "faiss",
+    progress: bool = True,
+    **reindex_options: Any,
+) -> PhraseIndex:
+    """Merge the shards of a phrase dump (serial, multi-process or Ray) into one index, in corpus order.
+
+    Every shard must be present: a distributed dump must be ``complete`` in ``dump-status.json``, which
+    gives the shard count; otherwise gaps in the shard numbers are detected. Vectors are appended once, the
+    manifest committed once, then the FAISS structure is built from all of them (:meth:`PhraseIndex.reindex`).
+    With ``path``, the index is built in a temporary sibling directory and renamed into place.
+    """
+    from tqdm.auto import tqdm
+
+    dump_dir = Path(dump_dir)
+    settings, shards = _read_dump(dump_dir)
+    if model is not None and model.phrase_fingerprint() != settings["model_fingerprint"]:
+        raise ModelMismatchError(f"{dump_dir}: the dump was made with another phrase encoder than the given model")
+    first = json.loads((shards[0] / "shard.json").read_text())
+    building = None
+    if path is not None:
+        path = Path(path)
+        remove_uncommitted_files(path)  # a create killed before its first commit leaves only these
+        if path.exists() and any(path.iterdir()):
+            raise InvalidParameterError(f"{path} exists and is not empty; choose another path")
+        building = path.with_name(f".{path.name}.building-{os.getpid()}")
+        shutil.rmtree(building, ignore_errors=True)
+    index = cls._create(
+        int(settings["dim"]),
+        settings["model_fingerprint"],
+        dict(settings["model_config"]),
+        building,
+        faiss_factory="Flat",
+        filter_threshold=settings.get("filter_threshold"),
+        dtype=settings.get("dtype", "float16"),
+        model_path=model_path,
+        codec=VectorCodec(**first["codec"]),
+    )
+    index._faiss, index._flat_search = None, "mmap"
+    for shard_dir in tqdm(shards, desc="merging shards", unit="shard", disable=not progress):
+        index._append_shard(PhraseShard.load(shard_dir), merging=True)
+    index._commit()
+    index._flat_search = flat_search
+    if is_flat(faiss_factory):
+        index._load_faiss()
+    else:
+        index.reindex(faiss_factory, on_disk=on_disk, progress=progress, **reindex_options)
+    if building is None:
+        return index
+    del index
+    if path.exists():
+        path.rmdir()
+    os.replace(building, path)
+    return cls.load(path, flat_search=flat_search)
+
+
+def _read_dump(dump_dir: Path) -> tuple[dict[str, Any], list[Path]]:
+    """A dump's settings and its complete shards, checked for gaps (and against dump-complete.json)."""
+    settings_file = dump_dir / "dump.json"
+    if not settings_file.is_file():
+        raise IndexLoadError(f"{settings_file} not found: not a phrase dump directory")
+    settings = json.loads(settings_file.read_text())
+    shards = list_shards(dump_dir)
+    numbers = [int(p.name.split("-")[1]) for p in shards]
+    status_file = dump_dir / "dump-status.json"  # written by dphr_haystack.build.distributed
+    status = json.loads(status_file.read_text()) if status_file.is_file() else {}
+    if status and status.get("state") != "complete":
+        raise IndexLoadError(
+            f"{dump_dir}: the distributed dump is {status.get('state')!r}, not complete; "
+            "re-run it (complete shards are kept) before merging"
+        )
+    expected = status.get("num_shards")
+    wanted = range(expected) if expected is not None else range(max(numbers, default=-1) + 1)
+    missing = sorted(set(wanted) - set(numbers))
+    if missing or not shards:
+        raise IndexLoadError(
+            f"{dump_dir}: shards {missing[:5] or 'all'} missing or incomplete; re-run the dump "
+            "(complete shards are kept) before merging"
+        )
+    if expected is None:
+        logger.info("%s has no dump-status.json: trailing shards cannot be checked", dump_dir)
+    return settings, [p for p, n in zip(shards, numbers) if n in wanted]

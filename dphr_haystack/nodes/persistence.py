@@ -1,0 +1,132 @@
+"""Saving and loading a :class:`~dphr_haystack.nodes.PhraseDocumentStore` directory.
+
+Layout: ``phrase_store.json`` (format, version, the store's settings and what each file holds),
+``documents-N.jsonl`` / ``labels-N.jsonl`` (in-memory store only; Elasticsearch keeps its own) and one phrase-index
+directory ``phrases-N`` per Haystack index. The directory is written complete and fsynced, then swapped in
+(:func:`~dphr_haystack._util.atomic.replace_directory`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from haystack.errors import DocumentStoreError
+from haystack.schema import Document, Label
+
+from .._util.atomic import fsync_directory, recover_directory
+from ..index.phrase_index import PhraseIndex
+
+STORE_FILE = "phrase_store.json"
+STORE_FORMAT = "dphr-phrase-document-store"
+STORE_FORMAT_VERSION = 1
+
+
+def write_snapshot(
+    tmp: Path,
+    config: dict[str, Any],
+    collections: list[tuple[str, dict[str, Any]]],
+    phrase_indexes: dict[str, PhraseIndex],
+) -> dict[str, Any]:
+    """Write a store into the empty directory ``tmp`` (fsynced) and return its manifest.
+
+    Args:
+        tmp: The directory to fill.
+        config: The store's settings (rebuilt with them on load).
+        collections: ``(index, {id: document or label})`` of the inner store; empty ones are skipped.
+        phrase_indexes: The phrase index of each Haystack index.
+
+    Raises:
+        DocumentStoreError: A document or label cannot be written as JSON.
+    """
+    manifest: dict[str, Any] = {
+        "format": STORE_FORMAT,
+        "format_version": STORE_FORMAT_VERSION,
+        "config": config,
+        "documents": {},
+        "labels": {},
+        "phrases": {},
+    }
+    for n, (name, items) in enumerate(collections):
+        values = list(items.values())
+        if not values:
+            continue
+        kind = "labels" if isinstance(values[0], Label) else "documents"
+        file = f"{kind}-{n}.jsonl"
+        with (tmp / file).open("w", encoding="utf-8") as handle:
+            for item in values:
+                try:
+                    line = item.to_json()
+                except (TypeError, ValueError, RecursionError) as exc:
+                    raise DocumentStoreError(
+                        f"cannot save {kind[:-1]} {item.id!r} of index {name!r}: "
+                        f"its content or meta is not JSON ({exc})"
+                    ) from exc
+                handle.write(line + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        manifest[kind][name] = file
+    for n, (name, phrase_index) in enumerate(sorted(phrase_indexes.items())):
+        phrase_index.save(tmp / f"phrases-{n}")
+        manifest["phrases"][name] = f"phrases-{n}"
+    with (tmp / STORE_FILE).open("w", encoding="utf-8") as handle:
+        handle.write(json.dumps(manifest, indent=1))
+        handle.flush()
+        os.fsync(handle.fileno())
+    fsync_directory(tmp)
+    return manifest
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    file = path / STORE_FILE
+    recover_directory(path)  # a save() killed mid-swap (platforms without an atomic exchange)
+    if not file.is_file():
+        raise DocumentStoreError(f"{file} not found: not a directory written by PhraseDocumentStore.save")
+    try:
+        manifest = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DocumentStoreError(f"{file} is corrupted: {exc}") from exc
+    if (
+        not isinstance(manifest, dict)
+        or manifest.get("format") != STORE_FORMAT
+        or manifest.get("format_version") != STORE_FORMAT_VERSION
+    ):
+        raise DocumentStoreError(f"{file}: not a {STORE_FORMAT} v{STORE_FORMAT_VERSION} manifest")
+    if not isinstance(manifest.get("config"), dict):
+        raise DocumentStoreError(f"{file} is corrupted: no store settings")
+    for kind in ("documents", "labels", "phrases"):
+        entries = manifest.get(kind)
+        if not isinstance(entries, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and Path(v).name == v and not v.startswith(".")
+            for k, v in entries.items()
+        ):
+            raise DocumentStoreError(f"{file} is corrupted: {kind} must map index names to files of {path}")
+    return manifest
+
+
+def read_items(file: Path, parse) -> list:
+    """Parse a JSON-lines file of documents or labels; a damaged line raises DocumentStoreError naming it."""
+    items = []
+    try:
+        with file.open(encoding="utf-8") as handle:
+            for line_no, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    items.append(parse(line))
+                except Exception as exc:  # noqa: BLE001 - Haystack's from_json raises anything on bad input
+                    raise DocumentStoreError(f"{file}:{line_no} is corrupted: {type(exc).__name__}: {exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DocumentStoreError(f"cannot read {file}: {exc}") from exc
+    return items
+
+
+def document_from_json(line: str) -> Document:
+    data = json.loads(line)
+    doc = Document.from_dict(data)
+    if isinstance(doc.embedding, list):
+        doc.embedding = np.asarray(doc.embedding, dtype=np.float32)
+    return doc

@@ -1,0 +1,314 @@
+"""The phrase half of :class:`~dphr_haystack.nodes.PhraseDocumentStore`: one phrase index per Haystack index.
+
+Encoding documents into phrases (``update_embeddings`` with a ``PhraseRetriever``), attaching a phrase index built
+elsewhere, keeping phrases in step with their documents, and the phrase reads of a retrieval. Mixed into the store,
+whose locks, documents and settings it uses (declared below).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from haystack.document_stores import BaseDocumentStore
+from haystack.schema import Document
+
+from .._util.memory import release_free_memory
+from ..build.corpus import Passage
+from ..build.dump import PhraseShard, chunked, encode_shard
+from ..errors import InvalidParameterError, ModelMismatchError
+from ..index.codec import VectorCodec
+from ..index.phrase_index import PhraseIndex
+from ..model.inputs import is_valid_unicode
+from ._models import model_fingerprint
+from ._rwlock import ReadWriteLock, read_locked, write_locked
+from .stores import InnerStore
+
+logger = logging.getLogger("dphr_haystack.nodes.document_store")  # the store's logger, as before the split
+
+
+@dataclass
+class PhraseIndexingStats:
+    """What :meth:`PhraseDocumentStore.update_embeddings` did."""
+
+    encoded: int = 0
+    skipped_existing: int = 0
+    skipped_non_text: int = 0
+
+
+class PhraseIndexing:
+    """Phrase indexes beside the documents of a :class:`~dphr_haystack.nodes.PhraseDocumentStore`."""
+
+    # Provided by PhraseDocumentStore.
+    index: str
+    title_field: str
+    document_id_field: str
+    faiss_factory: str
+    phrase_dtype: str
+    progress_bar: bool
+    inner: BaseDocumentStore
+    _inner: InnerStore
+    _lock: ReadWriteLock
+    _indexing: ReadWriteLock
+    _phrase_indexes: dict[str, PhraseIndex]
+    _snapshots: set[Path]
+
+    def reading(self) -> AbstractContextManager[None]:
+        """The store's read lock, for a multi-step read such as a retrieval (see the class docstring)."""
+        return self._lock.read()
+
+    def get_phrase_index(self, index: str | None = None) -> PhraseIndex | None:
+        """The phrase index of a Haystack index, or None before the first :meth:`update_embeddings`."""
+        return self._phrase_indexes.get(index or self.index)
+
+    @read_locked
+    def get_phrase_count(self, index: str | None = None) -> int:
+        """Number of live (not deleted) documents in the phrase index."""
+        phrase_index = self.get_phrase_index(index)
+        return 0 if phrase_index is None else phrase_index.num_live_passages
+
+    @read_locked
+    def phrase_mask(self, filters: dict[str, Any] | None, index: str | None = None) -> np.ndarray | None:
+        """Boolean mask over phrase-index passage rows of the documents passing ``filters`` (None: no filter)."""
+        if not filters:
+            return None
+        phrase_index = self.get_phrase_index(index)
+        if phrase_index is None:
+            return None
+        allowed = self.matching_ids(filters, index)
+        return np.fromiter(
+            (p["id"] in allowed for p in phrase_index.passages), dtype=bool, count=phrase_index.num_passages
+        )
+
+    def _to_passage(self, doc: Document) -> dict[str, str] | None:
+        """The phrase-index passage of a document, or None for non-text, empty or invalid (lone surrogate) text."""
+        if doc.content_type != "text" or not isinstance(doc.content, str) or not doc.content.strip():
+            return None
+        meta = doc.meta if isinstance(doc.meta, dict) else {}
+        passage = {
+            "id": str(doc.id),
+            "text": doc.content,
+            "title": str(meta.get(self.title_field) or ""),
+            "document_id": str(meta.get(self.document_id_field) or doc.id),
+        }
+        return passage if all(is_valid_unicode(value) for value in passage.values()) else None
+
+    def update_embeddings(
+        self,
+        retriever,
+        index: str | None = None,
+        filters: dict[str, Any] | None = None,
+        update_existing_embeddings: bool | None = None,
+        batch_size: int = 10_000,
+    ) -> PhraseIndexingStats | None:
+        """Encode documents into the phrase index (``PhraseRetriever``) or into dense embeddings (other retrievers).
+
+        With a ``PhraseRetriever``, only documents not yet in the phrase index are encoded unless
+        ``update_existing_embeddings=True``; passages are committed every ``min(batch_size, 512)`` documents, so
+        an interrupted run resumes where it stopped. Non-text and empty documents are skipped and counted.
+        Any other retriever goes to the inner store's ``update_embeddings`` (Haystack default: update all).
+        """
+        index = index or self.index
+        from .retriever import PhraseRetriever  # a module that imports this one
+
+        if not isinstance(retriever, PhraseRetriever):
+            update = True if update_existing_embeddings is None else update_existing_embeddings
+            with self._lock.write():
+                return self.inner.update_embeddings(
+                    retriever, index=index, filters=filters, update_existing_embeddings=update, batch_size=batch_size
+                )
+        if batch_size < 1:
+            raise InvalidParameterError(f"batch_size must be >= 1, got {batch_size}")
+        with self._indexing.write():
+            return self._update_phrases(retriever, index, filters, bool(update_existing_embeddings), batch_size)
+
+    def _update_phrases(
+        self, retriever, index: str, filters: dict[str, Any] | None, update: bool, batch_size: int
+    ) -> PhraseIndexingStats:
+        """Encode the documents that need phrases, a chunk at a time; each chunk commits under the write lock."""
+        from tqdm.auto import tqdm
+
+        model = retriever.phrase_model
+        stats = PhraseIndexingStats()
+        with self._lock.write():
+            phrase_index = self._phrase_index_for(retriever, index)
+            pending: list[dict[str, str]] = []
+            docs: Iterable[Document] = []
+            if self._inner.index_exists(index):
+                docs = self.get_all_documents_generator(index=index, filters=filters, return_embedding=False)
+            for doc in docs:
+                if not update and phrase_index.passage_row(doc.id) is not None:
+                    stats.skipped_existing += 1
+                    continue
+                passage = self._to_passage(doc)
+                if passage is None:
+                    stats.skipped_non_text += 1
+                    continue
+                pending.append(passage)
+        if stats.skipped_non_text:
+            logger.warning(
+                "update_embeddings: skipped %d non-text, empty or invalid documents", stats.skipped_non_text
+            )
+        bar = tqdm(
+            total=len(pending), desc="indexing phrases", unit="doc", disable=not (self.progress_bar and pending)
+        )
+        for chunk in chunked(pending, min(batch_size, 512)):
+            calibrated = phrase_index.manifest.get("codec_calibrated", True)  # int8: add_shard calibrates on float32
+            codec = phrase_index.codec if calibrated else VectorCodec("float32")
+            shard = encode_shard(
+                model, [Passage(**p) for p in chunk], codec, phrase_index.filter_threshold, retriever.batch_size
+            )  # outside the lock: searches go on meanwhile
+            with self._lock.write():
+                # The index object may have been swapped meanwhile (a private copy, or the copy save() wrote).
+                current_index = self._phrase_indexes.get(index)
+                if current_index is None or current_index.model_fingerprint != model_fingerprint(model):
+                    logger.warning("update_embeddings: index %r was deleted or replaced meanwhile; stopping", index)
+                    break
+                phrase_index = current_index
+                current = {
+                    d.id: self._to_passage(d) for d in self.get_documents_by_id([p["id"] for p in chunk], index=index)
+                }
+                keep = [i for i, p in enumerate(chunk) if current.get(p["id"]) == p]  # not deleted or changed since
+                if update:
+                    phrase_index = self._private(index)
+                    phrase_index.delete_passages([chunk[i]["id"] for i in keep])
+                keep = [i for i in keep if phrase_index.passage_row(chunk[i]["id"]) is None]
+                if keep:
+                    phrase_index.add_shard(_subset_shard(shard, keep))
+                stats.encoded += len(keep)
+            del shard
+            release_free_memory()  # flat peak memory however many chunks (see dphr_haystack/_memory.py)
+            bar.update(len(chunk))
+        bar.close()
+        logger.info("update_embeddings(%r): %s", index, stats)
+        return stats
+
+    def _phrase_index_for(self, retriever, index: str) -> PhraseIndex:
+        """The phrase index of ``index`` (created for the retriever's model when missing); the model must match."""
+        model = retriever.phrase_model
+        phrase_index = self._phrase_indexes.get(index)
+        if phrase_index is None:
+            phrase_index = PhraseIndex.create(
+                model,
+                faiss_factory=self.faiss_factory,
+                dtype=self.phrase_dtype,
+                filter_threshold=retriever.filter_threshold,
+                model_path=retriever.model,
+            )
+            self._phrase_indexes[index] = phrase_index
+        elif phrase_index.model_fingerprint != model_fingerprint(model):
+            raise ModelMismatchError(
+                f"the phrase index of {index!r} was built with another phrase encoder than {retriever.model!r}; "
+                f"delete_index({index!r}) and re-index, or use the original model"
+            )
+        elif phrase_index.filter_threshold != retriever.filter_threshold:
+            logger.warning(
+                "phrase index %r keeps filter_threshold=%s (the retriever asks for %s)",
+                index,
+                phrase_index.filter_threshold,
+                retriever.filter_threshold,
+            )
+        return phrase_index
+
+    def index_documents(
+        self,
+        documents: list[dict] | list[Document],
+        retriever,
+        index: str | None = None,
+        duplicate_documents: str | None = None,
+        batch_size: int = 10_000,
+    ) -> PhraseIndexingStats | None:
+        """One call for scripts: :meth:`write_documents`, then :meth:`update_embeddings` with ``retriever``."""
+        self.write_documents(documents, index=index, duplicate_documents=duplicate_documents, batch_size=batch_size)
+        return self.update_embeddings(retriever, index=index, batch_size=batch_size)
+
+    @write_locked
+    def attach_phrase_index(self, phrase_index: PhraseIndex, index: str | None = None) -> None:
+        """Serve ``index`` with a phrase index built elsewhere (e.g. by ``dphr index`` over the same corpus).
+
+        Raises:
+            InvalidParameterError: A passage of the phrase index is not a document of ``index``.
+        """
+        index = index or self.index
+        doc_ids = {doc.id for doc in self.get_all_documents_generator(index=index, return_embedding=False)}
+        missing = [pid for pid in phrase_index.live_passage_ids() if pid not in doc_ids]
+        if missing:
+            raise InvalidParameterError(
+                f"{len(missing)} passages of the phrase index are not documents of "
+                f"{index!r}, e.g. {missing[:3]}; write the same corpus first"
+            )
+        self._phrase_indexes[index] = phrase_index
+
+    def _phrases_outdated(self, phrase_index: PhraseIndex, doc: Document) -> bool:
+        """True when ``doc`` has phrases encoded from another text, title or document id."""
+        row = phrase_index.passage_row(doc.id)
+        if row is None:
+            return False
+        record = phrase_index.passages[row]
+        passage = self._to_passage(doc)
+        return passage is None or (passage["text"], passage["title"], passage["document_id"]) != (
+            record["text"],
+            record.get("title", ""),
+            record.get("document_id", record["id"]),
+        )
+
+    def _private(self, index: str) -> PhraseIndex:
+        """The phrase index of ``index``, first moved to a private copy when it lives in a saved directory.
+
+        Phrase additions are committed in place (they only extend the saved index, and load() drops those whose
+        document the directory does not hold), but a deletion would remove phrases of documents the saved
+        directory still holds; so the saved directory only loses phrases through save().
+        """
+        import tempfile
+        import weakref
+
+        phrase_index = self._phrase_indexes[index]
+        if phrase_index.path is None or phrase_index.path.resolve() not in self._snapshots:
+            return phrase_index
+        folder = Path(tempfile.mkdtemp(prefix="dphr-phrases-"))
+        phrase_index.save(folder / "index")
+        private = PhraseIndex.load(folder / "index", verify=False)
+        weakref.finalize(private, shutil.rmtree, folder, True)
+        self._phrase_indexes[index] = private
+        logger.info("phrase index %r moved from %s to a private copy until the next save()", index, phrase_index.path)
+        return private
+
+    def _drop_orphan_phrases(self, index: str, phrase_index: PhraseIndex, docs: dict[str, Any]) -> None:
+        """Tombstone phrases whose document is missing or changed (a run killed between a phrase commit and save)."""
+        orphans = []
+        for pid in phrase_index.live_passage_ids():
+            doc = docs.get(pid)
+            record = phrase_index.passages[phrase_index.passage_row(pid)]
+            passage = self._to_passage(doc) if isinstance(doc, Document) else None
+            if passage is None or (passage["text"], passage["title"]) != (record["text"], record.get("title", "")):
+                orphans.append(pid)
+        if orphans:
+            logger.warning(
+                "phrase index %r: dropping phrases of %d documents missing from the saved documents, "
+                "e.g. %s (left by a run stopped before save())",
+                index,
+                len(orphans),
+                orphans[:3],
+            )
+            try:
+                phrase_index.delete_passages(orphans)
+            except OSError as exc:  # a read-only directory: the retriever skips hits of missing documents anyway
+                logger.warning("could not drop them from %s: %s", phrase_index.path, exc)
+
+
+def _subset_shard(shard: PhraseShard, keep: list[int]) -> PhraseShard:
+    """The passages ``keep`` (local positions, ascending) of a shard, with their tokens and vectors."""
+    if len(keep) == len(shard.passages):
+        return shard
+    remap = np.full(len(shard.passages), -1, dtype=np.int64)
+    remap[keep] = np.arange(len(keep))
+    rows = remap[shard.tokens["passage"]] >= 0
+    tokens = shard.tokens[rows].copy()
+    tokens["passage"] = remap[tokens["passage"]]
+    return PhraseShard(shard.vectors[rows], tokens, [shard.passages[i] for i in keep], shard.codec)

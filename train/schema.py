@@ -1,0 +1,184 @@
+"""The recipe schema: the YAML sections of a training recipe, checked and given defaults (:func:`load_recipe`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .trainer import TrainArgs
+
+STAGES = ("rc", "mine", "hn", "filter", "qsft", "validate")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------- configuration
+@dataclass
+class ModelSection:
+    base: str = "minilm"
+    tiny: dict[str, Any] = field(default_factory=lambda: {"hidden_size": 32, "layers": 2, "heads": 4})
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DataSection:
+    train: str = "../shared/data/squad/train-v1.1-rebuilt.json.gz"
+    dev: str = "../shared/data/squad/dev-v1.1-public.json.gz"
+    fallback_builtin: bool = False
+    train_paragraphs: int | None = None
+    train_questions: int | None = None
+    dev_paragraphs: int | None = 1000
+    dev_questions: int | None = 500
+    dev_skip_paragraphs: int = 0
+    keep_unanswered_windows: bool = True
+
+
+@dataclass
+class RCSection:
+    init: str | None = None
+    loss: str = "densephrases"
+    loss_kwargs: dict[str, Any] = field(default_factory=dict)
+    pre_batch: int = 2
+    lambda_flt: float = 0.0
+    hard_per_example: int = 1
+    select_on: str | None = None
+    gather_negatives: bool = False
+    teacher: str | None = None  # an AutoModelForQuestionAnswering directory (densephrases loss, lambda_kl > 0)
+    batching: str = "question"  # or "passage": a window encoded once for all its questions (train.tasks.RCTask)
+    bucket_batches: int = 50  # passage batching: batches per length-sorted run
+    train: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class MineSection:
+    init: str | None = None
+    top_k: int = 10
+    faiss_factory: str = "Flat"
+    nprobe: int = 64
+    batch_size: int = 64
+
+
+@dataclass
+class FilterSection:
+    init: str | None = None
+    pos_weight: float | None = None
+    thresholds: list[float | None] = field(default_factory=lambda: [None, -3.0, -2.0, -1.0, 0.0, 1.0])
+    sweep_subcorpus: str = "C0"
+    choose_metric: str = "em@1"  # the threshold rule: see train.filter.choose_threshold
+    max_drop: float = 0.01
+    train: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class QsftSection:
+    init: str | None = None
+    top_k: int = 100
+    label_strategy: str = "phrase"
+    faiss_factory: str = "Flat"
+    # An existing PhraseIndex directory built with this model's phrase encoder (e.g. the whole open-domain corpus,
+    # as DensePhrases fine-tunes against its Wikipedia index) instead of indexing the training passages. Its
+    # passage ids need not match the training data's, so use label_strategy "phrase" with it.
+    index: str | None = None
+    select_on: str | None = None
+    train: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ValidateSection:
+    reference: str | None = None
+    hard_k: list[int] = field(default_factory=lambda: [10])
+    random_fractions: list[float] = field(default_factory=lambda: [0.1])
+    ks: list[int] = field(default_factory=lambda: [1, 5, 20])
+    models: list[str] = field(default_factory=lambda: ["rc", "hn", "qsft"])
+    max_questions: int | None = None
+    batch_size: int = 64
+
+
+@dataclass
+class Recipe:
+    """A whole training recipe (see ``train/configs/*.yaml``)."""
+
+    output_dir: str = "runs/recipe"
+    seed: int = 0
+    torch_threads: int | None = None
+    stages: list[str] = field(default_factory=lambda: list(STAGES))
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    rc: RCSection = field(default_factory=RCSection)
+    mine: MineSection = field(default_factory=MineSection)
+    hn: RCSection = field(default_factory=lambda: RCSection(loss="unified"))
+    filter: FilterSection = field(default_factory=FilterSection)
+    qsft: QsftSection = field(default_factory=QsftSection)
+    validate: ValidateSection = field(default_factory=ValidateSection)
+
+    @property
+    def out(self) -> Path:
+        return Path(self.output_dir)
+
+
+def _build(cls: type, values: dict[str, Any], where: str) -> Any:
+    if not isinstance(values, dict):
+        raise ValueError(f"{where}: expected a mapping, got {type(values).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {unknown}; valid: {', '.join(fields)}")
+    kwargs = {}
+    default = cls()
+    for key, value in values.items():
+        sub = getattr(default, key)
+        if dataclasses.is_dataclass(sub) and isinstance(value, dict):
+            value = _build(type(sub), {**_shallow(sub, key, cls), **value}, f"{where}.{key}")
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def _shallow(sub: Any, key: str, parent: type) -> dict[str, Any]:
+    # Sections whose defaults differ from their class defaults (``hn`` uses the unified loss).
+    return {f.name: getattr(sub, f.name) for f in dataclasses.fields(sub)} if parent is Recipe else {}
+
+
+def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Recipe:
+    """Read a recipe YAML; ``overrides`` maps dotted keys (``rc.train.lr``) to values."""
+    import yaml
+
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    for dotted, value in (overrides or {}).items():
+        node = raw
+        *parents, last = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    recipe = _build(Recipe, raw, str(path))
+    bad = [s for s in recipe.stages if s not in STAGES]
+    if bad:
+        raise ValueError(f"unknown stages {bad}; valid: {', '.join(STAGES)}")
+    for name in ("rc", "hn", "filter", "qsft"):
+        section = getattr(recipe, name)
+        valid = {f.name for f in dataclasses.fields(TrainArgs)} - {"output_dir"}
+        unknown = sorted(set(section.train) - valid)
+        if unknown:
+            raise ValueError(f"{path}: {name}.train has unknown keys {unknown}; valid: {', '.join(sorted(valid))}")
+    metrics = ["em@1", *(f"acc@{k}" for k in recipe.validate.ks)]
+    if recipe.filter.choose_metric not in metrics:
+        raise ValueError(
+            f"{path}: filter.choose_metric {recipe.filter.choose_metric!r} is not swept; valid: "
+            f"{', '.join(metrics)} (validate.ks)"
+        )
+    return recipe
+
+
+# ----------------------------------------------------------------------------- helpers
+def _resolve_data(path: str) -> Path | None:
+    for candidate in (Path(path), REPO_ROOT / path):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _resolve_dir(path: str) -> Path:
+    for candidate in (Path(path), REPO_ROOT / path):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"directory not found: {path}")
