@@ -7,8 +7,6 @@ window positions; an answer outside a window gets position 0 ([CLS]), as in Dens
 
 from __future__ import annotations
 
-import gzip
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,6 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from dphr_haystack._util.io import read_json
+from dphr_haystack.build.corpus import squad_paragraphs
 from dphr_haystack.model.config import PhraseModelConfig
 from dphr_haystack.model.inputs import TokenizedPassage, build_windows, pad_batch, tokenize_passages, tokenize_queries
 
@@ -123,14 +123,6 @@ def builtin_squad() -> dict[str, Any]:
     return {"version": "builtin", "data": data}
 
 
-def read_json(path: str | Path) -> Any:
-    """Read JSON, transparently from ``.gz``."""
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        return json.load(handle)
-
-
 def load_squad(
     source: str | Path | dict[str, Any],
     max_paragraphs: int | None = None,
@@ -147,32 +139,28 @@ def load_squad(
     data = builtin_squad() if source == "builtin" else source if isinstance(source, dict) else read_json(source)
     passages: list[dict[str, Any]] = []
     examples: list[RCExample] = []
-    seen = 0
-    for a_idx, article in enumerate(data["data"]):
-        title = str(article.get("title", ""))
-        for p_idx, para in enumerate(article.get("paragraphs", [])):
-            seen += 1
-            if seen <= skip_paragraphs:
+    for seen, (passage, para) in enumerate(
+        squad_paragraphs(data, str(source) if isinstance(source, Path) else "<data>")
+    ):
+        if seen < skip_paragraphs:
+            continue
+        if max_paragraphs is not None and len(passages) >= max_paragraphs:
+            break
+        passages.append(passage)
+        pid = passage["id"]
+        for qa in para.get("qas", []):
+            answers = [a for a in qa.get("answers", []) if a.get("text")]
+            if not answers:
                 continue
-            if max_paragraphs is not None and len(passages) >= max_paragraphs:
-                break
-            pid = f"{title or 'article'}-{a_idx}-{p_idx}"
-            passages.append(
-                {"id": pid, "document_id": title or f"article-{a_idx}", "title": title, "text": para["context"]}
-            )
-            for qa in para.get("qas", []):
-                answers = [a for a in qa.get("answers", []) if a.get("text")]
-                if not answers:
-                    continue
-                examples.append(
-                    RCExample(
-                        str(qa.get("id", f"{pid}-{len(examples)}")),
-                        qa["question"],
-                        [a["text"] for a in answers],
-                        [int(a["answer_start"]) for a in answers],
-                        pid,
-                    )
+            examples.append(
+                RCExample(
+                    str(qa.get("id", f"{pid}-{len(examples)}")),
+                    qa["question"],
+                    [a["text"] for a in answers],
+                    [int(a["answer_start"]) for a in answers],
+                    pid,
                 )
+            )
     if max_questions is not None and len(examples) > max_questions:
         # Evenly spaced, so a capped question set still covers many passages (C0 stays representative).
         picks = np.linspace(0, len(examples) - 1, max_questions).round().astype(int)

@@ -79,7 +79,7 @@ class PhraseModelConfig:
         ):
             raise InvalidParameterError(f"filter_threshold must be a finite number or None, got {threshold!r}")
         if self.calibration is not None:
-            from .confidence import Calibration
+            from ..confidence import Calibration
 
             Calibration.from_dict(self.calibration)
 

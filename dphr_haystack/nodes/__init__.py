@@ -6,7 +6,7 @@ Importing this package (``import dphr_haystack`` does it) registers the node cla
 
 from __future__ import annotations
 
-from ._models import cached_models, clear_model_cache, load_phrase_model
+from ..model.cache import cached_models, clear_model_cache, load_phrase_model
 from .dense import MiniLMEmbeddingRetriever
 from .document_store import PhraseDocumentStore, PhraseIndexingStats
 from .joins import LinearFusionJoin, PhraseHybridJoin

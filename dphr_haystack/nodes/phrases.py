@@ -25,8 +25,8 @@ from ..build.dump import PhraseShard, chunked, encode_shard
 from ..errors import InvalidParameterError, ModelMismatchError
 from ..index.codec import VectorCodec
 from ..index.phrase_index import PhraseIndex
+from ..model.cache import model_fingerprint
 from ..model.inputs import is_valid_unicode
-from ._models import model_fingerprint
 from ._rwlock import ReadWriteLock, read_locked, write_locked
 from .stores import InnerStore
 

@@ -11,9 +11,9 @@ from haystack.nodes import BaseRetriever
 from haystack.schema import Answer, Document, Span
 
 from ..errors import InvalidParameterError, ModelMismatchError
+from ..model.cache import load_phrase_model, model_fingerprint
 from ..model.registry import DEFAULT_MODEL
 from ..search import UNITS, DocumentHit, PassageHit, PhraseHit, PhraseSearcher
-from ._models import load_phrase_model, model_fingerprint
 from ._schema import typed_init
 from .document_store import PhraseDocumentStore
 

@@ -12,7 +12,8 @@ from haystack.document_stores.types import DuplicatePolicy
 from haystack.errors import FilterError
 
 from dphr_haystack import DphrError, InvalidParameterError, InvalidQueryError
-from dphr_haystack.haystack2 import PhraseDocumentStore, PhraseIndexer, PhraseRetriever, _models
+from dphr_haystack.haystack2 import PhraseDocumentStore, PhraseIndexer, PhraseRetriever
+from dphr_haystack.model.cache import cached_models
 
 pytestmark = pytest.mark.unit
 
@@ -104,7 +105,7 @@ def test_warm_up_loads_the_model_once(filled, tiny_model_dir):
     first.warm_up()
     second.warm_up()
     assert first.phrase_model is loaded and second.phrase_model is loaded
-    assert (str(tiny_model_dir.resolve()), "cpu") in _models._CACHE
+    assert (str(tiny_model_dir), "cpu") in cached_models()  # the core's cache, shared with the 1.x nodes
 
 
 def test_documents_from_a_document_writer_become_searchable(tiny_model_dir, hs2_docs, one_torch_thread):

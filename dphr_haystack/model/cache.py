@@ -7,8 +7,8 @@ import weakref
 
 from .._util.device import resolve_device
 from ..errors import ModelLoadError
-from ..model.phrase_model import PhraseModel, load_model
-from ..model.registry import model_key
+from .phrase_model import PhraseModel, load_model
+from .registry import model_key
 
 _CACHE: dict[tuple[str, str], PhraseModel] = {}
 _FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
