@@ -105,9 +105,13 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
 def finish_result(
     name: str, result: dict[str, Any], markdown: Callable[[dict], str], plot: Callable[[dict, Path], None]
 ) -> Path:
-    """Record the end load average and the markdown, write the JSON and its plot, and print the table."""
+    """Record the command, the end load average and the markdown, write the JSON and its plot, print the table."""
     import os
+    import sys
 
+    result.setdefault(
+        "command", " ".join([".venv/bin/python -m", f"benchmarks.{Path(sys.argv[0]).stem}", *sys.argv[1:]])
+    )
     result["load_average_end"] = os.getloadavg()
     path = write_result(name, result)  # the measurements first: a rendering error must not lose a long run
     result["markdown"] = markdown(result)

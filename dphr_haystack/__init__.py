@@ -1,18 +1,18 @@
-"""dphr_haystack: dense phrase retrieval (DensePhrases) for Haystack 1.x.
+"""dphr_haystack: dense phrase retrieval (DensePhrases) for Haystack.
 
-The core (model, phrase dump, phrase index, search) needs no Haystack. When farm-haystack is installed,
-importing this package also registers the Haystack nodes (``PhraseRetriever``, ``PhraseDocumentStore``, …)
-so that ``Pipeline.load_from_yaml`` finds them; set ``DPHR_HAYSTACK_NODES=0`` to skip that. The Haystack 2.x/3.x
-(``haystack-ai``) components live in ``dphr_haystack.haystack2`` and are never imported here.
+The core (model, phrase dump, phrase index, search) needs no Haystack, and importing this package imports none of
+it: every name below loads its module (torch, FAISS, transformers) on first use, so ``dphr --help`` starts at once.
+The Haystack 1.x nodes live in :mod:`dphr_haystack.nodes`: ``import dphr_haystack.nodes`` (or using any node name,
+e.g. ``from dphr_haystack import PhraseRetriever``) registers them, after which Haystack's own
+``Pipeline.load_from_yaml`` finds them by name; ``dphr_haystack.nodes.load_pipeline`` does that import for you.
+The Haystack 2.x/3.x (``haystack-ai``) components live in :mod:`dphr_haystack.haystack2`.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import os
+import importlib
+from typing import Any
 
-from .build.corpus import CorpusStats, Passage, read_corpus
-from .build.dump import PhraseShard, dump_phrases, encode_shard, list_shards
 from .errors import (
     CorpusFormatError,
     DphrError,
@@ -23,20 +23,49 @@ from .errors import (
     ModelLoadError,
     ModelMismatchError,
 )
-from .index.codec import VectorCodec
-from .index.phrase_index import PhraseIndex
-from .model.config import PhraseModelConfig
-from .model.phrase_model import PhraseModel
-from .model.registry import DEFAULT_MODEL, resolve_base, shipped_model_names
-from .search import DocumentHit, PassageHit, PhraseHit, PhraseSearcher
 
 __version__ = "0.1.0"
 
+# name → module that defines it, imported on first access (PEP 562)
+_LAZY = {
+    "CorpusStats": ".build.corpus",
+    "Passage": ".build.corpus",
+    "read_corpus": ".build.corpus",
+    "PhraseShard": ".build.dump",
+    "dump_phrases": ".build.dump",
+    "encode_shard": ".build.dump",
+    "list_shards": ".build.dump",
+    "VectorCodec": ".index.codec",
+    "PhraseIndex": ".index.phrase_index",
+    "PhraseModelConfig": ".model.config",
+    "PhraseModel": ".model.phrase_model",
+    "DEFAULT_MODEL": ".model.registry",
+    "resolve_base": ".model.registry",
+    "shipped_model_names": ".model.registry",
+    "DocumentHit": ".search",
+    "PassageHit": ".search",
+    "PhraseHit": ".search",
+    "PhraseSearcher": ".search",
+}
+# The Haystack 1.x nodes, re-exported here for convenience: using one imports (and registers) them all.
+_NODES = (
+    "LinearFusionJoin",
+    "MiniLMEmbeddingRetriever",
+    "PIPELINES_DIR",
+    "PhraseDocumentStore",
+    "PhraseHybridJoin",
+    "PhraseIndexingStats",
+    "PhraseRetriever",
+    "cached_models",
+    "clear_model_cache",
+    "corpus_documents",
+    "index_corpus",
+    "load_phrase_model",
+    "load_pipeline",
+)
+
 __all__ = [
-    "DEFAULT_MODEL",
     "CorpusFormatError",
-    "CorpusStats",
-    "DocumentHit",
     "DphrError",
     "EmptyCorpusError",
     "IndexLoadError",
@@ -44,39 +73,22 @@ __all__ = [
     "InvalidQueryError",
     "ModelLoadError",
     "ModelMismatchError",
-    "Passage",
-    "PassageHit",
-    "PhraseHit",
-    "PhraseIndex",
-    "PhraseModel",
-    "PhraseModelConfig",
-    "PhraseSearcher",
-    "PhraseShard",
-    "VectorCodec",
-    "dump_phrases",
-    "encode_shard",
-    "list_shards",
-    "read_corpus",
-    "resolve_base",
-    "shipped_model_names",
+    *_LAZY,
 ]
 
 
-# Haystack 1.x (farm-haystack) only: haystack-ai 2.x/3.x provides a module of the same name, ``haystack``, whose
-# API the 1.x nodes cannot use (its layer is ``dphr_haystack.haystack2``, imported explicitly). The installed
-# distribution decides, not the module name: a bare ``haystack`` directory on sys.path does not count either.
-def _farm_haystack_installed() -> bool:
-    try:
-        importlib.metadata.distribution("farm-haystack")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    elif name in _NODES:
+        value = getattr(importlib.import_module(".nodes", __name__), name)
+    elif name == "nodes":
+        value = importlib.import_module(".nodes", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later look-ups skip this function
+    return value
 
 
-if os.environ.get("DPHR_HAYSTACK_NODES", "1") != "0" and _farm_haystack_installed():
-    os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
-    from . import nodes as nodes  # noqa: F401  (registers the Haystack node classes for YAML)
-    from .nodes import *  # noqa: F401,F403
-    from .nodes import __all__ as _node_names
-
-    __all__ += list(_node_names)
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, *_NODES})

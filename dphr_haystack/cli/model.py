@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..model.config import PhraseModelConfig
-from ..model.weights import STORAGE_DTYPES
+from ..model.config import WEIGHT_STORAGE, PhraseModelConfig
 
 
 def add_model_parser(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +38,7 @@ def add_model_parser(sub: argparse._SubParsersAction) -> None:
     export.add_argument(
         "--weights-dtype",
         default="float16",
-        choices=list(STORAGE_DTYPES),
+        choices=list(WEIGHT_STORAGE),
         help="int8-phrase: phrase encoder int8, query side float16",
     )
     export.add_argument("--max-shard-mb", type=float, default=15.0, help="largest weight file, MiB (default 15)")

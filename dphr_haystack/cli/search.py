@@ -7,15 +7,13 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from ..search import UNITS
-
 
 def add_search_parser(sub: argparse._SubParsersAction) -> None:
     """Add ``dphr search``."""
     search = sub.add_parser("search", help="search a phrase index")
     search.add_argument("--index", required=True, type=Path)
     search.add_argument("--model", type=Path, help="model directory (default: the one the index was built with)")
-    search.add_argument("--unit", default="phrase", help=f"one of {', '.join(UNITS)}")
+    search.add_argument("--unit", default="phrase", help="phrase, passage or document")
     search.add_argument("--top-k", type=int, default=10)
     search.add_argument("--max-answer-length", type=int, default=None)
     search.add_argument(

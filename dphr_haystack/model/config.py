@@ -13,6 +13,8 @@ from ..errors import InvalidParameterError, ModelLoadError
 
 TOKEN_TYPE_MODES = ("all_one", "pair", "all_zero")
 QUERY_LAYOUTS = ("separate", "shared")
+# How `PhraseModel.save` can store weights (model/weights.py defines them; named here so the CLI needs no torch).
+WEIGHT_STORAGE = ("float32", "float16", "int8", "int8-phrase")
 CONFIG_FORMAT_VERSION = 1
 
 

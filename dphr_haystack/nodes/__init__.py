@@ -1,10 +1,15 @@
 """Haystack 1.x nodes: PhraseDocumentStore, PhraseRetriever, hybrid joins and YAML loading.
 
-Importing this package (``import dphr_haystack`` does it) registers the node classes, so that
-``Pipeline.load_from_yaml`` finds them by name; :func:`load_pipeline` does the import for you.
+Importing this package (``import dphr_haystack.nodes``, or using a node name from ``dphr_haystack``) registers the
+node classes, so that Haystack's ``Pipeline.load_from_yaml`` finds them by name; :func:`load_pipeline` does the
+import for you. ``import dphr_haystack`` alone imports no Haystack.
 """
 
 from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 from ..model.cache import cached_models, clear_model_cache, load_phrase_model
 from .dense import MiniLMEmbeddingRetriever

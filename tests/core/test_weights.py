@@ -171,3 +171,10 @@ def test_int8_codes_without_their_scales_are_refused(tiny_model, tmp_path):
     index_file.write_text(json.dumps(index))
     with pytest.raises(ModelLoadError, match="row scales"):
         PhraseModel.load(tmp_path / "m")
+
+
+def test_the_cli_lists_exactly_the_storage_options():
+    from dphr_haystack.model.config import WEIGHT_STORAGE
+    from dphr_haystack.model.weights import STORAGE_DTYPES
+
+    assert tuple(WEIGHT_STORAGE) == tuple(STORAGE_DTYPES)
