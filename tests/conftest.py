@@ -33,6 +33,17 @@ def tiny_passages() -> list[dict]:
     return [{"id": f"p{i}", "title": title, "text": text} for i, (title, text) in enumerate(TINY_TEXTS)]
 
 
+TINY_TOPICS = ["city", "city", "nature", "book", "nature", "tech"]
+
+
+def tiny_documents(document_cls) -> list:
+    """The six tiny passages as Haystack Documents (1.x or 2.x class) with a title and a 'topic' meta field."""
+    return [
+        document_cls(content=p["text"], id=p["id"], meta={"title": p["title"], "topic": topic})
+        for p, topic in zip(tiny_passages(), TINY_TOPICS, strict=True)
+    ]
+
+
 @pytest.fixture
 def one_torch_thread():
     """Tiny models on a shared 2-core machine run far faster (and reproducibly) on one torch thread."""
@@ -59,6 +70,14 @@ def _tiny_model_session(tiny_base_dir):
 
     config = PhraseModelConfig(max_passage_length=48, passage_stride=8)
     return PhraseModel.from_base(tiny_base_dir, config=config, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, _tiny_model_session) -> Path:
+    """The session's tiny phrase model saved as a model directory (what YAML pipelines and components name)."""
+    path = tmp_path_factory.mktemp("tiny-phrase-model")
+    _tiny_model_session.save(path)
+    return path
 
 
 @pytest.fixture

@@ -28,26 +28,14 @@ def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "document_store: Haystack's DocumentStoreBaseTestAbstract suite")
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory, _tiny_model_session) -> Path:
-    """The session's tiny phrase model saved as a model directory (what YAML pipelines point at)."""
-    path = tmp_path_factory.mktemp("tiny-phrase-model")
-    _tiny_model_session.save(path)
-    return path
-
-
 @pytest.fixture
 def haystack_docs():
     """The six tiny passages as Haystack Documents, with a title, a document id and a 'topic' meta field."""
     from haystack.schema import Document
 
-    from tests.conftest import tiny_passages
+    from tests.conftest import tiny_documents
 
-    topics = ["city", "city", "nature", "book", "nature", "tech"]
-    return [
-        Document(content=p["text"], id=p["id"], meta={"title": p["title"], "topic": topic})
-        for p, topic in zip(tiny_passages(), topics)
-    ]
+    return tiny_documents(Document)
 
 
 @pytest.fixture

@@ -269,3 +269,11 @@ def test_shipped_model_in_the_hybrid_yaml_on_squad_paragraphs(minilm_available, 
     for answer in out["answers"]:
         span = answer.offsets_in_document[0]
         assert answer.context[span.start : span.end] == answer.answer
+
+
+def test_the_package_re_exports_exactly_the_node_names():
+    import dphr_haystack
+    import dphr_haystack.nodes
+
+    assert set(dphr_haystack._NODES) == set(dphr_haystack.nodes.__all__)
+    assert dphr_haystack.PhraseRetriever is dphr_haystack.nodes.PhraseRetriever

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-from pathlib import Path
 
 import pytest
 
@@ -24,23 +23,11 @@ except importlib.metadata.PackageNotFoundError:
 collect_ignore_glob = [] if HAYSTACK2 else ["test_*.py"]
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory, _tiny_model_session) -> Path:
-    """The session's tiny phrase model saved as a model directory (what components and YAML name)."""
-    path = tmp_path_factory.mktemp("tiny-phrase-model")
-    _tiny_model_session.save(path)
-    return path
-
-
 @pytest.fixture
 def hs2_docs():
     """The six tiny passages as Haystack 2 Documents with a title and a 'topic' meta field."""
     from haystack import Document
 
-    from tests.conftest import tiny_passages
+    from tests.conftest import tiny_documents
 
-    topics = ["city", "city", "nature", "book", "nature", "tech"]
-    return [
-        Document(content=p["text"], id=p["id"], meta={"title": p["title"], "topic": topic})
-        for p, topic in zip(tiny_passages(), topics)
-    ]
+    return tiny_documents(Document)
