@@ -20,10 +20,9 @@ from typing import Any
 
 import numpy as np
 
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks._common import SQUAD_DEV, finish_result, machine, model_id, pyplot, save_figure  # noqa: E402
+from benchmarks._common import SQUAD_DEV, finish_result, machine, model_id, pyplot, save_figure
 
 VALIDATION_PARAGRAPHS = 427
 

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks._common import SQUAD_DEV, machine, percentiles, pyplot, save_figure, squad_passages, write_result

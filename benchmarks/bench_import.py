@@ -27,7 +27,6 @@ COMMANDS = {"import dphr_haystack": ["-c", "import dphr_haystack"], "dphr --help
 def _run(checkout: Path, args: list[str]) -> tuple[float, float]:
     """Wall seconds and peak RSS (MiB) of one fresh interpreter running ``args`` against ``checkout``."""
     env = {**os.environ, "PYTHONPATH": str(checkout), "HAYSTACK_TELEMETRY_ENABLED": "False"}
-    env.pop("DPHR_HAYSTACK_NODES", None)
     started = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, *args], cwd=checkout, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE

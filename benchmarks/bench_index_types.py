@@ -30,7 +30,6 @@ from pathlib import Path
 
 import numpy as np
 
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks._common import ROOT, SQUAD_DEV, finish_result, machine, percentiles, pyplot, save_figure, write_result

@@ -21,7 +21,6 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks._common import finish_result, machine, pyplot, save_figure

@@ -45,8 +45,6 @@ from pathlib import Path
 
 import numpy as np
 
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
-
 from benchmarks._common import RESULTS, finish_result, machine, percentiles, pyplot, save_figure, write_result
 from dphr_haystack.index import structures as it
 from dphr_haystack.index.backends import TorchFlatSearch

@@ -18,8 +18,6 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
-
 import yaml
 
 from benchmarks._common import RESULTS, ROOT, machine, pyplot, save_figure, write_result
@@ -67,7 +65,6 @@ def run(out: Path, rc: dict, steps: int, batch: int, nproc: int) -> dict:
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
-        "DPHR_HAYSTACK_NODES": "0",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "HAYSTACK_TELEMETRY_ENABLED": "False",

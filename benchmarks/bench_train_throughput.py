@@ -20,7 +20,6 @@ import time
 from dataclasses import replace
 from typing import Any
 
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks._common import SQUAD_TRAIN, finish_result, machine, pyplot, save_figure

@@ -18,10 +18,10 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from haystack import Document, Pipeline  # noqa: E402
+from haystack import Document, Pipeline
 
-from dphr_haystack import DEFAULT_MODEL  # noqa: E402
-from dphr_haystack.haystack2 import ALLOWED_MODULES, PhraseDocumentStore  # noqa: E402
+from dphr_haystack import DEFAULT_MODEL
+from dphr_haystack.haystack2 import ALLOWED_MODULES, PhraseDocumentStore
 
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines" / "haystack2"
 SAMPLE = [

@@ -29,10 +29,8 @@ from typing import Any
 
 import numpy as np
 
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
-
-from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher  # noqa: E402
-from dphr_haystack.confidence import (  # noqa: E402
+from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
+from dphr_haystack.confidence import (
     CONFIDENCE_DEPTH,
     auroc,
     confidence_features,
@@ -40,10 +38,10 @@ from dphr_haystack.confidence import (  # noqa: E402
     fit_calibration,
     reliability,
 )
-from dphr_haystack.evaluation import exact_match  # noqa: E402
+from dphr_haystack.evaluation import exact_match
 
-from .data import RCData, RCExample, load_squad  # noqa: E402
-from .validation import unique_questions  # noqa: E402
+from .data import RCData, RCExample, load_squad
+from .validation import unique_questions
 
 logger = logging.getLogger(__name__)
 DEFAULT_DEV = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "squad" / "dev-v1.1-public.json.gz"

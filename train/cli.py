@@ -12,7 +12,6 @@ import os
 import sys
 from collections.abc import Sequence
 
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")  # training needs no Haystack nodes
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 

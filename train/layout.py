@@ -14,7 +14,6 @@ import argparse
 import copy
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,7 +23,6 @@ import torch
 
 from dphr_haystack.model.phrase_model import PhraseModel
 
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 logger = logging.getLogger(__name__)
 
 

@@ -38,17 +38,17 @@ def load_qa_model(path: str | Path) -> torch.nn.Module:
         raise ModelLoadError(f"teacher directory {path} has no config.json")
     try:
         config = transformers.AutoConfig.from_pretrained(str(path))
-    except Exception as exc:  # noqa: BLE001 - a damaged config raises anything
+    except Exception as exc:
         raise ModelLoadError(f"cannot read the teacher config in {path}: {exc}") from exc
     if (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file():
         try:
             model = transformers.AutoModelForQuestionAnswering.from_pretrained(str(path), use_safetensors=True)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise ModelLoadError(f"cannot load the teacher in {path}: {exc}") from exc
     elif (path / "pytorch_model.bin").is_file():
         try:
             state = torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - torch raises many types for refused or corrupt files
+        except Exception as exc:
             raise ModelLoadError(
                 f"refused to load {path / 'pytorch_model.bin'}: not a plain tensor checkpoint ({exc})"
             ) from exc

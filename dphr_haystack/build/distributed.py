@@ -133,11 +133,9 @@ def dump_distributed(
     _atomic_json(out / STATUS_FILE, {"state": "running", "num_workers": num_workers, "started": time.time()})
     started_here = False
     if not ray.is_initialized():
-        # Workers only encode: skip importing the Haystack layer there (DPHR_HAYSTACK_NODES=0).
         init = {
             "include_dashboard": False,
             "log_to_driver": False,
-            "runtime_env": {"env_vars": {"DPHR_HAYSTACK_NODES": "0"}},
             **(ray_init or {}),
         }
         ray.init(address=address, **init)
@@ -164,7 +162,7 @@ def dump_distributed(
         for w, ref in refs.items():
             try:
                 results[w] = ray.get(ref)
-            except Exception as exc:  # noqa: BLE001 - Ray wraps worker deaths and task errors in several types
+            except Exception as exc:
                 failures[w] = exc
         if failures:
             w, exc = next(iter(failures.items()))

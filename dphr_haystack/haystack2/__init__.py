@@ -11,13 +11,13 @@ import os
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
-from pathlib import Path  # noqa: E402
+from pathlib import Path
 
-from haystack import Pipeline  # noqa: E402
+from haystack import Pipeline
 
-from .document_store import PhraseDocumentStore  # noqa: E402
-from .indexer import PhraseIndexer  # noqa: E402
-from .retriever import PhraseRetriever  # noqa: E402
+from .document_store import PhraseDocumentStore
+from .indexer import PhraseIndexer
+from .retriever import PhraseRetriever
 
 ALLOWED_MODULES = ["dphr_haystack.haystack2"]
 

@@ -142,7 +142,7 @@ class PhraseModel(nn.Module):
             tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), use_fast=True)
         except (KeyboardInterrupt, SystemExit):
             raise
-        except BaseException as exc:  # noqa: BLE001 - damaged files raise anything, the Rust tokenizer even panics
+        except BaseException as exc:
             raise ModelLoadError(f"cannot read encoder config or tokenizer in {path}: {exc}") from exc
         _check_fast(tokenizer, path)
         state = read_weights(path)
@@ -171,7 +171,7 @@ class PhraseModel(nn.Module):
             raw.pop("architectures", None)
             raw.setdefault("model_type", "bert")
             enc_config = transformers.AutoConfig.for_model(**raw)
-        except Exception as exc:  # noqa: BLE001 - a damaged config.json raises anything (not a dict, bad values)
+        except Exception as exc:
             raise ModelLoadError(f"cannot read {path / 'config.json'}: {exc}") from exc
         tok_source = str(tokenizer) if tokenizer is not None else str(path)
         try:
@@ -181,7 +181,7 @@ class PhraseModel(nn.Module):
             tok = transformers.AutoTokenizer.from_pretrained(tok_source, use_fast=True)
         except (KeyboardInterrupt, SystemExit):
             raise
-        except BaseException as exc:  # noqa: BLE001 - tokenizers raises plain Exception (or panics) on damaged files
+        except BaseException as exc:
             raise ModelLoadError(
                 f"no tokenizer for {path}: DensePhrases checkpoints ship none; pass tokenizer=<path to the "
                 f"SpanBERT/spanbert-base-cased tokenizer> ({exc})"
@@ -189,7 +189,7 @@ class PhraseModel(nn.Module):
         _check_fast(tok, tok_source)
         try:
             state = torch.load(weights, map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - torch raises many types for refused or corrupt files
+        except Exception as exc:
             raise ModelLoadError(f"refused to load {weights}: not a plain tensor checkpoint ({exc})") from exc
         if not isinstance(state, dict):
             raise ModelLoadError(f"{weights}: expected a state dict, got {type(state).__name__}")
@@ -242,7 +242,7 @@ class PhraseModel(nn.Module):
             model = cls._from_encoder_config(enc_config, tokenizer, config)
         except ModelLoadError:
             raise
-        except Exception as exc:  # noqa: BLE001 - a bad config value fails anywhere inside transformers
+        except Exception as exc:
             raise ModelLoadError(f"{source}: the encoder config cannot build a model ({exc})") from exc
         model._load_state(state, source=source)
         max_positions = getattr(enc_config, "max_position_embeddings", None)
@@ -260,7 +260,7 @@ class PhraseModel(nn.Module):
             model.encode_passages([probe], [probe])
         except ModelLoadError as exc:
             raise ModelLoadError(f"{source}: {exc}") from exc
-        except Exception as exc:  # noqa: BLE001 - a config value that only fails in forward
+        except Exception as exc:
             raise ModelLoadError(f"{source}: the loaded model fails a test forward pass ({exc})") from exc
         return model
 
@@ -541,7 +541,7 @@ def _download(name: str) -> Path:
         from huggingface_hub import snapshot_download
 
         return Path(snapshot_download(name))
-    except Exception as exc:  # noqa: BLE001 - the hub client raises many error types (offline, 404, auth)
+    except Exception as exc:
         raise ModelLoadError(
             f"phrase model {name!r} is not a local directory ({Path(name).resolve()} does not "
             f"exist) and could not be fetched from the Hugging Face hub: {exc}"

@@ -264,5 +264,5 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     safetensors_torch = require("safetensors.torch")
     try:
         return safetensors_torch.load_file(str(path))
-    except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
+    except Exception as exc:
         raise ModelLoadError(f"cannot read {path}: corrupted or not a safetensors file ({exc})") from exc

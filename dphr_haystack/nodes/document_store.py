@@ -554,7 +554,7 @@ def _checked_documents(documents, field_map: dict) -> list[Document]:
         if isinstance(doc, dict):
             try:
                 doc = Document.from_dict(copy.deepcopy(doc), field_map=field_map)
-            except Exception as exc:  # noqa: BLE001 - Haystack raises anything on a malformed dict
+            except Exception as exc:
                 raise DocumentStoreError(f"document {position} is not a valid Haystack document: {exc}") from exc
         if not isinstance(doc, Document):
             raise DocumentStoreError(f"document {position} is a {type(doc).__name__}, not a Document or dict")

@@ -117,7 +117,7 @@ def read_items(file: Path, parse) -> list:
                     continue
                 try:
                     items.append(parse(line))
-                except Exception as exc:  # noqa: BLE001 - Haystack's from_json raises anything on bad input
+                except Exception as exc:
                     raise DocumentStoreError(f"{file}:{line_no} is corrupted: {type(exc).__name__}: {exc}") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise DocumentStoreError(f"cannot read {file}: {exc}") from exc

@@ -134,7 +134,7 @@ def _child(job: dict) -> None:
         torch.set_num_threads(1)
         _arm(job.get("kill_at"), counter)
         code = JOBS[job["kind"]](**job["args"])
-    except BaseException:  # noqa: BLE001 - reported through the exit code and the log
+    except BaseException:
         traceback.print_exc()
         code = 4
     finally:
@@ -148,7 +148,7 @@ def _child(job: dict) -> None:
 def zygote_main() -> None:
     import torch  # noqa: F401  (imported once, before any fork)
 
-    import dphr_haystack.cli  # noqa: F401
+    import dphr_haystack.cli
     import dphr_haystack.nodes  # noqa: F401
 
     print(json.dumps({"ready": True}), flush=True)

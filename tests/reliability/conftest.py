@@ -14,8 +14,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from tests.conftest import SQUAD_DEV, load_squad_paragraphs  # noqa: E402
-from tests.reliability import _fuzz  # noqa: E402
+from tests.conftest import SQUAD_DEV, load_squad_paragraphs
+from tests.reliability import _fuzz
 
 
 @pytest.fixture(autouse=True)

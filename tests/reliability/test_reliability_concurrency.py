@@ -35,7 +35,7 @@ def _run_threads(worker, n: int = THREADS) -> list[BaseException]:
         try:
             barrier.wait()
             worker(no)
-        except BaseException as exc:  # noqa: BLE001 - collected and reported by the test
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(no,)) for no in range(n)]

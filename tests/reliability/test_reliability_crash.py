@@ -137,7 +137,7 @@ def test_dphr_cli_process_sigkilled_mid_index_resumes(
         "cpu",
         "--no-progress",
     ]
-    env = dict(os.environ, DPHR_HAYSTACK_NODES="0", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     committed = 0
     deadline = time.monotonic() + 120

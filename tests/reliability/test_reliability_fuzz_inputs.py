@@ -28,9 +28,9 @@ from tests.reliability._checks import (
 
 pytest.importorskip("haystack")
 
-from haystack.schema import Document  # noqa: E402
+from haystack.schema import Document
 
-from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever, load_pipeline  # noqa: E402
+from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever, load_pipeline
 
 UNITS = st.sampled_from(["phrase", "passage", "document"])
 NON_STRINGS = st.one_of(st.none(), st.integers(), st.binary(max_size=8), st.lists(st.text(max_size=3), max_size=2))
@@ -142,7 +142,7 @@ def test_corpus_records(fuzz_profile, fuzz_log, tiny_model, tmp_path):
 def _document(content, content_type, doc_id, meta):
     try:
         return Document(content=content, content_type=content_type, id=doc_id, meta=meta)
-    except Exception:  # noqa: BLE001 - Haystack's own constructor refusing the test input is not under test
+    except Exception:
         return None
 
 

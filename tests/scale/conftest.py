@@ -55,7 +55,6 @@ def ray_cluster():
         configure_logging=False,
         runtime_env={
             "env_vars": {
-                "DPHR_HAYSTACK_NODES": "0",
                 "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1",
                 "HAYSTACK_TELEMETRY_ENABLED": "False",

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
-
-from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher  # noqa: E402
-from train.calibrate import calibrate, write_calibrated  # noqa: E402
-from train.data import RCData, RCExample, load_squad  # noqa: E402
+from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
+from train.calibrate import calibrate, write_calibrated
+from train.data import RCData, RCExample, load_squad
 
 pytestmark = pytest.mark.unit
 

@@ -19,11 +19,9 @@ import pytest
 import torch
 import yaml
 
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
-
-from train.data import PassageWindows, build_features, load_squad  # noqa: E402
-from train.filter import FilterTask  # noqa: E402
-from train.tasks import RCTask  # noqa: E402
+from train.data import PassageWindows, build_features, load_squad
+from train.filter import FilterTask
+from train.tasks import RCTask
 
 REPO = Path(__file__).resolve().parents[2]
 PER_RANK_BATCH = 4
@@ -72,7 +70,6 @@ def test_torchrun_two_cpu_ranks_match_one_process_with_the_global_batch(tmp_path
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
-        "DPHR_HAYSTACK_NODES": "0",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "HAYSTACK_TELEMETRY_ENABLED": "False",

@@ -4,16 +4,13 @@ default."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
-
-from dphr_haystack import PhraseModel, PhraseModelConfig  # noqa: E402
-from dphr_haystack.errors import InvalidParameterError, ModelLoadError  # noqa: E402
-from train.filter import choose_threshold, store_filter_threshold  # noqa: E402
-from train.recipes import load_recipe  # noqa: E402
+from dphr_haystack import PhraseModel, PhraseModelConfig
+from dphr_haystack.errors import InvalidParameterError, ModelLoadError
+from train.filter import choose_threshold, store_filter_threshold
+from train.recipes import load_recipe
 
 pytestmark = pytest.mark.unit
 

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 
 import numpy as np
 import pytest
 import torch
 
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
-
-from dphr_haystack.model.phrase_model import PhraseModel  # noqa: E402
-from train.layout import main, to_shared_layout  # noqa: E402
+from dphr_haystack.model.phrase_model import PhraseModel
+from train.layout import main, to_shared_layout
 
 pytestmark = pytest.mark.unit
 

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
-
-from train.data import PassageWindows, build_features, collate, load_squad, per_question  # noqa: E402
-from train.losses import UnifiedLoss  # noqa: E402
-from train.tasks import RCTask, epoch_order  # noqa: E402
+from train.data import PassageWindows, build_features, collate, load_squad, per_question
+from train.losses import UnifiedLoss
+from train.tasks import RCTask, epoch_order
 
 pytestmark = pytest.mark.unit
 

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
-
-from dphr_haystack.evaluation import contains_answer, normalize_answer  # noqa: E402
-from train.data import PassageWindows, build_features, collate, load_squad  # noqa: E402
-from train.filter import average_precision  # noqa: E402
-from train.recipes import load_recipe  # noqa: E402
-from train.tasks import RCTask  # noqa: E402
-from train.trainer import STATE_FILE, TrainArgs, Trainer, linear_schedule  # noqa: E402
+from dphr_haystack.evaluation import contains_answer, normalize_answer
+from train.data import PassageWindows, build_features, collate, load_squad
+from train.filter import average_precision
+from train.recipes import load_recipe
+from train.tasks import RCTask
+from train.trainer import STATE_FILE, TrainArgs, Trainer, linear_schedule
 
 pytestmark = pytest.mark.unit
 

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 import yaml
 
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
-
-from dphr_haystack.errors import ModelMismatchError  # noqa: E402
-from dphr_haystack.index.phrase_index import PhraseIndex  # noqa: E402
-from dphr_haystack.model.phrase_model import PhraseModel  # noqa: E402
-from train.data import load_squad  # noqa: E402
-from train.recipes import load_recipe, run_stage  # noqa: E402
+from dphr_haystack.errors import ModelMismatchError
+from dphr_haystack.index.phrase_index import PhraseIndex
+from dphr_haystack.model.phrase_model import PhraseModel
+from train.data import load_squad
+from train.recipes import load_recipe, run_stage
 
 pytestmark = pytest.mark.unit
 

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 
 import pytest
 import torch
-
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
 
 pytestmark = pytest.mark.integration
 

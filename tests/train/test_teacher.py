@@ -9,12 +9,10 @@ import pickle
 import pytest
 import torch
 
-os.environ.setdefault("DPHR_HAYSTACK_NODES", "0")
-
-from dphr_haystack.errors import ModelLoadError  # noqa: E402
-from train.data import PassageWindows, build_features, collate, load_squad  # noqa: E402
-from train.tasks import RCTask  # noqa: E402
-from train.teacher import MASKED_LOGIT, CrossEncoderTeacher, load_qa_model  # noqa: E402
+from dphr_haystack.errors import ModelLoadError
+from train.data import PassageWindows, build_features, collate, load_squad
+from train.tasks import RCTask
+from train.teacher import MASKED_LOGIT, CrossEncoderTeacher, load_qa_model
 
 pytestmark = pytest.mark.unit
 
