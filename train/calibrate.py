@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import random
 import shutil
 import sys
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
+from dphr_haystack._util.atomic import write_file_atomic
 from dphr_haystack.confidence import (
     CONFIDENCE_DEPTH,
     auroc,
@@ -122,9 +122,7 @@ def write_calibrated(model_dir: Path, out: Path, calibration: dict[str, Any]) ->
     config_path = out / "dphr_config.json"
     config = json.loads(config_path.read_text())
     config["calibration"] = calibration
-    tmp = config_path.with_name(f".{config_path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, config_path)
+    write_file_atomic(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def plot_reliability(report: dict[str, Any], path: Path) -> None:
