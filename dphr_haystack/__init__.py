@@ -15,6 +15,7 @@ from typing import Any
 
 from .errors import (
     CorpusFormatError,
+    DirectoryLockedError,
     DphrError,
     EmptyCorpusError,
     IndexLoadError,
@@ -66,6 +67,7 @@ _NODES = (
 
 __all__ = [
     "CorpusFormatError",
+    "DirectoryLockedError",
     "DphrError",
     "EmptyCorpusError",
     "IndexLoadError",

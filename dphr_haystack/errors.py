@@ -37,3 +37,7 @@ class ModelMismatchError(DphrError, ValueError):
 
 class DistributedDumpError(DphrError, RuntimeError):
     """A distributed dump worker failed after its retries (complete shards are kept: re-run to resume)."""
+
+
+class DirectoryLockedError(DphrError, RuntimeError):
+    """Another writer holds an index or store directory and did not let go within the lock timeout."""

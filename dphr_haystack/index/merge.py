@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._util.lock import WriterLock, lock_file_for
 from ..build.dump import PhraseShard, list_shards
 from ..errors import IndexLoadError, InvalidParameterError, ModelMismatchError
 from .codec import VectorCodec
@@ -46,40 +47,46 @@ def merge_dump(
     if model is not None and model.phrase_fingerprint() != settings["model_fingerprint"]:
         raise ModelMismatchError(f"{dump_dir}: the dump was made with another phrase encoder than the given model")
     first = json.loads((shards[0] / "shard.json").read_text())
-    building = None
-    if path is not None:
-        path = Path(path)
+
+    def build(target: Path | None) -> PhraseIndex:
+        index = cls._create(
+            int(settings["dim"]),
+            settings["model_fingerprint"],
+            dict(settings["model_config"]),
+            target,
+            faiss_factory="Flat",
+            filter_threshold=settings.get("filter_threshold"),
+            dtype=settings.get("dtype", "float16"),
+            model_path=model_path,
+            codec=VectorCodec(**first["codec"]),
+        )
+        index._faiss, index._flat_search = None, "mmap"
+        for shard_dir in tqdm(shards, desc="merging shards", unit="shard", disable=not progress):
+            index._append_shard(PhraseShard.load(shard_dir), merging=True)
+        index._commit()
+        index._flat_search = flat_search
+        if is_flat(faiss_factory):
+            index._load_faiss()
+        else:
+            index.reindex(faiss_factory, on_disk=on_disk, progress=progress, **reindex_options)
+        return index
+
+    if path is None:
+        return build(None)
+    path = Path(path)
+    with WriterLock(path).hold():  # another writer of ``path`` (a second merge, an add) waits or fails
         remove_uncommitted_files(path)  # a create killed before its first commit leaves only these
         if path.exists() and any(path.iterdir()):
             raise InvalidParameterError(f"{path} exists and is not empty; choose another path")
         building = path.with_name(f".{path.name}.building-{os.getpid()}")
         shutil.rmtree(building, ignore_errors=True)
-    index = cls._create(
-        int(settings["dim"]),
-        settings["model_fingerprint"],
-        dict(settings["model_config"]),
-        building,
-        faiss_factory="Flat",
-        filter_threshold=settings.get("filter_threshold"),
-        dtype=settings.get("dtype", "float16"),
-        model_path=model_path,
-        codec=VectorCodec(**first["codec"]),
-    )
-    index._faiss, index._flat_search = None, "mmap"
-    for shard_dir in tqdm(shards, desc="merging shards", unit="shard", disable=not progress):
-        index._append_shard(PhraseShard.load(shard_dir), merging=True)
-    index._commit()
-    index._flat_search = flat_search
-    if is_flat(faiss_factory):
-        index._load_faiss()
-    else:
-        index.reindex(faiss_factory, on_disk=on_disk, progress=progress, **reindex_options)
-    if building is None:
-        return index
-    del index
-    if path.exists():
-        path.rmdir()
-    os.replace(building, path)
+        try:
+            build(building)
+        finally:
+            lock_file_for(building).unlink(missing_ok=True)
+        if path.exists():
+            path.rmdir()
+        os.replace(building, path)
     return cls.load(path, flat_search=flat_search)
 
 

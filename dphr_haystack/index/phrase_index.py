@@ -17,12 +17,15 @@ appending, then atomically replacing ``manifest.json``; a crash before that leav
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
 import os
 import shutil
 import time
-from collections.abc import Iterable, Sequence
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,7 @@ import numpy as np
 
 from .._util import atomic as _atomic
 from .._util.lazy import require
+from .._util.lock import WriterLock
 from .._util.memory import release_free_memory
 from ..build.corpus import CorpusStats, Passage, read_corpus
 from ..build.dump import TOKEN_DTYPE, PhraseShard, chunked, encode_shard
@@ -54,6 +58,27 @@ from .storage import (
 logger = logging.getLogger(__name__)
 
 DUPLICATE_POLICIES = ("fail", "skip", "overwrite")
+_LOAD_ATTEMPTS = 5  # loads retried when a writer committed while they read (see PhraseIndex.load)
+
+
+def _writes(method):
+    """Method decorator: run as one write transaction of the index (see :meth:`PhraseIndex._writing`)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._writing():
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+def _stamp(file: Path) -> tuple[int, int, int] | None:
+    """Identity of a committed manifest (every commit renames a new file into place), None when absent."""
+    try:
+        info = os.stat(file)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_mtime_ns, info.st_size)
 
 
 class PhraseIndex:
@@ -62,6 +87,13 @@ class PhraseIndex:
     Thread safety: any number of threads may search one index at once; adding or deleting passages while
     other threads search it needs a lock around both (PhraseDocumentStore holds one).
 
+    Processes: an index on disk has one writer at a time. Every write (``add_passages`` chunk by chunk,
+    ``add_shard``, deletions, ``reindex``, ``set_search_params``) takes an exclusive inter-process lock on the
+    directory (a second writer waits up to ``lock_timeout`` seconds, then gets a
+    :class:`~dphr_haystack.errors.DirectoryLockedError` naming the holder), catches up with what other writers
+    committed, writes and commits. Loading and searching never write and never wait for writers;
+    :meth:`refresh` catches a loaded index up with later commits.
+
     Example:
         >>> index = PhraseIndex.create(model)                      # in memory, flat inner product
         >>> index.add_passages("corpus.jsonl")
@@ -69,9 +101,11 @@ class PhraseIndex:
         >>> index = PhraseIndex.load("my-index", model=model)      # checks the model fingerprint
     """
 
-    def __init__(self, manifest: dict[str, Any], path: Path | None) -> None:
+    def __init__(self, manifest: dict[str, Any], path: Path | None, lock_timeout: float | None = None) -> None:
         self.manifest = manifest
         self.path = path
+        self._writer = WriterLock(path, lock_timeout) if path is not None else None
+        self._stamp: tuple[int, int, int] | None = None  # the committed manifest this object reflects
         self.codec = VectorCodec(**manifest["codec"])
         self.dim = int(manifest["dim"])
         cols = manifest.get("counts", {})
@@ -84,6 +118,7 @@ class PhraseIndex:
         self._num_tokens = np.zeros(0, np.int64)
         self.deleted = np.zeros(0, dtype=bool)
         self._live_by_id: dict[str, int] = {}
+        self._hidden: dict[str, int] = {}  # passages left out of results by this object only (hide_passages)
         self._faiss = None
         self._passage_bytes = int(manifest.get("passages_bytes", 0))
         self._flat_search = "faiss"  # or "mmap": exact torch top-k over vectors.bin, no in-RAM FAISS flat
@@ -101,8 +136,11 @@ class PhraseIndex:
         dtype: str = "float16",
         model_path: str | None = None,
         codec: VectorCodec | None = None,
+        lock_timeout: float | None = None,
     ) -> PhraseIndex:
-        """A new, empty index for ``model``'s phrase vectors; on disk at ``path`` (must not exist) or in memory."""
+        """A new, empty index for ``model``'s phrase vectors; on disk at ``path`` (must not exist) or in memory.
+
+        ``lock_timeout``: how long this object's writes wait for another writer of ``path`` (see the class)."""
         return cls._create(
             model.hidden_size,
             model.phrase_fingerprint(),
@@ -113,6 +151,7 @@ class PhraseIndex:
             dtype=dtype,
             model_path=model_path,
             codec=codec,
+            lock_timeout=lock_timeout,
         )
 
     @classmethod
@@ -127,6 +166,7 @@ class PhraseIndex:
         dtype: str,
         model_path: str | None,
         codec: VectorCodec | None,
+        lock_timeout: float | None = None,
     ) -> PhraseIndex:
         """:meth:`create` from what it needs of a model: its dimension, phrase fingerprint and config."""
         faiss = require("faiss")
@@ -152,34 +192,59 @@ class PhraseIndex:
             "faiss_file": None,
             "checksums": {},
             "created": time.time(),
+            "uid": uuid.uuid4().hex,
         }
-        if path is not None:
-            path = Path(path)
-            remove_uncommitted_files(path)  # a create killed before its first commit leaves only these
-            if path.exists() and any(path.iterdir()):
-                raise InvalidParameterError(f"{path} exists and is not empty; load it or choose another path")
-            path.mkdir(parents=True, exist_ok=True)
-        index = cls(manifest, path)
+        index = cls(manifest, Path(path) if path is not None else None, lock_timeout)
         index._faiss = faiss.index_factory(index.dim, faiss_factory, faiss.METRIC_INNER_PRODUCT)
-        if path is not None:
-            index._commit()
+        if index._writer is not None:
+            with index._writer.hold():  # two creators of one path: the second finds it not empty
+                remove_uncommitted_files(index.path)  # a create killed before its first commit leaves only these
+                if index.path.exists() and any(index.path.iterdir()):
+                    raise InvalidParameterError(
+                        f"{index.path} exists and is not empty; load it or choose another path"
+                    )
+                index.path.mkdir(parents=True, exist_ok=True)
+                index._commit()
         return index
 
     @classmethod
     def load(
-        cls, path: str | Path, model=None, verify: bool = True, flat_search: str = "faiss", device: str = "cpu"
+        cls,
+        path: str | Path,
+        model=None,
+        verify: bool = True,
+        flat_search: str = "faiss",
+        device: str = "cpu",
+        lock_timeout: float | None = None,
     ) -> PhraseIndex:
         """Open an index directory. With ``model``, its phrase fingerprint must match the index's.
 
         ``flat_search="mmap"`` searches a flat index by exact torch top-k over the memory-mapped vectors
         instead of rebuilding an in-RAM FAISS flat (for indexes larger than RAM); ``device`` places the
-        search (see :meth:`to`).
+        search (see :meth:`to`); ``lock_timeout`` is how long this object's writes wait for another writer.
+        Loading never writes to the directory. A load that overlaps a commit of another process is retried.
         """
         if flat_search not in ("faiss", "mmap"):
             raise InvalidParameterError(f"flat_search={flat_search!r}; valid: faiss, mmap")
         path = Path(path)
+        for attempt in range(_LOAD_ATTEMPTS):
+            stamp = _stamp(path / MANIFEST)
+            try:
+                index = cls._load_once(path, model, verify, flat_search, lock_timeout)
+            except IndexLoadError:
+                if attempt + 1 == _LOAD_ATTEMPTS or _stamp(path / MANIFEST) == stamp:
+                    raise  # not a commit racing the read: the directory is damaged
+                continue
+            index._stamp = stamp
+            break
+        if device != "cpu":
+            index.to(device)
+        return index
+
+    @classmethod
+    def _read_manifest(cls, path: Path) -> dict[str, Any]:
+        """The checked manifest of the index directory ``path``."""
         manifest_path = path / MANIFEST
-        _atomic.recover_directory(path)  # a save() killed mid-swap (platforms without an atomic exchange)
         if not manifest_path.is_file():
             raise IndexLoadError(f"{manifest_path} not found: not a phrase index directory")
         try:
@@ -194,6 +259,14 @@ class PhraseIndex:
                 f"this library reads version {INDEX_FORMAT_VERSION}: rebuild the index"
             )
         check_manifest(manifest, manifest_path)
+        return manifest
+
+    @classmethod
+    def _load_once(cls, path: Path, model, verify: bool, flat_search: str, lock_timeout: float | None) -> PhraseIndex:
+        _atomic.recover_directory(path)  # only when the directory is missing: a save() killed mid-swap (platforms
+        # without an atomic exchange); an existing directory is never written by a load
+        manifest = cls._read_manifest(path)
+        manifest_path = path / MANIFEST
         if model is not None and model.hidden_size != manifest["dim"]:
             raise ModelMismatchError(
                 f"{manifest_path}: the index holds {manifest['dim']}-dimensional vectors, the "
@@ -205,23 +278,131 @@ class PhraseIndex:
                 f"{manifest['model_fingerprint'][:12]}…, given model {model.phrase_fingerprint()[:12]}…)"
             )
         try:
-            index = cls(manifest, path)
+            index = cls(manifest, path, lock_timeout)
             index._flat_search = flat_search
             index._check_files(verify)
             index._read_passages()
-            tomb = index._tombstones.view()
-            index.deleted[tomb] = True
-            for pid, row in list(index._live_by_id.items()):
-                if index.deleted[row]:
-                    del index._live_by_id[pid]
+            index._apply_tombstones(0)
             index._load_faiss()
         except DphrError:
             raise
         except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, RuntimeError) as exc:
             raise IndexLoadError(f"{path} is corrupted: {type(exc).__name__}: {exc}") from exc
-        if device != "cpu":
-            index.to(device)
+        except FileNotFoundError as exc:  # a file a concurrent commit replaced
+            raise IndexLoadError(f"{path}: {exc}") from exc
         return index
+
+    def _apply_tombstones(self, start: int) -> None:
+        """Mark the passages of tombstones ``start:`` deleted."""
+        tomb = self._tombstones.view()[start:]
+        self.deleted[tomb] = True
+        self._forget_rows(tomb)
+
+    def _forget_rows(self, rows: Iterable[int]) -> None:
+        """Drop deleted rows from the id look-ups (a newer row with the same id stays)."""
+        for row in rows:
+            pid = self.passages[row]["id"]
+            if self._live_by_id.get(pid) == row:
+                del self._live_by_id[pid]
+            if self._hidden.get(pid) == row:
+                del self._hidden[pid]
+
+    # ----------------------------------------------------------------- other writers
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One write transaction: hold the directory's writer lock, catch up with other writers' commits, write.
+
+        In-memory indexes have no directory and no lock. Re-entrant: a write inside a write runs in the same
+        transaction.
+        """
+        if self._writer is None:
+            yield
+            return
+        with self._writer.hold() as first:
+            if first:
+                self.refresh()
+            yield
+
+    def refresh(self) -> bool:
+        """Catch up with what other writers committed to this directory since it was loaded or last refreshed.
+
+        Appended passages and deletions are read incrementally; anything else (a reindex, a replaced directory)
+        reloads the index. Returns whether anything changed. Never writes.
+        """
+        if self.path is None:
+            return False
+        for attempt in range(_LOAD_ATTEMPTS):
+            stamp = _stamp(self.path / MANIFEST)
+            if stamp == self._stamp:
+                return False
+            try:
+                fresh = self._read_manifest(self.path)
+                if self._extended_by(fresh):
+                    self._catch_up(fresh)
+                else:
+                    self._adopt(PhraseIndex._load_once(self.path, None, False, self._flat_search, None))
+            except IndexLoadError:
+                if attempt + 1 == _LOAD_ATTEMPTS or _stamp(self.path / MANIFEST) == stamp:
+                    raise
+                continue
+            self._stamp = stamp
+            return True
+        return False
+
+    def _extended_by(self, fresh: dict[str, Any]) -> bool:
+        """Whether ``fresh`` is this index's manifest with only passages and tombstones appended."""
+        mine, counts = self.manifest, fresh["counts"]
+        same = all(
+            fresh.get(key) == mine.get(key)
+            for key in ("uid", "created", "dim", "faiss_factory", "faiss_generation", "model_fingerprint")
+        )
+        return (
+            same
+            and (fresh["codec"] == mine["codec"] or len(self) == 0)
+            and counts["vectors"] >= len(self)
+            and counts["passages"] >= self.num_passages
+            and counts["tombstones"] >= self._tombstones.length
+            and fresh["passages_bytes"] >= self._passage_bytes
+        )
+
+    def _catch_up(self, fresh: dict[str, Any]) -> None:
+        """Read the passages, vectors and tombstones other writers appended (``fresh`` extends this index)."""
+        old_vectors, old_tombstones, old_bytes = len(self), self._tombstones.length, self._passage_bytes
+        counts = fresh["counts"]
+        previous = self.manifest
+        self.manifest, self.codec = fresh, VectorCodec(**fresh["codec"])
+        self._vectors.dtype = np.dtype(self.codec.numpy_dtype)
+        for column, length in (
+            (self._vectors, counts["vectors"]),
+            (self._tokens, counts["vectors"]),
+            (self._tombstones, counts["tombstones"]),
+        ):
+            column.length, column._cache = length, None
+        self._passage_bytes = fresh["passages_bytes"]
+        self._check_files(False)
+        records = self._read_passage_records(old_bytes, fresh["passages_bytes"])
+        rows = self._tokens.view()["passage"][old_vectors:]
+        first = self.num_passages
+        if len(rows) and (rows[0] < first or rows[-1] >= first + len(records) or np.any(np.diff(rows) < 0)):
+            raise IndexLoadError(f"{self.path / FILES['tokens']} is corrupted: appended token rows out of order")
+        if first + len(records) != counts["passages"]:
+            raise IndexLoadError(f"{self.path / FILES['passages']}: appended passages do not match the manifest")
+        self._register_passages(records, np.bincount(rows - first, minlength=len(records))[: len(records)])
+        self._apply_tombstones(old_tombstones)
+        if fresh.get("faiss_file") != previous.get("faiss_file") and fresh.get("faiss_file"):
+            self._load_faiss()  # the writer saved its trained structure with the new vectors
+        elif self._faiss is not None:
+            self._faiss_add(self._vectors.view()[old_vectors:])
+        if self._search is not None:
+            self._search = self._make_search(self._device)
+
+    def _adopt(self, other: PhraseIndex) -> None:
+        """Take over the state of a fresh load of this directory (keeping this object's lock and device)."""
+        writer, device, search = self._writer, self._device, self._search
+        self.__dict__.update(other.__dict__)
+        self._writer = writer
+        if search is not None or device != "cpu":
+            self.to(device)
 
     def _check_files(self, verify: bool) -> None:
         assert self.path is not None
@@ -243,23 +424,21 @@ class PhraseIndex:
                 if sha256_prefix(file, expected[key]) != digest:
                     raise IndexLoadError(f"{file} is corrupted: its checksum does not match {MANIFEST}")
 
-    def _read_passages(self) -> None:
+    def _read_passage_records(self, start: int, end: int) -> list[dict[str, Any]]:
+        """The passage records stored in bytes ``start:end`` of ``passages.jsonl``, checked."""
         assert self.path is not None
         file = self.path / FILES["passages"]
         data = b""
-        if self._passage_bytes:  # no file yet before the first passage (an index killed right after create)
+        if end > start:  # no file yet before the first passage (an index killed right after create)
             with file.open("rb") as handle:
-                data = handle.read(self._passage_bytes)
+                handle.seek(start)
+                data = handle.read(end - start)
         records = []
         for line_no, line in enumerate(data.splitlines(), 1):
             try:
                 records.append(json.loads(line))
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 raise IndexLoadError(f"{file}:{line_no} is corrupted: {exc}") from exc
-        if len(records) != self.manifest["counts"]["passages"]:
-            raise IndexLoadError(
-                f"{file}: {len(records)} passages, manifest says {self.manifest['counts']['passages']}"
-            )
         if not all(
             isinstance(r, dict)
             and all(isinstance(r.get(k), str) for k in ("id", "document_id", "text"))
@@ -268,6 +447,16 @@ class PhraseIndex:
             for r in records
         ):
             raise IndexLoadError(f"{file} is corrupted: every line must be a passage object (id, document_id, text)")
+        return records
+
+    def _read_passages(self) -> None:
+        assert self.path is not None
+        file = self.path / FILES["passages"]
+        records = self._read_passage_records(0, self._passage_bytes)
+        if len(records) != self.manifest["counts"]["passages"]:
+            raise IndexLoadError(
+                f"{file}: {len(records)} passages, manifest says {self.manifest['counts']['passages']}"
+            )
         rows = self._tokens.view()["passage"]
         if len(rows) and (rows[0] < 0 or rows[-1] >= len(records) or np.any(np.diff(rows) < 0)):
             raise IndexLoadError(
@@ -405,6 +594,7 @@ class PhraseIndex:
             return None  # plain CPU FAISS: searched directly
         return backend
 
+    @_writes
     def set_search_params(self, **params: Any) -> None:
         """Set and persist FAISS search parameters, e.g. ``set_search_params(nprobe=64)`` or ``efSearch=256``."""
         if self._faiss is not None:
@@ -442,10 +632,12 @@ class PhraseIndex:
         stats = CorpusStats()
         bar = tqdm(desc="indexing phrases", unit="passage", disable=not progress)
         for chunk in chunked(read_corpus(corpus, stats), chunk_size):
-            chunk = self._apply_duplicate_policy(chunk, duplicates)
-            if chunk:
-                self._ensure_codec(model, chunk, batch_size)
-                self.add_shard(encode_shard(model, chunk, self.codec, self.filter_threshold, batch_size))
+            with self._writing():  # one transaction per chunk: other writers interleave between chunks
+                kept = self._apply_duplicate_policy(chunk, duplicates)
+                if kept:
+                    self._ensure_codec(model, kept, batch_size)
+                    self.add_shard(encode_shard(model, kept, self.codec, self.filter_threshold, batch_size))
+            if kept:
                 release_free_memory()  # flat peak memory however many chunks (see _memory.py)
             bar.update(len(chunk))
         bar.close()
@@ -472,6 +664,7 @@ class PhraseIndex:
         self.manifest["codec"] = self.codec.to_dict()
         self.manifest["codec_calibrated"] = True
 
+    @_writes
     def add_shard(self, shard: PhraseShard) -> None:
         """Append a dumped shard (its vectors re-coded if its codec differs) and commit."""
         self._append_shard(shard, merging=False)
@@ -538,11 +731,34 @@ class PhraseIndex:
         for offset, record in enumerate(records):
             self._live_by_id[record["id"]] = start + offset
 
+    @_writes
     def delete_passages(self, passage_ids: Iterable[str]) -> int:
-        """Tombstone the live passages with these ids; their phrases vanish from results. Returns the count."""
-        rows = sorted({self._live_by_id[pid] for pid in passage_ids if pid in self._live_by_id})
-        return self._delete_rows(rows)
+        """Tombstone the live (or hidden) passages with these ids; their phrases vanish from results. Returns the
+        count."""
+        rows = set()
+        for pid in passage_ids:
+            for row in (self._live_by_id.get(pid), self._hidden.pop(pid, None)):
+                if row is not None:
+                    rows.add(row)
+        return self._delete_rows(sorted(rows))
 
+    def hide_passages(self, passage_ids: Iterable[str]) -> int:
+        """Leave these live passages out of this object's results without writing anything (a reader's view of
+        phrases whose documents it does not hold); :meth:`delete_passages` still deletes them. Returns the count."""
+        hidden = 0
+        for pid in passage_ids:
+            row = self._live_by_id.pop(pid, None)
+            if row is not None:
+                self._hidden[pid] = row
+                self.deleted[row] = True
+                hidden += 1
+        return hidden
+
+    def hidden_passage_ids(self) -> list[str]:
+        """Ids of the passages :meth:`hide_passages` left out of results."""
+        return list(self._hidden)
+
+    @_writes
     def delete_documents(self, document_ids: Iterable[str]) -> int:
         """Tombstone every live passage of these documents."""
         wanted = set(document_ids)
@@ -554,8 +770,7 @@ class PhraseIndex:
             return 0
         self._tombstones.append(np.asarray(rows, dtype=np.int64))
         self.deleted[rows] = True
-        for row in rows:
-            self._live_by_id.pop(self.passages[row]["id"], None)
+        self._forget_rows(rows)
         self._commit()
         return len(rows)
 
@@ -584,6 +799,7 @@ class PhraseIndex:
         return f"faiss-{len(self)}-{self._tombstones.length}" + (f"-g{generation}" if generation else "") + ".index"
 
     # ----------------------------------------------------------------- other FAISS structures, merging dumps
+    @_writes
     def reindex(
         self,
         faiss_factory: str,
@@ -701,6 +917,7 @@ class PhraseIndex:
             )
         }
         _atomic.write_file_atomic(self.path / MANIFEST, json.dumps(self.manifest, indent=1))
+        self._stamp = _stamp(self.path / MANIFEST)  # our own commit: nothing to catch up with
         if old_faiss and old_faiss != self.manifest.get("faiss_file"):
             (self.path / old_faiss).unlink(missing_ok=True)
 
@@ -717,8 +934,13 @@ class PhraseIndex:
         """Write a complete copy to ``path`` atomically (temporary directory, then rename)."""
         path = Path(path).resolve()
         if self.path is not None and path == self.path.resolve():
-            self._commit()
+            with self._writing():
+                self._commit()
             return
+        with WriterLock(path).hold():  # the copy replaces a directory other writers may be using
+            self._save_copy(path)
+
+    def _save_copy(self, path: Path) -> None:
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -728,6 +950,7 @@ class PhraseIndex:
         payload = b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in self.passages)
         (tmp / FILES["passages"]).write_bytes(payload)
         manifest = json.loads(json.dumps(self.manifest))
+        manifest["uid"] = uuid.uuid4().hex  # another directory: its readers must not take it for this one
         manifest["passages_bytes"] = len(payload)
         manifest["counts"] = {
             "vectors": len(self),

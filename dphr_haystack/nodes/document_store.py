@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import copy
 import functools
-import inspect
 import logging
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,10 +25,12 @@ from haystack.errors import DocumentStoreError
 from haystack.schema import Document, Label
 
 from .._util.atomic import replace_directory
+from .._util.lock import DEFAULT_LOCK_TIMEOUT, check_lock_timeout
 from ..errors import DphrError, InvalidParameterError
 from ..index.phrase_index import PhraseIndex
-from ._rwlock import ReadWriteLock, read_locked, write_locked
+from ._rwlock import ReadWriteLock, write_locked
 from ._schema import typed_init
+from .live import StoreDirectory, op_line, parse_op, store_read, store_write
 from .persistence import STORE_FILE, document_from_json, read_items, read_manifest, write_snapshot
 from .phrases import PhraseIndexing, PhraseIndexingStats
 from .stores import make_inner_store
@@ -54,12 +56,21 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
     phrase-indexing run per store at a time. Documents deleted or changed while their chunk was being encoded
     are left out of that commit. ``get_all_documents_generator`` yields a snapshot.
 
-    Persistence: :meth:`save` replaces its target directory atomically: a save killed at any point leaves the
-    previous one. After :meth:`load` or :meth:`save`, phrase indexes kept on disk live in that directory and
-    phrase *additions* are committed there as they happen, so an ``update_embeddings`` killed part-way resumes
-    where it stopped; documents and phrase *deletions* reach the directory only through :meth:`save` (the first
-    deletion moves the phrase index to a private copy). On load, phrases whose document the directory does not
-    hold (added by a run killed before its save) are dropped.
+    Shared directory (``path``): every write is committed to the directory as it happens (documents and labels
+    as append-only journals, phrases in place, a manifest replaced last), under an inter-process writer lock:
+    any number of store objects and processes may open one path, write to it (one write at a time; a writer
+    waits up to ``lock_timeout`` seconds, then gets a DirectoryLockedError naming the holder) and see each
+    other's committed writes at their next read or query, without a restart. Opening and reading never write.
+    This is how Haystack's REST API, which builds its indexing and query pipelines separately, shares one store.
+
+    Snapshots (``save`` / ``load`` / ``load_path``): :meth:`save` replaces its target directory atomically: a save
+    killed at any point leaves the previous one. A store loaded from a snapshot keeps the snapshot's settings
+    for any argument not given. After :meth:`load` or :meth:`save`, phrase indexes kept on disk live in that
+    directory and phrase *additions* are committed there as they happen, so an ``update_embeddings`` killed
+    part-way resumes where it stopped; documents and phrase *deletions* reach the directory only through
+    :meth:`save` (the first deletion moves the phrase index to a private copy). Phrases whose document the
+    directory does not hold (added by a run killed before its save) are left out of results; nothing is written
+    on load.
 
     Args:
         index: Default Haystack index for documents.
@@ -79,7 +90,12 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
         title_field: Meta field holding a document's title (encoded before the text, as in DensePhrases).
         document_id_field: Meta field grouping passages into documents for ``unit="document"``
             (absent → each Haystack document is its own document).
-        load_path: A directory written by :meth:`save`; its documents, labels and phrase indexes are loaded.
+        load_path: A directory written by :meth:`save`; its documents, labels and phrase indexes are loaded, and
+            its settings are used for every argument not given.
+        path: A shared store directory (created when missing): every write is committed there and other store
+            objects and processes on the same path see it (see above). Its settings are used for every argument
+            not given. A directory written by :meth:`save` opens as a shared directory too.
+        lock_timeout: Seconds a write to ``path`` (or to a phrase index directory) waits for another writer.
         elasticsearch_host: When set, documents live in Elasticsearch at this host instead of in memory.
         elasticsearch_port: Elasticsearch port.
         elasticsearch_scheme: ``http`` or ``https``.
@@ -109,8 +125,49 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
         elasticsearch_scheme: Literal["http", "https"] = "http",
         elasticsearch_username: str = "",
         elasticsearch_password: str = "",
+        path: str | None = None,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     ):
         super().__init__()
+        settings = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
+        if path and load_path:
+            raise InvalidParameterError("give path (a shared store directory) or load_path (a snapshot), not both")
+        saved = _saved_settings(Path(path or load_path)) if (path or load_path) else {}
+        passed = self._component_config.get("params", {})
+        settings.update({name: value for name, value in saved.items() if name not in passed and name in settings})
+        self._setup(**settings)
+
+    def _setup(
+        self,
+        index: str,
+        label_index: str,
+        duplicate_documents: str,
+        embedding_dim: int,
+        similarity: str,
+        return_embedding: bool,
+        progress_bar: bool,
+        use_bm25: bool,
+        bm25_algorithm: str,
+        bm25_parameters: dict[str, float] | None,
+        faiss_factory: str,
+        phrase_dtype: str,
+        title_field: str,
+        document_id_field: str,
+        load_path: str | None,
+        elasticsearch_host: str | None,
+        elasticsearch_port: int,
+        elasticsearch_scheme: str,
+        elasticsearch_username: str,
+        elasticsearch_password: str,
+        path: str | None,
+        lock_timeout: float,
+    ) -> None:
+        """The constructor, with the settings a saved directory supplies filled in."""
+        self._settings = {
+            name: value
+            for name, value in locals().items()
+            if name not in ("self", "load_path", "path", "elasticsearch_password")
+        }
         self._lock = ReadWriteLock()
         self._indexing = ReadWriteLock()  # its write lock: one update_embeddings per store at a time
         if duplicate_documents not in self.duplicate_documents_options:
@@ -172,7 +229,12 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
         )
         self.inner: BaseDocumentStore = self._inner.store
         self.similarity = similarity
-        if load_path:
+        self.lock_timeout = check_lock_timeout(lock_timeout)
+        self._live: StoreDirectory | None = None
+        self._journal_read: dict[str, int] = {}  # bytes of each journal already applied to the inner store
+        if path:
+            self._open_shared(Path(path))
+        elif load_path:
             self._restore(Path(load_path))
 
     # ----------------------------------------------------------------- inner store plumbing
@@ -183,14 +245,14 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
 
     @property
     def _config(self) -> dict[str, Any]:
-        """The settings :meth:`save` records: the constructor's arguments as Haystack recorded them, defaults
-        filled in, without ``load_path`` and the Elasticsearch password."""
-        passed = self._component_config.get("params", {})
-        return {
-            name: passed.get(name, parameter.default)
-            for name, parameter in inspect.signature(PhraseDocumentStore.__init__).parameters.items()
-            if name not in ("self", "load_path", "elasticsearch_password")
-        }
+        """The settings :meth:`save` records: the constructor's arguments (a saved directory's settings filled in
+        for those not given, then defaults), without the paths and the Elasticsearch password."""
+        return dict(self._settings)
+
+    @property
+    def path(self) -> Path | None:
+        """The shared store directory, or None."""
+        return self._live.path if self._live is not None else None
 
     @property
     def embedding_field(self) -> str | None:
@@ -219,13 +281,13 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
         """Whether ``index`` may hold documents (in memory: the default index, or one written to)."""
         return self._inner.index_exists(index or self.index)
 
-    @read_locked
+    @store_read
     def matching_ids(self, filters: dict[str, Any] | None, index: str | None = None) -> set[str]:
         """Ids of the documents of ``index`` that pass ``filters``."""
         return self._inner.matching_ids(index or self.index, filters)
 
     # ----------------------------------------------------------------- documents
-    @write_locked
+    @store_write
     def write_documents(
         self,
         documents: list[dict] | list[Document],
@@ -243,6 +305,9 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
         index = index or self.index
         policy = duplicate_documents or self.duplicate_documents
         documents = _checked_documents(documents, self._create_document_field_map())
+        if self._live is not None:
+            for doc in documents:  # a document the journal cannot hold fails before anything is written
+                _document_line(doc, index)
         phrase_index = self._phrase_indexes.get(index)
         if phrase_index is not None and policy == "overwrite":
             stale = [doc.id for doc in documents if self._phrases_outdated(phrase_index, doc)]
@@ -256,6 +321,7 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
                 documents, index=index, batch_size=batch_size, duplicate_documents=policy, headers=headers
             ),
         )
+        self._journal_documents(index, list(dict.fromkeys(doc.id for doc in documents)))
 
     def get_all_documents(
         self,
@@ -284,7 +350,7 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
         docs = self.get_documents_by_id([id], index=index, headers=headers)
         return docs[0] if docs else None
 
-    @read_locked
+    @store_read
     def get_documents_by_id(
         self,
         ids: list[str],
@@ -295,7 +361,7 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
         """Documents with these ids, in the order given; unknown ids are left out."""
         return self._inner.documents_by_id(ids, index or self.index, batch_size=batch_size, headers=headers)
 
-    @read_locked
+    @store_read
     def get_document_count(
         self,
         filters: dict[str, Any] | None = None,
@@ -307,12 +373,12 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
             index or self.index, filters, only_documents_without_embedding, headers=headers
         )
 
-    @read_locked
+    @store_read
     def get_embedding_count(self, filters: dict[str, Any] | None = None, index: str | None = None) -> int:
         """Number of documents with a dense embedding (phrase vectors are counted by :meth:`get_phrase_count`)."""
         return self.inner.get_embedding_count(filters=filters, index=index or self.index)
 
-    @write_locked
+    @store_write
     def update_document_meta(self, id: str, meta: dict[str, Any], index: str | None = None):
         """Replace a document's meta; a changed title or document id drops its phrases until update_embeddings."""
         index = index or self.index
@@ -329,8 +395,9 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
                 if self._phrases_outdated(phrase_index, changed):
                     self._private(index).delete_passages([id])
         self.inner.update_document_meta(id, meta, index=index)
+        self._journal("documents", index, [op_line("meta", id=id, meta=meta)])
 
-    @write_locked
+    @store_write
     def delete_documents(
         self,
         index: str | None = None,
@@ -348,6 +415,8 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
         if not ids and not filters:
             self._phrase_indexes.pop(index, None)
             self._inner.write(index, lambda: self.inner.delete_documents(index=index, headers=headers))
+            if self._live is not None:
+                self._live.forget("documents", index)  # a new journal; the old one goes with the commit
             return
         targets = list(ids) if ids else None
         if filters:
@@ -359,29 +428,34 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
         if phrase_index is not None:  # phrases first (see write_documents)
             self._private(index).delete_passages(targets)
         self._inner.write(index, lambda: self.inner.delete_documents(index=index, ids=targets, headers=headers))
+        self._journal("documents", index, [op_line("delete", ids=targets)])
 
-    @write_locked
+    @store_write
     def delete_index(self, index: str):
         """Delete an index: its documents, its labels if it is a label index, and its phrase index."""
         self._phrase_indexes.pop(index, None)
         self.inner.delete_index(index)
+        if self._live is not None:
+            self._live.forget("documents", index)
+            self._live.forget("labels", index)
 
     # ----------------------------------------------------------------- labels
-    @write_locked
+    @store_write
     def write_labels(self, labels, index: str | None = None, headers: dict[str, str] | None = None):
         self.inner.write_labels(labels, index=index or self.label_index, headers=headers)
+        self._journal_labels(index or self.label_index)
 
-    @read_locked
+    @store_read
     def get_all_labels(
         self, index: str | None = None, filters: dict[str, Any] | None = None, headers: dict[str, str] | None = None
     ) -> list[Label]:
         return self.inner.get_all_labels(index=index or self.label_index, filters=filters, headers=headers)
 
-    @read_locked
+    @store_read
     def get_label_count(self, index: str | None = None, headers: dict[str, str] | None = None) -> int:
         return self.inner.get_label_count(index=index or self.label_index, headers=headers)
 
-    @write_locked
+    @store_write
     def delete_labels(
         self,
         index: str | None = None,
@@ -390,9 +464,10 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
         headers: dict[str, str] | None = None,
     ):
         self.inner.delete_labels(index=index or self.label_index, ids=ids, filters=filters, headers=headers)
+        self._journal_labels(index or self.label_index)
 
     # ----------------------------------------------------------------- BM25 and dense queries
-    @read_locked
+    @store_read
     def query(
         self,
         query: str | None,
@@ -417,7 +492,7 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
             all_terms_must_match=all_terms_must_match,
         )
 
-    @read_locked
+    @store_read
     def query_batch(
         self,
         queries: list[str],
@@ -437,7 +512,7 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
             for q, f in zip(queries, per_query)
         ]
 
-    @read_locked
+    @store_read
     def query_by_embedding(
         self,
         query_emb: np.ndarray,
@@ -482,6 +557,8 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         replace_directory(tmp, path)
+        if self._live is not None:
+            return  # a shared store keeps committing to its own directory; the copy is a snapshot
         # Phrase indexes kept on disk now live in the new copy (their folder may have been renumbered): later
         # phrase additions are committed there.
         self._snapshots = set()
@@ -514,11 +591,157 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
         for name, file in manifest["labels"].items():
             self.inner.write_labels(read_items(path / file, Label.from_json), index=name)
         for name, folder in manifest["phrases"].items():
-            self._phrase_indexes[name] = phrase_index = PhraseIndex.load(path / folder)
+            self._phrase_indexes[name] = phrase_index = PhraseIndex.load(path / folder, lock_timeout=self.lock_timeout)
             self._snapshots.add((path / folder).resolve())
-            docs = self._inner.stored_documents(name)
-            if docs is not None:
-                self._drop_orphan_phrases(name, phrase_index, docs)
+            self._hide_orphan_phrases(name, phrase_index)
+
+    # ----------------------------------------------------------------- the shared directory (``path``)
+    def _open_shared(self, path: Path) -> None:
+        """Open (or create, under the writer lock) the shared store directory and read what it holds."""
+        self._live = StoreDirectory(path, self.lock_timeout)
+        if not self._live.exists():
+            with self._live.writing():
+                if not self._live.exists():
+                    self._live.create(self._config)
+        with self._lock.write():
+            self._catch_up()
+
+    def _follow(self) -> None:
+        """Before a read: catch up with writes other store objects or processes committed to the directory."""
+        if self._live is not None and self._live.changed():
+            with self._lock.write():
+                if self._live.changed():
+                    self._catch_up()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One write of a shared store: hold the directory's writer lock, catch up, write, commit (the caller holds
+        the store's write lock). Without a directory, just the write."""
+        if self._live is None:
+            yield
+            return
+        with self._live.writing() as first:
+            if first:
+                if self._live.changed():
+                    self._catch_up()
+                for phrase_index in self._phrase_indexes.values():  # a crashed writer's phrases without documents
+                    hidden = phrase_index.hidden_passage_ids()
+                    if hidden:
+                        phrase_index.delete_passages(hidden)
+            yield
+            if first:
+                live = self._live
+                for name, phrase_index in self._phrase_indexes.items():
+                    assert phrase_index.path is not None and phrase_index.path.parent == live.path
+                    live.manifest["phrases"][name] = phrase_index.path.name
+                for name in [n for n in live.manifest["phrases"] if n not in self._phrase_indexes]:
+                    del live.manifest["phrases"][name]
+                live.commit()
+                live.remove_unlisted()
+
+    def _catch_up(self) -> None:
+        """Apply what other writers committed since this object last read the directory (store write lock held)."""
+        live = self._live
+        assert live is not None
+        before = live.manifest or {"documents": {}, "labels": {}, "phrases": {}}
+        manifest = live.read()
+        for kind in ("documents", "labels"):
+            for name, file in before[kind].items():
+                if manifest[kind].get(name) != file:  # deleted or replaced by a delete_index
+                    self._reset_collection(kind, name)
+                    self._journal_read.pop(file, None)
+            for name, file in manifest[kind].items():
+                start = self._journal_read.get(file, 0) if before[kind].get(name) == file else 0
+                end = manifest["bytes"].get(file)
+                if end is None:  # a snapshot written by save(): the whole file
+                    end = (live.path / file).stat().st_size if (live.path / file).exists() else 0
+                if end < start:
+                    self._reset_collection(kind, name)
+                    start = 0
+                self._replay(kind, name, file, start, end)
+                self._journal_read[file] = end
+        for name in [n for n in self._phrase_indexes if n not in manifest["phrases"]]:
+            del self._phrase_indexes[name]
+        for name, folder in manifest["phrases"].items():
+            current = self._phrase_indexes.get(name)
+            if current is not None and current.path == live.path / folder:
+                current.refresh()
+            else:
+                current = PhraseIndex.load(live.path / folder, verify=False, lock_timeout=self.lock_timeout)
+                self._phrase_indexes[name] = current
+            self._hide_orphan_phrases(name, current)
+
+    def _reset_collection(self, kind: str, index: str) -> None:
+        if kind == "documents":
+            self._inner.write(index, lambda: self.inner.delete_documents(index=index))
+        else:
+            self.inner.delete_labels(index=index)
+
+    def _replay(self, kind: str, index: str, file: str, start: int, end: int) -> None:
+        """Apply the journal lines of ``file`` in bytes ``start:end`` to the inner store."""
+        assert self._live is not None
+        parse = document_from_json if kind == "documents" else Label.from_json
+        batch: list = []
+
+        def flush() -> None:
+            if batch and kind == "documents":
+                docs = list(batch)
+                self._inner.write(
+                    index,
+                    functools.partial(self.inner.write_documents, docs, index=index, duplicate_documents="overwrite"),
+                )
+            elif batch:
+                self.inner.write_labels(list(batch), index=index)
+            batch.clear()
+
+        for line_no, line in self._live.read_lines(file, start, end):
+            if not line.strip():
+                continue
+            try:
+                op = parse_op(line)
+                if op is None:
+                    batch.append(parse(line))
+                    continue
+                flush()
+                self._apply_op(kind, index, op)
+            except DphrError:
+                raise
+            except Exception as exc:
+                raise DocumentStoreError(
+                    f"{self._live.path / file}: line {line_no} after byte {start} is corrupted: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+        flush()
+
+    def _apply_op(self, kind: str, index: str, op: dict[str, Any]) -> None:
+        name = op["dphr_op"]
+        if name == "delete" and kind == "documents":
+            ids = [str(i) for i in op["ids"]]
+            self._inner.write(index, lambda: self.inner.delete_documents(index=index, ids=ids))
+        elif name == "meta" and kind == "documents":
+            if self._inner.has_document(index, op["id"]):
+                self.inner.update_document_meta(op["id"], dict(op["meta"]), index=index)
+        else:
+            raise ValueError(f"unknown journal operation {name!r}")
+
+    def _journal(self, kind: str, index: str, lines: list[str]) -> None:
+        """Stage journal lines for the commit of the current write (shared directories only)."""
+        if self._live is not None:
+            self._live.append(kind, index, lines)
+
+    def _journal_documents(self, index: str, ids: list[str]) -> None:
+        """Journal the stored state of these documents (after a write: what the duplicate policy kept)."""
+        if self._live is None:
+            return
+        docs = self._inner.documents_by_id(ids, index, batch_size=10_000)
+        self._journal("documents", index, [_document_line(doc, index) for doc in docs])
+
+    def _journal_labels(self, index: str) -> None:
+        """Journal all labels of ``index`` anew (labels are few; their journal is rewritten on each change)."""
+        if self._live is None:
+            return
+        self._live.forget("labels", index)
+        self._journal("labels", index, [label.to_json() for label in self.inner.get_all_labels(index=index)])
 
 
 _BM25_PARAMETERS = {
@@ -543,6 +766,22 @@ def _check_bm25(algorithm: str, parameters: dict[str, float] | None) -> None:
             )
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InvalidParameterError(f"bm25_parameters[{name!r}] must be a number, got {value!r}")
+
+
+def _saved_settings(path: Path) -> dict[str, Any]:
+    """The settings a store directory was written with (none for a directory that does not hold a store yet)."""
+    if not (path / STORE_FILE).is_file():
+        return {}
+    return dict(read_manifest(path)["config"])
+
+
+def _document_line(doc: Document, index: str) -> str:
+    try:
+        return doc.to_json()
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise DocumentStoreError(
+            f"cannot store document {doc.id!r} of index {index!r}: its content or meta is not JSON ({exc})"
+        ) from exc
 
 
 def _checked_documents(documents, field_map: dict) -> list[Document]:

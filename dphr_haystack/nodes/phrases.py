@@ -27,7 +27,8 @@ from ..index.codec import VectorCodec
 from ..index.phrase_index import PhraseIndex
 from ..model.cache import model_fingerprint
 from ..model.inputs import is_valid_unicode
-from ._rwlock import ReadWriteLock, read_locked, write_locked
+from ._rwlock import ReadWriteLock
+from .live import StoreDirectory, store_read, store_write
 from .stores import InnerStore
 
 logger = logging.getLogger("dphr_haystack.nodes.document_store")  # the store's logger, as before the split
@@ -58,22 +59,32 @@ class PhraseIndexing:
     _indexing: ReadWriteLock
     _phrase_indexes: dict[str, PhraseIndex]
     _snapshots: set[Path]
+    _live: StoreDirectory | None
+    lock_timeout: float
+
+    def _follow(self) -> None: ...
+
+    def _transaction(self) -> AbstractContextManager[None]: ...
+
+    def _journal_documents(self, index: str, ids: list[str]) -> None: ...
 
     def reading(self) -> AbstractContextManager[None]:
-        """The store's read lock, for a multi-step read such as a retrieval (see the class docstring)."""
+        """The store's read lock, for a multi-step read such as a retrieval (see the class docstring); a shared
+        store first catches up with other writers' commits."""
+        self._follow()
         return self._lock.read()
 
     def get_phrase_index(self, index: str | None = None) -> PhraseIndex | None:
         """The phrase index of a Haystack index, or None before the first :meth:`update_embeddings`."""
         return self._phrase_indexes.get(index or self.index)
 
-    @read_locked
+    @store_read
     def get_phrase_count(self, index: str | None = None) -> int:
         """Number of live (not deleted) documents in the phrase index."""
         phrase_index = self.get_phrase_index(index)
         return 0 if phrase_index is None else phrase_index.num_live_passages
 
-    @read_locked
+    @store_read
     def phrase_mask(self, filters: dict[str, Any] | None, index: str | None = None) -> np.ndarray | None:
         """Boolean mask over phrase-index passage rows of the documents passing ``filters`` (None: no filter)."""
         if not filters:
@@ -119,10 +130,14 @@ class PhraseIndexing:
 
         if not isinstance(retriever, PhraseRetriever):
             update = True if update_existing_embeddings is None else update_existing_embeddings
-            with self._lock.write():
-                return self.inner.update_embeddings(
+            with self._lock.write(), self._transaction():
+                result = self.inner.update_embeddings(
                     retriever, index=index, filters=filters, update_existing_embeddings=update, batch_size=batch_size
                 )
+                if self._inner.index_exists(index):
+                    docs = self._inner.documents(index, filters, return_embedding=False)
+                    self._journal_documents(index, [doc.id for doc in docs])
+                return result
         if batch_size < 1:
             raise InvalidParameterError(f"batch_size must be >= 1, got {batch_size}")
         with self._indexing.write():
@@ -136,7 +151,7 @@ class PhraseIndexing:
 
         model = retriever.phrase_model
         stats = PhraseIndexingStats()
-        with self._lock.write():
+        with self._lock.write(), self._transaction():
             phrase_index = self._phrase_index_for(retriever, index)
             pending: list[dict[str, str]] = []
             docs: Iterable[Document] = []
@@ -164,8 +179,9 @@ class PhraseIndexing:
             shard = encode_shard(
                 model, [Passage(**p) for p in chunk], codec, phrase_index.filter_threshold, retriever.batch_size
             )  # outside the lock: searches go on meanwhile
-            with self._lock.write():
-                # The index object may have been swapped meanwhile (a private copy, or the copy save() wrote).
+            with self._lock.write(), self._transaction():
+                # The index object may have been swapped meanwhile (a private copy, the copy save() wrote, another
+                # process's delete_index).
                 current_index = self._phrase_indexes.get(index)
                 if current_index is None or current_index.model_fingerprint != model_fingerprint(model):
                     logger.warning("update_embeddings: index %r was deleted or replaced meanwhile; stopping", index)
@@ -175,6 +191,10 @@ class PhraseIndexing:
                     d.id: self._to_passage(d) for d in self.get_documents_by_id([p["id"] for p in chunk], index=index)
                 }
                 keep = [i for i, p in enumerate(chunk) if current.get(p["id"]) == p]  # not deleted or changed since
+                hidden = phrase_index.hidden_passage_ids()
+                if hidden:  # phrases of a changed text, left out since load: deleted before new ones are added
+                    phrase_index = self._private(index)
+                    phrase_index.delete_passages(hidden)
                 if update:
                     phrase_index = self._private(index)
                     phrase_index.delete_passages([chunk[i]["id"] for i in keep])
@@ -196,10 +216,12 @@ class PhraseIndexing:
         if phrase_index is None:
             phrase_index = PhraseIndex.create(
                 model,
+                path=self._new_phrase_folder(),
                 faiss_factory=self.faiss_factory,
                 dtype=self.phrase_dtype,
                 filter_threshold=retriever.filter_threshold,
                 model_path=retriever.model,
+                lock_timeout=self.lock_timeout,
             )
             self._phrase_indexes[index] = phrase_index
         elif phrase_index.model_fingerprint != model_fingerprint(model):
@@ -228,7 +250,7 @@ class PhraseIndexing:
         self.write_documents(documents, index=index, duplicate_documents=duplicate_documents, batch_size=batch_size)
         return self.update_embeddings(retriever, index=index, batch_size=batch_size)
 
-    @write_locked
+    @store_write
     def attach_phrase_index(self, phrase_index: PhraseIndex, index: str | None = None) -> None:
         """Serve ``index`` with a phrase index built elsewhere (e.g. by ``dphr index`` over the same corpus).
 
@@ -243,7 +265,21 @@ class PhraseIndexing:
                 f"{len(missing)} passages of the phrase index are not documents of "
                 f"{index!r}, e.g. {missing[:3]}; write the same corpus first"
             )
+        folder = self._new_phrase_folder()
+        if folder is not None:  # a shared store holds its phrase indexes in its directory
+            phrase_index.save(folder)
+            phrase_index = PhraseIndex.load(folder, verify=False, lock_timeout=self.lock_timeout)
         self._phrase_indexes[index] = phrase_index
+
+    def _new_phrase_folder(self) -> Path | None:
+        """A free ``phrases-N`` folder of the shared directory for a new phrase index (None: not shared)."""
+        if self._live is None:
+            return None
+        used = {p.path.name for p in self._phrase_indexes.values() if p.path is not None}
+        n = 0
+        while f"phrases-{n}" in used or (self._live.path / f"phrases-{n}").exists():
+            n += 1
+        return self._live.path / f"phrases-{n}"
 
     def _phrases_outdated(self, phrase_index: PhraseIndex, doc: Document) -> bool:
         """True when ``doc`` has phrases encoded from another text, title or document id."""
@@ -279,8 +315,12 @@ class PhraseIndexing:
         logger.info("phrase index %r moved from %s to a private copy until the next save()", index, phrase_index.path)
         return private
 
-    def _drop_orphan_phrases(self, index: str, phrase_index: PhraseIndex, docs: dict[str, Any]) -> None:
-        """Tombstone phrases whose document is missing or changed (a run killed between a phrase commit and save)."""
+    def _hide_orphan_phrases(self, index: str, phrase_index: PhraseIndex) -> None:
+        """Leave out of results the phrases whose document is missing or changed (a run killed between a phrase
+        commit and its save or commit), without writing: the next write deletes them."""
+        docs = self._inner.stored_documents(index)
+        if docs is None:  # Elasticsearch: the retriever skips hits of missing documents
+            return
         orphans = []
         for pid in phrase_index.live_passage_ids():
             doc = docs.get(pid)
@@ -290,16 +330,13 @@ class PhraseIndexing:
                 orphans.append(pid)
         if orphans:
             logger.warning(
-                "phrase index %r: dropping phrases of %d documents missing from the saved documents, "
-                "e.g. %s (left by a run stopped before save())",
+                "phrase index %r: leaving out phrases of %d documents the store does not hold as encoded, "
+                "e.g. %s (left by a run stopped before it saved or committed its documents)",
                 index,
                 len(orphans),
                 orphans[:3],
             )
-            try:
-                phrase_index.delete_passages(orphans)
-            except OSError as exc:  # a read-only directory: the retriever skips hits of missing documents anyway
-                logger.warning("could not drop them from %s: %s", phrase_index.path, exc)
+            phrase_index.hide_passages(orphans)
 
 
 def _subset_shard(shard: PhraseShard, keep: list[int]) -> PhraseShard:
