@@ -30,8 +30,8 @@ from ..errors import DphrError, InvalidParameterError
 from ..index.phrase_index import PhraseIndex
 from ._rwlock import ReadWriteLock, write_locked
 from ._schema import typed_init
-from .live import StoreDirectory, op_line, parse_op, store_read, store_write
-from .persistence import STORE_FILE, document_from_json, read_items, read_manifest, write_snapshot
+from .live import StoreDirectory, committed_bytes, op_line, parse_op, read_journal, store_read, store_write
+from .persistence import STORE_FILE, document_from_json, read_manifest, write_snapshot
 from .phrases import PhraseIndexing, PhraseIndexingStats
 from .stores import make_inner_store
 
@@ -583,13 +583,9 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
 
     def _restore(self, path: Path) -> None:
         manifest = read_manifest(path)
-        for name, file in manifest["documents"].items():
-            docs = read_items(path / file, document_from_json)
-            self._inner.write(
-                name, functools.partial(self.inner.write_documents, docs, index=name, duplicate_documents="overwrite")
-            )
-        for name, file in manifest["labels"].items():
-            self.inner.write_labels(read_items(path / file, Label.from_json), index=name)
+        for kind in ("documents", "labels"):
+            for name, file in manifest[kind].items():
+                self._replay(kind, name, path / file, 0, committed_bytes(path, manifest, file))
         for name, folder in manifest["phrases"].items():
             self._phrase_indexes[name] = phrase_index = PhraseIndex.load(path / folder, lock_timeout=self.lock_timeout)
             self._snapshots.add((path / folder).resolve())
@@ -652,13 +648,11 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
                     self._journal_read.pop(file, None)
             for name, file in manifest[kind].items():
                 start = self._journal_read.get(file, 0) if before[kind].get(name) == file else 0
-                end = manifest["bytes"].get(file)
-                if end is None:  # a snapshot written by save(): the whole file
-                    end = (live.path / file).stat().st_size if (live.path / file).exists() else 0
+                end = committed_bytes(live.path, manifest, file)
                 if end < start:
                     self._reset_collection(kind, name)
                     start = 0
-                self._replay(kind, name, file, start, end)
+                self._replay(kind, name, live.path / file, start, end)
                 self._journal_read[file] = end
         for name in [n for n in self._phrase_indexes if n not in manifest["phrases"]]:
             del self._phrase_indexes[name]
@@ -677,9 +671,8 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
         else:
             self.inner.delete_labels(index=index)
 
-    def _replay(self, kind: str, index: str, file: str, start: int, end: int) -> None:
+    def _replay(self, kind: str, index: str, file: Path, start: int, end: int) -> None:
         """Apply the journal lines of ``file`` in bytes ``start:end`` to the inner store."""
-        assert self._live is not None
         parse = document_from_json if kind == "documents" else Label.from_json
         batch: list = []
 
@@ -694,7 +687,7 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
                 self.inner.write_labels(list(batch), index=index)
             batch.clear()
 
-        for line_no, line in self._live.read_lines(file, start, end):
+        for line_no, line in read_journal(file, start, end):
             if not line.strip():
                 continue
             try:
@@ -708,8 +701,7 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
                 raise
             except Exception as exc:
                 raise DocumentStoreError(
-                    f"{self._live.path / file}: line {line_no} after byte {start} is corrupted: "
-                    f"{type(exc).__name__}: {exc}"
+                    f"{file}: line {line_no} after byte {start} is corrupted: {type(exc).__name__}: {exc}"
                 ) from exc
         flush()
 

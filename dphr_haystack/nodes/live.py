@@ -126,26 +126,6 @@ class StoreDirectory:
             name = self.journal_file(kind, index)
             self._pending.setdefault(name, []).extend(line.encode("utf-8") + b"\n" for line in lines)
 
-    def read_lines(self, name: str, start: int, end: int) -> Iterator[tuple[int, str]]:
-        """``(line number, text)`` of the committed bytes ``start:end`` of a journal (line numbers count from the
-        first line read)."""
-        if end <= start:
-            return
-        file = self.path / name
-        try:
-            with file.open("rb") as handle:
-                handle.seek(start)
-                data = handle.read(end - start)
-        except OSError as exc:
-            raise DocumentStoreError(f"cannot read {file}: {exc}") from exc
-        if len(data) < end - start:
-            raise DocumentStoreError(f"{file} is truncated: {start + len(data)} bytes, manifest says {end}")
-        for line_no, raw in enumerate(data.splitlines(), 1):
-            try:
-                yield line_no, raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DocumentStoreError(f"{file}: line {line_no} after byte {start} is not UTF-8: {exc}") from exc
-
     def forget(self, kind: str, index: str) -> str | None:
         """Drop ``index``'s journal of ``kind`` from the manifest (deleted with the commit); returns its name."""
         assert self.manifest is not None
@@ -190,6 +170,35 @@ class StoreDirectory:
                     shutil.rmtree(entry, ignore_errors=True)
                 else:
                     entry.unlink(missing_ok=True)
+
+
+def committed_bytes(path: Path, manifest: dict[str, Any], name: str) -> int:
+    """How many bytes of the journal ``name`` are committed: the manifest says so, or (a snapshot written by
+    ``save()``) the whole file."""
+    size = manifest.get("bytes", {}).get(name)
+    if size is None:
+        file = path / name
+        size = file.stat().st_size if file.exists() else 0
+    return size
+
+
+def read_journal(file: Path, start: int, end: int) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of the bytes ``start:end`` of a journal (numbered from the first line read)."""
+    if end <= start:
+        return
+    try:
+        with file.open("rb") as handle:
+            handle.seek(start)
+            data = handle.read(end - start)
+    except OSError as exc:
+        raise DocumentStoreError(f"cannot read {file}: {exc}") from exc
+    if len(data) < end - start:
+        raise DocumentStoreError(f"{file} is truncated: {start + len(data)} bytes, its store manifest says {end}")
+    for line_no, raw in enumerate(data.splitlines(), 1):
+        try:
+            yield line_no, raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DocumentStoreError(f"{file}: line {line_no} after byte {start} is not UTF-8: {exc}") from exc
 
 
 def op_line(op: str, **fields: Any) -> str:

@@ -107,23 +107,6 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
-def read_items(file: Path, parse) -> list:
-    """Parse a JSON-lines file of documents or labels; a damaged line raises DocumentStoreError naming it."""
-    items = []
-    try:
-        with file.open(encoding="utf-8") as handle:
-            for line_no, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    items.append(parse(line))
-                except Exception as exc:
-                    raise DocumentStoreError(f"{file}:{line_no} is corrupted: {type(exc).__name__}: {exc}") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DocumentStoreError(f"cannot read {file}: {exc}") from exc
-    return items
-
-
 def document_from_json(line: str) -> Document:
     data = json.loads(line)
     doc = Document.from_dict(data)
