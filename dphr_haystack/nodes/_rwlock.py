@@ -23,6 +23,11 @@ class ReadWriteLock:
         self._write_depth = 0
         self._writers_waiting = 0
 
+    def held_by_me(self) -> bool:
+        """Whether the calling thread holds this lock (read or write)."""
+        me = threading.get_ident()
+        return self._writer == me or me in self._readers
+
     @contextmanager
     def read(self) -> Iterator[None]:
         me = threading.get_ident()

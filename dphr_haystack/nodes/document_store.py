@@ -13,6 +13,7 @@ import functools
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -169,6 +170,8 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
             if name not in ("self", "load_path", "path", "elasticsearch_password")
         }
         self._lock = ReadWriteLock()
+        self._staged = []  # phrases encoded by an indexing pipeline's retriever, committed with their documents
+        self._staging = threading.Lock()
         self._indexing = ReadWriteLock()  # its write lock: one update_embeddings per store at a time
         if duplicate_documents not in self.duplicate_documents_options:
             raise InvalidParameterError(
@@ -321,7 +324,10 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
                 documents, index=index, batch_size=batch_size, duplicate_documents=policy, headers=headers
             ),
         )
-        self._journal_documents(index, list(dict.fromkeys(doc.id for doc in documents)))
+        written = list(dict.fromkeys(doc.id for doc in documents))
+        if self._staged:
+            self._commit_staged(index, written)
+        self._journal_documents(index, written)
 
     def get_all_documents(
         self,
@@ -603,8 +609,9 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
             self._catch_up()
 
     def _follow(self) -> None:
-        """Before a read: catch up with writes other store objects or processes committed to the directory."""
-        if self._live is not None and self._live.changed():
+        """Before a read: catch up with writes other store objects or processes committed to the directory (not
+        inside a read or write this thread already holds: that one sees one state throughout)."""
+        if self._live is not None and not self._lock.held_by_me() and self._live.changed():
             with self._lock.write():
                 if self._live.changed():
                     self._catch_up()

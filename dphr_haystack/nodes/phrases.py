@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -60,6 +61,8 @@ class PhraseIndexing:
     _phrase_indexes: dict[str, PhraseIndex]
     _snapshots: set[Path]
     _live: StoreDirectory | None
+    _staged: list[tuple[Any, PhraseShard]]
+    _staging: threading.Lock
     lock_timeout: float
 
     def _follow(self) -> None: ...
@@ -238,6 +241,55 @@ class PhraseIndexing:
             )
         return phrase_index
 
+    def stage_phrases(self, documents: list[Document], retriever) -> int:
+        """Encode the phrases of documents about to be written (an indexing pipeline's ``PhraseRetriever``); the
+        store's next :meth:`write_documents` of the same documents, with the same text, commits them in the same
+        write. Returns the number of documents encoded (non-text and empty ones are skipped)."""
+        from tqdm.auto import tqdm
+
+        passages = [p for p in (self._to_passage(doc) for doc in documents) if p is not None]
+        show = bool(self.progress_bar and passages)
+        bar = tqdm(total=len(passages), desc="encoding phrases", unit="doc", disable=not show)
+        for chunk in chunked(passages, 512):
+            shard = encode_shard(
+                retriever.phrase_model,
+                [Passage(**p) for p in chunk],
+                VectorCodec("float32"),
+                retriever.filter_threshold,
+                retriever.batch_size,
+            )
+            with self._staging:
+                self._staged.append((retriever, shard))
+            bar.update(len(chunk))
+        bar.close()
+        return len(passages)
+
+    def _commit_staged(self, index: str, written: list[str]) -> None:
+        """Add the staged phrases of the documents just written to ``index`` (store write lock held)."""
+        with self._staging:
+            staged, self._staged = self._staged, []
+        wanted = set(written)
+        left = []
+        for retriever, shard in staged:
+            mine = [i for i, p in enumerate(shard.passages) if p["id"] in wanted]
+            others = [i for i, p in enumerate(shard.passages) if p["id"] not in wanted]
+            if others:
+                left.append((retriever, _subset_shard(shard, others)))
+            if not mine:
+                continue
+            phrase_index = self._phrase_index_for(retriever, index)
+            current = {d.id: self._to_passage(d) for d in self._inner.documents_by_id(sorted(wanted), index)}
+            keep = [
+                i
+                for i in mine
+                if current.get(shard.passages[i]["id"]) == _as_passage(shard.passages[i])
+                and phrase_index.passage_row(shard.passages[i]["id"]) is None
+            ]
+            if keep:
+                phrase_index.add_shard(_subset_shard(shard, keep))
+        with self._staging:
+            self._staged = left[-64:] + self._staged  # shards of documents not written (yet): a bounded few
+
     def index_documents(
         self,
         documents: list[dict] | list[Document],
@@ -337,6 +389,11 @@ class PhraseIndexing:
                 orphans[:3],
             )
             phrase_index.hide_passages(orphans)
+
+
+def _as_passage(record: dict[str, Any]) -> dict[str, str]:
+    """A shard's passage record in the form of :meth:`PhraseIndexing._to_passage`."""
+    return {key: record.get(key, "") for key in ("id", "text", "title", "document_id")}
 
 
 def _subset_shard(shard: PhraseShard, keep: list[int]) -> PhraseShard:

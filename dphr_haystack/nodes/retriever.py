@@ -184,6 +184,15 @@ class PhraseRetriever(BaseRetriever):
             output["answers"] = [answers for _, answers in results]
         return output, "output_1"
 
+    def run_indexing(self, documents: list[Document]):
+        """Indexing pipelines (``File`` root): encode the documents' phrases (with a progress bar); the pipeline's
+        DocumentStore node, which writes the same documents next, commits them with the documents."""
+        store = self.document_store
+        if not isinstance(store, PhraseDocumentStore):
+            raise InvalidParameterError("PhraseRetriever has no PhraseDocumentStore to index into")
+        store.stage_phrases(documents, self)
+        return {"documents": documents}, "output_1"
+
     # ----------------------------------------------------------------- search
     def _search(
         self,
