@@ -502,6 +502,11 @@ class PhraseIndex:
         return int((~self.deleted).sum())
 
     @property
+    def num_live_vectors(self) -> int:
+        """Stored token vectors of the live passages (what searches can return)."""
+        return int(self._num_tokens[~self.deleted].sum())
+
+    @property
     def faiss_factory(self) -> str:
         return self.manifest["faiss_factory"]
 

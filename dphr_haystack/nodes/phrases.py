@@ -83,7 +83,13 @@ class PhraseIndexing:
 
     @store_read
     def get_phrase_count(self, index: str | None = None) -> int:
-        """Number of live (not deleted) documents in the phrase index."""
+        """Number of phrase vectors (the start/end token vectors kept by the filter) of the live documents."""
+        phrase_index = self.get_phrase_index(index)
+        return 0 if phrase_index is None else phrase_index.num_live_vectors
+
+    @store_read
+    def get_phrase_document_count(self, index: str | None = None) -> int:
+        """Number of live (not deleted) documents with phrases."""
         phrase_index = self.get_phrase_index(index)
         return 0 if phrase_index is None else phrase_index.num_live_passages
 

@@ -105,7 +105,7 @@ def test_pipelines_share_one_store(tiny_model_dir, haystack_docs):
     bm25 = load_pipeline("bm25.yml", components={"DocumentStore": store})
     assert qa.get_document_store() is store and bm25.get_document_store() is store
     index_corpus(qa, haystack_docs)
-    assert store.get_phrase_count() > 0 and bm25.run(query="capital of France")["documents"]
+    assert store.get_phrase_document_count() > 0 and bm25.run(query="capital of France")["documents"]
     with pytest.raises(KeyError, match="NoSuchNode"):
         load_pipeline("bm25.yml", components={"NoSuchNode": store})
 

@@ -19,13 +19,13 @@ PIPELINES = Path(__file__).resolve().parents[2] / "pipelines"
 QUERY = "Who wrote the tragedy Hamlet?"
 
 
-def _load(name: str, tiny_model_dir, **extra):
+def _load(name: str, tiny_model_dir, pipeline_name: str | None = None, **extra):
     overrides = {"DocumentStore": {"progress_bar": False}}
     text = (PIPELINES / name).read_text()
     if "type: PhraseRetriever" in text:
         overrides["Retriever"] = {"model": str(tiny_model_dir), "device": "cpu"}
     overrides.update(extra)
-    return load_pipeline(PIPELINES / name, overrides=overrides)
+    return load_pipeline(PIPELINES / name, pipeline_name, overrides=overrides)
 
 
 def _fill(pipeline, docs):
@@ -50,6 +50,7 @@ def test_every_pipeline_file_is_tested():
         "hybrid_answers.yml",
         "indexing.yml",
         "dense_faiss.yml",
+        "rest_api.yml",  # served and tested over HTTP in test_rest_api.py
     }
     assert {p.name for p in PIPELINES.glob("*.yml")} == tested
 
@@ -152,23 +153,34 @@ def test_hybrid_answers_returns_answers_and_fused_documents(tiny_model_dir, hays
 
 
 @pytest.mark.unit
-def test_indexing_pipeline_then_update_embeddings(tiny_model_dir, tmp_path, haystack_docs):
+def test_the_indexing_pipeline_alone_makes_documents_answerable(tiny_model_dir, tmp_path, haystack_docs):
     files = []
     for doc in haystack_docs:
         path = tmp_path / f"{doc.meta['title']}.txt"
         path.write_text(doc.content)
         files.append(path)
     (tmp_path / "empty.txt").write_text("")
-    indexing = _load("indexing.yml", tiny_model_dir)
+    indexing = _load(
+        "indexing.yml", tiny_model_dir, DocumentStore={"progress_bar": False, "path": str(tmp_path / "s")}
+    )
     titles = [{"title": f.stem} for f in files] + [{"title": "empty"}]
     indexing.run(file_paths=files + [tmp_path / "empty.txt"], meta=titles)
     store = indexing.get_document_store()
-    assert store.get_document_count() == 7  # the empty file is a document too...
-    stats = store.update_embeddings(indexing.get_node("Retriever"))
-    assert (stats.encoded, stats.skipped_non_text) == (6, 1)  # ...but has no phrases
-    assert store.get_phrase_count() == 6
+    assert store.get_document_count() == 6  # the PreProcessor drops the empty file
+    assert store.get_phrase_document_count() == 6  # phrases committed with the documents: no update_embeddings needed
     docs = indexing.get_node("Retriever").retrieve("Who created Python?", top_k=6)
     assert {d.meta["title"] for d in docs} == {f.stem for f in files}
+    stats = store.update_embeddings(indexing.get_node("Retriever"))
+    assert (stats.encoded, stats.skipped_existing) == (0, 6)
+    query = _load("phrase_qa.yml", tiny_model_dir, DocumentStore={"path": str(tmp_path / "s")})
+    assert query.run(query="Who created Python?")["answers"]  # another store object on the same directory
+
+
+@pytest.mark.unit
+def test_rest_api_yaml_loads_its_three_pipelines(tiny_model_dir, tmp_path):
+    for name in ("query", "bm25", "indexing"):
+        pipeline = _load("rest_api.yml", tiny_model_dir, name, DocumentStore={"path": str(tmp_path / "s")})
+        assert pipeline.get_document_store().path == tmp_path / "s"
 
 
 @pytest.mark.unit

@@ -36,9 +36,16 @@ def test_update_embeddings_encodes_only_new_documents(tiny_retriever, haystack_d
     store.write_documents(haystack_docs[4:])
     second = store.update_embeddings(tiny_retriever)
     assert (second.encoded, second.skipped_existing) == (2, 4)
-    assert store.get_phrase_count() == 6
+    assert store.get_phrase_document_count() == 6
+    phrase_index = store.get_phrase_index()
+    assert store.get_phrase_count() == len(phrase_index) > 6  # phrases, not documents
+    gone = int(phrase_index.num_tokens[phrase_index.passage_row(haystack_docs[0].id)])
+    store.delete_documents(ids=[haystack_docs[0].id])
+    assert store.get_phrase_count() == len(phrase_index) - gone
+    store.write_documents(haystack_docs[:1])
+    store.update_embeddings(tiny_retriever)
     again = store.update_embeddings(tiny_retriever, update_existing_embeddings=True)
-    assert again.encoded == 6 and store.get_phrase_count() == 6
+    assert again.encoded == 6 and store.get_phrase_document_count() == 6
 
 
 def test_update_embeddings_resumes_after_an_interruption(tiny_retriever, haystack_docs, monkeypatch):
@@ -57,11 +64,11 @@ def test_update_embeddings_resumes_after_an_interruption(tiny_retriever, haystac
     monkeypatch.setattr(model, "encode_passages", flaky)
     with pytest.raises(KeyboardInterrupt):
         store.update_embeddings(tiny_retriever, batch_size=2)  # commits every 2 documents
-    assert store.get_phrase_count() == 2
+    assert store.get_phrase_document_count() == 2
     monkeypatch.setattr(model, "encode_passages", real)
     stats = store.update_embeddings(tiny_retriever, batch_size=2)
     assert (stats.encoded, stats.skipped_existing) == (4, 2)
-    assert store.get_phrase_count() == 6
+    assert store.get_phrase_document_count() == 6
 
 
 def test_non_text_and_empty_documents_are_skipped_and_counted(tiny_retriever, haystack_docs):
@@ -71,7 +78,7 @@ def test_non_text_and_empty_documents_are_skipped_and_counted(tiny_retriever, ha
     store.write_documents(haystack_docs + [table, blank])
     stats = store.update_embeddings(tiny_retriever)
     assert (stats.encoded, stats.skipped_non_text) == (6, 2)
-    assert store.get_phrase_count() == 6
+    assert store.get_phrase_document_count() == 6
 
 
 def test_deleting_documents_removes_their_phrases(indexed_retriever):
@@ -84,7 +91,7 @@ def test_deleting_documents_removes_their_phrases(indexed_retriever):
     assert "p0" not in after and len(after) == 5
     store.delete_documents(filters={"topic": "nature"})
     assert sorted(_ids(indexed_retriever.retrieve(query, top_k=6))) == ["p1", "p3", "p5"]
-    assert store.get_phrase_count() == 3
+    assert store.get_phrase_document_count() == 3
     store.delete_documents(ids=[])  # an empty id list deletes nothing
     assert store.get_document_count() == 3
     store.delete_documents()
@@ -128,10 +135,10 @@ def test_duplicate_documents_follow_haystack_policy(tiny_retriever, haystack_doc
         store.write_documents([changed], duplicate_documents="fail")
     store.write_documents([changed], duplicate_documents="skip")
     assert store.get_document_by_id("p0").content.startswith("Paris is the capital")
-    assert store.get_phrase_count() == 6
+    assert store.get_phrase_document_count() == 6
     store.write_documents([changed])  # default policy: overwrite; the stale phrases go
     assert store.get_document_by_id("p0").content == changed.content
-    assert store.get_phrase_count() == 5
+    assert store.get_phrase_document_count() == 5
     assert store.update_embeddings(tiny_retriever).encoded == 1
     tiny_retriever.unit = "phrase"
     answers = tiny_retriever.run_query("When was the tower built?", filters={"title": "Paris"}, top_k=10)[0]["answers"]
@@ -168,7 +175,7 @@ def test_save_and_load_round_trip(indexed_retriever, tmp_path):
         [(d.id, d.meta["best_phrase"]) for d in ds] for ds in expected
     ]
     assert [d.score for ds in got for d in ds] == pytest.approx([d.score for ds in expected for d in ds])
-    assert PhraseDocumentStore(load_path=str(tmp_path / "store")).get_phrase_count() == 6
+    assert PhraseDocumentStore(load_path=str(tmp_path / "store")).get_phrase_document_count() == 6
     assert len(BM25Retriever(document_store=loaded).retrieve("Hamlet")) > 0
 
 
@@ -184,7 +191,7 @@ def test_phrases_are_kept_per_haystack_index(tiny_retriever, haystack_docs):
     store = tiny_retriever.document_store
     store.index_documents(haystack_docs[:2], tiny_retriever)
     store.index_documents(haystack_docs[2:], tiny_retriever, index="second")
-    assert store.get_phrase_count() == 2 and store.get_phrase_count("second") == 4
+    assert store.get_phrase_document_count() == 2 and store.get_phrase_document_count("second") == 4
     assert set(_ids(tiny_retriever.retrieve("capital", index="second", top_k=10))) <= {"p2", "p3", "p4", "p5"}
     store.delete_index("second")
     assert store.get_phrase_index("second") is None

@@ -107,7 +107,7 @@ def test_uploaded_text_is_answerable_filterable_and_deletable(server, tmp_path):
     assert deleted.status_code == 200 and deleted.json() is True
     assert _query(url, "What is the capital of France?")["documents"] == []
     reopened = PhraseDocumentStore(path=str(store_dir))  # persisted: another process sees the deletion
-    assert reopened.get_document_count() == 0 and reopened.get_phrase_count() == 0
+    assert reopened.get_document_count() == 0 and reopened.get_phrase_document_count() == 0
 
 
 def test_the_indexing_pipeline_of_another_process_feeds_the_server(server, tmp_path, tiny_model_dir, monkeypatch):
@@ -126,5 +126,5 @@ def test_the_indexing_pipeline_of_another_process_feeds_the_server(server, tmp_p
         monkeypatch.setenv(name, value)
     indexing = Pipeline.load_from_yaml(PIPELINES / "indexing.yml", pipeline_name="indexing")
     indexing.run(file_paths=[tmp_path / "doc.txt"])
-    assert indexing.get_document_store().get_phrase_count() == 1
+    assert indexing.get_document_store().get_phrase_document_count() == 1
     assert _query(url, "Who wrote Hamlet?")["documents"][0]["content"] == tiny_passages()[1]["text"]

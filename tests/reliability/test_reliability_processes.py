@@ -135,7 +135,7 @@ def test_loading_never_writes(index_dir, tmp_path, tiny_model_dir):
     before = _tree_digest(saved)  # phrases of p3 committed in place; p3 itself never saved
     again = PhraseDocumentStore.load(saved)
     assert _tree_digest(saved) == before
-    assert again.get_phrase_count() == 3 and again.get_document_count() == 3
+    assert again.get_phrase_document_count() == 3 and again.get_document_count() == 3
 
 
 # ----------------------------------------------------------------- one store directory, many store objects
@@ -153,12 +153,12 @@ def test_store_objects_on_one_path_see_each_others_writes(tmp_path, tiny_model_d
     indexing.write_documents(docs)
     assert querying.get_document_count() == len(docs)
     indexing.update_embeddings(PhraseRetriever(document_store=indexing, model=str(tiny_model_dir), device="cpu"))
-    assert querying.get_phrase_count() == len(docs)
+    assert querying.get_phrase_document_count() == len(docs)
     assert retriever.retrieve("capital of France?", top_k=3)
 
     querying.delete_documents(filters={"title": [tiny_passages()[0]["title"]]})
     querying.update_document_meta("p5", {"reviewed": True})
-    assert indexing.get_document_count() == len(docs) - 1 and indexing.get_phrase_count() == len(docs) - 1
+    assert indexing.get_document_count() == len(docs) - 1 and indexing.get_phrase_document_count() == len(docs) - 1
     assert indexing.get_document_by_id("p5").meta["reviewed"] is True
     indexing.write_labels(
         [
@@ -175,10 +175,10 @@ def test_store_objects_on_one_path_see_each_others_writes(tmp_path, tiny_model_d
     assert querying.get_label_count() == 1
 
     fresh = PhraseDocumentStore(path=str(path))
-    assert fresh.get_document_count() == len(docs) - 1 and fresh.get_phrase_count() == len(docs) - 1
+    assert fresh.get_document_count() == len(docs) - 1 and fresh.get_phrase_document_count() == len(docs) - 1
     assert fresh.get_label_count() == 1
     indexing.delete_documents()
-    assert querying.get_document_count() == 0 and querying.get_phrase_count() == 0
+    assert querying.get_document_count() == 0 and querying.get_phrase_document_count() == 0
     assert not [p for p in path.iterdir() if p.name.startswith("phrases-")]
 
 
