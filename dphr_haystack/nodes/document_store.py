@@ -724,20 +724,21 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
             raise ValueError(f"unknown journal operation {name!r}")
 
     def _journal(self, kind: str, index: str, lines: list[str]) -> None:
-        """Stage journal lines for the commit of the current write (shared directories only)."""
-        if self._live is not None:
+        """Stage journal lines for the commit of the current write (shared directories over the in-memory store;
+        Elasticsearch shares its documents and labels itself)."""
+        if self._live is not None and self.in_memory:
             self._live.append(kind, index, lines)
 
     def _journal_documents(self, index: str, ids: list[str]) -> None:
         """Journal the stored state of these documents (after a write: what the duplicate policy kept)."""
-        if self._live is None:
+        if self._live is None or not self.in_memory:
             return
         docs = self._inner.documents_by_id(ids, index, batch_size=10_000)
         self._journal("documents", index, [_document_line(doc, index) for doc in docs])
 
     def _journal_labels(self, index: str) -> None:
         """Journal all labels of ``index`` anew (labels are few; their journal is rewritten on each change)."""
-        if self._live is None:
+        if self._live is None or not self.in_memory:
             return
         self._live.forget("labels", index)
         self._journal("labels", index, [label.to_json() for label in self.inner.get_all_labels(index=index)])
