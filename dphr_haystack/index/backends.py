@@ -198,15 +198,14 @@ def make_search_backend(
 
     device = resolve_device(device)
     if device.startswith("cuda"):
-        if faiss_index is not None and faiss_has_gpu():
+        if faiss_index is not None and faiss_has_gpu() and not is_flat:  # flat: exact torch over the stored codes
             try:
                 gpu_index = faiss_to_gpu(faiss_index, device)
                 apply_search_params(gpu_index, search_params)
                 return FaissSearch(gpu_index, device)
             except RuntimeError as exc:
-                if not is_flat:
-                    _fallback(f"FAISS cannot run this index type on the GPU ({exc})")
-                    return FaissSearch(faiss_index, "cpu")
+                _fallback(f"FAISS cannot run this index type on the GPU ({exc})")
+                return FaissSearch(faiss_index, "cpu")
         if is_flat:
             return TorchFlatSearch(vectors, codec, device)
         _fallback(

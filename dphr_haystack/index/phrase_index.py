@@ -195,7 +195,7 @@ class PhraseIndex:
             "uid": uuid.uuid4().hex,
         }
         index = cls(manifest, Path(path) if path is not None else None, lock_timeout)
-        index._faiss = faiss.index_factory(index.dim, faiss_factory, faiss.METRIC_INNER_PRODUCT)
+        index._faiss = index._new_faiss()
         if index._writer is not None:
             with index._writer.hold():  # two creators of one path: the second finds it not empty
                 remove_uncommitted_files(index.path)  # a create killed before its first commit leaves only these
@@ -466,7 +466,6 @@ class PhraseIndex:
         self._register_passages(records, counts[: len(records)])
 
     def _load_faiss(self) -> None:
-        faiss = require("faiss")
         name = self.manifest.get("faiss_file")
         if name:
             file = self.path / name
@@ -485,7 +484,7 @@ class PhraseIndex:
         elif is_flat(self.faiss_factory) and self._flat_search == "mmap":
             self._faiss = None  # searched by exact torch top-k over the memory-mapped vectors
         else:
-            self._faiss = faiss.index_factory(self.dim, self.faiss_factory, faiss.METRIC_INNER_PRODUCT)
+            self._faiss = self._new_faiss()
             self._faiss_add(self._vectors.view())
 
     # ----------------------------------------------------------------- properties
@@ -792,9 +791,20 @@ class PhraseIndex:
         self.manifest["search_params"] = {**index_types.default_search_params(self._faiss), **self.search_params}
         index_types.apply_search_params(self._faiss, self.search_params)
 
+    def _new_faiss(self):
+        """An empty structure of this index's type: for exact types, the one over the stored codes."""
+        if is_flat(self.faiss_factory):
+            return index_types.make_exact_index(self.dim, self.codec)
+        return index_types.make_faiss_index(self.dim, self.faiss_factory)
+
     def _faiss_add(self, stored: np.ndarray, chunk: int = 65536) -> None:
-        """Add stored-dtype vectors to FAISS (decoded to float32 a chunk at a time)."""
+        """Add stored-dtype vectors to FAISS a chunk at a time."""
         if self._faiss is None:
+            return
+        if is_flat(self.faiss_factory):
+            if self._faiss.ntotal == 0:
+                self._faiss = self._new_faiss()  # an int8 codec is calibrated on the first vectors added
+            index_types.add_exact(self._faiss, self.codec, stored, chunk)
             return
         for start in range(0, len(stored), chunk):
             self._faiss.add(np.ascontiguousarray(self.codec.decode(stored[start : start + chunk])))
@@ -854,8 +864,8 @@ class PhraseIndex:
                 )
             new = None
             if self._flat_search != "mmap":
-                new = index_types.make_faiss_index(self.dim, faiss_factory)
-                index_types.add_in_chunks(new, stored, self.codec.decode, progress=progress)
+                new = index_types.make_exact_index(self.dim, self.codec)
+                index_types.add_exact(new, self.codec, stored, progress=progress)
             trained_on = 0
         else:
             new, trained_on = index_types.build_faiss(

@@ -118,6 +118,24 @@ def test_int8_codec_is_close_to_float(tiny_model):
     np.testing.assert_allclose(index.vectors(), ref.vectors(), atol=0.1)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "int8", "float32"])
+def test_exact_search_keeps_the_stored_codes_and_matches_float32_flat(tiny_model, tmp_path, dtype):
+    import faiss
+
+    index = PhraseIndex.create(tiny_model, path=tmp_path / dtype, dtype=dtype)
+    index.add_passages(tiny_passages(), tiny_model, progress=False)
+    reference = faiss.IndexFlatIP(index.dim)
+    reference.add(index.vectors())
+    queries = np.random.default_rng(0).standard_normal((4, index.dim)).astype(np.float32)
+    expected_scores, expected_rows = reference.search(queries, 20)
+    for loaded in (index, PhraseIndex.load(tmp_path / dtype), index.reindex("Flat")):
+        scores, rows = loaded.search_tokens(queries, 20)
+        np.testing.assert_allclose(scores, expected_scores, rtol=1e-4, atol=1e-3)
+        assert (rows == expected_rows).mean() > 0.95  # ties may swap
+    bytes_per_dim = {"float16": 2, "int8": 1, "float32": 4}[dtype]
+    assert faiss.serialize_index(index.faiss_index).size < len(index) * index.dim * bytes_per_dim + 4096
+
+
 @pytest.mark.parametrize("factory", ["IVF2,Flat", "HNSW8", "SQfp16"])
 def test_other_faiss_factories(tiny_model, tmp_path, factory):
     index = PhraseIndex.create(tiny_model, path=tmp_path / "idx", faiss_factory=factory)
