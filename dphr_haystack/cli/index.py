@@ -28,7 +28,11 @@ def add_index_parser(sub: argparse._SubParsersAction) -> None:
         help="keep tokens whose filter logit exceeds T; 'none' keeps every token "
         "(default: the model's filter_threshold, chosen by the filter training stage)",
     )
-    index.add_argument("--faiss-factory", default="Flat", help="any FAISS index_factory string (default Flat)")
+    index.add_argument(
+        "--faiss-factory",
+        default="auto",
+        help="any FAISS index_factory string (default auto: exact while small, then a structure chosen for the size)",
+    )
     index.add_argument("--dtype", default="float16", choices=["float16", "int8"])
     index.add_argument("--batch-size", type=int, default=32)
     index.add_argument("--chunk-size", type=int, default=512, help="passages per commit (the unit of resumption)")

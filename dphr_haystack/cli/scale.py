@@ -68,7 +68,9 @@ def _add_structure_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--type", choices=INDEX_TYPES, default=None, help="named index type (nlist chosen from the size)"
     )
-    group.add_argument("--faiss-factory", default=None, help="any FAISS index_factory string")
+    group.add_argument(
+        "--faiss-factory", default=None, help="any FAISS index_factory string (default: auto, chosen for the size)"
+    )
     parser.add_argument("--nlist", type=int, default=None, help="IVF lists for --type (default: ~4·sqrt(n))")
     parser.add_argument("--on-disk", action="store_true", help="IVF: keep inverted lists on disk, memory-mapped")
     parser.add_argument("--train-size", type=int, default=None, help="training vectors (default: sized from nlist)")
@@ -99,7 +101,9 @@ def _factory(args: argparse.Namespace, num_vectors: int, dim: int) -> str:
 
     if args.faiss_factory:
         return args.faiss_factory
-    return factory_for(args.type or "flat", num_vectors, dim, nlist=args.nlist)
+    if args.type is None:
+        return "auto"  # chosen and tuned for the size (dphr_haystack.index.auto)
+    return factory_for(args.type, num_vectors, dim, nlist=args.nlist)
 
 
 def _dump(args: argparse.Namespace) -> int:

@@ -72,7 +72,8 @@ class PhraseDocumentStore(InMemoryDocumentStore):
     Args:
         path: Directory holding the store (created if missing); None keeps it in memory.
         index: Name of an in-memory store; ``from_dict`` in the same process returns the live store of that name.
-        faiss_factory: FAISS factory string of the phrase index (``Flat`` = exact search).
+        faiss_factory: FAISS structure of the phrase index: ``auto`` (exact while small, then chosen and tuned
+            for the size), ``Flat`` (always exact) or any FAISS factory string.
         phrase_dtype: Storage of phrase vectors: ``float16``, ``float32`` or ``int8``.
         title_field: Meta field holding a document's title (encoded before its text).
         document_id_field: Meta field grouping documents (passages) for ``unit="document"``; absent → the id.
@@ -88,7 +89,7 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         self,
         path: str | None = None,
         index: str | None = None,
-        faiss_factory: str = "Flat",
+        faiss_factory: str = "auto",
         phrase_dtype: Literal["float16", "float32", "int8"] = "float16",
         title_field: str = "title",
         document_id_field: str = "document_id",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .._util.lock import WriterLock, lock_file_for
 from ..build.dump import PhraseShard, list_shards
 from ..errors import IndexLoadError, InvalidParameterError, ModelMismatchError
+from .auto import AUTO, needs_rebuild
 from .codec import VectorCodec
 from .storage import is_flat, remove_uncommitted_files
 
@@ -25,7 +26,7 @@ def merge_dump(
     cls: type[PhraseIndex],
     dump_dir: str | Path,
     path: str | Path | None = None,
-    faiss_factory: str = "Flat",
+    faiss_factory: str = AUTO,
     model=None,
     model_path: str | None = None,
     on_disk: bool = False,
@@ -63,8 +64,16 @@ def merge_dump(
         index._faiss, index._flat_search = None, "mmap"
         for shard_dir in tqdm(shards, desc="merging shards", unit="shard", disable=not progress):
             index._append_shard(PhraseShard.load(shard_dir), merging=True)
-        index._commit()
         index._flat_search = flat_search
+        if faiss_factory == AUTO:
+            index.manifest["structure"] = {"policy": "auto", "built_for": len(index)}
+            index._commit()
+            if needs_rebuild(index.manifest, len(index)):
+                index._build_auto_structure(progress)
+            else:
+                index._load_faiss()
+            return index
+        index._commit()
         if is_flat(faiss_factory):
             index._load_faiss()
         else:

@@ -38,6 +38,7 @@ from .._util.memory import release_free_memory
 from ..build.corpus import CorpusStats, Passage, read_corpus
 from ..build.dump import TOKEN_DTYPE, PhraseShard, chunked, encode_shard
 from ..errors import DphrError, EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
+from . import auto
 from . import structures as index_types
 from .backends import FaissSearch
 from .codec import VectorCodec
@@ -131,7 +132,7 @@ class PhraseIndex:
         cls,
         model,
         path: str | Path | None = None,
-        faiss_factory: str = "Flat",
+        faiss_factory: str = auto.AUTO,
         filter_threshold: float | None = None,
         dtype: str = "float16",
         model_path: str | None = None,
@@ -140,6 +141,8 @@ class PhraseIndex:
     ) -> PhraseIndex:
         """A new, empty index for ``model``'s phrase vectors; on disk at ``path`` (must not exist) or in memory.
 
+        ``faiss_factory``: ``auto`` (exact while small, then a structure chosen and tuned for the size: see
+        :mod:`~dphr_haystack.index.auto`) or any FAISS factory string, kept whatever the size.
         ``lock_timeout``: how long this object's writes wait for another writer of ``path`` (see the class)."""
         return cls._create(
             model.hidden_size,
@@ -170,6 +173,8 @@ class PhraseIndex:
     ) -> PhraseIndex:
         """:meth:`create` from what it needs of a model: its dimension, phrase fingerprint and config."""
         faiss = require("faiss")
+        policy = "auto" if faiss_factory == auto.AUTO else "fixed"
+        faiss_factory = "Flat" if policy == "auto" else faiss_factory
         try:
             probe = faiss.index_factory(dim, faiss_factory, faiss.METRIC_INNER_PRODUCT)
         except RuntimeError as exc:
@@ -193,6 +198,7 @@ class PhraseIndex:
             "checksums": {},
             "created": time.time(),
             "uid": uuid.uuid4().hex,
+            "structure": {"policy": policy},
         }
         index = cls(manifest, Path(path) if path is not None else None, lock_timeout)
         index._faiss = index._new_faiss()
@@ -510,6 +516,11 @@ class PhraseIndex:
         return self.manifest["faiss_factory"]
 
     @property
+    def auto_structure(self) -> bool:
+        """Whether the index chooses its FAISS structure by size (``faiss_factory="auto"``)."""
+        return (self.manifest.get("structure") or {}).get("policy") == "auto"
+
+    @property
     def filter_threshold(self) -> float | None:
         return self.manifest["filter_threshold"]
 
@@ -708,6 +719,8 @@ class PhraseIndex:
             self._commit()
             if isinstance(self._search, FaissSearch):
                 self._search = self._make_search(self._device)  # a GPU copy does not see CPU adds
+            if self.auto_structure and auto.needs_rebuild(self.manifest, len(self)):
+                self._build_auto_structure(progress=False)
 
     def _append_passages(self, records: list[dict[str, Any]], tokens: np.ndarray) -> None:
         if self.path is not None:
@@ -835,9 +848,14 @@ class PhraseIndex:
         caps OPQ/PQ codebook training points (see ``index_types.make_faiss_index``). The swap is atomic: the new
         FAISS file is written under a new name before the manifest points to it.
 
+        ``faiss_factory="auto"`` lets the index choose and tune its structure for its size from then on (see
+        :mod:`~dphr_haystack.index.auto`); any other factory is kept whatever the size.
+
         Example:
             >>> index.reindex(index_types.factory_for("opq-ivf-pq", len(index), index.dim), path="idx-opq")
         """
+        if faiss_factory == auto.AUTO and path is None:
+            return self._build_auto_structure(progress)
         if path is not None:
             self.save(path)
             copy = PhraseIndex.load(path, verify=False, flat_search="mmap")
@@ -884,6 +902,8 @@ class PhraseIndex:
             index_types.apply_search_params(new, params)
         self._faiss = new
         old_file = self.manifest.get("faiss_file")
+        if not self._building_auto:
+            self.manifest["structure"] = {"policy": "fixed"}
         self.manifest.update(
             {
                 "faiss_factory": faiss_factory,
@@ -907,6 +927,34 @@ class PhraseIndex:
         if self._device != "cpu":
             self.to(self._device)
         return self
+
+    _building_auto = False
+
+    def _build_auto_structure(self, progress: bool = True) -> PhraseIndex:
+        """Build the structure ``auto`` picks for the current size and tune its ``nprobe`` (see ``auto``)."""
+        factory = auto.auto_factory(len(self))
+        self._building_auto = True
+        try:
+            self.reindex(factory, progress=progress)
+        finally:
+            self._building_auto = False
+        structure: dict[str, Any] = {"policy": "auto", "built_for": len(self)}
+        if not is_flat(factory):
+            ivf = index_types.ivf_of(self._faiss)
+            tuned = auto.tune_nprobe(self._probe_search, self._vectors.view(), self.codec.decode, ivf.nlist)
+            structure.update({key: tuned.pop(key) for key in ("probe_recall", "probe_queries", "probe_k")})
+            self.manifest["structure"] = structure
+            self.set_search_params(**tuned)  # commits
+        else:
+            self.manifest["structure"] = structure
+            self._commit()
+        return self
+
+    def _probe_search(self, queries: np.ndarray, k: int, nprobe: int) -> np.ndarray:
+        """Rows of a search with ``nprobe`` lists and ``auto``'s exact re-ranking (for tuning)."""
+        index_types.apply_search_params(self._faiss, {"nprobe": nprobe})
+        _, ids = self._faiss.search(queries, min(k * auto.REFINE, len(self)))
+        return index_types.refine_exact(queries, ids, k, self._vectors.view(), self.codec.decode)[1]
 
     from_dump = classmethod(merge_dump)
 

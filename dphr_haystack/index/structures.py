@@ -6,7 +6,8 @@ stored vectors (``vectors.bin``), so a quantized structure only changes which st
 ==============  ====================================  ==================================================
 type            factory (d = 384, nlist = 1024)        bytes per vector in the FAISS structure
 ==============  ====================================  ==================================================
-flat            ``Flat``                              4·d (rebuilt in RAM on load; or searched memory-mapped)
+flat            ``Flat``                              the stored codes: 2·d (fp16), d (int8), 4·d (fp32);
+                                                      rebuilt in RAM on load, or searched memory-mapped
 ivf-flat        ``IVF1024,Flat``                      4·d + 8 (id)
 ivf-sq8         ``IVF1024,SQ8``                       d + 8
 ivf-sq4         ``IVF1024,SQ4``                       d/2 + 8

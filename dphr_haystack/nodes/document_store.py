@@ -86,7 +86,8 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
         use_bm25: Keep the inner in-memory store's BM25 representation (needed by ``BM25Retriever``).
         bm25_algorithm: ``BM25Okapi``, ``BM25L`` or ``BM25Plus`` (in-memory store only).
         bm25_parameters: Parameters of that BM25 implementation, e.g. ``{"k1": 1.5, "b": 0.75}``.
-        faiss_factory: FAISS factory string for new phrase indexes (``Flat`` = exact search).
+        faiss_factory: FAISS structure of new phrase indexes: ``auto`` (exact while small, then chosen and tuned
+            for the size), ``Flat`` (always exact) or any FAISS factory string.
         phrase_dtype: Storage of phrase vectors: ``float16``, ``float32`` or ``int8``.
         title_field: Meta field holding a document's title (encoded before the text, as in DensePhrases).
         document_id_field: Meta field grouping passages into documents for ``unit="document"``
@@ -116,7 +117,7 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
         use_bm25: bool = True,
         bm25_algorithm: Literal["BM25Okapi", "BM25L", "BM25Plus"] = "BM25Okapi",
         bm25_parameters: dict[str, float] | None = None,
-        faiss_factory: str = "Flat",
+        faiss_factory: str = "auto",
         phrase_dtype: Literal["float16", "float32", "int8"] = "float16",
         title_field: str = "title",
         document_id_field: str = "document_id",

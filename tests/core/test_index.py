@@ -233,3 +233,40 @@ def test_uncommitted_append_is_ignored(tiny_model, tmp_path):
     final = PhraseIndex.load(tmp_path / "idx", model=tiny_model)
     assert np.array_equal(np.asarray(final.vectors()), full.vectors())
     assert _top(final, tiny_model, "passage") == _top(full, tiny_model, "passage")
+
+
+def _many_passages(count: int) -> list[dict]:
+    words = "river city bridge tower museum king queen war treaty music painter island mountain lake".split()
+    return [
+        {"id": f"m{i}", "title": f"Topic {i}", "text": " ".join(words[(i + j) % len(words)] for j in range(25))}
+        for i in range(count)
+    ]
+
+
+def test_auto_structure_grows_from_exact_to_a_tuned_ivf(tiny_model, tmp_path, monkeypatch):
+    from dphr_haystack.index import auto
+
+    index = PhraseIndex.create(tiny_model, path=tmp_path / "a")  # faiss_factory="auto" by default
+    fixed = PhraseIndex.create(tiny_model, faiss_factory="Flat")
+    for target in (index, fixed):
+        target.add_passages(_many_passages(10), tiny_model, progress=False)
+    assert index.auto_structure and index.faiss_factory == "Flat"
+    limit = len(index) + 50
+    monkeypatch.setattr(auto, "EXACT_LIMIT", limit)
+    for passages in (_many_passages(60)[10:], tiny_passages()):
+        index.add_passages(passages, tiny_model, progress=False)
+        fixed.add_passages(passages, tiny_model, progress=False)
+    assert len(index) > limit and index.faiss_factory.startswith("IVF") and index.faiss_factory.endswith(",SQ8")
+    structure = index.manifest["structure"]
+    assert structure["policy"] == "auto" and limit < structure["built_for"] <= len(index)  # later adds go in
+    assert structure["probe_recall"] >= auto.TARGET_RECALL
+    assert index.search_params["refine"] == auto.REFINE and index.search_params["nprobe"] >= 1
+    assert fixed.faiss_factory == "Flat" and not fixed.auto_structure  # an explicit factory is kept
+    queries = fixed.vectors(slice(0, 20)) + 0.1
+    exact_scores, _ = fixed.search_tokens(queries, 10)
+    scores, _ = PhraseIndex.load(tmp_path / "a").search_tokens(queries, 10)
+    np.testing.assert_allclose(scores, exact_scores, rtol=1e-3, atol=1e-3)
+    assert not auto.needs_rebuild(index.manifest, len(index))
+    assert auto.needs_rebuild(index.manifest, len(index) * auto.REBUILD_GROWTH + 1)
+    index.reindex("HNSW8,Flat", progress=False)
+    assert not index.auto_structure  # an explicit reindex fixes the structure

@@ -1,0 +1,100 @@
+"""The FAISS structure an index picks for itself (``faiss_factory="auto"``, the default of ``dphr index`` and the
+Haystack stores): exact search over the stored codes while the index is small, an IVF scalar-quantized structure
+with exact re-ranking from the stored vectors above :data:`EXACT_LIMIT` vectors, its ``nprobe`` chosen at build
+time on held-aside probe queries so that it returns what exact search returns. The structure is built again when
+the index outgrows it (:data:`REBUILD_GROWTH` times the size it was trained for).
+
+Probe queries are midpoints of two stored vectors drawn at random (seeded): they lie between the stored vectors,
+as questions do, and need no model. Recall is measured against exact inner-product search over the decoded stored
+vectors.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .structures import default_nlist
+
+logger = logging.getLogger(__name__)
+
+AUTO = "auto"
+# Vectors searched exactly; above, IVF-SQ8 with exact re-ranking. Exact search over fp16 codes takes ~72 ms per 10^6
+# vectors for one query (benchmarks/bench_exact_structures.py), so ~19 ms here: about dense FAISS passage search
+# on SQuAD-open-small (18.7 ms p50, benchmarks/bench_squad_open_small.py).
+EXACT_LIMIT = 262_144
+REBUILD_GROWTH = 4  # an IVF structure is trained again when the index has grown this many times past its build
+REFINE = 4  # candidates fetched per wanted token, re-ranked exactly (``refine`` search parameter)
+TARGET_RECALL = 0.99  # of the exact top-k tokens
+PROBE_QUERIES = 64
+PROBE_K = 256
+SEED = 29
+
+
+def auto_factory(num_vectors: int) -> str:
+    """The structure ``auto`` picks for ``num_vectors`` vectors."""
+    if num_vectors <= EXACT_LIMIT:
+        return "Flat"
+    return f"IVF{default_nlist(num_vectors)},SQ8"
+
+
+def needs_rebuild(manifest: dict[str, Any], num_vectors: int) -> bool:
+    """Whether an ``auto`` index of ``num_vectors`` vectors has outgrown its structure."""
+    built_for = int((manifest.get("structure") or {}).get("built_for", 0))
+    if auto_factory(num_vectors) == "Flat":
+        return False
+    return manifest["faiss_factory"] == "Flat" or num_vectors > REBUILD_GROWTH * max(built_for, 1)
+
+
+def probe_queries(stored: np.ndarray, decode: Callable[[np.ndarray], np.ndarray], count: int) -> np.ndarray:
+    """Midpoints of random pairs of stored vectors (seeded), as float32."""
+    rng = np.random.default_rng(SEED)
+    first, second = (np.sort(rng.choice(len(stored), size=count)) for _ in range(2))
+    return ((decode(stored[first]) + decode(stored[second])) / 2).astype(np.float32)
+
+
+def exact_top_rows(
+    queries: np.ndarray, stored: np.ndarray, decode: Callable[[np.ndarray], np.ndarray], k: int, chunk: int = 262_144
+) -> np.ndarray:
+    """Rows of the exact top-``k`` inner products of each query, by a chunked scan of the stored vectors."""
+    best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
+    best_rows = np.zeros((len(queries), 0), dtype=np.int64)
+    for start in range(0, len(stored), chunk):
+        scores = queries @ decode(stored[start : start + chunk]).T
+        rows = np.broadcast_to(np.arange(start, start + scores.shape[1]), scores.shape)
+        scores = np.concatenate([best_scores, scores], axis=1)
+        rows = np.concatenate([best_rows, rows], axis=1)
+        keep = np.argsort(-scores, axis=1)[:, :k]
+        best_scores, best_rows = np.take_along_axis(scores, keep, 1), np.take_along_axis(rows, keep, 1)
+    return best_rows
+
+
+def tune_nprobe(
+    search: Callable[[np.ndarray, int, int], np.ndarray],
+    stored: np.ndarray,
+    decode: Callable[[np.ndarray], np.ndarray],
+    nlist: int,
+) -> dict[str, Any]:
+    """The smallest ``nprobe`` (powers of two up to ``nlist``) whose top-:data:`PROBE_K` tokens, re-ranked, hold
+    :data:`TARGET_RECALL` of exact search's, on :data:`PROBE_QUERIES` probe queries.
+
+    Args:
+        search: ``search(queries, k, nprobe)`` → rows, the index's search with those parameters.
+        stored: The stored vectors; ``decode`` turns rows of them into float32.
+        nlist: The structure's number of lists.
+    """
+    queries = probe_queries(stored, decode, PROBE_QUERIES)
+    k = min(PROBE_K, len(stored))
+    truth = exact_top_rows(queries, stored, decode, k)
+    nprobe, recall = 1, 0.0
+    while True:
+        found = search(queries, k, nprobe)
+        recall = float(np.mean([len(set(t) & set(f)) / k for t, f in zip(truth, found)]))
+        if recall >= TARGET_RECALL or nprobe >= nlist:
+            break
+        nprobe = min(nprobe * 2, nlist)
+    logger.info("auto structure: nprobe=%d gives recall %.4f of the exact top-%d tokens", nprobe, recall, k)
+    return {"nprobe": nprobe, "refine": REFINE, "probe_recall": recall, "probe_queries": len(queries), "probe_k": k}
