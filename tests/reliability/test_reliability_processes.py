@@ -239,3 +239,29 @@ def test_many_processes_share_one_index_and_one_store(tmp_path, tiny_model, mode
     index.add_passages(tiny_passages()[:3], tiny_model, progress=False)
     _run_index_processes(tmp_path / "idx", model_dir, writers=4, readers=2, rounds=12)
     _run_store_processes(tmp_path / "store", model_dir, writers=4, readers=2, rounds=8)
+
+
+def test_a_crashed_writers_leftovers_are_ignored_then_cleaned(tmp_path, tiny_model_dir, tiny_model):
+    from haystack.schema import Document
+
+    from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever
+
+    path = tmp_path / "shared"
+    store = PhraseDocumentStore(path=str(path), progress_bar=False)
+    retriever = PhraseRetriever(document_store=store, model=str(tiny_model_dir), device="cpu")
+    store.index_documents([Document(content=p["text"], id=p["id"]) for p in tiny_passages()[:3]], retriever)
+    journal = path / store._live.manifest["documents"]["document"]
+    # A writer killed mid-write: journal bytes past the committed length, phrases of a document never committed.
+    with journal.open("ab") as handle:
+        handle.write(b'{"content": "half a docu')
+    orphan = PhraseIndex.load(store.get_phrase_index().path)
+    orphan.add_passages(tiny_passages()[3:4], tiny_model, progress=False)
+
+    before = _tree_digest(path)
+    reader = PhraseDocumentStore(path=str(path))
+    assert reader.get_document_count() == 3 and reader.get_phrase_document_count() == 3  # the orphan is hidden
+    assert _tree_digest(path) == before  # opening and reading wrote nothing
+    reader.write_documents([Document(content=tiny_passages()[4]["text"], id="p4")])  # the next write cleans up
+    assert PhraseIndex.load(store.get_phrase_index().path).passage_row("p3") is None
+    assert PhraseDocumentStore(path=str(path)).get_document_count() == 4
+    assert b"half a docu" not in journal.read_bytes()
