@@ -30,7 +30,7 @@ from haystack.errors import DocumentStoreError
 
 from .._util.atomic import fsync_directory, write_file_atomic
 from .._util.lock import WriterLock
-from .persistence import STORE_FILE, STORE_FORMAT, STORE_FORMAT_VERSION, read_manifest
+from .persistence import STORE_FILE, empty_manifest, read_manifest
 
 OP_KEY = "dphr_op"
 
@@ -81,16 +81,7 @@ class StoreDirectory:
     def create(self, config: dict[str, Any]) -> dict[str, Any]:
         """Write the manifest of an empty store (the caller holds the lock)."""
         self.path.mkdir(parents=True, exist_ok=True)
-        self.manifest = {
-            "format": STORE_FORMAT,
-            "format_version": STORE_FORMAT_VERSION,
-            "config": config,
-            "documents": {},
-            "labels": {},
-            "phrases": {},
-            "bytes": {},
-            "generation": 0,
-        }
+        self.manifest = {**empty_manifest(config), "bytes": {}, "generation": 0}
         self.commit()
         return self.manifest
 

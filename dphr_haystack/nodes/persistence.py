@@ -42,14 +42,7 @@ def write_snapshot(
     Raises:
         DocumentStoreError: A document or label cannot be written as JSON.
     """
-    manifest: dict[str, Any] = {
-        "format": STORE_FORMAT,
-        "format_version": STORE_FORMAT_VERSION,
-        "config": config,
-        "documents": {},
-        "labels": {},
-        "phrases": {},
-    }
+    manifest = empty_manifest(config)
     for n, (name, items) in enumerate(collections):
         values = list(items.values())
         if not values:
@@ -78,6 +71,18 @@ def write_snapshot(
         os.fsync(handle.fileno())
     fsync_directory(tmp)
     return manifest
+
+
+def empty_manifest(config: dict[str, Any]) -> dict[str, Any]:
+    """The manifest of a store with nothing in it yet, saved with ``config``."""
+    return {
+        "format": STORE_FORMAT,
+        "format_version": STORE_FORMAT_VERSION,
+        "config": config,
+        "documents": {},
+        "labels": {},
+        "phrases": {},
+    }
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
