@@ -202,6 +202,20 @@ def test_unified_loss_matches_reference(lambdas):
     assert _grads(out["loss"], [h])[0][1, 3:].abs().sum() == 0
 
 
+def test_losses_compute_in_float32_under_mixed_precision():
+    """Encoders under bf16 autocast hand the losses bf16 states; the losses still compute (and mix) in float32."""
+    B, L, d = 3, 5, 4
+    qs, qe, h = (_leaf(*shape, seed=s).bfloat16() for shape, s in (((B, d), 21), ((B, d), 22), ((B, L, d), 23)))
+    mask = torch.ones(B, L, dtype=torch.long)
+    starts, ends = torch.tensor([1, 0, 2]), torch.tensor([3, 0, 2])
+    loss = UnifiedLoss(1.0, 256.0, 1.0)
+    plain = loss(qs, qe, h, mask, starts, ends, pre_vectors=h[:, 0].clone())["loss"]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = loss(qs, qe, h, mask, starts, ends, pre_vectors=h[:, 0].clone())["loss"]
+    assert mixed.dtype == torch.float32
+    assert torch.equal(mixed, plain)
+
+
 def test_unified_loss_own_index_for_gathered_passages():
     """Under DDP all-gather, queries are local and passages global: own_index points into the gathered rows."""
     K, L, d = 4, 4, 3

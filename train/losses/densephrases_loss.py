@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._masked import upcast, zero_loss
+from ._masked import full_precision, upcast, zero_loss
 from .filter_loss import FilterLoss
 
 
@@ -66,6 +66,7 @@ class DensePhrasesLoss(nn.Module):
         self.lambda_kl = lambda_kl
         self.filter_loss = FilterLoss(filter_pos_weight)
 
+    @full_precision
     def forward(
         self,
         q_start: torch.Tensor,

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._masked import upcast, zero_loss
+from ._masked import full_precision, upcast, zero_loss
 
 
 class FilterLoss(nn.Module):
@@ -40,6 +40,7 @@ class FilterLoss(nn.Module):
         super().__init__()
         self.pos_weight = pos_weight
 
+    @full_precision
     def forward(
         self,
         filter_logits: torch.Tensor,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._masked import masked_logsumexp, upcast, zero_loss
+from ._masked import full_precision, masked_logsumexp, upcast, zero_loss
 
 
 class QuerySideLoss(nn.Module):
@@ -35,6 +35,7 @@ class QuerySideLoss(nn.Module):
         >>> out = QuerySideLoss()(qs, qe, cs, ce, cmask, phrase_targets=gold)
     """
 
+    @full_precision
     def forward(
         self,
         q_start: torch.Tensor,

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from ._masked import masked_logsumexp, upcast
+from ._masked import full_precision, masked_logsumexp, upcast
 
 
 class UnifiedLoss(nn.Module):
@@ -49,6 +49,7 @@ class UnifiedLoss(nn.Module):
             raise ValueError("the λ weights of the unified loss must be > 0")
         self.log_inp, self.log_inb, self.log_hard = math.log(lambda_inp), math.log(lambda_inb), math.log(lambda_hard)
 
+    @full_precision
     def forward(
         self,
         q_start: torch.Tensor,
