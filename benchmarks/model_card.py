@@ -32,7 +32,20 @@ RECIPES = {
     ("cpu-long", "filter"): "train/configs/cpu_filter.yaml",
     ("cpu-qsft", "qsft"): "train/configs/cpu_qsft.yaml",
     ("cpu-qsft-shared", "qsft"): "train/configs/cpu_qsft_shared.yaml",
+    ("cpu-converge", "rc"): "train/configs/cpu_converge.yaml",
+    ("cpu-converge", "filter"): "train/configs/cpu_converge_filter.yaml",
+    ("cpu-converge", "qsft"): "train/configs/cpu_converge_qsft.yaml",
+    ("gpu-converge", "rc"): "train/configs/gpu_converge.yaml",
+    ("gpu-converge", "filter"): "train/configs/cpu_converge_filter.yaml",
+    ("gpu-converge", "qsft"): "train/configs/cpu_converge_qsft.yaml",
 }
+
+# Where each stage ran, for runs whose stages did not all run on the project's 2-core CPU.
+MACHINES = {
+    ("gpu-converge", "rc"): "one H100",
+    ("gpu-converge", "filter"): "one H100",
+}
+CPU = "2-core CPU"
 
 
 STORAGE = {
@@ -47,8 +60,8 @@ STORAGE = {
 
 def _stage_lines(training: list[dict[str, Any]]) -> list[str]:
     lines = [
-        "| run / stage | recipe | steps × batch | lr | wall min | selected on | best |",
-        "|---|---|---:|---:|---:|---|---:|",
+        "| run / stage | recipe | machine | steps × batch | lr | wall min | selected on | best |",
+        "|---|---|---|---:|---:|---:|---|---:|",
     ]
     for run in training:
         name = Path(run["run"]).name
@@ -59,7 +72,8 @@ def _stage_lines(training: list[dict[str, Any]]) -> list[str]:
             minutes = "–" if seconds is None else f"{seconds / 60:.0f}"
             best_text = "–" if best is None else f"{100 * best:.1f}"
             lines.append(
-                f"| {name} / {stage} | `{RECIPES.get((name, stage), '?')}` | {a.get('max_steps')} × "
+                f"| {name} / {stage} | `{RECIPES.get((name, stage), '?')}` | {MACHINES.get((name, stage), CPU)} | "
+                f"{a.get('max_steps') or str(a.get('epochs')) + ' epochs'} × "
                 f"{a.get('batch_size')} | {a.get('lr'):g} | {minutes} | {a.get('select_metric') or '–'} | "
                 f"{best_text} |"
             )
@@ -75,10 +89,11 @@ def _parts(config: dict[str, Any]) -> str:
     return "phrase encoder, query start and end encoders, token filter: the DensePhrases layout"
 
 
-def _layout_lines(config: dict[str, Any]) -> list[str]:
-    """How a shared-layout model got its layout (``train/layout.py``, fitted before query-side fine-tuning)."""
+def _layout_lines(config: dict[str, Any], training: list[dict[str, Any]]) -> list[str]:
+    """How a shared-layout model got its layout when it was converted (``train/layout.py``, before QSFT)."""
     fit = _read("train_layout_fit")
-    if config["query_layout"] != "shared" or fit is None:
+    converted = any(Path(run["run"]).name == "cpu-qsft-shared" for run in training)
+    if config["query_layout"] != "shared" or fit is None or not converted:
         return []
     return [
         f"Before query-side fine-tuning, `python -m train.layout --model runs/shipped-v1 --out runs/shared-init "
@@ -105,6 +120,20 @@ def _missing_stages(training: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def _where(training: list[dict[str, Any]]) -> str:
+    """Where the stages ran, in words."""
+    places = [MACHINES.get((Path(run["run"]).name, stage), CPU) for run in training for stage in run["stages"]]
+    if set(places) == {CPU}:
+        return "on a 2-core CPU"
+    stages = [
+        (stage, MACHINES.get((Path(run["run"]).name, stage), CPU)) for run in training for stage in run["stages"]
+    ]
+    return "; ".join(
+        f"{', '.join(stage for stage, at in stages if at == place)} on {'a ' if place == CPU else ''}{place}"
+        for place in dict.fromkeys(places)
+    )
+
+
 def render() -> str:
     default = _read("default_model")
     if default is None or not default.get("export"):
@@ -117,7 +146,7 @@ def render() -> str:
         "# dphr-minilm-squad",
         "",
         f"A DensePhrases-style phrase model ({_parts(config)}) trained from "
-        "all-MiniLM-L6-v2 on SQuAD v1.1 train-rebuilt with this repository's `train/` recipes, on a 2-core CPU. "
+        f"all-MiniLM-L6-v2 on SQuAD v1.1 train-rebuilt with this repository's `train/` recipes ({_where(training)}). "
         "It is the default of `PhraseRetriever`, the YAML pipelines and the quickstart, and loads offline: "
         '`PhraseModel.load("dphr-minilm-squad")` (alias `default`).',
         "",
@@ -154,7 +183,7 @@ def render() -> str:
         "",
         *_stage_lines(training),
         "",
-        *_layout_lines(config),
+        *_layout_lines(config, training),
     ]
     validate = training[-1].get("validate")
     if validate:
