@@ -24,10 +24,16 @@ QUERY_CHUNK = 16
 
 
 def chunked_query_vectors(
-    model: PhraseModel, batch: dict[str, Any], chunk: int = QUERY_CHUNK
+    model: PhraseModel, batch: dict[str, Any], chunk: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Query start/end vectors (B, d) computed in length-sorted chunks, each padded only to its own longest."""
+    """Query start/end vectors (B, d) computed in length-sorted chunks, each padded only to its own longest.
+
+    ``chunk`` defaults to ``QUERY_CHUNK`` on the CPU, where padding costs compute, and to the whole batch on an
+    accelerator, where every chunk costs a forward and backward pass of kernel launches and padding is free.
+    """
     ids, mask, types = batch["q_input_ids"], batch["q_attention_mask"], batch["q_token_type_ids"]
+    if chunk is None:
+        chunk = QUERY_CHUNK if ids.device.type == "cpu" else max(1, len(ids))
     lengths = mask.sum(dim=1)  # (B,)
     order = torch.argsort(lengths)
     starts, ends = [], []
