@@ -42,8 +42,7 @@ RECIPES = {
 
 # Where each stage ran, for runs whose stages did not all run on the project's 2-core CPU.
 MACHINES = {
-    ("gpu-converge", "rc"): "one H100",
-    ("gpu-converge", "filter"): "one H100",
+    ("gpu-converge", "rc"): "one H200",
 }
 CPU = "2-core CPU"
 
