@@ -376,6 +376,54 @@ class PhraseDocumentStore(InMemoryDocumentStore):
                 return 0
             return len(records)
 
+    def attach_phrase_index(self, phrase_index: PhraseIndex) -> None:
+        """Serve the stored documents' phrases from an index built elsewhere over the same documents (``dphr
+        index``, ``PhraseIndex.add_passages``, a Haystack 1.x store's phrase index), without encoding them again.
+
+        Every live passage of ``phrase_index`` must be a stored document of the same id, text, title and document
+        id (as :meth:`update_phrases` would have encoded it); stored documents it lacks stay pending. The index
+        replaces the store's phrases. A store with a ``path`` keeps a copy of it in its directory; an in-memory
+        store uses it as given, so the store's later phrase changes (deleted or overwritten documents, phrases of
+        new documents) are written to it, and to its directory when it has one.
+
+        Raises:
+            InvalidParameterError: A passage of the index is not a stored document, or differs from it.
+        """
+        if not isinstance(phrase_index, PhraseIndex):
+            raise InvalidParameterError(f"expected a PhraseIndex, got {type(phrase_index).__name__}")
+        with self._lock:
+            missing, changed = [], []
+            for passage_id in phrase_index.live_passage_ids():
+                doc = self.storage.get(passage_id)
+                passage = self._passage(doc) if doc is not None else None
+                if passage is None:
+                    missing.append(passage_id)
+                    continue
+                record = phrase_index.passages[phrase_index.passage_row(passage_id)]
+                if (passage["text"], passage["title"], passage["document_id"]) != (
+                    record["text"],
+                    record.get("title", ""),
+                    record.get("document_id", record["id"]),
+                ):
+                    changed.append(passage_id)
+            if missing or changed:
+                problems = [
+                    f"{len(ids)} passages {what}, e.g. {ids[:3]}"
+                    for ids, what in ((missing, "are not stored documents"), (changed, "differ from their document"))
+                    if ids
+                ]
+                raise InvalidParameterError(
+                    f"the phrase index does not match this store's documents: {'; '.join(problems)} "
+                    f"(title from meta {self.title_field!r}, document id from meta {self.document_id_field!r}); "
+                    "write the corpus the index was built from first"
+                )
+            if self.path is not None:
+                folder = Path(self.path) / PHRASES_DIR
+                if phrase_index.path is None or phrase_index.path.resolve() != folder.resolve():
+                    phrase_index.save(folder)
+                    phrase_index = PhraseIndex.load(folder, verify=False)
+            self._phrase_index = phrase_index
+
     def _check_model(self, model: PhraseModel) -> None:
         assert self._phrase_index is not None
         if self._phrase_index.model_fingerprint != fingerprint(model):
