@@ -11,7 +11,9 @@ questions (same seed, the held-out validation articles excluded), top-20, the sa
 ``<cache>/phrases-<fingerprint>-filter-<threshold>``, attached to one Haystack 2 ``PhraseDocumentStore`` without
 encoding anything again. BM25, phrase passages, phrase answers and the BM25 + phrase RRF hybrid are the YAML pipelines
 of ``pipelines/haystack2`` over that store; BM25 takes the 1.x store's settings (BM25Okapi, Haystack 1.x's
-tokenisation) unless ``--bm25 haystack2`` asks for the 2.x store's defaults.
+tokenisation) unless ``--bm25 haystack2`` asks for the 2.x store's defaults (BM25L, Haystack 2's tokenisation). Even
+with the 1.x settings the BM25 scores are not the 1.x ones: Haystack 2's in-memory BM25 counts a query term once
+however often the question repeats it ("of", "the"), rank_bm25 (Haystack 1.x) once per occurrence.
 
 When ``results/squad_open_small.json`` holds a 1.x run of the same model on the same phrase index, every metric is
 compared with it: paired per question when that run's predictions are in the cache's ``eval/`` folder (and reproduce
@@ -204,7 +206,7 @@ def compare(rows_2x: list[tuple], examples: list, baseline: dict, eval_dir: Path
             metrics[metric] = {"1.x": v1, "2.x": v2, **stats, "within_noise": within_noise(stats["diff"], stats["se"])}
         entry["metrics"] = metrics
         if results_1x:
-            entry["identical"] = identical_outputs(results_1x, report.results)
+            entry["identical"] = identical_outputs(results_1x, report.results, "phrase_em@1" in row_1x["metrics"])
         lat_1x, lat_2x = row_1x["latency"], row["latency"]
         entry["latency"] = {
             "1.x_p50_ms": lat_1x["p50_ms"],
@@ -218,6 +220,7 @@ def compare(rows_2x: list[tuple], examples: list, baseline: dict, eval_dir: Path
     headline = [{"system": s, "metric": m, **by_system[s][m]} for s, m in HEADLINE if m in by_system.get(s, {})]
     compared = [m for s in systems for m in s["metrics"].values()]
     return {
+        "baseline_file": baseline.get("_file", "results/squad_open_small.json"),
         "baseline_date": baseline.get("machine", {}).get("date"),
         "baseline_machine": baseline.get("machine"),
         "baseline_questions": baseline.get("questions_sampled"),
@@ -230,14 +233,15 @@ def compare(rows_2x: list[tuple], examples: list, baseline: dict, eval_dir: Path
     }
 
 
-def identical_outputs(results_1x: list, results_2x: list) -> dict[str, float]:
-    """Fractions of questions where both layers returned the same top answer, top passage, top-20 passage list."""
+def identical_outputs(results_1x: list, results_2x: list, answers: bool = True) -> dict[str, float | None]:
+    """Fractions of questions where both layers returned the same top answer (None without 1.x answers), the same
+    top passage, the same top-20 passage list."""
 
     def same(key) -> float:
         return float(np.mean([key(a) == key(b) for a, b in zip(results_1x, results_2x, strict=True)]))
 
     return {
-        "top_answer": same(lambda r: r.predictions[0]["text"] if r.predictions else None),
+        "top_answer": same(lambda r: r.predictions[0]["text"] if r.predictions else None) if answers else None,
         "top_passage": same(lambda r: r.passages[0]["id"] if r.passages else None),
         "top_20_passages": same(lambda r: [p["id"] for p in r.passages[:20]]),
     }
@@ -257,6 +261,7 @@ def load_baseline(path: Path, model: str, phrase_index: str, top_k: int) -> tupl
     ours = (model, model_id(model), phrase_index, top_k)
     if theirs != ours:
         return None, f"{path.name} measured (model, model id, phrase index, top-k) {theirs}, not {ours}"
+    baseline["_file"] = f"results/{path.name}" if path.parent == RESULTS else str(path)
     return baseline, ""
 
 
@@ -287,7 +292,7 @@ def markdown(r: dict) -> str:
     lines += [
         "",
         f"Each PhraseRetriever run first checks the store for documents without phrases (`encode_missing`): "
-        f"{r['pending_check_ms']:.1f} ms on this store, inside the phrase latencies above.",
+        f"{r['pending_check_ms']:.2f} ms on this store, inside the phrase latencies above.",
     ]
     cmp = r.get("comparison")
     if cmp is None:
@@ -304,7 +309,7 @@ def markdown(r: dict) -> str:
     )
     lines += [
         "",
-        f"Against Haystack 1.x (`results/squad_open_small.json`, run {cmp['baseline_date']}), {how}; "
+        f"Against Haystack 1.x (`{cmp['baseline_file']}`, run {cmp['baseline_date']}), {how}; "
         f"noise = ±{Z} standard errors of the difference (95%):",
         "",
         "| system | metric | 1.x | 2.x | 2.x − 1.x | noise ± | questions gained / lost | verdict |",
@@ -337,8 +342,9 @@ def markdown(r: dict) -> str:
         f"**Verdict: {'within noise' if cmp['headline_within_noise'] else 'NOT within noise'}** for the hybrid's "
         f"passage accuracy and the phrase answers' EM@1 ({headline}); {cmp['metrics_outside_noise']} of "
         f"{cmp['metrics_compared']} compared metrics outside noise. Latencies compare only when both runs had the "
-        f"machine to themselves (1.x run on {cmp['baseline_machine'].get('cpu') if cmp['baseline_machine'] else '?'}"
-        f"; this one: load average {r['load_average_start'][0]:.1f} at the start).",
+        f"machine to themselves (1.x run on {(cmp['baseline_machine'] or {}).get('cpu', '?')}; this one: load average "
+        f"{r['load_average_start'][0]:.1f} at the start, {r.get('load_average_end', [float('nan')])[0]:.1f} at "
+        "the end).",
     ]
     if cmp["pairing_notes"]:
         lines += ["", "Not paired: " + "; ".join(cmp["pairing_notes"]) + "."]

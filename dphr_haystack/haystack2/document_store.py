@@ -237,22 +237,21 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         index = self._phrase_index
         if index is None or not ids:
             return
-        stale = []
-        for doc_id in ids:
-            row = index.passage_row(doc_id)
-            if row is None:
-                continue
-            record = index.passages[row]
-            doc = self.storage.get(doc_id)
-            passage = self._passage(doc) if doc is not None else None
-            if passage is None or (passage["text"], passage["title"], passage["document_id"]) != (
-                record["text"],
-                record.get("title", ""),
-                record.get("document_id", record["id"]),
-            ):
-                stale.append(doc_id)
+        stale = [i for i in ids if index.passage_row(i) is not None and not self._encoded_as_stored(index, i)]
         if stale:
             index.delete_passages(stale)
+
+    def _encoded_as_stored(self, index: PhraseIndex, doc_id: str) -> bool:
+        """Whether the phrases of ``doc_id`` in ``index`` are those of the stored document (same text, title and
+        document id); False when it is not stored (or has no text)."""
+        doc = self.storage.get(doc_id)
+        passage = self._passage(doc) if doc is not None else None
+        record = index.passages[index.passage_row(doc_id)]
+        return passage is not None and (passage["text"], passage["title"], passage["document_id"]) == (
+            record["text"],
+            record.get("title", ""),
+            record.get("document_id", record["id"]),
+        )
 
     def _passage(self, doc: Document) -> dict[str, Any] | None:
         """The phrase-index record of a document, or None when it has no text to encode."""
@@ -392,30 +391,12 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         if not isinstance(phrase_index, PhraseIndex):
             raise InvalidParameterError(f"expected a PhraseIndex, got {type(phrase_index).__name__}")
         with self._lock:
-            missing, changed = [], []
-            for passage_id in phrase_index.live_passage_ids():
-                doc = self.storage.get(passage_id)
-                passage = self._passage(doc) if doc is not None else None
-                if passage is None:
-                    missing.append(passage_id)
-                    continue
-                record = phrase_index.passages[phrase_index.passage_row(passage_id)]
-                if (passage["text"], passage["title"], passage["document_id"]) != (
-                    record["text"],
-                    record.get("title", ""),
-                    record.get("document_id", record["id"]),
-                ):
-                    changed.append(passage_id)
-            if missing or changed:
-                problems = [
-                    f"{len(ids)} passages {what}, e.g. {ids[:3]}"
-                    for ids, what in ((missing, "are not stored documents"), (changed, "differ from their document"))
-                    if ids
-                ]
+            differing = [i for i in phrase_index.live_passage_ids() if not self._encoded_as_stored(phrase_index, i)]
+            if differing:
                 raise InvalidParameterError(
-                    f"the phrase index does not match this store's documents: {'; '.join(problems)} "
-                    f"(title from meta {self.title_field!r}, document id from meta {self.document_id_field!r}); "
-                    "write the corpus the index was built from first"
+                    f"{len(differing)} passages of the phrase index are not stored documents or differ from them "
+                    f"(text, title from meta {self.title_field!r}, document id from meta {self.document_id_field!r}), "
+                    f"e.g. {differing[:3]}: write the corpus the index was built from first"
                 )
             if self.path is not None:
                 folder = Path(self.path) / PHRASES_DIR
