@@ -357,14 +357,14 @@ def plot(r: dict, path: Path) -> None:
     fig, (acc_ax, lat_ax) = plt.subplots(1, 2, figsize=(13, 4.8))
     cmp = r.get("comparison")
     if cmp:
-        labels, diffs, errs = [], [], []
+        labels, diffs, errs, colors = [], [], [], []
         for s in cmp["systems"]:
             for metric, m in s["metrics"].items():
                 labels.append(f"{s['system']}: {metric}")
                 diffs.append(100 * m["diff"])
                 errs.append(100 * Z * m["se"])
+                colors.append("tab:green" if m["within_noise"] else "tab:red")
         y = np.arange(len(labels))
-        colors = ["tab:green" if abs(d) <= e or (e == 0 and d == 0) else "tab:red" for d, e in zip(diffs, errs)]
         acc_ax.errorbar(diffs, y, xerr=errs, fmt="none", ecolor="tab:gray", capsize=3)
         acc_ax.scatter(diffs, y, c=colors, zorder=3)
         acc_ax.axvline(0, color="black", lw=0.8)
@@ -482,7 +482,9 @@ def main(argv: list[str] | None = None) -> int:
         phrase_vectors = len(store.phrase_index)
     finally:
         store.close()
-    predictions = args.predictions or CACHE.parent / f"haystack2-parity{smoke}" / Path(args.model).name
+    predictions = (
+        args.predictions or CACHE.parent / f"haystack2-parity{smoke.replace('_', '-')}" / Path(args.model).name
+    )
     for _, report in rows:
         report.write(predictions)
     print(markdown_table([report for _, report in rows]))
