@@ -10,6 +10,7 @@ published checkpoint loads as is.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import logging
@@ -23,7 +24,7 @@ import torch
 from torch import nn
 
 from .._util.lazy import require
-from ..errors import ModelLoadError
+from ..errors import InvalidParameterError, ModelLoadError, ModelMismatchError, QueryOnlyCheckpointError
 from .config import PhraseModelConfig
 from .inputs import build_windows, pad_batch, tokenize_passages, tokenize_queries
 from .registry import DEFAULT_MODEL, is_hub_id, is_minilm_alias, is_shipped_name, resolve_base, shipped_model_path
@@ -145,13 +146,22 @@ class PhraseModel(nn.Module):
         except BaseException as exc:
             raise ModelLoadError(f"cannot read encoder config or tokenizer in {path}: {exc}") from exc
         _check_fast(tokenizer, path)
+        if config.do_lower_case is not None:
+            apply_casing(tokenizer, config.do_lower_case, path)
         state = read_weights(path)
         model = cls._build_checked(enc_config, tokenizer, config, state, source=path)
         return model.to(device).eval()
 
     @classmethod
     def from_densephrases(
-        cls, path: str | Path, tokenizer: str | Path | None = None, device: str | torch.device = "cpu"
+        cls,
+        path: str | Path,
+        tokenizer: str | Path | None = None,
+        device: str | torch.device = "cpu",
+        do_lower_case: bool = False,
+        phrase_model: PhraseModel | str | Path | None = None,
+        phrase_fingerprint: str | None = None,
+        config_overrides: dict[str, Any] | None = None,
     ) -> PhraseModel:
         """Import a published DensePhrases checkpoint directory (``config.json`` + ``pytorch_model.bin``).
 
@@ -159,7 +169,25 @@ class PhraseModel(nn.Module):
         is refused. DensePhrases repos ship no tokenizer: pass ``tokenizer`` (e.g. a local copy of
         SpanBERT/spanbert-base-cased) unless the directory has tokenizer files. Old key names
         (``bert_start``, ``bert_q_start``, ``bert_q_end``) are renamed; teacher keys are dropped.
-        Inputs follow DensePhrases v1.0 (every passage segment id 1, titles of at most 10 subwords).
+
+        The model behaves as DensePhrases v1.0, which trained the published checkpoints, and these settings go
+        into its ``dphr_config.json``: the tokenizer keeps case (``do_lower_case=False``, DensePhrases' default,
+        whatever the tokenizer folder says), all-lowercase queries are truecased, passages are
+        ``[CLS] title [SEP] context [SEP]`` (``[CLS] [SEP] context [SEP]`` untitled) with every segment id 1 and
+        titles of at most 10 subwords, in 512-subword windows started every 500 context subwords with every
+        window kept, and ``dphr index`` / the retriever keep the tokens whose filter logit exceeds −2.0.
+        ``config_overrides`` (PhraseModelConfig fields, e.g. ``{"filter_threshold": None}``) replaces any of them.
+
+        A query-only checkpoint (DensePhrases v1.1 query-side fine-tuning saves no ``phrase_encoder``) needs
+        ``phrase_model``: the phrase model (object, directory or DensePhrases checkpoint) whose index it queries;
+        the phrase encoder, filter, tokenizer and passage settings come from it. With ``phrase_fingerprint``
+        (e.g. ``PhraseIndex.model_fingerprint`` of the index to search) the result's phrase fingerprint must
+        equal it. A full checkpoint given a ``phrase_model`` must hold the same phrase side.
+
+        Raises:
+            ModelLoadError: A file is missing, damaged or refused.
+            QueryOnlyCheckpointError: The checkpoint holds no phrase encoder and no ``phrase_model`` was given.
+            ModelMismatchError: The phrase side differs from ``phrase_model`` / ``phrase_fingerprint``.
         """
         transformers = require("transformers")
         path = Path(path)
@@ -173,20 +201,6 @@ class PhraseModel(nn.Module):
             enc_config = transformers.AutoConfig.for_model(**raw)
         except Exception as exc:
             raise ModelLoadError(f"cannot read {path / 'config.json'}: {exc}") from exc
-        tok_source = str(tokenizer) if tokenizer is not None else str(path)
-        try:
-            if Path(tok_source).is_dir() and not _has_tokenizer_files(Path(tok_source)):
-                # transformers 5.x builds an empty tokenizer (special tokens only) from such a directory
-                raise OSError(f"{tok_source} holds no tokenizer files")
-            tok = transformers.AutoTokenizer.from_pretrained(tok_source, use_fast=True)
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as exc:
-            raise ModelLoadError(
-                f"no tokenizer for {path}: DensePhrases checkpoints ship none; pass tokenizer=<path to the "
-                f"SpanBERT/spanbert-base-cased tokenizer> ({exc})"
-            ) from exc
-        _check_fast(tok, tok_source)
         try:
             state = torch.load(weights, map_location="cpu", weights_only=True)
         except Exception as exc:
@@ -194,17 +208,79 @@ class PhraseModel(nn.Module):
         if not isinstance(state, dict):
             raise ModelLoadError(f"{weights}: expected a state dict, got {type(state).__name__}")
         state = _densephrases_state(state)
-        try:
-            config = PhraseModelConfig(
-                passage_token_type="all_one",
-                max_title_length=10,
-                max_passage_length=min(384, int(enc_config.max_position_embeddings)),
-                base_model=f"densephrases:{path.name}",
+        query_only = not any(k.startswith("phrase_encoder.") for k in state)
+        phrase = _phrase_side(phrase_model) if phrase_model is not None else None
+        if query_only:
+            if phrase is None:
+                raise QueryOnlyCheckpointError(
+                    f"{path} holds only a query side (no phrase_encoder weights: DensePhrases v1.1 query-side "
+                    "fine-tuning saves it so); pass phrase_model=<the phrase model or DensePhrases checkpoint "
+                    "whose index it queries> (CLI: --phrase-model)"
+                )
+            model = cls._query_side_for(phrase, enc_config, state, tokenizer, weights)
+        else:
+            tok = _load_tokenizer(tokenizer if tokenizer is not None else path, path, do_lower_case)
+            max_length = _max_positions(enc_config, path)
+            settings: dict[str, Any] = {
+                "passage_token_type": "all_one",
+                "max_title_length": 10,
+                "max_passage_length": min(512, max_length),
+                "passage_stride": min(500, max_length),
+                "passage_stride_mode": "step",
+                "sep_after_empty_title": True,
+                "max_query_length": min(64, max_length),
+                "filter_threshold": -2.0,
+                "do_lower_case": do_lower_case,
+                "truecase": not do_lower_case,
+                "base_model": f"densephrases:{path.name}",
+            }
+            config = _config_with(settings, config_overrides, path)
+            model = cls._build_checked(enc_config, tok, config, state, source=weights)
+            if phrase is not None and model_fingerprint_of(phrase) != model.phrase_fingerprint():
+                raise ModelMismatchError(f"{path}: its phrase encoder differs from the given phrase_model's")
+        if query_only and config_overrides:
+            model.config = _config_with(model.config.to_dict(), config_overrides, path)
+        if phrase_fingerprint is not None and model.phrase_fingerprint() != phrase_fingerprint:
+            raise ModelMismatchError(
+                f"{path}: the phrase side's fingerprint {model.phrase_fingerprint()[:12]}… is not the expected "
+                f"{str(phrase_fingerprint)[:12]}… (the index was built with another phrase encoder or settings)"
             )
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise ModelLoadError(f"{path / 'config.json'}: unusable max_position_embeddings ({exc})") from exc
-        model = cls._build_checked(enc_config, tok, config, state, source=weights)
         return model.to(device).eval()
+
+    @classmethod
+    def _query_side_for(
+        cls, phrase: PhraseModel, enc_config, state: dict[str, torch.Tensor], tokenizer, weights: Path
+    ) -> PhraseModel:
+        """A query-only checkpoint's query encoders on ``phrase``'s phrase encoder, filter and settings."""
+        own = phrase.phrase_encoder.config
+        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "model_type"):
+            if getattr(own, key, None) != getattr(enc_config, key, None):
+                raise ModelMismatchError(
+                    f"{weights.parent}: {key} {getattr(enc_config, key, None)!r} differs from the phrase model's "
+                    f"{getattr(own, key, None)!r}"
+                )
+        tok = phrase.tokenizer
+        if tokenizer is not None:
+            tok = _load_tokenizer(tokenizer, weights.parent, phrase.config.do_lower_case)
+            if tok.get_vocab() != phrase.tokenizer.get_vocab():
+                raise ModelMismatchError(f"{tokenizer}: not the phrase model's vocabulary")
+        config = copy.deepcopy(phrase.config)
+        config.query_layout = "separate"
+        config.calibration = None  # a calibration belongs to the query side it was fitted on
+        config.base_model = f"{phrase.config.base_model} + densephrases-query:{weights.parent.name}"
+        merged = {k: v for k, v in state.items() if k.startswith(("query_start_encoder.", "query_end_encoder."))}
+        for key, value in phrase.state_dict().items():
+            if key.startswith(("phrase_encoder.", "filter_linear.")):
+                merged[key] = value.detach().cpu().clone()
+        ours = merged.get("phrase_encoder.embeddings.word_embeddings.weight")
+        theirs = state.get("query_start_encoder.embeddings.word_embeddings.weight")
+        if ours is not None and theirs is not None and ours.shape == theirs.shape and not torch.equal(ours, theirs):
+            logger.warning(
+                "%s: its query word embeddings differ from the phrase encoder's (DensePhrases freezes both at "
+                "their shared initialisation): is this the phrase model it was fine-tuned against?",
+                weights.parent,
+            )
+        return cls._build_checked(copy.deepcopy(own), tok, config, merged, source=weights)
 
     @classmethod
     def _from_encoder_config(cls, enc_config, tokenizer, config: PhraseModelConfig) -> PhraseModel:
@@ -390,8 +466,14 @@ class PhraseModel(nn.Module):
         tokenized = tokenize_passages(self.tokenizer, texts, titles, self.config)
         windows = build_windows(self.tokenizer, tokenized, self.config)
         d = self.hidden_size
-        vectors = [np.zeros((len(tp.context_ids), d), dtype=np.float32) for tp in tokenized]
-        logits = [np.zeros((len(tp.context_ids), 2), dtype=np.float32) for tp in tokenized]
+        # Output rows per passage: one per context token, or (step windows) one per token of every window.
+        token_of_row = [np.arange(len(tp.context_ids)) for tp in tokenized]
+        if self.config.passage_stride_mode == "step":
+            token_of_row = [np.zeros(0, dtype=np.int64) for _ in tokenized]
+            for window in windows:
+                token_of_row[window.passage] = np.concatenate([token_of_row[window.passage], window.owned_context])
+        vectors = [np.zeros((len(rows), d), dtype=np.float32) for rows in token_of_row]
+        logits = [np.zeros((len(rows), 2), dtype=np.float32) for rows in token_of_row]
         order = sorted(range(len(windows)), key=lambda i: -len(windows[i].input_ids))
         device = self.device
         pad_id = self.tokenizer.pad_token_id or 0
@@ -405,9 +487,12 @@ class PhraseModel(nn.Module):
             states_np = states.float().cpu().numpy()
             filt_np = filt.float().cpu().numpy()
             for row, window in enumerate(batch):
-                vectors[window.passage][window.owned_context] = states_np[row, window.owned_positions]
-                logits[window.passage][window.owned_context] = filt_np[row, window.owned_positions]
-        return [EncodedPassage(v, f, tp.char_offsets) for v, f, tp in zip(vectors, logits, tokenized)]
+                vectors[window.passage][window.rows] = states_np[row, window.owned_positions]
+                logits[window.passage][window.rows] = filt_np[row, window.owned_positions]
+        return [
+            EncodedPassage(v, f, tp.char_offsets[rows])
+            for v, f, tp, rows in zip(vectors, logits, tokenized, token_of_row, strict=True)
+        ]
 
     @torch.inference_mode()
     def encode_queries(self, queries: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
@@ -417,7 +502,7 @@ class PhraseModel(nn.Module):
         for b in range(0, len(queries), batch_size):
             tensors = tokenize_queries(self.tokenizer, queries[b : b + batch_size], self.config)
             tensors = {k: v.to(device) for k, v in tensors.items()}
-            with _autocast(device):
+            with _full_precision(device):  # DensePhrases encodes queries in float32, even on a GPU
                 q_start, q_end = self.query_vectors(**tensors)
             starts.append(q_start.float().cpu().numpy())
             ends.append(q_end.float().cpu().numpy())
@@ -451,11 +536,105 @@ def _identity_linear(dim: int) -> nn.Linear:
     return layer
 
 
+def _full_precision(device: torch.device):
+    """No autocast, whatever a caller's context enabled: the query side runs in its weights' float32."""
+    return torch.autocast(device.type if device.type in ("cuda", "cpu") else "cpu", enabled=False)
+
+
 def _autocast(device: torch.device):
     if device.type == "cuda":
         dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.autocast("cuda", dtype=dtype)
     return torch.autocast("cpu", enabled=False)
+
+
+def _load_tokenizer(source: str | Path, checkpoint: Path, do_lower_case: bool | None):
+    """A fast tokenizer from ``source`` with the given casing (None: as its files say)."""
+    transformers = require("transformers")
+    source = str(source)
+    kwargs = {} if do_lower_case is None else {"do_lower_case": do_lower_case}
+    try:
+        if Path(source).is_dir() and not _has_tokenizer_files(Path(source)):
+            # transformers 5.x builds an empty tokenizer (special tokens only) from such a directory
+            raise OSError(f"{source} holds no tokenizer files")
+        tok = transformers.AutoTokenizer.from_pretrained(source, use_fast=True, **kwargs)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:
+        raise ModelLoadError(
+            f"no tokenizer for {checkpoint}: DensePhrases checkpoints ship none; pass tokenizer=<path to the "
+            f"SpanBERT/spanbert-base-cased tokenizer> ({exc})"
+        ) from exc
+    _check_fast(tok, source)
+    if do_lower_case is not None:
+        apply_casing(tok, do_lower_case, source)
+    return tok
+
+
+def apply_casing(tokenizer, do_lower_case: bool, source: Any = "tokenizer") -> None:
+    """Make a fast tokenizer lower-case its input or keep case, and check that it does.
+
+    A BERT tokenizer folder without ``tokenizer_config.json`` (SpanBERT's: ``vocab.txt`` + ``config.json``)
+    lower-cases by default; DensePhrases loads it with ``do_lower_case=False``. The setting is written into the
+    tokenizer's normalizer and its saved settings, so a saved model reloads with the same casing.
+
+    Raises:
+        ModelLoadError: The tokenizer's normalizer cannot be set to that casing.
+    """
+    backend = tokenizer.backend_tokenizer
+    if _lowercases(backend) != do_lower_case:
+        state = json.loads(backend.normalizer.__getstate__()) if backend.normalizer is not None else {}
+        if state.get("type") != "BertNormalizer":
+            raise ModelLoadError(
+                f"{source}: cannot set do_lower_case={do_lower_case} on a {state.get('type')} normalizer"
+            )
+        from tokenizers.normalizers import BertNormalizer
+
+        state.pop("type")
+        state["lowercase"] = do_lower_case
+        backend.normalizer = BertNormalizer(**state)
+    if hasattr(tokenizer, "do_lower_case"):
+        tokenizer.do_lower_case = do_lower_case
+    tokenizer.init_kwargs["do_lower_case"] = do_lower_case
+    if _lowercases(backend) != do_lower_case:
+        raise ModelLoadError(f"{source}: the tokenizer ignores do_lower_case={do_lower_case}")
+
+
+def _lowercases(backend) -> bool:
+    return backend.normalizer is not None and backend.normalizer.normalize_str("Ab") == "ab"
+
+
+def _phrase_side(phrase_model: PhraseModel | str | Path) -> PhraseModel:
+    if isinstance(phrase_model, PhraseModel):
+        return phrase_model
+    return load_model(phrase_model)
+
+
+def model_fingerprint_of(model: PhraseModel) -> str:
+    from .cache import model_fingerprint
+
+    return model_fingerprint(model)
+
+
+def _max_positions(enc_config, path: Path) -> int:
+    try:
+        return int(enc_config.max_position_embeddings)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ModelLoadError(f"{path / 'config.json'}: unusable max_position_embeddings ({exc})") from exc
+
+
+def _config_with(settings: dict[str, Any], overrides: dict[str, Any] | None, path: Path) -> PhraseModelConfig:
+    values = {k: v for k, v in {**settings, **(overrides or {})}.items() if k != "format_version"}
+    known = {f.name for f in dataclasses.fields(PhraseModelConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise InvalidParameterError(f"unknown config_overrides {unknown}; valid: {', '.join(sorted(known))}")
+    try:
+        return PhraseModelConfig(**values)
+    except InvalidParameterError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ModelLoadError(f"{path}: {exc}") from exc
 
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
