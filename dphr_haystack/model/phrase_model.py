@@ -28,6 +28,7 @@ from ..errors import InvalidParameterError, ModelLoadError, ModelMismatchError, 
 from .config import PhraseModelConfig
 from .inputs import build_windows, pad_batch, tokenize_passages, tokenize_queries
 from .registry import DEFAULT_MODEL, is_hub_id, is_minilm_alias, is_shipped_name, resolve_base, shipped_model_path
+from .truecase import TrueCaser
 from .weights import WEIGHTS_FILE, WEIGHTS_INDEX_FILE, read_base_state, read_weights, write_weights
 
 logger = logging.getLogger(__name__)
@@ -495,8 +496,24 @@ class PhraseModel(nn.Module):
         ]
 
     @torch.inference_mode()
-    def encode_queries(self, queries: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
-        """Start and end vectors of each query: two float32 arrays (n, d). Raises InvalidQueryError on empty ones."""
+    def encode_queries(
+        self,
+        queries: Sequence[str],
+        batch_size: int = 64,
+        truecase: bool | None = None,
+        truecaser: TrueCaser | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end vectors of each query: two float32 arrays (n, d). Raises InvalidQueryError on empty ones.
+
+        The query side always runs in float32 (as DensePhrases encodes queries), also on a GPU. With ``truecase``
+        (default: the model's ``config.truecase``, on for cased DensePhrases models) all-lowercase queries are
+        truecased first, by ``truecaser`` or else the model's vocabulary truecaser (:attr:`truecaser`).
+        """
+        if truecase is None:
+            truecase = self.config.truecase
+        if truecase:
+            caser = truecaser or self.truecaser
+            queries = [caser.truecase_query(q) if isinstance(q, str) else q for q in queries]
         starts, ends = [], []
         device = self.device
         for b in range(0, len(queries), batch_size):
@@ -510,6 +527,15 @@ class PhraseModel(nn.Module):
             d = self.hidden_size
             return np.zeros((0, d), np.float32), np.zeros((0, d), np.float32)
         return np.concatenate(starts), np.concatenate(ends)
+
+    @property
+    def truecaser(self) -> TrueCaser:
+        """A truecaser from the tokenizer's cased vocabulary alone (searchers add their corpus's statistics)."""
+        caser = self.__dict__.get("_truecaser")
+        if caser is None:
+            caser = TrueCaser.from_vocab(self.tokenizer.get_vocab())
+            self.__dict__["_truecaser"] = caser
+        return caser
 
     def phrase_fingerprint(self) -> str:
         """SHA-256 of the phrase encoder's weights and passage input settings.
