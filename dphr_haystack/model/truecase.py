@@ -6,14 +6,16 @@ before encoding them. This is a small statistical truecaser of the same kind (Li
 built from cased text at hand instead of a pickled statistics file:
 
 * the **corpus** it searches: for each word (lower-cased), how often each surface form occurs away from the
-  start of a sentence (a sentence-initial capital says nothing about the word), and, for words seen in
-  several forms ("may"/"May", "new"/"New"), how often each form follows and precedes each neighbouring word;
+  start of a sentence (a sentence-initial capital says little about the word: it counts only for words never
+  seen elsewhere, and only where the vocabulary says nothing), and, for words seen in several forms
+  ("may"/"May", "new"/"New"), how often each form follows and precedes each neighbouring word;
 * the model's **cased vocabulary** for words the corpus lacks: a whole-word entry that exists only capitalised
   ("NASA", "Denver") gives that form, one that exists in lower case stays lower case.
 
 A word is given its most frequent form, or for a word seen in several forms the form that scores best with
 its left and right neighbours (add-one smoothed unigram × left-bigram × right-bigram); unknown words stay lower
-case (``unknown="title"`` title-cases them, as DensePhrases does); the first word is capitalised. Only letters
+case (``unknown="title"`` title-cases them, as DensePhrases does), so do clitics ("didn't"); the first word is
+capitalised. Only letters
 change: spacing, digits and punctuation are kept as they are. Nothing is read from disk.
 
 Example:
@@ -67,6 +69,7 @@ class TrueCaser:
         self.left: dict[tuple[str, str], Counter[str]] = dict(left or {})
         self.right: dict[tuple[str, str], Counter[str]] = dict(right or {})
         self.unknown = unknown
+        self.initial: dict[str, str] = {}  # forms of words seen only at sentence starts
         self.fallback: dict[str, str] = {}  # from a vocabulary: used for words without corpus counts
 
     # ----------------------------------------------------------------- building
@@ -75,10 +78,10 @@ class TrueCaser:
         """Count case forms in cased ``texts`` (two passes: forms, then the neighbours of ambiguous words)."""
         texts = list(texts)
         forms: dict[str, Counter[str]] = defaultdict(Counter)
+        initials: dict[str, Counter[str]] = defaultdict(Counter)
         for text in texts:
             for form, initial in _words(text):
-                if not (initial and _positional(form)):
-                    forms[form.lower()][form] += 1
+                (initials if initial and _positional(form) else forms)[form.lower()][form] += 1
         ambiguous = {key for key, counts in forms.items() if _is_ambiguous(counts)}
         left: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
         right: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
@@ -93,7 +96,10 @@ class TrueCaser:
                         left[(words[i - 1][0].lower(), key)][form] += 1
                     if i + 1 < len(words):
                         right[(key, words[i + 1][0].lower())][form] += 1
-        return cls(forms, left, right, unknown)
+        caser = cls(forms, left, right, unknown)
+        # A word seen only at sentence starts ("Hamlet is a tragedy.") keeps that form, as weak evidence.
+        caser.initial = {key: counts.most_common(1)[0][0] for key, counts in initials.items() if key not in forms}
+        return caser
 
     @classmethod
     def from_vocab(cls, vocab: Iterable[str], unknown: str = "lower") -> TrueCaser:
@@ -128,7 +134,7 @@ class TrueCaser:
         for i, match in enumerate(matches):
             prev = chosen[i - 1].lower() if i else None
             nxt = keys[i + 1] if i + 1 < len(keys) else None
-            form = self._form(keys[i], prev, nxt)
+            form = self._form(keys[i], prev, nxt) if not _clitic(text, match.start()) else keys[i]
             if i == 0:
                 form = form[:1].upper() + form[1:]
             chosen.append(form)
@@ -145,6 +151,8 @@ class TrueCaser:
     def _form(self, key: str, prev: str | None, nxt: str | None) -> str:
         counts = self.forms.get(key)
         if not counts:
+            if key in self.initial and key not in self.fallback:
+                return self.initial[key]
             if key in self.fallback:
                 return self.fallback[key]
             return key.title() if self.unknown == "title" else key
@@ -169,6 +177,11 @@ def _words(text: str) -> Iterable[tuple[str, bool]]:
         gap = text[last : match.start()] if last is not None else ""
         yield match.group(), last is None or bool(_SENTENCE_END.search(gap))
         last = match.end()
+
+
+def _clitic(text: str, start: int) -> bool:
+    """A word glued to the previous one by an apostrophe ("didn't", "Paris's"): its case is lower."""
+    return start > 1 and text[start - 1] in "'’" and text[start - 2].isalpha()
 
 
 def _positional(form: str) -> bool:

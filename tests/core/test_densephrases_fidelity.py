@@ -19,107 +19,26 @@ import transformers
 from dphr_haystack import ModelMismatchError, PhraseIndex, PhraseModel, PhraseSearcher, QueryOnlyCheckpointError
 from dphr_haystack.build.corpus import Passage
 from dphr_haystack.build.dump import encode_shard
+from dphr_haystack.cli import main as dphr
+from dphr_haystack.errors import InvalidParameterError
 from dphr_haystack.index.codec import VectorCodec
 from dphr_haystack.model import phrase_model as phrase_model_module
+from dphr_haystack.testing import DENSEPHRASES_WORDS, make_densephrases_checkpoints
 
 pytestmark = pytest.mark.unit
 
-HIDDEN = 32
-WORDS = (
-    "Paris is the capital and most populous city of France . The city hosts Louvre museum , which "
-    "opened in 1793 . Who wrote Hamlet ? William Shakespeare wrote it in London . What river flows "
-    "through Egypt ? Nile flows north into Mediterranean Sea"
-).split()
-SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-LONG_TEXT = " ".join(f"{w} {w.lower()}" for w in WORDS * 12)  # > 2 windows of 512 subwords
+LONG_TEXT = " ".join(f"{w} {w.lower()}" for w in DENSEPHRASES_WORDS * 12)  # > 2 windows of 512 subwords
 TEN_SUBWORD_TITLE = "Paris Louvre museum city France Egypt Nile London Hamlet Sea"
 SHORT_TITLE = "Paris"
 
 
-def _spanbert_folder(out):
-    """A cased WordPiece vocabulary in SpanBERT's layout: vocab.txt + config.json, nothing else."""
-    chars = sorted({ch for w in WORDS for ch in w} | {ch for w in WORDS for ch in w.lower()} | set("?.,'"))
-    words = sorted({w for w in WORDS} | {w.lower() for w in WORDS if w.lower() != "paris"})
-    vocab = SPECIAL + chars + [f"##{c}" for c in chars] + [w for w in words if w not in chars]
-    out.mkdir()
-    (out / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    config = transformers.BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=HIDDEN,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=2 * HIDDEN,
-        max_position_embeddings=512,
-    )
-    (out / "config.json").write_text(config.to_json_string())
-    return out, config
-
-
-def _encoder(config, seed):
-    torch.manual_seed(seed)
-    return transformers.BertModel(config, add_pooling_layer=True).eval()
-
-
-def _write_checkpoint(out, config, encoders, filter_linear):
-    """DensePhrases' save_pretrained layout: config.json (architectures Encoder) + pytorch_model.bin."""
-    out.mkdir()
-    state = {}
-    for name, encoder in encoders.items():
-        for key, value in encoder.state_dict().items():
-            state[f"{name}.{key}"] = value.clone()
-        state[f"{name}.embeddings.position_ids"] = torch.arange(512).unsqueeze(0)  # older transformers kept it
-    state["filter_linear.weight"] = filter_linear.weight.detach().clone()
-    state["filter_linear.bias"] = filter_linear.bias.detach().clone()
-    torch.save(state, out / "pytorch_model.bin")
-    raw = json.loads(config.to_json_string())
-    raw["architectures"] = ["Encoder"]
-    (out / "config.json").write_text(json.dumps(raw))
-    return out
-
-
 @pytest.fixture(scope="module")
 def published(tmp_path_factory):
-    """A v1.0 full checkpoint, a v1.1 query-only checkpoint fine-tuned from it, and the tokenizer folder."""
-    root = tmp_path_factory.mktemp("densephrases")
-    tok_dir, config = _spanbert_folder(root / "spanbert-base-cased")
-    phrase, q_start, q_end = _encoder(config, 1), _encoder(config, 2), _encoder(config, 3)
-    # DensePhrases' three encoders start as copies and freeze word embeddings: all three share them.
-    for enc in (q_start, q_end):
-        enc.embeddings.word_embeddings.weight.data.copy_(phrase.embeddings.word_embeddings.weight.data)
-    torch.manual_seed(4)
-    filter_linear = torch.nn.Linear(HIDDEN, 2)
-    with torch.no_grad():  # logits 3·h_0 − 2 and 2·h_1 − 2 around DensePhrases' threshold −2: many pass, many not
-        filter_linear.weight.zero_()
-        filter_linear.weight[0, 0], filter_linear.weight[1, 1] = 3.0, 2.0
-        filter_linear.bias.fill_(-2.0)
-    full = _write_checkpoint(
-        root / "densephrases-multi",
-        config,
-        {"phrase_encoder": phrase, "query_start_encoder": q_start, "query_end_encoder": q_end},
-        filter_linear,
-    )
-    ft_start, ft_end = _encoder(config, 5), _encoder(config, 6)
-    for enc in (ft_start, ft_end):
-        enc.embeddings.word_embeddings.weight.data.copy_(phrase.embeddings.word_embeddings.weight.data)
-    query_only = _write_checkpoint(
-        root / "densephrases-multi-query-nq",
-        config,
-        {"query_start_encoder": ft_start, "query_end_encoder": ft_end},
-        filter_linear,
-    )
-    slow = transformers.BertTokenizer(str(tok_dir / "vocab.txt"), do_lower_case=False)
-    return {
-        "tok_dir": tok_dir,
-        "full": full,
-        "query_only": query_only,
-        "phrase": phrase,
-        "q_start": q_start,
-        "q_end": q_end,
-        "ft_start": ft_start,
-        "ft_end": ft_end,
-        "filter": filter_linear,
-        "slow": slow,
-    }
+    """A v1.0 full checkpoint, a v1.1 query-only checkpoint fine-tuned from it, the tokenizer folder, and the
+    slow (Python) BERT tokenizer DensePhrases' own code would build from it (do_lower_case=False)."""
+    made = make_densephrases_checkpoints(tmp_path_factory.mktemp("densephrases"))
+    made["slow"] = transformers.BertTokenizer(str(made["tok_dir"] / "vocab.txt"), do_lower_case=False)
+    return made
 
 
 def _direct_dump(p, text: str, title: str, threshold: float = -2.0):
@@ -323,3 +242,120 @@ def test_query_only_checkpoint_fingerprint_mismatch_is_refused(published, import
         )
     with pytest.raises(ModelMismatchError):
         PhraseModel.from_densephrases(published["full"], tokenizer=published["tok_dir"], phrase_model=other)
+
+
+# ----------------------------------------------------------------------------- truecasing
+def test_lowercase_queries_are_truecased_for_the_cased_model(imported):
+    truecased = imported.encode_queries(["who is paris?"])
+    written = imported.encode_queries(["Who is Paris?"], truecase=False)
+    as_given = imported.encode_queries(["who is paris?"], truecase=False)
+    np.testing.assert_allclose(truecased[0], written[0], atol=1e-6)
+    assert not np.allclose(as_given[0], written[0], atol=1e-3)
+    # A query with any capital is the user's own casing: left alone.
+    np.testing.assert_allclose(
+        imported.encode_queries(["who is Paris"])[0], imported.encode_queries(["who is Paris"], truecase=False)[0]
+    )
+
+
+def test_truecasing_is_off_by_default_for_uncased_models(tiny_model):
+    assert tiny_model.config.truecase is False
+    np.testing.assert_array_equal(
+        tiny_model.encode_queries(["who wrote hamlet"])[0], tiny_model.encode_queries(["Who wrote Hamlet"])[0]
+    )  # the tiny model lower-cases: both read the same
+
+
+def _hamlet_index(model):
+    passages = [
+        {"id": "a", "title": "Hamlet", "text": "William Shakespeare wrote Hamlet in London ."},
+        {"id": "b", "title": "", "text": "Nile flows north into Mediterranean Sea ."},
+    ]
+    index = PhraseIndex.create(model, filter_threshold=None)
+    index.add_passages(passages, model, progress=False)
+    return index
+
+
+def test_searcher_truecases_with_the_indexed_corpus(imported):
+    index = _hamlet_index(imported)
+    caser = PhraseSearcher(index, imported)
+    plain = PhraseSearcher(index, imported, truecase=False)
+    assert caser.search("who wrote hamlet", top_k=5) == plain.search("Who wrote Hamlet", top_k=5)
+    assert [h.score for h in plain.search("who wrote hamlet", top_k=5)] != [
+        h.score for h in plain.search("Who wrote Hamlet", top_k=5)
+    ]
+    assert PhraseSearcher(index, imported, truecase=True).truecase is True
+    with pytest.raises(InvalidParameterError):
+        PhraseSearcher(index, imported, truecase="yes")
+
+
+def test_cli_imports_indexes_and_searches_with_densephrases_settings(published, tmp_path, capsys):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(
+        "\n".join(
+            json.dumps(p)
+            for p in (
+                {"id": "a", "title": "Hamlet", "text": "William Shakespeare wrote Hamlet in London ."},
+                {"id": "b", "title": "", "text": "Nile flows north into Mediterranean Sea ."},
+            )
+        )
+    )
+    base = ["model", "import-densephrases", "--tokenizer", str(published["tok_dir"])]
+    assert dphr([*base, "--checkpoint", str(published["full"]), "--out", str(tmp_path / "m")]) == 0
+    saved = json.loads((tmp_path / "m" / "dphr_config.json").read_text())
+    assert saved["do_lower_case"] is False and saved["truecase"] is True and saved["filter_threshold"] == -2.0
+    assert (
+        dphr(
+            [
+                "index",
+                "--model",
+                str(tmp_path / "m"),
+                "--corpus",
+                str(corpus),
+                "--out",
+                str(tmp_path / "i"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    assert PhraseIndex.load(tmp_path / "i").filter_threshold == -2.0
+    assert (
+        dphr(
+            [
+                "model",
+                "import-densephrases",
+                "--checkpoint",
+                str(published["query_only"]),
+                "--out",
+                str(tmp_path / "q"),
+            ]
+        )
+        == 2
+    )
+    assert "phrase-model" in capsys.readouterr().err
+    query_only = ["model", "import-densephrases", "--checkpoint", str(published["query_only"])]
+    assert (
+        dphr(
+            [
+                *query_only,
+                "--phrase-model",
+                str(tmp_path / "m"),
+                "--index",
+                str(tmp_path / "i"),
+                "--out",
+                str(tmp_path / "q"),
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+
+    def search(*args):
+        assert dphr(["search", "--index", str(tmp_path / "i"), "--model", str(tmp_path / "q"), "--json", *args]) == 0
+        return [r["score"] for r in json.loads(capsys.readouterr().out)["results"]]
+
+    assert search("who wrote hamlet") == search("--no-truecase", "Who wrote Hamlet")
+    assert search("--no-truecase", "who wrote hamlet") != search("Who wrote Hamlet")
+    lowered = ["--set", "filter_threshold=null", "--set", "truecase=false", "--lowercase"]
+    assert dphr([*base, "--checkpoint", str(published["full"]), *lowered, "--out", str(tmp_path / "l")]) == 0
+    saved = json.loads((tmp_path / "l" / "dphr_config.json").read_text())
+    assert saved["filter_threshold"] is None and saved["truecase"] is False and saved["do_lower_case"] is True
