@@ -23,6 +23,7 @@ from .errors import (
     InvalidQueryError,
     ModelLoadError,
     ModelMismatchError,
+    QueryOnlyCheckpointError,
 )
 
 __version__ = "0.1.0"
@@ -75,6 +76,7 @@ __all__ = [
     "InvalidQueryError",
     "ModelLoadError",
     "ModelMismatchError",
+    "QueryOnlyCheckpointError",
     *_LAZY,
 ]
 

@@ -27,6 +27,10 @@ class ModelLoadError(DphrError, OSError):
     """A model directory or checkpoint is missing, incomplete or refused (e.g. a pickle)."""
 
 
+class QueryOnlyCheckpointError(ModelLoadError):
+    """A checkpoint holds only a query side (DensePhrases v1.1 query-side fine-tuning) and no phrase side was given."""
+
+
 class IndexLoadError(DphrError, OSError):
     """An index directory is missing, corrupted, or from another format version."""
 

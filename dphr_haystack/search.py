@@ -23,6 +23,7 @@ import numpy as np
 from .confidence import CONFIDENCE_DEPTH, Calibration, confidence_features, copies_question, question_words
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
 from .index.phrase_index import PhraseIndex
+from .model.truecase import corpus_truecaser, is_all_lowercase
 
 UNITS = ("phrase", "passage", "document")
 
@@ -87,6 +88,10 @@ class PhraseSearcher:
     :func:`dphr_haystack.confidence.copies_question`); passage and document rankings are unchanged by it.
     ``calibration`` gives phrase answers a confidence: ``"model"`` (default) takes the model's stored
     calibration (none: no confidence), ``None`` turns it off, or pass a :class:`Calibration`.
+    ``truecase`` truecases all-lowercase queries before encoding them (DensePhrases' ``--truecase``) with case
+    statistics of the index's own passages and the model's cased vocabulary
+    (:func:`dphr_haystack.model.truecase.corpus_truecaser`); None (default) follows the model's ``truecase``
+    setting, on for cased DensePhrases models.
 
     Example:
         >>> searcher = PhraseSearcher(index, model)
@@ -102,8 +107,12 @@ class PhraseSearcher:
         whole_words: bool = True,
         skip_question_copies: bool = True,
         calibration: Calibration | str | None = "model",
+        truecase: bool | None = None,
     ) -> None:
         self.index = index
+        if truecase is not None and not isinstance(truecase, bool):
+            raise InvalidParameterError(f"truecase={truecase!r}; valid: true, false or None (the model's)")
+        self.truecase = truecase
         self.whole_words = whole_words
         self.skip_question_copies = skip_question_copies
         self.model = model
@@ -132,7 +141,12 @@ class PhraseSearcher:
             raise InvalidParameterError("PhraseSearcher needs a model to encode text queries")
         if isinstance(queries, str):
             raise InvalidQueryError("search_batch takes a list of queries, not one string")
-        q_start, q_end = self.model.encode_queries(list(queries), batch_size=self.query_batch_size)
+        texts = list(queries)
+        truecase = self.model.config.truecase if self.truecase is None else self.truecase
+        if truecase and any(isinstance(q, str) and is_all_lowercase(q) for q in texts):
+            caser = corpus_truecaser(self.index, self.model.tokenizer.get_vocab())
+            texts = [caser.truecase_query(q) if isinstance(q, str) else q for q in texts]
+        q_start, q_end = self.model.encode_queries(texts, batch_size=self.query_batch_size, truecase=False)
         return self.search_vectors(q_start, q_end, unit, top_k, allowed_passages, questions=list(queries))
 
     def search_vectors(

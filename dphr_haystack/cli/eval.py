@@ -56,6 +56,13 @@ def add_eval_parser(sub) -> None:
         default=None,
         help="answers are regular expressions (default: yes for CuratedTREC file names)",
     )
+    ev.add_argument(
+        "--truecase",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with --index: truecase all-lowercase questions (default: the model's setting, on for cased "
+        "DensePhrases models; in a pipeline, PhraseRetriever's truecase parameter)",
+    )
     ev.add_argument("--top-k", type=int, default=20)
     ev.add_argument("--answer-match", default="squad", choices=["squad", "substring"])
     ev.add_argument("--name", help="system name in the outputs (default: the index or pipeline file name)")
@@ -86,7 +93,7 @@ def run_eval(args: argparse.Namespace) -> int:
         from ..search import open_searcher
 
         report = evaluate_searcher(
-            open_searcher(args.index, args.model),
+            open_searcher(args.index, args.model, truecase=args.truecase),
             examples,
             args.top_k,
             system=args.name or args.index.name,
@@ -94,6 +101,8 @@ def run_eval(args: argparse.Namespace) -> int:
             progress=progress,
         )
     else:
+        if args.truecase is not None:
+            raise InvalidParameterError("--truecase applies to --index; in a pipeline set PhraseRetriever.truecase")
         from ..nodes import corpus_documents, index_corpus, load_pipeline
 
         overrides = parse_overrides(args.set)

@@ -2,7 +2,9 @@
 
 Long passages are split into windows of ``max_passage_length`` subwords overlapping by ``passage_stride``
 context subwords. Each context token keeps the vector of the window where it has most context on both
-sides (the BERT/SQuAD "max context" rule), so every token gets exactly one vector.
+sides (the BERT/SQuAD "max context" rule), so every token gets exactly one vector. With
+``passage_stride_mode="step"`` windows start every ``passage_stride`` context subwords and every window's
+context tokens are kept, in window order, as DensePhrases v1.0 dumps them.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class Window:
     token_type_ids: list[int]
     owned_context: np.ndarray  # context token indices whose vector comes from this window
     owned_positions: np.ndarray  # their positions inside input_ids
+    rows: np.ndarray  # the passage's output rows these vectors fill (owned_context, except in step mode)
+    context_first: int = 0  # context token index of the window's first context token
+    context_start: int = 1  # position of that token inside input_ids
 
 
 def tokenize_passages(
@@ -88,13 +93,23 @@ def _tokenizer_failures() -> Iterator[None]:
 
 
 def build_windows(tokenizer, passages: Sequence[TokenizedPassage], config: PhraseModelConfig) -> list[Window]:
-    """Split every tokenised passage into windows and assign each context token to its max-context window."""
+    """Split every tokenised passage into windows and say which output row each window's tokens fill.
+
+    ``overlap`` mode: one row per context token, from its max-context window. ``step`` mode: windows start every
+    ``passage_stride`` context tokens and the rows are every window's context tokens, in window order.
+    """
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
     windows: list[Window] = []
     for p_idx, tp in enumerate(passages):
-        prefix = [cls_id] + (tp.title_ids + [sep_id] if tp.title_ids else [])
+        if tp.title_ids:
+            prefix = [cls_id, *tp.title_ids, sep_id]
+        else:
+            prefix = [cls_id, sep_id] if config.sep_after_empty_title else [cls_id]
         room = config.max_passage_length - len(prefix) - 1
         n = len(tp.context_ids)
+        if config.passage_stride_mode == "step":
+            windows.extend(_step_windows(p_idx, tp, prefix, room, sep_id, config))
+            continue
         step = max(1, room - config.passage_stride)
         starts = list(range(0, max(1, n - room + step), step))
         if starts[-1] + room < n:
@@ -115,8 +130,27 @@ def build_windows(tokenizer, passages: Sequence[TokenizedPassage], config: Phras
             ids = prefix + tp.context_ids[a:b] + [sep_id]
             types = _token_types(len(prefix), b - a, config)
             owned = np.nonzero(best_window[a:b] == w_idx)[0] + a
-            windows.append(Window(p_idx, ids, types, owned, owned - a + len(prefix)))
+            positions = owned - a + len(prefix)
+            windows.append(Window(p_idx, ids, types, owned, positions, owned, a, len(prefix)))
     return windows
+
+
+def _step_windows(
+    p_idx: int, tp: TokenizedPassage, prefix: list[int], room: int, sep_id: int, config: PhraseModelConfig
+) -> list[Window]:
+    """DensePhrases v1.0 windows: starts 0, stride, 2·stride, … while below the passage length; each holds up to
+    ``room`` context tokens, all of which are kept (twice where windows overlap, never where they leave a gap)."""
+    n, stride = len(tp.context_ids), config.passage_stride
+    out, row = [], 0
+    for a in range(0, max(n, 1), stride):
+        b = min(a + room, n)
+        ids = prefix + tp.context_ids[a:b] + [sep_id]
+        owned = np.arange(a, b)
+        rows = np.arange(row, row + (b - a))
+        row += b - a
+        types = _token_types(len(prefix), b - a, config)
+        out.append(Window(p_idx, ids, types, owned, owned - a + len(prefix), rows, a, len(prefix)))
+    return out
 
 
 def _token_types(prefix_len: int, n_context: int, config: PhraseModelConfig) -> list[int]:

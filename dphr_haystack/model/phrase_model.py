@@ -25,8 +25,10 @@ from torch import nn
 from .._util.lazy import require
 from ..errors import ModelLoadError
 from .config import PhraseModelConfig
+from .densephrases import apply_casing, import_checkpoint
 from .inputs import build_windows, pad_batch, tokenize_passages, tokenize_queries
 from .registry import DEFAULT_MODEL, is_hub_id, is_minilm_alias, is_shipped_name, resolve_base, shipped_model_path
+from .truecase import TrueCaser
 from .weights import WEIGHTS_FILE, WEIGHTS_INDEX_FILE, read_base_state, read_weights, write_weights
 
 logger = logging.getLogger(__name__)
@@ -35,12 +37,6 @@ CONFIG_FILE = "dphr_config.json"
 ENCODER_CONFIG_FILE = "encoder_config.json"
 # One attention kernel for every way of building an encoder, so save/load round trips are bit-identical.
 ATTENTION = "sdpa"
-_DENSEPHRASES_RENAMES = {
-    "bert_start.": "phrase_encoder.",
-    "bert_q_start.": "query_start_encoder.",
-    "bert_q_end.": "query_end_encoder.",
-}
-_DENSEPHRASES_PREFIXES = ("phrase_encoder.", "query_start_encoder.", "query_end_encoder.", "filter_linear.")
 
 
 @dataclass
@@ -145,13 +141,22 @@ class PhraseModel(nn.Module):
         except BaseException as exc:
             raise ModelLoadError(f"cannot read encoder config or tokenizer in {path}: {exc}") from exc
         _check_fast(tokenizer, path)
+        if config.do_lower_case is not None:
+            apply_casing(tokenizer, config.do_lower_case, path)
         state = read_weights(path)
         model = cls._build_checked(enc_config, tokenizer, config, state, source=path)
         return model.to(device).eval()
 
     @classmethod
     def from_densephrases(
-        cls, path: str | Path, tokenizer: str | Path | None = None, device: str | torch.device = "cpu"
+        cls,
+        path: str | Path,
+        tokenizer: str | Path | None = None,
+        device: str | torch.device = "cpu",
+        do_lower_case: bool = False,
+        phrase_model: PhraseModel | str | Path | None = None,
+        phrase_fingerprint: str | None = None,
+        config_overrides: dict[str, Any] | None = None,
     ) -> PhraseModel:
         """Import a published DensePhrases checkpoint directory (``config.json`` + ``pytorch_model.bin``).
 
@@ -159,52 +164,29 @@ class PhraseModel(nn.Module):
         is refused. DensePhrases repos ship no tokenizer: pass ``tokenizer`` (e.g. a local copy of
         SpanBERT/spanbert-base-cased) unless the directory has tokenizer files. Old key names
         (``bert_start``, ``bert_q_start``, ``bert_q_end``) are renamed; teacher keys are dropped.
-        Inputs follow DensePhrases v1.0 (every passage segment id 1, titles of at most 10 subwords).
+
+        The model behaves as DensePhrases v1.0, which trained the published checkpoints, and these settings go
+        into its ``dphr_config.json``: the tokenizer keeps case (``do_lower_case=False``, DensePhrases' default,
+        whatever the tokenizer folder says), all-lowercase queries are truecased, passages are
+        ``[CLS] title [SEP] context [SEP]`` (``[CLS] [SEP] context [SEP]`` untitled) with every segment id 1 and
+        titles of at most 10 subwords, in 512-subword windows started every 500 context subwords with every
+        window kept, and ``dphr index`` / the retriever keep the tokens whose filter logit exceeds −2.0.
+        ``config_overrides`` (PhraseModelConfig fields, e.g. ``{"filter_threshold": None}``) replaces any of them.
+
+        A query-only checkpoint (DensePhrases v1.1 query-side fine-tuning saves no ``phrase_encoder``) needs
+        ``phrase_model``: the phrase model (object, directory or DensePhrases checkpoint) whose index it queries;
+        the phrase encoder, filter, tokenizer and passage settings come from it. With ``phrase_fingerprint``
+        (e.g. ``PhraseIndex.model_fingerprint`` of the index to search) the result's phrase fingerprint must
+        equal it. A full checkpoint given a ``phrase_model`` must hold the same phrase side.
+
+        Raises:
+            ModelLoadError: A file is missing, damaged or refused.
+            QueryOnlyCheckpointError: The checkpoint holds no phrase encoder and no ``phrase_model`` was given.
+            ModelMismatchError: The phrase side differs from ``phrase_model`` / ``phrase_fingerprint``.
         """
-        transformers = require("transformers")
-        path = Path(path)
-        weights = path / "pytorch_model.bin"
-        if not weights.is_file() or not (path / "config.json").is_file():
-            raise ModelLoadError(f"{path}: a DensePhrases checkpoint needs config.json and pytorch_model.bin")
-        try:
-            raw = json.loads((path / "config.json").read_text())
-            raw.pop("architectures", None)
-            raw.setdefault("model_type", "bert")
-            enc_config = transformers.AutoConfig.for_model(**raw)
-        except Exception as exc:
-            raise ModelLoadError(f"cannot read {path / 'config.json'}: {exc}") from exc
-        tok_source = str(tokenizer) if tokenizer is not None else str(path)
-        try:
-            if Path(tok_source).is_dir() and not _has_tokenizer_files(Path(tok_source)):
-                # transformers 5.x builds an empty tokenizer (special tokens only) from such a directory
-                raise OSError(f"{tok_source} holds no tokenizer files")
-            tok = transformers.AutoTokenizer.from_pretrained(tok_source, use_fast=True)
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as exc:
-            raise ModelLoadError(
-                f"no tokenizer for {path}: DensePhrases checkpoints ship none; pass tokenizer=<path to the "
-                f"SpanBERT/spanbert-base-cased tokenizer> ({exc})"
-            ) from exc
-        _check_fast(tok, tok_source)
-        try:
-            state = torch.load(weights, map_location="cpu", weights_only=True)
-        except Exception as exc:
-            raise ModelLoadError(f"refused to load {weights}: not a plain tensor checkpoint ({exc})") from exc
-        if not isinstance(state, dict):
-            raise ModelLoadError(f"{weights}: expected a state dict, got {type(state).__name__}")
-        state = _densephrases_state(state)
-        try:
-            config = PhraseModelConfig(
-                passage_token_type="all_one",
-                max_title_length=10,
-                max_passage_length=min(384, int(enc_config.max_position_embeddings)),
-                base_model=f"densephrases:{path.name}",
-            )
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise ModelLoadError(f"{path / 'config.json'}: unusable max_position_embeddings ({exc})") from exc
-        model = cls._build_checked(enc_config, tok, config, state, source=weights)
-        return model.to(device).eval()
+        return import_checkpoint(
+            cls, path, tokenizer, device, do_lower_case, phrase_model, phrase_fingerprint, config_overrides
+        )
 
     @classmethod
     def _from_encoder_config(cls, enc_config, tokenizer, config: PhraseModelConfig) -> PhraseModel:
@@ -390,8 +372,14 @@ class PhraseModel(nn.Module):
         tokenized = tokenize_passages(self.tokenizer, texts, titles, self.config)
         windows = build_windows(self.tokenizer, tokenized, self.config)
         d = self.hidden_size
-        vectors = [np.zeros((len(tp.context_ids), d), dtype=np.float32) for tp in tokenized]
-        logits = [np.zeros((len(tp.context_ids), 2), dtype=np.float32) for tp in tokenized]
+        # Output rows per passage: one per context token, or (step windows) one per token of every window.
+        token_of_row = [np.arange(len(tp.context_ids)) for tp in tokenized]
+        if self.config.passage_stride_mode == "step":
+            token_of_row = [np.zeros(0, dtype=np.int64) for _ in tokenized]
+            for window in windows:
+                token_of_row[window.passage] = np.concatenate([token_of_row[window.passage], window.owned_context])
+        vectors = [np.zeros((len(rows), d), dtype=np.float32) for rows in token_of_row]
+        logits = [np.zeros((len(rows), 2), dtype=np.float32) for rows in token_of_row]
         order = sorted(range(len(windows)), key=lambda i: -len(windows[i].input_ids))
         device = self.device
         pad_id = self.tokenizer.pad_token_id or 0
@@ -405,19 +393,38 @@ class PhraseModel(nn.Module):
             states_np = states.float().cpu().numpy()
             filt_np = filt.float().cpu().numpy()
             for row, window in enumerate(batch):
-                vectors[window.passage][window.owned_context] = states_np[row, window.owned_positions]
-                logits[window.passage][window.owned_context] = filt_np[row, window.owned_positions]
-        return [EncodedPassage(v, f, tp.char_offsets) for v, f, tp in zip(vectors, logits, tokenized)]
+                vectors[window.passage][window.rows] = states_np[row, window.owned_positions]
+                logits[window.passage][window.rows] = filt_np[row, window.owned_positions]
+        return [
+            EncodedPassage(v, f, tp.char_offsets[rows])
+            for v, f, tp, rows in zip(vectors, logits, tokenized, token_of_row, strict=True)
+        ]
 
     @torch.inference_mode()
-    def encode_queries(self, queries: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
-        """Start and end vectors of each query: two float32 arrays (n, d). Raises InvalidQueryError on empty ones."""
+    def encode_queries(
+        self,
+        queries: Sequence[str],
+        batch_size: int = 64,
+        truecase: bool | None = None,
+        truecaser: TrueCaser | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end vectors of each query: two float32 arrays (n, d). Raises InvalidQueryError on empty ones.
+
+        The query side always runs in float32 (as DensePhrases encodes queries), also on a GPU. With ``truecase``
+        (default: the model's ``config.truecase``, on for cased DensePhrases models) all-lowercase queries are
+        truecased first, by ``truecaser`` or else the model's vocabulary truecaser (:attr:`truecaser`).
+        """
+        if truecase is None:
+            truecase = self.config.truecase
+        if truecase:
+            caser = truecaser or self.truecaser
+            queries = [caser.truecase_query(q) if isinstance(q, str) else q for q in queries]
         starts, ends = [], []
         device = self.device
         for b in range(0, len(queries), batch_size):
             tensors = tokenize_queries(self.tokenizer, queries[b : b + batch_size], self.config)
             tensors = {k: v.to(device) for k, v in tensors.items()}
-            with _autocast(device):
+            with _full_precision(device):  # DensePhrases encodes queries in float32, even on a GPU
                 q_start, q_end = self.query_vectors(**tensors)
             starts.append(q_start.float().cpu().numpy())
             ends.append(q_end.float().cpu().numpy())
@@ -425,6 +432,15 @@ class PhraseModel(nn.Module):
             d = self.hidden_size
             return np.zeros((0, d), np.float32), np.zeros((0, d), np.float32)
         return np.concatenate(starts), np.concatenate(ends)
+
+    @property
+    def truecaser(self) -> TrueCaser:
+        """A truecaser from the tokenizer's cased vocabulary alone (searchers add their corpus's statistics)."""
+        caser = self.__dict__.get("_truecaser")
+        if caser is None:
+            caser = TrueCaser.from_vocab(self.tokenizer.get_vocab())
+            self.__dict__["_truecaser"] = caser
+        return caser
 
     def phrase_fingerprint(self) -> str:
         """SHA-256 of the phrase encoder's weights and passage input settings.
@@ -451,6 +467,11 @@ def _identity_linear(dim: int) -> nn.Linear:
     return layer
 
 
+def _full_precision(device: torch.device):
+    """No autocast, whatever a caller's context enabled: the query side runs in its weights' float32."""
+    return torch.autocast(device.type if device.type in ("cuda", "cpu") else "cpu", enabled=False)
+
+
 def _autocast(device: torch.device):
     if device.type == "cuda":
         dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -469,27 +490,6 @@ def _has_tokenizer_files(directory: Path) -> bool:
 def _check_fast(tokenizer, source) -> None:
     if not getattr(tokenizer, "is_fast", False):
         raise ModelLoadError(f"{source}: a fast (Rust) tokenizer is required for character offsets")
-
-
-def _densephrases_state(state: dict) -> dict[str, torch.Tensor]:
-    out: dict[str, torch.Tensor] = {}
-    dropped = []
-    for key, value in state.items():
-        if not isinstance(value, torch.Tensor):
-            raise ModelLoadError(f"checkpoint entry {key!r} is not a tensor")
-        new_key = key
-        for old, new in _DENSEPHRASES_RENAMES.items():
-            if key.startswith(old):
-                new_key = new + key[len(old) :]
-        if new_key.startswith(_DENSEPHRASES_PREFIXES):
-            out[new_key] = value
-        else:
-            dropped.append(key)
-    if dropped:
-        logger.info(
-            "DensePhrases import: dropped %d non-encoder keys (teachers, heads): %s", len(dropped), dropped[:5]
-        )
-    return out
 
 
 def load_model(model: str | Path) -> PhraseModel:
