@@ -23,6 +23,7 @@ import numpy as np
 
 from .._util.atomic import file_sha256, write_file_atomic
 from .._util.memory import pin_malloc_thresholds, release_free_memory
+from .._util.nofollow import make_temp_dir, open_no_follow, refuse_symlink
 from ..errors import EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
 from ..index.codec import VectorCodec
 from ..model.phrase_model import PhraseModel
@@ -47,28 +48,33 @@ class PhraseShard:
         return len(self.tokens)
 
     def save(self, path: str | Path) -> None:
-        """Write the shard atomically: a temporary directory renamed into place."""
-        path = Path(path)
-        tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        np.save(tmp / "vectors.npy", self.vectors, allow_pickle=False)
-        np.save(tmp / "tokens.npy", self.tokens, allow_pickle=False)
-        with (tmp / "passages.jsonl").open("w", encoding="utf-8") as handle:
-            for record in self.passages:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        meta = {
-            "format_version": DUMP_FORMAT_VERSION,
-            "num_vectors": len(self.tokens),
-            "num_passages": len(self.passages),
-            "codec": self.codec.to_dict(),
-            "passage_ids_sha256": passage_ids_digest(r["id"] for r in self.passages),
-            "files_sha256": {name: file_sha256(tmp / name) for name in _SHARD_FILES},
-        }
-        meta["sha256"] = _meta_digest(meta)
-        (tmp / "shard.json").write_text(json.dumps(meta, indent=1))
-        shutil.rmtree(path, ignore_errors=True)
-        os.replace(tmp, path)
+        """Write the shard atomically: a fresh temporary directory renamed into place (a symbolic link at ``path``
+        is refused)."""
+        path = refuse_symlink(Path(path))
+        tmp = make_temp_dir(path)
+        try:
+            for name, array in (("vectors.npy", self.vectors), ("tokens.npy", self.tokens)):
+                with open_no_follow(tmp / name, "xb") as handle:
+                    np.save(handle, array, allow_pickle=False)
+            with open_no_follow(tmp / "passages.jsonl", "x", encoding="utf-8") as handle:
+                for record in self.passages:
+                    handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            meta = {
+                "format_version": DUMP_FORMAT_VERSION,
+                "num_vectors": len(self.tokens),
+                "num_passages": len(self.passages),
+                "codec": self.codec.to_dict(),
+                "passage_ids_sha256": passage_ids_digest(r["id"] for r in self.passages),
+                "files_sha256": {name: file_sha256(tmp / name) for name in _SHARD_FILES},
+            }
+            meta["sha256"] = _meta_digest(meta)
+            with open_no_follow(tmp / "shard.json", "x", encoding="utf-8") as handle:
+                handle.write(json.dumps(meta, indent=1))
+            shutil.rmtree(path, ignore_errors=True)
+            os.replace(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
     @classmethod
     def load(cls, path: str | Path, verify: bool = True) -> PhraseShard:

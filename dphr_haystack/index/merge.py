@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._util.lock import WriterLock, lock_file_for
+from .._util.nofollow import make_temp_dir, refuse_symlink
 from ..build.dump import PhraseShard, list_shards
 from ..errors import IndexLoadError, InvalidParameterError, ModelMismatchError
 from .auto import AUTO, needs_rebuild
@@ -82,15 +83,17 @@ def merge_dump(
 
     if path is None:
         return build(None)
-    path = Path(path)
+    path = refuse_symlink(Path(path))
     with WriterLock(path).hold():  # another writer of ``path`` (a second merge, an add) waits or fails
         remove_uncommitted_files(path)  # a create killed before its first commit leaves only these
         if path.exists() and any(path.iterdir()):
             raise InvalidParameterError(f"{path} exists and is not empty; choose another path")
-        building = path.with_name(f".{path.name}.building-{os.getpid()}")
-        shutil.rmtree(building, ignore_errors=True)
+        building = make_temp_dir(path, "building")
         try:
             build(building)
+        except BaseException:
+            shutil.rmtree(building, ignore_errors=True)
+            raise
         finally:
             lock_file_for(building).unlink(missing_ok=True)
         if path.exists():

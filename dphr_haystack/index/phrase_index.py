@@ -35,6 +35,7 @@ from .._util import atomic as _atomic
 from .._util.lazy import require
 from .._util.lock import WriterLock
 from .._util.memory import release_free_memory
+from .._util.nofollow import make_temp_dir, open_no_follow, refuse_symlink
 from ..build.corpus import CorpusStats, Passage, read_corpus
 from ..build.dump import TOKEN_DTYPE, PhraseShard, chunked, encode_shard
 from ..errors import DphrError, EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
@@ -726,7 +727,7 @@ class PhraseIndex:
         if self.path is not None:
             file = self.path / FILES["passages"]
             payload = b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in records)
-            with file.open("r+b" if file.exists() else "wb") as handle:
+            with open_no_follow(file, "r+b") as handle:  # a symbolic link here is refused, not followed
                 handle.truncate(self._passage_bytes)
                 handle.seek(self._passage_bytes)
                 handle.write(payload)
@@ -1004,14 +1005,23 @@ class PhraseIndex:
             self._save_copy(path)
 
     def _save_copy(self, path: Path) -> None:
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        refuse_symlink(path)
+        tmp = make_temp_dir(path)
+        try:
+            self._write_copy(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        _atomic.replace_directory(tmp, path)
+
+    def _write_copy(self, tmp: Path) -> None:
+        """Write every file of a complete copy of this index into the fresh, empty directory ``tmp``."""
         self._vectors.write_to(tmp / FILES["vectors"])
         self._tokens.write_to(tmp / FILES["tokens"])
         self._tombstones.write_to(tmp / FILES["tombstones"])
         payload = b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in self.passages)
-        (tmp / FILES["passages"]).write_bytes(payload)
+        with open_no_follow(tmp / FILES["passages"], "xb") as handle:
+            handle.write(payload)
         manifest = json.loads(json.dumps(self.manifest))
         manifest["uid"] = uuid.uuid4().hex  # another directory: its readers must not take it for this one
         manifest["passages_bytes"] = len(payload)
@@ -1032,4 +1042,3 @@ class PhraseIndex:
         for file in tmp.iterdir():
             _atomic.fsync_file(file)
         _atomic.write_file_atomic(tmp / MANIFEST, json.dumps(manifest, indent=1))
-        _atomic.replace_directory(tmp, path)

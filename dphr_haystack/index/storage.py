@@ -15,6 +15,7 @@ import numpy as np
 
 from .._util import atomic as _atomic
 from .._util.lazy import require
+from .._util.nofollow import is_temp_name, open_no_follow
 from ..errors import IndexLoadError, InvalidParameterError
 from .codec import VectorCodec
 
@@ -51,7 +52,7 @@ class Column:
         if self.path is None:
             self._parts.append(values.copy())
         else:
-            with self.path.open("r+b" if self.path.exists() else "wb") as handle:
+            with open_no_follow(self.path, "r+b") as handle:  # a symbolic link here is refused, not followed
                 handle.truncate(self.length * self.row_bytes)  # drop bytes of an append that never committed
                 handle.seek(self.length * self.row_bytes)
                 handle.write(values.tobytes())
@@ -74,7 +75,7 @@ class Column:
         return self._cache
 
     def write_to(self, path: Path) -> None:
-        with path.open("wb") as handle:
+        with open_no_follow(path, "wb") as handle:
             view = self.view()
             for start in range(0, len(view), 1 << 20):
                 handle.write(np.ascontiguousarray(view[start : start + (1 << 20)]).tobytes())
@@ -122,10 +123,10 @@ def check_manifest(manifest: dict[str, Any], manifest_path: Path) -> None:
 
 
 def remove_uncommitted_files(path: Path) -> None:
-    """Delete a directory's ``*.tmp`` files when it holds nothing else (what a killed create() leaves)."""
+    """Delete a directory's temporary files when it holds nothing else (what a killed create() leaves)."""
     if path.is_dir():
         entries = list(path.iterdir())
-        if entries and all(e.is_file() and e.name.endswith(".tmp") for e in entries):
+        if entries and all(e.is_file() and (e.name.endswith(".tmp") or is_temp_name(e.name)) for e in entries):
             for entry in entries:
                 entry.unlink(missing_ok=True)
 
