@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from dphr_haystack._util.atomic import replace_directory, write_file_atomic
-from dphr_haystack._util.nofollow import make_temp_dir, open_no_follow
+from dphr_haystack._util.nofollow import make_temp_dir, open_no_follow, refuse_symlink
 from dphr_haystack.model.phrase_model import PhraseModel
 
 logger = logging.getLogger(__name__)
@@ -302,7 +302,7 @@ class Trainer:
     def _save_checkpoint(self, step: int, state: dict[str, Any]) -> None:
         if not self.is_main:
             return
-        final = self.out / f"checkpoint-{step}"
+        final = refuse_symlink(self.out / f"checkpoint-{step}")
         tmp = make_temp_dir(final)  # fresh: nothing in it was put there by anyone else
         try:
             self.model.save(tmp / "model")
@@ -319,7 +319,7 @@ class Trainer:
     def _save_model(self, name: str) -> Path:
         path = self.out / name
         if self.is_main:
-            tmp = make_temp_dir(path)
+            tmp = make_temp_dir(refuse_symlink(path))
             try:
                 self.model.save(tmp)
             except BaseException:

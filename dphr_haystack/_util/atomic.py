@@ -111,8 +111,16 @@ def fsync_directory(path: Path) -> None:
 
 
 def replace_directory(new: Path, target: Path) -> None:
-    """Move the complete directory ``new`` to ``target``, replacing what is there, crash-safely."""
-    new, target = Path(new), refuse_symlink(target)
+    """Move the complete directory ``new`` to ``target``, replacing what is there, crash-safely.
+
+    A symbolic link at ``target`` is refused (UnsafePathError; ``new`` is removed), never replaced through.
+    """
+    new, target = Path(new), Path(target)
+    try:
+        refuse_symlink(target)
+    except UnsafePathError:
+        shutil.rmtree(new, ignore_errors=True)
+        raise
     remove_leftovers(target)
     if target.exists():
         if exchange(new, target):

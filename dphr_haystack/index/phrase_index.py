@@ -996,8 +996,8 @@ class PhraseIndex:
 
     def save(self, path: str | Path) -> None:
         """Write a complete copy to ``path`` atomically (temporary directory, then rename)."""
-        path = Path(path).resolve()
-        if self.path is not None and path == self.path.resolve():
+        path = refuse_symlink(Path(path).absolute())  # a link there would be replaced through, elsewhere
+        if self.path is not None and path.resolve() == self.path.resolve():
             with self._writing():
                 self._commit()
             return
@@ -1005,7 +1005,6 @@ class PhraseIndex:
             self._save_copy(path)
 
     def _save_copy(self, path: Path) -> None:
-        refuse_symlink(path)
         tmp = make_temp_dir(path)
         try:
             self._write_copy(tmp)

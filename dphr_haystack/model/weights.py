@@ -23,6 +23,7 @@ import torch
 
 from .._util.atomic import file_sha256, write_file_atomic
 from .._util.lazy import require
+from .._util.nofollow import refuse_symlink
 from ..errors import InvalidParameterError, ModelLoadError
 from .registry import resolve_base
 
@@ -71,7 +72,10 @@ def write_weights(
         raise InvalidParameterError(f"weights dtype {dtype!r}; valid: {', '.join(STORAGE_DTYPES)}")
     if max_shard_mb is not None and not max_shard_mb > 0:
         raise InvalidParameterError(f"max_shard_mb must be > 0, got {max_shard_mb}")
-    for stale in [path / WEIGHTS_FILE, path / WEIGHTS_INDEX_FILE, *path.glob("model-*.safetensors")]:
+    stale_files = [path / WEIGHTS_FILE, path / WEIGHTS_INDEX_FILE, *path.glob("model-*.safetensors")]
+    for stale in stale_files:
+        refuse_symlink(stale)  # a planted link means someone else's files are here: stop before changing any
+    for stale in stale_files:
         stale.unlink(missing_ok=True)
     from_base = _base_references(state, base_state) if base_state is not None else {}
     stored: dict[str, torch.Tensor] = {}
