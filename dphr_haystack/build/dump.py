@@ -9,6 +9,7 @@ without an intact ``shard.json`` or whose files do not match it is incomplete an
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -215,6 +216,11 @@ def dump_phrases(
 
     pin_malloc_thresholds()  # a dump's memory stays flat however large the corpus (see _memory.py)
     out = Path(out_dir)
+    stats = CorpusStats()
+    passages = read_corpus(corpus, stats)
+    first_passage = next(passages, None)  # a missing or unreadable corpus fails before out_dir is touched
+    if first_passage is None:
+        raise EmptyCorpusError(f"the corpus has no passage with text ({stats.skipped_empty} empty ones skipped)")
     out.mkdir(parents=True, exist_ok=True)
     fingerprint = model.phrase_fingerprint()
     settings = {
@@ -227,11 +233,10 @@ def dump_phrases(
         "format_version": DUMP_FORMAT_VERSION,
     }
     _check_or_write_dump_settings(out / "dump.json", settings)
-    stats = CorpusStats()
     codec: VectorCodec | None = _existing_codec(out) if dtype == "int8" else VectorCodec(dtype)
     shards, encoded, skipped, vectors = [], 0, 0, 0
     bar = tqdm(desc="phrase dump", unit="passage", disable=not progress)
-    for shard_no, chunk in enumerate(chunked(read_corpus(corpus, stats), shard_size)):
+    for shard_no, chunk in enumerate(chunked(itertools.chain([first_passage], passages), shard_size)):
         if shard_no % num_workers != worker:
             continue
         path = out / f"shard-{shard_no:06d}"
@@ -253,8 +258,6 @@ def dump_phrases(
         shards.append(path)
         bar.update(len(chunk))
     bar.close()
-    if stats.passages == 0:
-        raise EmptyCorpusError(f"the corpus has no passage with text ({stats.skipped_empty} empty ones skipped)")
     return DumpSummary(shards, encoded, skipped, stats.passages, stats.skipped_empty, vectors)
 
 

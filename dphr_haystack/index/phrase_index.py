@@ -38,7 +38,14 @@ from .._util.memory import release_free_memory
 from .._util.nofollow import make_temp_dir, open_no_follow, refuse_symlink
 from ..build.corpus import CorpusStats, Passage, read_corpus
 from ..build.dump import TOKEN_DTYPE, PhraseShard, chunked, encode_shard
-from ..errors import DphrError, EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
+from ..errors import (
+    DphrError,
+    EmptyCorpusError,
+    IndexLoadError,
+    InvalidParameterError,
+    ModelMismatchError,
+    SettingsConflictError,
+)
 from . import auto
 from . import structures as index_types
 from .backends import FaissSearch
@@ -520,6 +527,36 @@ class PhraseIndex:
     def auto_structure(self) -> bool:
         """Whether the index chooses its FAISS structure by size (``faiss_factory="auto"``)."""
         return (self.manifest.get("structure") or {}).get("policy") == "auto"
+
+    def check_settings(
+        self, dtype: str | None = None, filter_threshold: float | str | None = None, faiss_factory: str | None = None
+    ) -> None:
+        """Raise SettingsConflictError when a setting asked of a resumed index differs from what it was built with.
+
+        Args:
+            dtype: Stored vector dtype (``float16``, ``int8``); None: not asked.
+            filter_threshold: Filter threshold, or ``"none"`` for no filtering; None: not asked.
+            faiss_factory: ``auto`` or a FAISS factory string; None: not asked.
+        """
+        asked: list[tuple[str, Any, Any]] = []
+        if dtype is not None:
+            asked.append(("dtype", dtype, self.codec.dtype))
+        if filter_threshold is not None:
+            wanted = None if filter_threshold == "none" else float(filter_threshold)
+            built_threshold = "none" if self.filter_threshold is None else self.filter_threshold
+            asked.append(("filter_threshold", "none" if wanted is None else wanted, built_threshold))
+        if faiss_factory is not None:
+            built = auto.AUTO if self.auto_structure else self.faiss_factory
+            same = (faiss_factory == auto.AUTO) == self.auto_structure and (
+                self.auto_structure or faiss_factory.replace(" ", "") == self.faiss_factory.replace(" ", "")
+            )
+            asked.append(("faiss_factory", faiss_factory, faiss_factory if same else built))
+        for name, wanted, built in asked:
+            if wanted != built:
+                raise SettingsConflictError(
+                    f"{self.path or 'this index'} was built with {name}={built!r}; this run asks {name}={wanted!r}. "
+                    "Resume with the index's settings (or leave the option out), or write a new index elsewhere"
+                )
 
     @property
     def filter_threshold(self) -> float | None:

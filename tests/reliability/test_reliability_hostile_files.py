@@ -230,3 +230,129 @@ def test_store_journal_and_save_refuse_links(tmp_path, model_dir):
     with pytest.raises(UnsafePathError, match="saved"):
         memory.save(tmp_path / "saved")
     assert list(target_dir.iterdir()) == []
+
+
+# ----------------------------------------------------------------- 6. a failed first run pins nothing
+def test_a_mistyped_corpus_leaves_no_index_directory(tmp_path, tiny_model_dir, capsys):
+    out = tmp_path / "X"
+    args = ["index", "--model", str(tiny_model_dir), "--out", str(out), "--no-progress", "--device", "cpu"]
+    assert dphr([*args, "--corpus", str(tmp_path / "typo.jsnol"), "--dtype", "int8"]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert not out.exists()
+    (tmp_path / "empty.jsonl").write_text('{"id": "a", "text": "  "}\n')
+    assert dphr([*args, "--corpus", str(tmp_path / "empty.jsonl")]) == 2
+    assert not out.exists()
+    (tmp_path / "latin1.jsonl").write_bytes('{"id": "a", "text": "café"}\n'.encode("latin-1"))
+    assert dphr([*args, "--corpus", str(tmp_path / "latin1.jsonl")]) == 2
+    assert not out.exists()
+    from tests.conftest import tiny_passages
+
+    # the corrected run builds with the settings it asks for (nothing pinned by the failed ones)
+    assert dphr([*args, "--corpus", str(_corpus(tmp_path / "c.jsonl", tiny_passages())), "--dtype", "int8"]) == 0
+    assert PhraseIndex.load(out).codec.dtype == "int8"
+
+
+def test_a_dump_with_a_mistyped_corpus_leaves_no_directory(tmp_path, tiny_model):
+    from dphr_haystack.errors import CorpusFormatError
+
+    with pytest.raises(CorpusFormatError, match="not found"):
+        dump_phrases(tiny_model, tmp_path / "typo.jsnol", tmp_path / "dump", progress=False)
+    assert not (tmp_path / "dump").exists()
+
+
+@pytest.mark.parametrize(
+    "option, value, built",
+    [
+        ("--dtype", "int8", "float16"),
+        ("--filter-threshold", "0.5", "none"),
+        ("--faiss-factory", "IVF4,Flat", "auto"),
+    ],
+)
+def test_a_resumed_index_refuses_conflicting_settings(tmp_path, tiny_model_dir, capsys, option, value, built):
+    from tests.conftest import tiny_passages
+
+    out = tmp_path / "index"
+    corpus = _corpus(tmp_path / "c.jsonl", tiny_passages())
+    args = ["index", "--model", str(tiny_model_dir), "--out", str(out), "--no-progress", "--device", "cpu"]
+    args += ["--corpus", str(corpus)]
+    assert dphr([*args, "--filter-threshold", "none", "--chunk-size", "2"]) == 0
+    manifest = (out / "manifest.json").read_bytes()
+    capsys.readouterr()
+    assert dphr([*args, option, value]) == 2
+    err = capsys.readouterr().err
+    setting = option[2:].replace("-", "_")
+    assert f"was built with {setting}={built!r}" in err and f"this run asks {setting}=" in err and value in err
+    assert (out / "manifest.json").read_bytes() == manifest  # refused before any write
+    assert dphr([*args, option, built]) == 0  # the index's own settings resume fine
+    assert dphr(args) == 0  # as does leaving the options out
+
+
+def test_check_settings_compares_what_the_index_was_built_with(tmp_path, tiny_model):
+    from dphr_haystack.errors import SettingsConflictError
+
+    index = PhraseIndex.create(tiny_model, path=tmp_path / "i", faiss_factory="IVF4,Flat", filter_threshold=0.0)
+    index.check_settings("float16", 0.0, "IVF4, Flat")
+    for asked in (
+        {"dtype": "int8"},
+        {"filter_threshold": "none"},
+        {"filter_threshold": 0.25},
+        {"faiss_factory": "auto"},
+    ):
+        with pytest.raises(SettingsConflictError, match=str(tmp_path / "i")):
+            index.check_settings(**asked)
+
+
+# ----------------------------------------------------------------- 7. corpus files: typed errors naming file:line
+def _gzip(data: bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(data)
+
+
+JSONL = "".join(json.dumps({"id": f"p{i}", "text": f"Passage number {i}."}) + "\n" for i in range(3000)).encode()
+
+
+@pytest.mark.parametrize(
+    "name, content, match",
+    [
+        ("plain.jsonl.gz", JSONL, r"plain.jsonl.gz:1: not a valid gzip file"),
+        ("cut.jsonl.gz", _gzip(JSONL)[: len(_gzip(JSONL)) // 2], r"cut.jsonl.gz:\d+: the gzip stream ends early"),
+        ("flipped.jsonl.gz", _gzip(JSONL)[:-6] + b"\0\0\0\0\0\0", r"flipped.jsonl.gz:\d+: not a valid gzip file"),
+        ("latin1.jsonl", b'{"id": "a", "text": "ok"}\n{"id": "b", "text": "caf\xe9"}\n', r"latin1.jsonl:2: not UTF-8"),
+        (
+            "latin1.json",
+            b'{"data": [{"title": "T",\n "paragraphs": [{"context": "caf\xe9"}]}]}',
+            r"latin1.json:2: not UTF",
+        ),
+        (
+            "dup.jsonl",
+            b'{"id": "a", "text": "x"}\n\n{"id": "a", "text": "y"}\n',
+            r"dup.jsonl:3: duplicate passage id 'a'",
+        ),
+        ("deep.jsonl", b'{"id": "a", "text": "x"}\n' + b"[" * 100_000 + b"\n", r"deep.jsonl:2: not a JSON object"),
+        ("deep.json", b"[" * 100_000, r"deep.json: JSON nested too deeply"),
+        ("broken.json", b'{"data": [\n{"title": "T",,\n', r"broken.json:2: neither SQuAD JSON nor JSON lines"),
+        ("text.jsonl", b'{"id": "a", "text": "x"}\n{"id": "b", "text": 5}\n', r"text.jsonl:2: text must be a string"),
+    ],
+)
+def test_unreadable_corpora_raise_corpus_format_errors_naming_file_and_line(tmp_path, name, content, match):
+    from dphr_haystack import read_corpus
+    from dphr_haystack.errors import CorpusFormatError
+
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(CorpusFormatError, match=match):
+        list(read_corpus(path))
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path):
+    from dphr_haystack import read_corpus
+
+    bom = b"\xef\xbb\xbf"
+    (tmp_path / "bom.jsonl").write_bytes(bom + b'{"id": "a", "text": "x"}\n{"id": "b", "text": "y"}\n')
+    squad = json.dumps({"data": [{"title": "T", "paragraphs": [{"context": "c"}]}]}).encode()
+    (tmp_path / "bom.json").write_bytes(bom + squad)
+    (tmp_path / "bom.jsonl.gz").write_bytes(_gzip(bom + b'{"id": "g", "text": "z"}\n'))
+    assert [p.id for p in read_corpus(tmp_path / "bom.jsonl")] == ["a", "b"]
+    assert [p.id for p in read_corpus(tmp_path / "bom.json")] == ["T-0-0"]
+    assert [p.id for p in read_corpus(tmp_path / "bom.jsonl.gz")] == ["g"]
