@@ -27,6 +27,7 @@ from .._util.memory import pin_malloc_thresholds, release_free_memory
 from .._util.nofollow import make_temp_dir, open_no_follow, refuse_symlink
 from ..errors import EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
 from ..index.codec import VectorCodec
+from ..index.storage import check_token_offsets
 from ..model.phrase_model import PhraseModel
 from .corpus import CorpusStats, Passage, read_corpus
 
@@ -101,7 +102,7 @@ class PhraseShard:
             counts_match = len(vectors) == meta["num_vectors"] == len(tokens) and len(passages) == meta["num_passages"]
         except IndexLoadError:
             raise
-        except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:  # DphrError's ValueErrors included
+        except (OSError, ValueError, KeyError, TypeError, EOFError, RecursionError) as exc:  # DphrError's included
             raise IndexLoadError(f"incomplete or corrupted shard {path}: {exc}") from exc
         if not counts_match:
             raise IndexLoadError(f"{path}: shard files disagree with {meta_path} (truncated?)")
@@ -110,10 +111,14 @@ class PhraseShard:
                 f"{path}: vectors {vectors.dtype}{vectors.shape} / tokens {tokens.dtype} are not "
                 f"what a {codec.dtype} shard holds"
             )
-        if not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in passages):
-            raise IndexLoadError(f"{path / 'passages.jsonl'}: every line must be a passage object with an id")
+        if not all(
+            isinstance(r, dict) and isinstance(r.get("id"), str) and isinstance(r.get("text"), str) for r in passages
+        ):
+            raise IndexLoadError(f"{path / 'passages.jsonl'}: every line must be a passage object with an id and text")
         if len(tokens) and (tokens["passage"].min() < 0 or tokens["passage"].max() >= len(passages)):
             raise IndexLoadError(f"{path / 'tokens.npy'}: token rows point outside the shard's passages")
+        lengths = np.fromiter((len(r["text"]) for r in passages), dtype=np.int64, count=len(passages))
+        check_token_offsets(tokens, lengths, path / "tokens.npy")
         return cls(vectors, tokens, passages, codec)
 
 
@@ -271,7 +276,7 @@ def _complete_shard_meta(meta_path: Path) -> dict[str, Any]:
         if not isinstance(meta, dict):
             return {}
         _verify_shard(meta_path.parent, meta)
-    except (OSError, ValueError, TypeError, AttributeError):  # IndexLoadError included (an OSError)
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError):  # IndexLoadError included (an OSError)
         return {}
     return meta
 
@@ -306,7 +311,7 @@ def _check_or_write_dump_settings(path: Path, settings: dict[str, Any]) -> None:
     if path.is_file():
         try:
             previous = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise IndexLoadError(f"{path} is corrupted ({exc}); remove the dump directory and start again") from exc
         if not isinstance(previous, dict):
             raise IndexLoadError(f"{path} is corrupted (not a JSON object); remove the dump directory and start again")

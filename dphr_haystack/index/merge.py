@@ -48,7 +48,7 @@ def merge_dump(
     settings, shards = _read_dump(dump_dir)
     if model is not None and model.phrase_fingerprint() != settings["model_fingerprint"]:
         raise ModelMismatchError(f"{dump_dir}: the dump was made with another phrase encoder than the given model")
-    first = json.loads((shards[0] / "shard.json").read_text())
+    first = _read_json(shards[0] / "shard.json")
 
     def build(target: Path | None) -> PhraseIndex:
         index = cls._create(
@@ -107,11 +107,11 @@ def _read_dump(dump_dir: Path) -> tuple[dict[str, Any], list[Path]]:
     settings_file = dump_dir / "dump.json"
     if not settings_file.is_file():
         raise IndexLoadError(f"{settings_file} not found: not a phrase dump directory")
-    settings = json.loads(settings_file.read_text())
+    settings = _read_json(settings_file)
     shards = list_shards(dump_dir)
     numbers = [int(p.name.split("-")[1]) for p in shards]
     status_file = dump_dir / "dump-status.json"  # written by dphr_haystack.build.distributed
-    status = json.loads(status_file.read_text()) if status_file.is_file() else {}
+    status = _read_json(status_file) if status_file.is_file() else {}
     if status and status.get("state") != "complete":
         raise IndexLoadError(
             f"{dump_dir}: the distributed dump is {status.get('state')!r}, not complete; "
@@ -128,3 +128,14 @@ def _read_dump(dump_dir: Path) -> tuple[dict[str, Any], list[Path]]:
     if expected is None:
         logger.info("%s has no dump-status.json: trailing shards cannot be checked", dump_dir)
     return settings, [p for p, n in zip(shards, numbers) if n in wanted]
+
+
+def _read_json(file: Path) -> dict[str, Any]:
+    """A dump's JSON object file, or IndexLoadError naming it."""
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise IndexLoadError(f"{file} is corrupted: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise IndexLoadError(f"{file} is corrupted: not a JSON object")
+    return data

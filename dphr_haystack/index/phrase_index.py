@@ -58,6 +58,8 @@ from .storage import (
     MANIFEST,
     Column,
     check_manifest,
+    check_token_offsets,
+    check_tombstones,
     is_flat,
     remove_uncommitted_files,
     sha256_prefix,
@@ -88,6 +90,19 @@ def _stamp(file: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return (info.st_ino, info.st_mtime_ns, info.st_size)
+
+
+@contextlib.contextmanager
+def _load_errors(path: Path) -> Iterator[None]:
+    """Turn any failure reading the index directory ``path`` into IndexLoadError (typed errors pass through)."""
+    try:
+        yield
+    except DphrError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, RuntimeError) as exc:
+        raise IndexLoadError(f"{path} is corrupted: {type(exc).__name__}: {exc}") from exc  # RecursionError too
+    except OSError as exc:  # unreadable files, a file a concurrent commit replaced, a directory where a file goes
+        raise IndexLoadError(f"{path}: {type(exc).__name__}: {exc}") from exc
 
 
 class PhraseIndex:
@@ -262,9 +277,11 @@ class PhraseIndex:
         if not manifest_path.is_file():
             raise IndexLoadError(f"{manifest_path} not found: not a phrase index directory")
         try:
-            manifest = json.loads(manifest_path.read_text())
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise IndexLoadError(f"{manifest_path} is corrupted: {exc}") from exc
+        except RecursionError as exc:  # e.g. 100,000 nested brackets
+            raise IndexLoadError(f"{manifest_path} is corrupted: JSON nested too deeply") from exc
         if not isinstance(manifest, dict) or manifest.get("format") != INDEX_FORMAT:
             raise IndexLoadError(f"{manifest_path}: not a {INDEX_FORMAT} manifest")
         if manifest.get("format_version") != INDEX_FORMAT_VERSION:
@@ -291,26 +308,37 @@ class PhraseIndex:
                 f"{manifest_path}: the index was built with another phrase encoder (fingerprint "
                 f"{manifest['model_fingerprint'][:12]}…, given model {model.phrase_fingerprint()[:12]}…)"
             )
-        try:
+        with _load_errors(path):
             index = cls(manifest, path, lock_timeout)
             index._flat_search = flat_search
             index._check_files(verify)
             index._read_passages()
             index._apply_tombstones(0)
+            index._check_live_ids()
             index._load_faiss()
-        except DphrError:
-            raise
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, RuntimeError) as exc:
-            raise IndexLoadError(f"{path} is corrupted: {type(exc).__name__}: {exc}") from exc
-        except FileNotFoundError as exc:  # a file a concurrent commit replaced
-            raise IndexLoadError(f"{path}: {exc}") from exc
         return index
 
     def _apply_tombstones(self, start: int) -> None:
-        """Mark the passages of tombstones ``start:`` deleted."""
+        """Mark the passages of tombstones ``start:`` deleted (each must be a passage row)."""
         tomb = self._tombstones.view()[start:]
+        if self.path is not None:
+            check_tombstones(tomb, self.num_passages, self.path / FILES["tombstones"])
         self.deleted[tomb] = True
         self._forget_rows(tomb)
+
+    def _check_live_ids(self) -> None:
+        """Raise IndexLoadError when two live passages share an id (a valid index tombstones the older one)."""
+        if len(self._live_by_id) == self.num_live_passages:  # hidden passages are in neither
+            return
+        seen: dict[str, int] = {}
+        for row in np.flatnonzero(~self.deleted):
+            pid = self.passages[row]["id"]
+            if pid in seen:
+                raise IndexLoadError(
+                    f"{self.path / FILES['passages'] if self.path else 'index'} is corrupted: passage id {pid!r:.80} "
+                    f"is live at rows {seen[pid]} and {row}"
+                )
+            seen[pid] = int(row)
 
     def _forget_rows(self, rows: Iterable[int]) -> None:
         """Drop deleted rows from the id look-ups (a newer row with the same id stays)."""
@@ -352,7 +380,8 @@ class PhraseIndex:
             try:
                 fresh = self._read_manifest(self.path)
                 if self._extended_by(fresh):
-                    self._catch_up(fresh)
+                    with _load_errors(self.path):
+                        self._catch_up(fresh)
                 else:
                     self._adopt(PhraseIndex._load_once(self.path, None, False, self._flat_search, None))
             except IndexLoadError:
@@ -401,8 +430,12 @@ class PhraseIndex:
             raise IndexLoadError(f"{self.path / FILES['tokens']} is corrupted: appended token rows out of order")
         if first + len(records) != counts["passages"]:
             raise IndexLoadError(f"{self.path / FILES['passages']}: appended passages do not match the manifest")
+        lengths = np.zeros(first + len(records), dtype=np.int64)
+        lengths[first:] = [len(r["text"]) for r in records]
+        check_token_offsets(self._tokens.view()[old_vectors:], lengths, self.path / FILES["tokens"])
         self._register_passages(records, np.bincount(rows - first, minlength=len(records))[: len(records)])
         self._apply_tombstones(old_tombstones)
+        self._check_live_ids()
         if fresh.get("faiss_file") != previous.get("faiss_file") and fresh.get("faiss_file"):
             self._load_faiss()  # the writer saved its trained structure with the new vectors
         elif self._faiss is not None:
@@ -476,6 +509,8 @@ class PhraseIndex:
             raise IndexLoadError(
                 f"{self.path / FILES['tokens']} is corrupted: token rows are not consecutive per passage"
             )
+        lengths = np.fromiter((len(r["text"]) for r in records), dtype=np.int64, count=len(records))
+        check_token_offsets(self._tokens.view(), lengths, self.path / FILES["tokens"])
         counts = np.bincount(rows, minlength=len(records)) if len(self) else np.zeros(len(records))
         self._register_passages(records, counts[: len(records)])
 
@@ -494,7 +529,10 @@ class PhraseIndex:
                 raise IndexLoadError(
                     f"{file}: {self._faiss.ntotal} vectors of dim {self._faiss.d}, expected {len(self)} of {self.dim}"
                 )
-            index_types.apply_search_params(self._faiss, self.search_params)
+            try:
+                index_types.apply_search_params(self._faiss, self.search_params)
+            except InvalidParameterError as exc:
+                raise IndexLoadError(f"{self.path / MANIFEST}: {exc}") from exc
         elif is_flat(self.faiss_factory) and self._flat_search == "mmap":
             self._faiss = None  # searched by exact torch top-k over the memory-mapped vectors
         else:

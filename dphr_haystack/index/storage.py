@@ -7,6 +7,7 @@ the manifest's schema check, the FAISS file write and the checksums of committed
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,59 @@ def check_manifest(manifest: dict[str, Any], manifest_path: Path) -> None:
         VectorCodec(**manifest["codec"])
     except (TypeError, InvalidParameterError) as exc:
         raise IndexLoadError(f"{manifest_path} is corrupted: codec {manifest['codec']!r:.80} ({exc})") from exc
+    _check_search_params(manifest.get("search_params"), manifest_path)
+
+
+_MAX_SEARCH_PARAM = 2**31 - 1  # FAISS takes its search parameters as C ints or doubles
+
+
+def _check_search_params(params: Any, manifest_path: Path) -> None:
+    """Search parameters are names mapped to finite numbers in FAISS' range; ``refine`` (dphr's) an integer ≥ 1."""
+    if params is None:
+        return
+    if not isinstance(params, dict):
+        raise IndexLoadError(f"{manifest_path} is corrupted: search_params={params!r:.80} is not a mapping")
+    for name, value in params.items():
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not (number and math.isfinite(value) and 0 <= value <= _MAX_SEARCH_PARAM):
+            raise IndexLoadError(
+                f"{manifest_path} is corrupted: search parameter {name!s:.40}={value!r:.40} is not a number "
+                f"from 0 to {_MAX_SEARCH_PARAM}"
+            )
+        if name == "refine" and (value < 1 or value != int(value)):
+            raise IndexLoadError(
+                f"{manifest_path} is corrupted: search parameter refine={value!r} is not an integer >= 1"
+            )
+
+
+def check_tombstones(tombstones: np.ndarray, num_passages: int, file: Path) -> None:
+    """Raise IndexLoadError unless every tombstone is a passage row, ``0 <= row < num_passages``."""
+    bad = (tombstones < 0) | (tombstones >= num_passages)
+    if bad.any():
+        value = int(tombstones[bad][0])
+        raise IndexLoadError(
+            f"{file} is corrupted: tombstone {value} is not a passage row (the index has {num_passages} passages)"
+        )
+
+
+def check_token_offsets(tokens: np.ndarray, text_lengths: np.ndarray, file: Path, block: int = 1 << 20) -> None:
+    """Raise IndexLoadError unless each token's character span lies in its passage: 0 <= start <= end <= len(text).
+
+    ``tokens['passage']`` must already be known to index ``text_lengths``. Checked ``block`` rows at a time, so
+    memory stays bounded for memory-mapped token files.
+    """
+    for first in range(0, len(tokens), block):
+        part = np.asarray(tokens[first : first + block])
+        starts, ends = part["char_start"].astype(np.int64), part["char_end"].astype(np.int64)
+        limits = text_lengths[part["passage"]]
+        bad = (starts < 0) | (ends < starts) | (ends > limits) | (part["position"] < 0)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise IndexLoadError(
+                f"{file} is corrupted: token {first + row} (passage row {int(part['passage'][row])}, subword "
+                f"{int(part['position'][row])}) spans characters {int(starts[row])}..{int(ends[row])}, outside its "
+                f"passage's text of {int(limits[row])} characters"
+            )
 
 
 def remove_uncommitted_files(path: Path) -> None:

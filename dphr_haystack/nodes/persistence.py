@@ -93,7 +93,7 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise DocumentStoreError(f"{file} not found: not a directory written by PhraseDocumentStore.save")
     try:
         manifest = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise DocumentStoreError(f"{file} is corrupted: {exc}") from exc
     if (
         not isinstance(manifest, dict)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -356,3 +357,162 @@ def test_a_byte_order_mark_is_accepted(tmp_path):
     assert [p.id for p in read_corpus(tmp_path / "bom.jsonl")] == ["a", "b"]
     assert [p.id for p in read_corpus(tmp_path / "bom.json")] == ["T-0-0"]
     assert [p.id for p in read_corpus(tmp_path / "bom.jsonl.gz")] == ["g"]
+
+
+# ----------------------------------------------------------------- 7 and 10. manifests and index files, re-checksummed
+@pytest.fixture(scope="module")
+def clean_index(tmp_path_factory, _tiny_model_session) -> Path:
+    """A flat, on-disk index of the six tiny passages, one of them deleted."""
+    from tests.conftest import tiny_passages
+
+    path = tmp_path_factory.mktemp("hostile-index") / "index"
+    index = PhraseIndex.create(_tiny_model_session, path=path, faiss_factory="Flat")
+    index.add_passages(tiny_passages(), _tiny_model_session, progress=False)
+    index.delete_passages([tiny_passages()[-1]["id"]])
+    return path
+
+
+def _tampered(clean: Path, folder: Path, mutate) -> Path:
+    """A copy of ``clean`` changed by ``mutate(folder, manifest)``, its counts and checksums recomputed to match."""
+    from dphr_haystack.index.storage import FILES, sha256_prefix
+
+    shutil.copytree(clean, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    mutate(folder, manifest)
+    manifest["passages_bytes"] = (folder / FILES["passages"]).stat().st_size
+    manifest["counts"]["tombstones"] = (folder / FILES["tombstones"]).stat().st_size // 8
+    sizes = {"tokens": None, "passages": None, "tombstones": None}
+    manifest["checksums"] = {key: sha256_prefix(folder / FILES[key], size) for key, size in sizes.items()}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def _tombstones(*rows):
+    import numpy as np
+
+    def mutate(folder, manifest):
+        np.asarray(rows, dtype=np.int64).tofile(folder / "tombstones.bin")
+
+    return mutate
+
+
+def _token(field: str, value: int, row: int = 0):
+    import numpy as np
+
+    from dphr_haystack.build.dump import TOKEN_DTYPE
+
+    def mutate(folder, manifest):
+        tokens = np.fromfile(folder / "tokens.bin", dtype=TOKEN_DTYPE)
+        tokens[row][field] = value
+        tokens.tofile(folder / "tokens.bin")
+
+    return mutate
+
+
+def _duplicate_id(folder, manifest):
+    lines = (folder / "passages.jsonl").read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines]
+    records[2]["id"] = records[1]["id"]  # both live
+    (folder / "passages.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+
+def _manifest(**changes):
+    def mutate(folder, manifest):
+        for key, value in changes.items():
+            if key == "codec":
+                manifest["codec"].update(value)
+            else:
+                manifest[key] = value
+
+    return mutate
+
+
+def test_a_recomputed_clean_copy_loads(clean_index, tmp_path, tiny_model):
+    """The tampering helper alone (no change) leaves a valid index: the refusals below are the changes' doing."""
+    folder = _tampered(clean_index, tmp_path / "copy", lambda folder, manifest: None)
+    index = PhraseIndex.load(folder, model=tiny_model)
+    assert index.num_live_passages == PhraseIndex.load(clean_index).num_live_passages == 5
+
+
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (_tombstones(-1), r"tombstones.bin is corrupted: tombstone -1 is not a passage row"),
+        (_tombstones(5, 6), r"tombstones.bin is corrupted: tombstone 6 is not a passage row"),
+        (_tombstones(5, 2**40), r"tombstone 1099511627776"),
+        (_token("char_start", -(2**31)), r"tokens.bin is corrupted: token 0 .* spans characters -2147483648"),
+        (_token("char_end", 2**31 - 1), r"tokens.bin is corrupted: token 0 .* outside its passage"),
+        (_token("char_end", 0, row=3), r"tokens.bin is corrupted: token 3 "),  # end before start
+        (_token("position", -5, row=2), r"tokens.bin is corrupted: token 2 "),
+        (_duplicate_id, r"passages.jsonl is corrupted: passage id '.+' is live at rows 1 and 2"),
+        (_manifest(codec={"scale": 1e-300}), r"codec scale must be between"),
+        (_manifest(codec={"dtype": "int8", "scale": 1e300}), r"codec scale must be between"),
+        (_manifest(codec={"scale": 0}), r"codec scale"),
+        (_manifest(codec={"scale": float("nan")}), r"finite"),
+        (_manifest(codec={"offset": float("inf")}), r"finite"),
+        (_manifest(codec={"offset": 1e300}), r"codec offset"),
+        (_manifest(search_params={"refine": "abc"}), r"search parameter refine='abc'"),
+        (_manifest(search_params={"refine": 0}), r"refine=0"),
+        (_manifest(search_params={"refine": 2.5}), r"refine=2.5"),
+        (_manifest(search_params={"nprobe": 2**70}), r"nprobe"),
+        (_manifest(search_params={"nprobe": -1}), r"nprobe"),
+        (_manifest(search_params=[1, 2]), r"search_params=\[1, 2\] is not a mapping"),
+    ],
+)
+def test_impossible_values_are_refused_on_load(clean_index, tmp_path, tiny_model, mutate, match):
+    from dphr_haystack.errors import IndexLoadError
+
+    folder = _tampered(clean_index, tmp_path / "index", mutate)
+    for verify in (True, False):
+        with pytest.raises(IndexLoadError, match=match):
+            PhraseIndex.load(folder, model=tiny_model, verify=verify)
+
+
+def test_deeply_nested_manifest_is_refused(clean_index, tmp_path):
+    from dphr_haystack.errors import IndexLoadError
+
+    folder = tmp_path / "index"
+    shutil.copytree(clean_index, folder)
+    (folder / "manifest.json").write_text("[" * 100_000)
+    with pytest.raises(IndexLoadError, match="manifest.json is corrupted: JSON nested too deeply"):
+        PhraseIndex.load(folder)
+
+
+def test_search_params_not_for_this_structure_fail_at_load(tmp_path, tiny_model):
+    """A FAISS file whose manifest sets a parameter the structure lacks: IndexLoadError at load, not at search."""
+    from dphr_haystack.errors import IndexLoadError
+    from tests.conftest import tiny_passages
+
+    index = PhraseIndex.create(tiny_model, path=tmp_path / "hnsw", faiss_factory="HNSW8")
+    index.add_passages(tiny_passages(), tiny_model, progress=False)
+    manifest = json.loads((tmp_path / "hnsw" / "manifest.json").read_text())
+    manifest["search_params"] = {"nprobe": 4}
+    (tmp_path / "hnsw" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(IndexLoadError, match="nprobe"):
+        PhraseIndex.load(tmp_path / "hnsw")
+
+
+def test_any_os_error_while_loading_is_an_index_load_error(clean_index, tmp_path):
+    from dphr_haystack.errors import IndexLoadError
+
+    folder = tmp_path / "index"
+    shutil.copytree(clean_index, folder)
+    (folder / "passages.jsonl").unlink()
+    (folder / "passages.jsonl").mkdir()  # a directory where a file goes: IsADirectoryError on read
+    with pytest.raises(IndexLoadError, match="passages.jsonl"):
+        PhraseIndex.load(folder, verify=False)
+
+
+def test_a_bad_tombstone_appended_by_another_writer_fails_the_refresh(clean_index, tmp_path):
+    """Catching up with another writer's commit validates what it appended, as a load does."""
+    from dphr_haystack.errors import IndexLoadError
+
+    folder = tmp_path / "index"
+    shutil.copytree(clean_index, folder)
+    reader = PhraseIndex.load(folder)
+    _tampered(folder, tmp_path / "next", _tombstones(5, -1))
+    for name in ("tombstones.bin", "manifest.json"):  # the "other writer" commits: files first, manifest last
+        os.replace(tmp_path / "next" / name, folder / name)
+    with pytest.raises(IndexLoadError, match="tombstone -1"):
+        reader.refresh()
+    assert reader.num_live_passages == 5  # nothing of the bad commit was applied
