@@ -62,6 +62,7 @@ from .storage import (
     check_tombstones,
     is_flat,
     remove_uncommitted_files,
+    search_params_problem,
     sha256_prefix,
     write_faiss,
 )
@@ -688,6 +689,9 @@ class PhraseIndex:
     @_writes
     def set_search_params(self, **params: Any) -> None:
         """Set and persist FAISS search parameters, e.g. ``set_search_params(nprobe=64)`` or ``efSearch=256``."""
+        problem = search_params_problem({**self.search_params, **params})
+        if problem:
+            raise InvalidParameterError(problem)
         if self._faiss is not None:
             index_types.apply_search_params(self._faiss, params)
         self.manifest["search_params"] = {**self.search_params, **params}

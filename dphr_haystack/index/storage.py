@@ -121,29 +121,28 @@ def check_manifest(manifest: dict[str, Any], manifest_path: Path) -> None:
         VectorCodec(**manifest["codec"])
     except (TypeError, InvalidParameterError) as exc:
         raise IndexLoadError(f"{manifest_path} is corrupted: codec {manifest['codec']!r:.80} ({exc})") from exc
-    _check_search_params(manifest.get("search_params"), manifest_path)
+    problem = search_params_problem(manifest.get("search_params"))
+    if problem:
+        raise IndexLoadError(f"{manifest_path} is corrupted: {problem}")
 
 
 _MAX_SEARCH_PARAM = 2**31 - 1  # FAISS takes its search parameters as C ints or doubles
 
 
-def _check_search_params(params: Any, manifest_path: Path) -> None:
-    """Search parameters are names mapped to finite numbers in FAISS' range; ``refine`` (dphr's) an integer ≥ 1."""
+def search_params_problem(params: Any) -> str | None:
+    """What is wrong with search parameters, or None: names mapped to finite numbers in FAISS' range (0 to
+    2**31 - 1), ``refine`` (dphr's, not FAISS') an integer ≥ 1."""
     if params is None:
-        return
+        return None
     if not isinstance(params, dict):
-        raise IndexLoadError(f"{manifest_path} is corrupted: search_params={params!r:.80} is not a mapping")
+        return f"search_params={params!r:.80} is not a mapping"
     for name, value in params.items():
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not (number and math.isfinite(value) and 0 <= value <= _MAX_SEARCH_PARAM):
-            raise IndexLoadError(
-                f"{manifest_path} is corrupted: search parameter {name!s:.40}={value!r:.40} is not a number "
-                f"from 0 to {_MAX_SEARCH_PARAM}"
-            )
+        if not isinstance(name, str) or not (number and math.isfinite(value) and 0 <= value <= _MAX_SEARCH_PARAM):
+            return f"search parameter {name!s:.40}={value!r:.40} is not a number from 0 to {_MAX_SEARCH_PARAM}"
         if name == "refine" and (value < 1 or value != int(value)):
-            raise IndexLoadError(
-                f"{manifest_path} is corrupted: search parameter refine={value!r} is not an integer >= 1"
-            )
+            return f"search parameter refine={value!r} is not an integer ≥ 1"
+    return None
 
 
 def check_tombstones(tombstones: np.ndarray, num_passages: int, file: Path) -> None:

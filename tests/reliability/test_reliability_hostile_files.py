@@ -516,3 +516,19 @@ def test_a_bad_tombstone_appended_by_another_writer_fails_the_refresh(clean_inde
     with pytest.raises(IndexLoadError, match="tombstone -1"):
         reader.refresh()
     assert reader.num_live_passages == 5  # nothing of the bad commit was applied
+
+
+def test_set_search_params_refuses_what_the_loader_would(clean_index, tmp_path):
+    """No write leaves a manifest the loader refuses: set_search_params applies the loader's rule first."""
+    from dphr_haystack.errors import InvalidParameterError
+
+    folder = tmp_path / "index"
+    shutil.copytree(clean_index, folder)
+    index = PhraseIndex.load(folder)
+    manifest = (folder / "manifest.json").read_bytes()
+    for params in ({"refine": "abc"}, {"refine": 2.5}, {"refine": 0}, {"nprobe": 2**70}):
+        with pytest.raises(InvalidParameterError):
+            index.set_search_params(**params)
+    assert (folder / "manifest.json").read_bytes() == manifest
+    index.set_search_params(refine=2)
+    assert PhraseIndex.load(folder).search_params["refine"] == 2
