@@ -222,6 +222,68 @@ def test_hostile_index_values(fuzz_profile, fuzz_log, saved_indexes, tiny_model,
     run()
 
 
+WRITE_OPS = ["add", "delete", "search_params", "save_copy", "commit", "reindex"]
+
+
+def test_symlinked_files(fuzz_profile, fuzz_log, saved_indexes, tiny_model, tmp_path, squad_passages):
+    """Symbolic links (to files outside, or dangling) planted where an index's files, its lock, temporary names or a
+    save target go, then a write: it works or raises UnsafePathError (IndexLoadError when a link hides a file the
+    load needs), and nothing outside the index directory is created or changed."""
+    from dphr_haystack.errors import UnsafePathError
+
+    counter = iter(range(10**9))
+
+    @_fuzz.fuzz_settings("symlinked_files", fuzz_profile)
+    @given(
+        kind=st.sampled_from(sorted(saved_indexes)),
+        picks=st.lists(st.integers(0, 99), min_size=1, max_size=3, unique=True),
+        dangling=st.booleans(),
+        op=st.sampled_from(WRITE_OPS),
+    )
+    def run(kind, picks, dangling, op):
+        root = tmp_path / f"links-{next(counter)}"
+        folder = _copy(saved_indexes[kind], root / "index")
+        outside = root / "outside"
+        outside.mkdir()
+        places = sorted(p.name for p in folder.iterdir()) + ["manifest.json.tmp", "tombstones.bin", "../.index.lock"]
+        places += ["../copy", "../.copy.lock"]
+        for pick in picks:
+            place = folder / places[pick % len(places)]
+            if place.is_symlink():
+                continue
+            target = outside / f"target-{pick}"
+            if place.name == "copy":
+                target.mkdir()
+                (target / "keep").write_bytes(b"keep")
+            elif not dangling:
+                target.write_bytes(place.read_bytes() if place.is_file() else b"outside")
+            place.unlink(missing_ok=True)
+            place.symlink_to(target, target_is_directory=place.name == "copy")
+        before = {p: (p.read_bytes() if p.is_file() else None) for p in outside.rglob("*")}
+
+        def write():
+            index = PhraseIndex.load(folder)
+            if op == "add":
+                index.add_passages(squad_passages[12:14], tiny_model, progress=False)
+            elif op == "delete":
+                index.delete_passages([index.live_passage_ids()[0]])
+            elif op == "search_params":
+                index.set_search_params(**({"refine": 2} if kind == "flat" else {"nprobe": 2}))
+            elif op == "save_copy":
+                index.save(root / "copy")
+            elif op == "commit":
+                index.save(folder)
+            else:
+                index.reindex("Flat" if kind == "flat" else "IVF2,Flat", progress=False)
+
+        fuzz_log.example()
+        outcome = fuzz_log.record(op, outcome_of(write))
+        assert outcome in ("ok", UnsafePathError.__name__, "IndexLoadError"), outcome
+        assert {p: (p.read_bytes() if p.is_file() else None) for p in outside.rglob("*")} == before
+
+    run()
+
+
 @pytest.fixture(scope="module")
 def saved_models(tmp_path_factory, _tiny_model_session):
     """The tiny model saved in the dphr format and as a DensePhrases checkpoint (config.json + pytorch_model.bin)."""
