@@ -15,6 +15,7 @@ from haystack.components.joiners import DocumentJoiner
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 
 from dphr_haystack import DEFAULT_MODEL
+from dphr_haystack._util.atomic import write_file_atomic
 
 from .document_store import PhraseDocumentStore
 from .indexer import PhraseIndexer
@@ -87,7 +88,7 @@ def write_pipeline_files(folder: str | Path, model: str = DEFAULT_MODEL) -> list
     files = []
     for name, build in PIPELINES.items():
         file = folder / f"{name}.yml"
-        file.write_text(build(store, model=model).dumps(), encoding="utf-8")
+        write_file_atomic(file, build(store, model=model).dumps(), fsync=False)
         files.append(file)
     return files
 
