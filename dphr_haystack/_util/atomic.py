@@ -157,7 +157,13 @@ def _leftovers(target: Path) -> list[tuple[Path, str]]:
         return found
     for entry in target.parent.iterdir():
         parts = temp_name_parts(entry.name)
-        if parts and parts[0] == target.name and parts[1] in ("old", "tmp") and not _pid_alive(parts[2]):
+        if (
+            parts
+            and parts[0] == target.name
+            and parts[1] in ("old", "tmp")
+            and not entry.is_symlink()  # never ours: not moved back into place, and rmtree would refuse it anyway
+            and not _pid_alive(parts[2])
+        ):
             found.append((entry, parts[1]))
     return found
 

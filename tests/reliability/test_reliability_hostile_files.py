@@ -532,3 +532,21 @@ def test_set_search_params_refuses_what_the_loader_would(clean_index, tmp_path):
     assert (folder / "manifest.json").read_bytes() == manifest
     index.set_search_params(refine=2)
     assert PhraseIndex.load(folder).search_params["refine"] == 2
+
+
+def test_a_planted_link_named_like_a_swapped_out_copy_is_not_moved_into_place(tmp_path, clean_index):
+    """Recovering an interrupted save moves ``.<name>.old-<pid>`` back only when it is a real directory."""
+    import subprocess
+
+    from dphr_haystack.errors import IndexLoadError
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    outside = tmp_path / "outside-index"
+    shutil.copytree(clean_index, outside)
+    (tmp_path / f".index.old-{dead.pid}").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(IndexLoadError, match="not found"):
+        PhraseIndex.load(tmp_path / "index")
+    assert not (tmp_path / "index").exists()
+    shutil.copytree(clean_index, tmp_path / f".real.old-{dead.pid}")  # a real leftover is still recovered
+    assert PhraseIndex.load(tmp_path / "real").num_live_passages == 5
