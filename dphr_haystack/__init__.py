@@ -24,6 +24,8 @@ from .errors import (
     ModelLoadError,
     ModelMismatchError,
     QueryOnlyCheckpointError,
+    SettingsConflictError,
+    UnsafePathError,
 )
 
 __version__ = "0.1.0"
@@ -77,6 +79,8 @@ __all__ = [
     "ModelLoadError",
     "ModelMismatchError",
     "QueryOnlyCheckpointError",
+    "SettingsConflictError",
+    "UnsafePathError",
     *_LAZY,
 ]
 

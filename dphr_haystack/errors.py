@@ -45,3 +45,11 @@ class DistributedDumpError(DphrError, RuntimeError):
 
 class DirectoryLockedError(DphrError, RuntimeError):
     """Another writer holds an index or store directory and did not let go within the lock timeout."""
+
+
+class UnsafePathError(DphrError, OSError):
+    """A file this library was about to write is a symbolic link (or not a regular file): refused, never followed."""
+
+
+class SettingsConflictError(DphrError, ValueError):
+    """A resumed index or dump was asked for settings other than the ones it was built with."""

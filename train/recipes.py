@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from dphr_haystack._util.atomic import write_file_atomic
 from dphr_haystack.model.phrase_model import PhraseModel
 from dphr_haystack.model.registry import model_dir
 
@@ -46,7 +47,7 @@ def _train_args(recipe: Recipe, stage: str, values: dict[str, Any], select_metri
 
 def _write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, default=_jsonable))
+    write_file_atomic(path, json.dumps(data, indent=1, default=_jsonable), fsync=False)
 
 
 def _jsonable(value: Any) -> Any:

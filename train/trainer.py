@@ -29,7 +29,8 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from dphr_haystack._util.atomic import replace_directory
+from dphr_haystack._util.atomic import replace_directory, write_file_atomic
+from dphr_haystack._util.nofollow import make_temp_dir, open_no_follow, refuse_symlink
 from dphr_haystack.model.phrase_model import PhraseModel
 
 logger = logging.getLogger(__name__)
@@ -301,11 +302,15 @@ class Trainer:
     def _save_checkpoint(self, step: int, state: dict[str, Any]) -> None:
         if not self.is_main:
             return
-        final = self.out / f"checkpoint-{step}"
-        tmp = self.out / f".checkpoint-{step}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save(tmp / "model")
-        torch.save(state, tmp / STATE_FILE)
+        final = refuse_symlink(self.out / f"checkpoint-{step}")
+        tmp = make_temp_dir(final)  # fresh: nothing in it was put there by anyone else
+        try:
+            self.model.save(tmp / "model")
+            with open_no_follow(tmp / STATE_FILE, "xb") as handle:
+                torch.save(state, handle)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         replace_directory(tmp, final)  # an existing checkpoint stays until the new one is in place
         ckpts = sorted(self.out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
         for old in ckpts[: max(0, len(ckpts) - self.args.keep_checkpoints)]:
@@ -314,9 +319,12 @@ class Trainer:
     def _save_model(self, name: str) -> Path:
         path = self.out / name
         if self.is_main:
-            tmp = self.out / f".{name}.tmp"
-            shutil.rmtree(tmp, ignore_errors=True)
-            self.model.save(tmp)
+            tmp = make_temp_dir(refuse_symlink(path))
+            try:
+                self.model.save(tmp)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
             replace_directory(tmp, path)
         return path
 
@@ -324,7 +332,7 @@ class Trainer:
     def _log(self, record: dict[str, Any]) -> None:
         if not self.is_main:
             return
-        with (self.out / "metrics.jsonl").open("a", encoding="utf-8") as handle:
+        with open_no_follow(self.out / "metrics.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
 
     # ----------------------------------------------------------------- loop
@@ -337,7 +345,7 @@ class Trainer:
         torch.manual_seed(args.seed)
         device = self._setup_distributed()
         if self.is_main:
-            (self.out / "train_args.json").write_text(json.dumps(asdict(args), indent=1))
+            write_file_atomic(self.out / "train_args.json", json.dumps(asdict(args), indent=1), fsync=False)
         resume_from = self.last_checkpoint() if args.resume else None
         if resume_from is not None:
             loaded = PhraseModel.load(resume_from / "model")

@@ -9,6 +9,7 @@ without an intact ``shard.json`` or whose files do not match it is incomplete an
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -23,8 +24,10 @@ import numpy as np
 
 from .._util.atomic import file_sha256, write_file_atomic
 from .._util.memory import pin_malloc_thresholds, release_free_memory
+from .._util.nofollow import make_temp_dir, open_no_follow, refuse_symlink
 from ..errors import EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
 from ..index.codec import VectorCodec
+from ..index.storage import check_token_offsets
 from ..model.phrase_model import PhraseModel
 from .corpus import CorpusStats, Passage, read_corpus
 
@@ -47,28 +50,33 @@ class PhraseShard:
         return len(self.tokens)
 
     def save(self, path: str | Path) -> None:
-        """Write the shard atomically: a temporary directory renamed into place."""
-        path = Path(path)
-        tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        np.save(tmp / "vectors.npy", self.vectors, allow_pickle=False)
-        np.save(tmp / "tokens.npy", self.tokens, allow_pickle=False)
-        with (tmp / "passages.jsonl").open("w", encoding="utf-8") as handle:
-            for record in self.passages:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        meta = {
-            "format_version": DUMP_FORMAT_VERSION,
-            "num_vectors": len(self.tokens),
-            "num_passages": len(self.passages),
-            "codec": self.codec.to_dict(),
-            "passage_ids_sha256": passage_ids_digest(r["id"] for r in self.passages),
-            "files_sha256": {name: file_sha256(tmp / name) for name in _SHARD_FILES},
-        }
-        meta["sha256"] = _meta_digest(meta)
-        (tmp / "shard.json").write_text(json.dumps(meta, indent=1))
-        shutil.rmtree(path, ignore_errors=True)
-        os.replace(tmp, path)
+        """Write the shard atomically: a fresh temporary directory renamed into place (a symbolic link at ``path``
+        is refused)."""
+        path = refuse_symlink(Path(path))
+        tmp = make_temp_dir(path)
+        try:
+            for name, array in (("vectors.npy", self.vectors), ("tokens.npy", self.tokens)):
+                with open_no_follow(tmp / name, "xb") as handle:
+                    np.save(handle, array, allow_pickle=False)
+            with open_no_follow(tmp / "passages.jsonl", "x", encoding="utf-8") as handle:
+                for record in self.passages:
+                    handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            meta = {
+                "format_version": DUMP_FORMAT_VERSION,
+                "num_vectors": len(self.tokens),
+                "num_passages": len(self.passages),
+                "codec": self.codec.to_dict(),
+                "passage_ids_sha256": passage_ids_digest(r["id"] for r in self.passages),
+                "files_sha256": {name: file_sha256(tmp / name) for name in _SHARD_FILES},
+            }
+            meta["sha256"] = _meta_digest(meta)
+            with open_no_follow(tmp / "shard.json", "x", encoding="utf-8") as handle:
+                handle.write(json.dumps(meta, indent=1))
+            shutil.rmtree(path, ignore_errors=True)
+            os.replace(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
     @classmethod
     def load(cls, path: str | Path, verify: bool = True) -> PhraseShard:
@@ -94,7 +102,7 @@ class PhraseShard:
             counts_match = len(vectors) == meta["num_vectors"] == len(tokens) and len(passages) == meta["num_passages"]
         except IndexLoadError:
             raise
-        except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:  # DphrError's ValueErrors included
+        except (OSError, ValueError, KeyError, TypeError, EOFError, RecursionError) as exc:  # DphrError's included
             raise IndexLoadError(f"incomplete or corrupted shard {path}: {exc}") from exc
         if not counts_match:
             raise IndexLoadError(f"{path}: shard files disagree with {meta_path} (truncated?)")
@@ -103,10 +111,14 @@ class PhraseShard:
                 f"{path}: vectors {vectors.dtype}{vectors.shape} / tokens {tokens.dtype} are not "
                 f"what a {codec.dtype} shard holds"
             )
-        if not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in passages):
-            raise IndexLoadError(f"{path / 'passages.jsonl'}: every line must be a passage object with an id")
+        if not all(
+            isinstance(r, dict) and isinstance(r.get("id"), str) and isinstance(r.get("text"), str) for r in passages
+        ):
+            raise IndexLoadError(f"{path / 'passages.jsonl'}: every line must be a passage object with an id and text")
         if len(tokens) and (tokens["passage"].min() < 0 or tokens["passage"].max() >= len(passages)):
             raise IndexLoadError(f"{path / 'tokens.npy'}: token rows point outside the shard's passages")
+        lengths = np.fromiter((len(r["text"]) for r in passages), dtype=np.int64, count=len(passages))
+        check_token_offsets(tokens, lengths, path / "tokens.npy")
         return cls(vectors, tokens, passages, codec)
 
 
@@ -209,6 +221,11 @@ def dump_phrases(
 
     pin_malloc_thresholds()  # a dump's memory stays flat however large the corpus (see _memory.py)
     out = Path(out_dir)
+    stats = CorpusStats()
+    passages = read_corpus(corpus, stats)
+    first_passage = next(passages, None)  # a missing or unreadable corpus fails before out_dir is touched
+    if first_passage is None:
+        raise EmptyCorpusError(f"the corpus has no passage with text ({stats.skipped_empty} empty ones skipped)")
     out.mkdir(parents=True, exist_ok=True)
     fingerprint = model.phrase_fingerprint()
     settings = {
@@ -221,11 +238,10 @@ def dump_phrases(
         "format_version": DUMP_FORMAT_VERSION,
     }
     _check_or_write_dump_settings(out / "dump.json", settings)
-    stats = CorpusStats()
     codec: VectorCodec | None = _existing_codec(out) if dtype == "int8" else VectorCodec(dtype)
     shards, encoded, skipped, vectors = [], 0, 0, 0
     bar = tqdm(desc="phrase dump", unit="passage", disable=not progress)
-    for shard_no, chunk in enumerate(chunked(read_corpus(corpus, stats), shard_size)):
+    for shard_no, chunk in enumerate(chunked(itertools.chain([first_passage], passages), shard_size)):
         if shard_no % num_workers != worker:
             continue
         path = out / f"shard-{shard_no:06d}"
@@ -247,8 +263,6 @@ def dump_phrases(
         shards.append(path)
         bar.update(len(chunk))
     bar.close()
-    if stats.passages == 0:
-        raise EmptyCorpusError(f"the corpus has no passage with text ({stats.skipped_empty} empty ones skipped)")
     return DumpSummary(shards, encoded, skipped, stats.passages, stats.skipped_empty, vectors)
 
 
@@ -262,7 +276,7 @@ def _complete_shard_meta(meta_path: Path) -> dict[str, Any]:
         if not isinstance(meta, dict):
             return {}
         _verify_shard(meta_path.parent, meta)
-    except (OSError, ValueError, TypeError, AttributeError):  # IndexLoadError included (an OSError)
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError):  # IndexLoadError included (an OSError)
         return {}
     return meta
 
@@ -297,7 +311,7 @@ def _check_or_write_dump_settings(path: Path, settings: dict[str, Any]) -> None:
     if path.is_file():
         try:
             previous = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise IndexLoadError(f"{path} is corrupted ({exc}); remove the dump directory and start again") from exc
         if not isinstance(previous, dict):
             raise IndexLoadError(f"{path} is corrupted (not a JSON object); remove the dump directory and start again")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from .._util.atomic import write_file_atomic
 from ..errors import InvalidParameterError
 
 
@@ -128,7 +129,7 @@ def run_eval(args: argparse.Namespace) -> int:
         )
     report.write(args.out)
     table = markdown_table([report])
-    (args.out / "table.md").write_text(table + "\n")
+    write_file_atomic(args.out / "table.md", table + "\n", fsync=False)
     print(table)
     print(f"wrote {args.out}")
     return 0

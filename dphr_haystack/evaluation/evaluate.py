@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from .._util.atomic import write_file_atomic
+from .._util.nofollow import open_no_follow
 from ..errors import InvalidParameterError
 from .metrics import ANSWER_MATCHES, PASSAGE_KS, contains_answer, exact_match, f1_score
 from .questions import QAExample
@@ -61,7 +63,7 @@ class EvalReport:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         safe = report_stem(self.system)
-        with (out / f"{safe}.predictions.jsonl").open("w", encoding="utf-8") as handle:
+        with open_no_follow(out / f"{safe}.predictions.jsonl", "w", encoding="utf-8") as handle:
             for result in self.results:
                 handle.write(json.dumps(asdict(result), ensure_ascii=False) + "\n")
         payload = {
@@ -71,7 +73,7 @@ class EvalReport:
             "settings": self.settings,
             "metrics": self.summary,
         }
-        (out / f"{safe}.summary.json").write_text(json.dumps(payload, indent=2))
+        write_file_atomic(out / f"{safe}.summary.json", json.dumps(payload, indent=2), fsync=False)
         return out
 
 

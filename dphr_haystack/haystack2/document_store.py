@@ -33,6 +33,8 @@ from dphr_haystack import (
     PhraseSearcher,
 )
 
+from .._util.atomic import fsync_directory, write_file_atomic
+from .._util.nofollow import open_no_follow
 from ._models import fingerprint
 
 logger = logging.getLogger(__name__)
@@ -206,18 +208,14 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         if self.path is None:
             return
         file = Path(self.path) / DOCUMENTS_FILE
-        tmp = file.with_name(f".{file.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-        with tmp.open("w", encoding="utf-8") as handle:
-            for doc in self.storage.values():
-                handle.write(json.dumps(doc.to_dict(flatten=False), ensure_ascii=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, file)
-        fd = os.open(file.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+
+        def write(tmp: Path) -> None:
+            with open_no_follow(tmp, "w", encoding="utf-8") as handle:
+                for doc in self.storage.values():
+                    handle.write(json.dumps(doc.to_dict(flatten=False), ensure_ascii=False) + "\n")
+
+        write_file_atomic(file, write)  # a fresh temporary name per call; a symbolic link at ``file`` is refused
+        fsync_directory(file.parent)
 
     @contextmanager
     def _mutating(self) -> Iterator[None]:

@@ -16,6 +16,7 @@ from haystack.components.joiners import DocumentJoiner
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 
 from dphr_haystack import DEFAULT_MODEL, CorpusFormatError
+from dphr_haystack._util.atomic import write_file_atomic
 from dphr_haystack.build.corpus import read_corpus
 
 from .document_store import PhraseDocumentStore
@@ -119,7 +120,7 @@ def write_pipeline_files(folder: str | Path, model: str = DEFAULT_MODEL) -> list
     files = []
     for name, build in PIPELINES.items():
         file = folder / f"{name}.yml"
-        file.write_text(build(store, model=model).dumps(), encoding="utf-8")
+        write_file_atomic(file, build(store, model=model).dumps(), fsync=False)
         files.append(file)
     return files
 

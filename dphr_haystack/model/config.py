@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .._util.atomic import write_file_atomic
 from ..errors import InvalidParameterError, ModelLoadError
 
 TOKEN_TYPE_MODES = ("all_one", "pair", "all_zero")
@@ -133,7 +134,7 @@ class PhraseModelConfig:
         return {"format_version": CONFIG_FORMAT_VERSION, **dataclasses.asdict(self)}
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        write_file_atomic(Path(path), json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", fsync=False)
 
     @classmethod
     def load(cls, path: str | Path) -> PhraseModelConfig:

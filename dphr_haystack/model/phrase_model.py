@@ -13,6 +13,7 @@ import copy
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._util.atomic import write_file_atomic
 from .._util.lazy import require
+from .._util.nofollow import make_temp_dir, refuse_symlink
 from ..errors import ModelLoadError
 from .config import PhraseModelConfig
 from .densephrases import apply_casing, import_checkpoint
@@ -283,11 +286,14 @@ class PhraseModel(nn.Module):
         model's (``config.base_model``, e.g.
         the frozen word embeddings of a model trained from ``minilm``), which are then read from the installed
         base at load time.
+
+        No file is written through a symbolic link: one in ``path`` where a file of the model goes raises
+        :class:`~dphr_haystack.errors.UnsafePathError`.
         """
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.config.save(path / CONFIG_FILE)
-        (path / ENCODER_CONFIG_FILE).write_text(self.phrase_encoder.config.to_json_string())
+        write_file_atomic(path / ENCODER_CONFIG_FILE, self.phrase_encoder.config.to_json_string(), fsync=False)
         state = {
             k: v.detach().contiguous().cpu() for k, v in self.state_dict().items() if not k.endswith("position_ids")
         }
@@ -300,7 +306,7 @@ class PhraseModel(nn.Module):
             base_state=base_state,
             base_model=self.config.base_model,
         )
-        self.tokenizer.save_pretrained(str(path))
+        _save_tokenizer(self.tokenizer, path)
         return written
 
     # ----------------------------------------------------------------- encoders
@@ -490,6 +496,20 @@ def _has_tokenizer_files(directory: Path) -> bool:
 def _check_fast(tokenizer, source) -> None:
     if not getattr(tokenizer, "is_fast", False):
         raise ModelLoadError(f"{source}: a fast (Rust) tokenizer is required for character offsets")
+
+
+def _save_tokenizer(tokenizer, path: Path) -> None:
+    """``tokenizer.save_pretrained`` into a fresh directory, then each file renamed into ``path`` (transformers
+    opens files by name, which would follow a symbolic link; a rename replaces a path, and links are refused)."""
+    import shutil
+
+    staging = make_temp_dir(path / "tokenizer")
+    try:
+        tokenizer.save_pretrained(str(staging))
+        for file in sorted(staging.iterdir()):
+            os.replace(file, refuse_symlink(path / file.name))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def load_model(model: str | Path) -> PhraseModel:
