@@ -33,7 +33,8 @@ if [ ! -d "$RUN/filter/final" ]; then
         --set "filter.init=$RUN/rc/best" --set "validate.reference=$RUN/rc/best"
 fi
 
-# The shipped storage keeps the phrase encoder in int8 (int8-phrase): index, fine-tune and ship that exact encoder.
+# The shipped storage keeps the phrase encoder in int8: index, fine-tune and ship that exact encoder (the frozen word
+# embeddings stay the base model's, omitted from the shipped files).
 PHRASE="$RUN/filter/int8-phrase"
 if [ ! -f "$PHRASE/dphr_config.json" ]; then
     step "phrase encoder through its int8 storage -> $PHRASE"
@@ -41,7 +42,7 @@ if [ ! -f "$PHRASE/dphr_config.json" ]; then
 import tempfile
 from dphr_haystack import PhraseModel
 with tempfile.TemporaryDirectory() as tmp:
-    PhraseModel.load('$RUN/filter/final').save(tmp, weights_dtype='int8-phrase')
+    PhraseModel.load('$RUN/filter/final').save(tmp, weights_dtype='int8-phrase', omit_base_weights=True)
     PhraseModel.load(tmp).save('$PHRASE')"
 fi
 
