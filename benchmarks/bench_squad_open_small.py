@@ -228,7 +228,15 @@ def evaluate_all(docs, embeddings: np.ndarray, cache: Path, build_stats: dict, a
         "table_markdown": table,
         "phrase_vectors": len(store.get_phrase_index()),
         "filter_threshold": store.get_phrase_index().filter_threshold,
+        "phrase_structure": structure_label(store.get_phrase_index()),
     }
+
+
+def structure_label(index) -> str:
+    """The phrase index's FAISS structure and search parameters, e.g. ``IVF4096,SQ8 (auto; nprobe 1024, refine 4)``."""
+    params = ", ".join(f"{k} {v}" for k, v in sorted(index.search_params.items()))
+    how = "auto" if index.auto_structure else "explicit"
+    return f"{index.faiss_factory} ({how}{'; ' + params if params else ''})"
 
 
 def markdown(payload: dict) -> str:
@@ -239,7 +247,8 @@ def markdown(payload: dict) -> str:
         f"{payload['questions_sampled']} dev-public questions sampled with seed {payload['seed']}, open-domain, "
         f"held-out validation articles excluded ({len(payload['held_out_titles'])}). Phrase model: "
         f"`{payload['phrase_model']}` {payload['phrase_model_note']}; phrase index: "
-        f"{payload['phrase_vectors']:,} vectors, flat, filter threshold {payload.get('filter_threshold')}. "
+        f"{payload['phrase_vectors']:,} vectors, {payload.get('phrase_structure', 'flat')}, filter threshold "
+        f"{payload.get('filter_threshold')}. "
         f"Accuracies in %, top-{payload['top_k']} retrieved.",
         "",
         payload["table_markdown"],
