@@ -23,6 +23,8 @@ from .errors import (
     InvalidQueryError,
     ModelLoadError,
     ModelMismatchError,
+    RemoteCodeError,
+    UnsafeYamlError,
 )
 
 __version__ = "0.1.0"
@@ -75,6 +77,8 @@ __all__ = [
     "InvalidQueryError",
     "ModelLoadError",
     "ModelMismatchError",
+    "RemoteCodeError",
+    "UnsafeYamlError",
     *_LAZY,
 ]
 

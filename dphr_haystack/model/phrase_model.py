@@ -27,6 +27,7 @@ from ..errors import ModelLoadError
 from .config import PhraseModelConfig
 from .inputs import build_windows, pad_batch, tokenize_passages, tokenize_queries
 from .registry import DEFAULT_MODEL, is_hub_id, is_minilm_alias, is_shipped_name, resolve_base, shipped_model_path
+from .remote_code import TRUST_REMOTE_CODE, refuse_remote_code
 from .weights import WEIGHTS_FILE, WEIGHTS_INDEX_FILE, read_base_state, read_weights, write_weights
 
 logger = logging.getLogger(__name__)
@@ -96,10 +97,15 @@ class PhraseModel(nn.Module):
         path = resolve_base(base)
         config = copy.deepcopy(config) if config is not None else PhraseModelConfig()
         config.base_model = str(base)
+        refuse_remote_code(path)
         try:
-            tokenizer = transformers.AutoTokenizer.from_pretrained(path, use_fast=True)
-            encoder = transformers.AutoModel.from_pretrained(path, attn_implementation=ATTENTION)
-        except OSError as exc:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(
+                path, use_fast=True, trust_remote_code=TRUST_REMOTE_CODE
+            )
+            encoder = transformers.AutoModel.from_pretrained(
+                path, attn_implementation=ATTENTION, trust_remote_code=TRUST_REMOTE_CODE
+            )
+        except (OSError, ValueError) as exc:  # ValueError: e.g. a hub model that needs its own code
             raise ModelLoadError(f"cannot load base model {path!r}: {exc}") from exc
         _check_fast(tokenizer, path)
         max_pos = getattr(encoder.config, "max_position_embeddings", config.max_passage_length)
@@ -133,13 +139,16 @@ class PhraseModel(nn.Module):
             raise ModelLoadError(
                 f"{path / WEIGHTS_FILE} (or {WEIGHTS_INDEX_FILE}) is missing: not a dphr_haystack model directory"
             )
+        refuse_remote_code(path)
         config = PhraseModelConfig.load(path / CONFIG_FILE)
         try:
             raw = json.loads((path / ENCODER_CONFIG_FILE).read_text())
             if not isinstance(raw, dict):
                 raise ValueError(f"{ENCODER_CONFIG_FILE} holds a {type(raw).__name__}, not a JSON object")
             enc_config = transformers.AutoConfig.for_model(**raw)
-            tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), use_fast=True)
+            tokenizer = transformers.AutoTokenizer.from_pretrained(
+                str(path), use_fast=True, trust_remote_code=TRUST_REMOTE_CODE
+            )
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:
@@ -166,6 +175,9 @@ class PhraseModel(nn.Module):
         weights = path / "pytorch_model.bin"
         if not weights.is_file() or not (path / "config.json").is_file():
             raise ModelLoadError(f"{path}: a DensePhrases checkpoint needs config.json and pytorch_model.bin")
+        refuse_remote_code(path)
+        if tokenizer is not None:
+            refuse_remote_code(tokenizer)
         try:
             raw = json.loads((path / "config.json").read_text())
             raw.pop("architectures", None)
@@ -178,7 +190,9 @@ class PhraseModel(nn.Module):
             if Path(tok_source).is_dir() and not _has_tokenizer_files(Path(tok_source)):
                 # transformers 5.x builds an empty tokenizer (special tokens only) from such a directory
                 raise OSError(f"{tok_source} holds no tokenizer files")
-            tok = transformers.AutoTokenizer.from_pretrained(tok_source, use_fast=True)
+            tok = transformers.AutoTokenizer.from_pretrained(
+                tok_source, use_fast=True, trust_remote_code=TRUST_REMOTE_CODE
+            )
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:
@@ -211,7 +225,9 @@ class PhraseModel(nn.Module):
         transformers = require("transformers")
 
         def build():
-            return transformers.AutoModel.from_config(enc_config, attn_implementation=ATTENTION)
+            return transformers.AutoModel.from_config(
+                enc_config, attn_implementation=ATTENTION, trust_remote_code=TRUST_REMOTE_CODE
+            )
 
         if config.query_layout == "separate":
             return cls(build(), build(), build(), tokenizer, config)
@@ -528,6 +544,7 @@ def load_model(model: str | Path) -> PhraseModel:
 
 
 def _load_model_dir(path: Path) -> PhraseModel:
+    refuse_remote_code(path)  # before any loader (and before the plain-encoder warning)
     if (path / CONFIG_FILE).is_file():
         return PhraseModel.load(path)
     if (path / "pytorch_model.bin").is_file() and not (path / WEIGHTS_FILE).is_file():
