@@ -26,6 +26,7 @@ from .._util.memory import pin_malloc_thresholds, release_free_memory
 from ..errors import EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
 from ..index.codec import VectorCodec
 from ..model.phrase_model import PhraseModel
+from ..params import check_param
 from .corpus import CorpusStats, Passage, read_corpus
 
 logger = logging.getLogger(__name__)
@@ -207,6 +208,9 @@ def dump_phrases(
     """
     from tqdm.auto import tqdm
 
+    shard_size, batch_size = check_param("shard_size", shard_size), check_param("batch_size", batch_size)
+    num_workers = check_param("num_workers", num_workers)
+    worker = check_param("worker", worker, high=num_workers - 1, why=f"workers are numbered 0 to {num_workers - 1}")
     pin_malloc_thresholds()  # a dump's memory stays flat however large the corpus (see _memory.py)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import InvalidParameterError
+from ..params import arg_type
 
 
 def add_eval_parser(sub) -> None:
@@ -48,7 +49,9 @@ def add_eval_parser(sub) -> None:
     ev.add_argument(
         "--questions", required=True, type=Path, help="SQuAD/DensePhrases JSON, NQ-open JSONL or DPR .qa.csv (.gz ok)"
     )
-    ev.add_argument("--limit", type=int, help="evaluate this many questions (random when --seed is given)")
+    ev.add_argument(
+        "--limit", type=arg_type("limit"), help="evaluate this many questions (random when --seed is given)"
+    )
     ev.add_argument("--seed", type=int, help="sample --limit questions with this seed")
     ev.add_argument(
         "--regex",
@@ -56,7 +59,7 @@ def add_eval_parser(sub) -> None:
         default=None,
         help="answers are regular expressions (default: yes for CuratedTREC file names)",
     )
-    ev.add_argument("--top-k", type=int, default=20)
+    ev.add_argument("--top-k", type=arg_type("top_k"), default=20)
     ev.add_argument("--answer-match", default="squad", choices=["squad", "substring"])
     ev.add_argument("--name", help="system name in the outputs (default: the index or pipeline file name)")
     ev.add_argument("--out", type=Path, default=Path("eval-out"))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..model.config import effective_filter_threshold, parse_threshold_arg
 from ..model.registry import DEFAULT_MODEL, model_reference
+from ..params import arg_type
 
 
 def add_index_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,8 +35,10 @@ def add_index_parser(sub: argparse._SubParsersAction) -> None:
         help="any FAISS index_factory string (default auto: exact while small, then a structure chosen for the size)",
     )
     index.add_argument("--dtype", default="float16", choices=["float16", "int8"])
-    index.add_argument("--batch-size", type=int, default=32)
-    index.add_argument("--chunk-size", type=int, default=512, help="passages per commit (the unit of resumption)")
+    index.add_argument("--batch-size", type=arg_type("batch_size"), default=32)
+    index.add_argument(
+        "--chunk-size", type=arg_type("chunk_size"), default=512, help="passages per commit (the unit of resumption)"
+    )
     index.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     index.add_argument("--no-progress", action="store_true")
 

@@ -38,6 +38,7 @@ from .._util.memory import release_free_memory
 from ..build.corpus import CorpusStats, Passage, read_corpus
 from ..build.dump import TOKEN_DTYPE, PhraseShard, chunked, encode_shard
 from ..errors import DphrError, EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
+from ..params import check_param
 from . import auto
 from . import structures as index_types
 from .backends import FaissSearch
@@ -640,6 +641,7 @@ class PhraseIndex:
 
         if duplicates not in DUPLICATE_POLICIES:
             raise InvalidParameterError(f"duplicates={duplicates!r}; valid: {', '.join(DUPLICATE_POLICIES)}")
+        batch_size, chunk_size = check_param("batch_size", batch_size), check_param("chunk_size", chunk_size)
         if model.phrase_fingerprint() != self.model_fingerprint:
             raise ModelMismatchError(
                 "add_passages: the model's phrase encoder differs from the one this index was built with"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import InvalidParameterError, ModelLoadError
+from ..params import check_param
 
 TOKEN_TYPE_MODES = ("all_one", "pair", "all_zero")
 QUERY_LAYOUTS = ("separate", "shared")
@@ -67,14 +68,19 @@ class PhraseModelConfig:
             )
         if self.query_layout not in QUERY_LAYOUTS:
             raise InvalidParameterError(f"query_layout={self.query_layout!r}; valid: {', '.join(QUERY_LAYOUTS)}")
-        if self.max_passage_length < 16:
-            raise InvalidParameterError(f"max_passage_length must be >= 16, got {self.max_passage_length}")
-        if not 0 <= self.passage_stride < self.max_passage_length // 2:
+        for name in ("max_passage_length", "passage_stride", "max_title_length", "max_query_length"):
+            setattr(self, name, check_param(name, getattr(self, name)))
+        if not self.passage_stride < self.max_passage_length // 2:
             raise InvalidParameterError(
-                f"passage_stride must be in [0, max_passage_length/2), got {self.passage_stride}"
+                f"passage_stride={self.passage_stride} is out of range: an integer from 0 to "
+                f"{self.max_passage_length // 2 - 1} (below half of max_passage_length={self.max_passage_length})"
             )
-        if self.max_title_length < 0 or self.max_query_length < 3 or self.max_answer_length < 1:
-            raise InvalidParameterError("max_title_length >= 0, max_query_length >= 3, max_answer_length >= 1")
+        self.max_answer_length = check_param(
+            "max_answer_length",
+            self.max_answer_length,
+            high=self.max_passage_length,
+            why=f"max_passage_length={self.max_passage_length}, the passage window",
+        )
         threshold = self.filter_threshold
         if threshold is not None and (
             isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold)
@@ -135,8 +141,13 @@ def _same_json_type(value: Any, default: Any) -> bool:
 
 
 def parse_threshold_arg(text: str) -> float | str:
-    """A command line's ``--filter-threshold``: a number, or ``none`` for no filtering."""
-    return "none" if text.strip().lower() == "none" else float(text)
+    """A command line's ``--filter-threshold``: a finite number, or ``none`` for no filtering."""
+    if text.strip().lower() == "none":
+        return "none"
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"--filter-threshold must be a finite number or 'none', got {text!r}")
+    return value
 
 
 def effective_filter_threshold(requested: float | str | None, config: PhraseModelConfig) -> float | None:

@@ -24,6 +24,7 @@ from torch import nn
 
 from .._util.lazy import require
 from ..errors import ModelLoadError
+from ..params import check_param
 from .config import PhraseModelConfig
 from .inputs import build_windows, pad_batch, tokenize_passages, tokenize_queries
 from .registry import DEFAULT_MODEL, is_hub_id, is_minilm_alias, is_shipped_name, resolve_base, shipped_model_path
@@ -402,6 +403,7 @@ class PhraseModel(nn.Module):
         Windows of all passages are sorted by length and encoded ``batch_size`` at a time; on CUDA under
         bf16/fp16 autocast.
         """
+        batch_size = check_param("batch_size", batch_size)
         titles = list(titles) if titles is not None else [""] * len(texts)
         tokenized = tokenize_passages(self.tokenizer, texts, titles, self.config)
         windows = build_windows(self.tokenizer, tokenized, self.config)
@@ -428,6 +430,7 @@ class PhraseModel(nn.Module):
     @torch.inference_mode()
     def encode_queries(self, queries: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
         """Start and end vectors of each query: two float32 arrays (n, d). Raises InvalidQueryError on empty ones."""
+        batch_size = check_param("batch_size", batch_size)
         starts, ends = [], []
         device = self.device
         for b in range(0, len(queries), batch_size):

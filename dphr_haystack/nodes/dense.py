@@ -13,6 +13,7 @@ from haystack.nodes import EmbeddingRetriever
 
 from ..model.registry import resolve_base
 from ..model.remote_code import refuse_remote_code
+from ..params import check_param
 from ._schema import typed_init
 
 
@@ -42,6 +43,8 @@ class MiniLMEmbeddingRetriever(EmbeddingRetriever):
         scale_score: bool = True,
         progress_bar: bool = True,
     ):
+        for name, value in (("top_k", top_k), ("batch_size", batch_size), ("max_seq_len", max_seq_len)):
+            check_param(name, value)
         embedding_model = resolve_base(embedding_model)
         refuse_remote_code(embedding_model)  # a model directory never runs its own code
         super().__init__(
