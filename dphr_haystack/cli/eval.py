@@ -12,8 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import yaml
-
+from .._util.safe_yaml import load_yaml
 from ..errors import InvalidParameterError
 from ..params import arg_type
 
@@ -74,7 +73,7 @@ def parse_overrides(items: list[str]) -> dict[str, dict]:
         node, dot, param = key.partition(".")
         if not sep or not dot or not node or not param:
             raise InvalidParameterError(f"--set expects NODE.PARAM=VALUE, got {item!r}")
-        overrides.setdefault(node, {})[param] = yaml.safe_load(value)
+        overrides.setdefault(node, {})[param] = load_yaml(value, source=f"--set {key}")
     return overrides
 
 
