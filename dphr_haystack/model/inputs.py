@@ -89,34 +89,56 @@ def _tokenizer_failures() -> Iterator[None]:
 
 def build_windows(tokenizer, passages: Sequence[TokenizedPassage], config: PhraseModelConfig) -> list[Window]:
     """Split every tokenised passage into windows and assign each context token to its max-context window."""
+    return [w for p_idx, tp in enumerate(passages) for w in passage_windows(tokenizer, tp, config, p_idx)]
+
+
+def count_windows(tp: TokenizedPassage, config: PhraseModelConfig) -> int:
+    """How many windows :func:`passage_windows` cuts ``tp`` into (without building them)."""
+    return len(_spans(len(tp.context_ids), _room(tp, config), config.passage_stride))
+
+
+def passage_windows(tokenizer, tp: TokenizedPassage, config: PhraseModelConfig, p_idx: int = 0) -> Iterator[Window]:
+    """The windows of one passage, in order, built one at a time (a long passage never holds all of them).
+
+    Windows of equal length own consecutive runs of context tokens, so the windows' owned tokens, taken in window
+    order, are the context tokens in order.
+    """
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
-    windows: list[Window] = []
-    for p_idx, tp in enumerate(passages):
-        prefix = [cls_id] + (tp.title_ids + [sep_id] if tp.title_ids else [])
-        room = config.max_passage_length - len(prefix) - 1
-        n = len(tp.context_ids)
-        step = max(1, room - config.passage_stride)
-        starts = list(range(0, max(1, n - room + step), step))
-        if starts[-1] + room < n:
-            starts.append(n - room)
-        spans = [(s, min(s + room, n)) for s in starts]
-        # Max-context rule: score(token, window) = min(left, right) + 0.01 * window length; ties go to the
-        # earlier window. One pass over the windows, O(passage length) memory however long the passage.
-        best_window = np.zeros(n, dtype=np.int64)
-        if len(spans) > 1:
-            best_score = np.full(n, -1.0)
-            for w_idx, (a, b) in enumerate(spans):
-                k = np.arange(a, b)
-                score = np.minimum(k - a, b - 1 - k) + 0.01 * (b - a)
-                better = score > best_score[a:b]
-                best_score[a:b][better] = score[better]
-                best_window[a:b][better] = w_idx
+    prefix = [cls_id] + (tp.title_ids + [sep_id] if tp.title_ids else [])
+    n = len(tp.context_ids)
+    spans = _spans(n, _room(tp, config), config.passage_stride)
+    # Max-context rule: score(token, window) = min(left, right) + 0.01 * window length; ties go to the
+    # earlier window. One pass over the windows, O(passage length) memory however long the passage.
+    best_window = np.zeros(n, dtype=np.int64)
+    if len(spans) > 1:
+        best_score = np.full(n, -1.0)
         for w_idx, (a, b) in enumerate(spans):
-            ids = prefix + tp.context_ids[a:b] + [sep_id]
-            types = _token_types(len(prefix), b - a, config)
-            owned = np.nonzero(best_window[a:b] == w_idx)[0] + a
-            windows.append(Window(p_idx, ids, types, owned, owned - a + len(prefix)))
-    return windows
+            k = np.arange(a, b)
+            score = np.minimum(k - a, b - 1 - k) + 0.01 * (b - a)
+            better = score > best_score[a:b]
+            best_score[a:b][better] = score[better]
+            best_window[a:b][better] = w_idx
+        del best_score
+    for w_idx, (a, b) in enumerate(spans):
+        ids = prefix + list(tp.context_ids[a:b]) + [sep_id]
+        types = _token_types(len(prefix), b - a, config)
+        owned = np.nonzero(best_window[a:b] == w_idx)[0] + a
+        yield Window(p_idx, ids, types, owned, owned - a + len(prefix))
+
+
+def _room(tp: TokenizedPassage, config: PhraseModelConfig) -> int:
+    """Context subwords per window: the window length less [CLS], the title and its [SEP], and the final [SEP]."""
+    prefix = 1 + (len(tp.title_ids) + 1 if tp.title_ids else 0)
+    return config.max_passage_length - prefix - 1
+
+
+def _spans(n: int, room: int, stride: int) -> list[tuple[int, int]]:
+    """[start, end) context ranges of the windows of an ``n``-subword context."""
+    step = max(1, room - stride)
+    starts = list(range(0, max(1, n - room + step), step))
+    if starts[-1] + room < n:
+        starts.append(n - room)
+    return [(s, min(s + room, n)) for s in starts]
 
 
 def _token_types(prefix_len: int, n_context: int, config: PhraseModelConfig) -> list[int]:

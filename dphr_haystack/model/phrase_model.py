@@ -13,7 +13,7 @@ import copy
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,16 @@ from .._util.lazy import require
 from ..errors import ModelLoadError
 from ..params import check_param
 from .config import PhraseModelConfig
-from .inputs import build_windows, pad_batch, tokenize_passages, tokenize_queries
+from .inputs import (
+    TokenizedPassage,
+    Window,
+    build_windows,
+    count_windows,
+    pad_batch,
+    passage_windows,
+    tokenize_passages,
+    tokenize_queries,
+)
 from .registry import DEFAULT_MODEL, is_hub_id, is_minilm_alias, is_shipped_name, resolve_base, shipped_model_path
 from .remote_code import TRUST_REMOTE_CODE, refuse_remote_code
 from .weights import WEIGHTS_FILE, WEIGHTS_INDEX_FILE, read_base_state, read_weights, write_weights
@@ -52,6 +61,16 @@ class EncodedPassage:
     vectors: np.ndarray  # (n, d) float32
     filter_logits: np.ndarray  # (n, 2) float32: start, end
     char_offsets: np.ndarray  # (n, 2) int32
+
+
+@dataclass
+class EncodedPiece:
+    """Token vectors of a run of one passage's context tokens (``positions``: their indices in the context)."""
+
+    positions: np.ndarray  # (k,) int64, consecutive
+    vectors: np.ndarray  # (k, d) float32
+    filter_logits: np.ndarray  # (k, 2) float32: start, end
+    char_offsets: np.ndarray  # (k, 2) int32
 
 
 class PhraseModel(nn.Module):
@@ -401,31 +420,101 @@ class PhraseModel(nn.Module):
         """Token vectors of each passage's context (title and special tokens are not stored).
 
         Windows of all passages are sorted by length and encoded ``batch_size`` at a time; on CUDA under
-        bf16/fp16 autocast.
+        bf16/fp16 autocast. Holds every passage's vectors at once: for corpora with long passages,
+        :meth:`iter_encoded_pieces` keeps memory bounded.
         """
         batch_size = check_param("batch_size", batch_size)
+        return self._encode_tokenized(self.tokenize_passages(texts, titles), batch_size)
+
+    def tokenize_passages(self, texts: Sequence[str], titles: Sequence[str] | None = None) -> list[TokenizedPassage]:
+        """Context subwords with character offsets, and title subwords, of each passage (model inputs)."""
         titles = list(titles) if titles is not None else [""] * len(texts)
-        tokenized = tokenize_passages(self.tokenizer, texts, titles, self.config)
+        return tokenize_passages(self.tokenizer, list(texts), titles, self.config)
+
+    @torch.inference_mode()
+    def iter_encoded_pieces(
+        self, tokenized: Sequence[TokenizedPassage], batch_size: int = 32
+    ) -> Iterator[tuple[int, EncodedPiece]]:
+        """Encode tokenised passages with memory bounded by ``batch_size`` windows, whatever a passage's length.
+
+        Yields ``(passage index, piece)`` in passage order and, within a passage, in token order: the pieces of a
+        passage together hold each of its context tokens once. Consecutive passages of at most ``batch_size``
+        windows are encoded together (windows sorted by length, one piece per passage, as :meth:`encode_passages`
+        does); a longer passage is encoded ``batch_size`` windows at a time, one piece per batch, so a consumer
+        that writes each piece out before asking for the next holds one batch's vectors however long the passage.
+        """
+        batch_size = check_param("batch_size", batch_size)
+        run: list[int] = []
+        for p_idx, tp in enumerate(tokenized):
+            if count_windows(tp, self.config) <= batch_size:
+                run.append(p_idx)
+                continue
+            yield from self._run_pieces(tokenized, run, batch_size)
+            run = []
+            yield from self._long_passage_pieces(tp, p_idx, batch_size)
+        yield from self._run_pieces(tokenized, run, batch_size)
+
+    def _run_pieces(
+        self, tokenized: Sequence[TokenizedPassage], run: list[int], batch_size: int
+    ) -> Iterator[tuple[int, EncodedPiece]]:
+        if not run:
+            return
+        encoded = self._encode_tokenized([tokenized[i] for i in run], batch_size)
+        for p_idx, enc in zip(run, encoded):
+            positions = np.arange(len(enc.vectors), dtype=np.int64)
+            yield p_idx, EncodedPiece(positions, enc.vectors, enc.filter_logits, enc.char_offsets)
+
+    def _long_passage_pieces(
+        self, tp: TokenizedPassage, p_idx: int, batch_size: int
+    ) -> Iterator[tuple[int, EncodedPiece]]:
+        expected = 0  # the next context token a piece must start with
+        batch: list[Window] = []
+        windows = passage_windows(self.tokenizer, tp, self.config, p_idx)
+        while True:
+            window = next(windows, None)
+            if window is not None:
+                batch.append(window)
+                if len(batch) < batch_size:
+                    continue
+            if not batch:
+                break
+            states, filt = self._encode_batch(batch)
+            positions = np.concatenate([w.owned_context for w in batch])
+            if len(positions) and (positions[0] != expected or np.any(np.diff(positions) != 1)):
+                raise RuntimeError(f"windows own context tokens out of order at token {expected}")  # never expected
+            expected += len(positions)
+            vectors = np.concatenate([states[row, w.owned_positions] for row, w in enumerate(batch)])
+            logits = np.concatenate([filt[row, w.owned_positions] for row, w in enumerate(batch)])
+            batch = []
+            del states, filt
+            yield p_idx, EncodedPiece(positions, vectors, logits, tp.char_offsets[positions])
+        if expected != len(tp.context_ids):
+            raise RuntimeError(f"windows own {expected} of {len(tp.context_ids)} context tokens")  # never expected
+
+    def _encode_tokenized(self, tokenized: Sequence[TokenizedPassage], batch_size: int) -> list[EncodedPassage]:
         windows = build_windows(self.tokenizer, tokenized, self.config)
         d = self.hidden_size
         vectors = [np.zeros((len(tp.context_ids), d), dtype=np.float32) for tp in tokenized]
         logits = [np.zeros((len(tp.context_ids), 2), dtype=np.float32) for tp in tokenized]
         order = sorted(range(len(windows)), key=lambda i: -len(windows[i].input_ids))
-        device = self.device
-        pad_id = self.tokenizer.pad_token_id or 0
         for b in range(0, len(order), batch_size):
             batch = [windows[i] for i in order[b : b + batch_size]]
-            tensors = pad_batch([w.input_ids for w in batch], [w.token_type_ids for w in batch], pad_id)
-            tensors = {k: v.to(device) for k, v in tensors.items()}
-            with _autocast(device):
-                states = self.phrase_states(**tensors)
-                filt = self.filter_linear(states)
-            states_np = states.float().cpu().numpy()
-            filt_np = filt.float().cpu().numpy()
+            states_np, filt_np = self._encode_batch(batch)
             for row, window in enumerate(batch):
                 vectors[window.passage][window.owned_context] = states_np[row, window.owned_positions]
                 logits[window.passage][window.owned_context] = filt_np[row, window.owned_positions]
         return [EncodedPassage(v, f, tp.char_offsets) for v, f, tp in zip(vectors, logits, tokenized)]
+
+    def _encode_batch(self, batch: Sequence[Window]) -> tuple[np.ndarray, np.ndarray]:
+        """Phrase-encoder states and filter logits of a batch of windows: (B, L, d) and (B, L, 2) float32."""
+        device = self.device
+        pad_id = self.tokenizer.pad_token_id or 0
+        tensors = pad_batch([w.input_ids for w in batch], [w.token_type_ids for w in batch], pad_id)
+        tensors = {k: v.to(device) for k, v in tensors.items()}
+        with _autocast(device):
+            states = self.phrase_states(**tensors)
+            filt = self.filter_linear(states)
+        return states.float().cpu().numpy(), filt.float().cpu().numpy()
 
     @torch.inference_mode()
     def encode_queries(self, queries: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
