@@ -12,8 +12,10 @@ text) and reports its own peak RSS (``VmHWM`` of /proc/self/status as it ends, a
 * ``dump``: ``dump_phrases`` into one shard.
 
 Bounded memory means the peak of a 1 MB passage stays within 10% of a 10 KB one's: the windows of a long passage
-are encoded, filtered, quantized and written a batch at a time. Writes benchmarks/results/long_passage_memory.json
-and .png.
+are encoded, filtered, quantized and written a batch at a time. For reference, the largest size's text is also
+indexed as the ordinary SQuAD paragraphs it was joined from (one passage each): what a corpus of that much text
+costs when its passages are short, every encoder batch full (a 10 KB passage fills 11 of the 32 windows of a batch).
+Writes benchmarks/results/long_passage_memory.json and .png.
 """
 
 from __future__ import annotations
@@ -80,15 +82,20 @@ def _measure(command: list[str], env: dict[str, str]) -> dict:
 
 def long_text(size_bytes: int) -> str:
     """SQuAD train paragraphs joined by blank lines until ``size_bytes`` bytes of UTF-8 text (cut at a character)."""
+    data = "\n\n".join(p["text"] for p in paragraphs(size_bytes)).encode("utf-8")[:size_bytes]
+    return data.decode("utf-8", errors="ignore")
+
+
+def paragraphs(size_bytes: int) -> list[dict]:
+    """The first SQuAD train paragraphs (as passages) holding at least ``size_bytes`` bytes of text."""
     passages, _ = squad_passages(SQUAD_TRAIN, limit=max(50, size_bytes // 400))
-    parts, total = [], 0
+    out, total = [], 0
     for passage in passages:
-        parts.append(passage["text"])
+        out.append(passage)
         total += len(passage["text"].encode("utf-8")) + 2
         if total >= size_bytes:
             break
-    data = "\n\n".join(parts).encode("utf-8")[:size_bytes]
-    return data.decode("utf-8", errors="ignore")
+    return out
 
 
 def _model(kind: str, root: Path) -> str:
@@ -125,6 +132,15 @@ def _markdown(result: dict) -> str:
         "",
         "Seconds per run: " + "; ".join(f"{m} " + " / ".join(f"{s:.0f}" for s in v) for m, v in seconds.items()) + ".",
     ]
+    reference = result.get("reference")
+    if reference:
+        lines += [
+            "",
+            f"Reference: the same {result['sizes_kb'][-1]:,} KB of text as the {reference['passages']:,} SQuAD "
+            "paragraphs it was joined from (one passage each, every batch full): peak RSS "
+            + ", ".join(f"{mode} {run['peak_rss_mib']:,.0f} MiB" for mode, run in reference["runs"].items())
+            + ".",
+        ]
     return "\n".join(lines)
 
 
@@ -133,6 +149,11 @@ def _plot(result: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for n, (mode, runs) in enumerate(result["runs"].items()):
         ax.plot(result["sizes_kb"], [r["peak_rss_mib"] for r in runs], marker="o", label=mode, color=f"C{n}")
+        reference = (result.get("reference") or {}).get("runs", {}).get(mode)
+        if reference:
+            ax.axhline(
+                reference["peak_rss_mib"], color=f"C{n}", linestyle="--", linewidth=1, label=f"{mode}, as paragraphs"
+            )
     ax.set_xscale("log")
     ax.set_xlabel("passage length (KB of text, log scale)")
     ax.set_ylabel("peak RSS (MiB)")
@@ -149,6 +170,7 @@ def main() -> None:
     parser.add_argument("--sizes-kb", type=int, nargs="+", default=[10, 250, 1000])
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--no-reference", action="store_true", help="skip the same text as short paragraphs")
     parser.add_argument("--name", default="long_passage_memory", help="results/<name>.json and .png")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
@@ -186,6 +208,23 @@ def main() -> None:
                     flush=True,
                 )
                 shutil.rmtree(out, ignore_errors=True)
+        reference = None
+        if not args.no_reference:
+            split = paragraphs(args.sizes_kb[-1] * 1000)
+            corpus = root / "corpus-paragraphs.jsonl"
+            corpus.write_text("".join(json.dumps(p) + "\n" for p in split), encoding="utf-8")
+            reference = {"passages": len(split), "runs": {}}
+            for mode in [m for m in args.modes if m != "load"]:
+                out = root / f"{mode}-paragraphs"
+                command = [sys.executable, __file__, "--child", mode, "--model-dir", model, "--corpus", str(corpus)]
+                report = _measure([*command, "--out", str(out), "--batch-size", str(args.batch_size)], env)
+                reference["runs"][mode] = {
+                    "peak_rss_mib": report["vm_hwm_mib"],
+                    "seconds": report["seconds"],
+                    "vectors": report.get("vectors"),
+                }
+                print(f"{mode:>5} {len(split)} paragraphs: peak RSS {report['vm_hwm_mib']:7.1f} MiB", flush=True)
+                shutil.rmtree(out, ignore_errors=True)
         result = {
             "command": " ".join(["benchmarks/bench_long_passage_memory.py", *sys.argv[1:]]),
             "machine": machine(),
@@ -196,6 +235,7 @@ def main() -> None:
             "ratio_largest_to_smallest": {
                 mode: round(r[-1]["peak_rss_mib"] / r[0]["peak_rss_mib"], 3) for mode, r in runs.items()
             },
+            "reference": reference,
             "runtime_seconds": round(time.perf_counter() - started, 1),
         }
         result["markdown"] = _markdown(result)
