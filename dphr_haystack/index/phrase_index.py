@@ -734,8 +734,8 @@ class PhraseIndex:
             json.dumps(records, ensure_ascii=False).encode("utf-8")
         except (TypeError, ValueError, RecursionError) as exc:
             raise InvalidParameterError(f"shard passages cannot be stored as JSON: {exc}") from exc
-        start = len(self)
-        start_tokens = self._tokens.length
+        start, start_tokens = len(self), self._tokens.length
+        codec_before = (self.codec, self.manifest.get("codec"), self.manifest.get("codec_calibrated"))
         counts = np.zeros(len(records), dtype=np.int64)
         added: list[np.ndarray] = []  # the stored vectors, kept for FAISS only when the index is in memory
         buffer: list[tuple[np.ndarray, np.ndarray]] = []
@@ -771,6 +771,9 @@ class PhraseIndex:
         except BaseException:
             self._vectors.truncate(start)
             self._tokens.truncate(start_tokens)
+            self.codec, self.manifest["codec"] = codec_before[:2]
+            if codec_before[2] is not None:
+                self.manifest["codec_calibrated"] = codec_before[2]
             raise
         if not merging:
             new = added if self.path is None else [self._vectors.view()[start:]]

@@ -94,11 +94,12 @@ def test_streamed_shard_equals_the_filtered_passages(wide_model, threshold):
     assert np.array_equal(shard.tokens, tokens)
 
 
-def test_dump_and_disk_index_of_a_long_passage_equal_the_in_memory_index(wide_model, tmp_path):
+@pytest.mark.parametrize("dtype", ["float16", "int8"])
+def test_dump_and_disk_index_of_a_long_passage_equal_the_in_memory_index(wide_model, tmp_path, dtype):
     passages = [*short_passages(), long_passage(4000)]
-    in_memory = PhraseIndex.create(wide_model)
-    in_memory.add_passages(passages, wide_model, batch_size=4, progress=False)
-    on_disk = PhraseIndex.create(wide_model, path=tmp_path / "idx")
+    in_memory = PhraseIndex.create(wide_model, dtype=dtype)
+    in_memory.add_passages(passages, wide_model, batch_size=4, chunk_size=3, progress=False)
+    on_disk = PhraseIndex.create(wide_model, path=tmp_path / "idx", dtype=dtype)
     on_disk.add_passages(passages, wide_model, batch_size=4, chunk_size=3, progress=False)
     reloaded = PhraseIndex.load(tmp_path / "idx")
     for index in (on_disk, reloaded):
@@ -109,10 +110,15 @@ def test_dump_and_disk_index_of_a_long_passage_equal_the_in_memory_index(wide_mo
     want = PhraseSearcher(in_memory, wide_model).search(query, top_k=5)
     got = PhraseSearcher(reloaded, wide_model).search(query, top_k=5)
     assert [(h.passage_id, h.start, h.end) for h in got] == [(h.passage_id, h.start, h.end) for h in want]
-    summary = dump_phrases(wide_model, passages, tmp_path / "dump", shard_size=4, batch_size=4, progress=False)
+    assert on_disk.codec == in_memory.codec
+    summary = dump_phrases(
+        wide_model, passages, tmp_path / "dump", shard_size=3, batch_size=4, dtype=dtype, progress=False
+    )
     shards = [PhraseShard.load(path) for path in list_shards(tmp_path / "dump")]
     assert summary.vectors == len(in_memory) == sum(len(s) for s in shards)
-    assert np.array_equal(np.concatenate([s.vectors for s in shards]), in_memory.vectors())
+    dumped = in_memory.codec.decode(np.concatenate([s.vectors for s in shards]))
+    assert all(s.codec == in_memory.codec for s in shards)
+    assert np.array_equal(dumped, in_memory.vectors().astype(np.float32))
 
 
 def test_a_failure_while_streaming_leaves_the_index_as_it_was(wide_model, tmp_path, monkeypatch):
