@@ -23,7 +23,10 @@ from .errors import (
     InvalidQueryError,
     ModelLoadError,
     ModelMismatchError,
+    QueryOnlyCheckpointError,
     RemoteCodeError,
+    SettingsConflictError,
+    UnsafePathError,
     UnsafeYamlError,
 )
 
@@ -77,7 +80,10 @@ __all__ = [
     "InvalidQueryError",
     "ModelLoadError",
     "ModelMismatchError",
+    "QueryOnlyCheckpointError",
     "RemoteCodeError",
+    "SettingsConflictError",
+    "UnsafePathError",
     "UnsafeYamlError",
     *_LAZY,
 ]

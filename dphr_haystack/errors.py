@@ -27,6 +27,10 @@ class ModelLoadError(DphrError, OSError):
     """A model directory or checkpoint is missing, incomplete or refused (e.g. a pickle)."""
 
 
+class QueryOnlyCheckpointError(ModelLoadError):
+    """A checkpoint holds only a query side (DensePhrases v1.1 query-side fine-tuning) and no phrase side was given."""
+
+
 class IndexLoadError(DphrError, OSError):
     """An index directory is missing, corrupted, or from another format version."""
 
@@ -49,3 +53,11 @@ class RemoteCodeError(ModelLoadError):
 
 class UnsafeYamlError(DphrError, ValueError):
     """A YAML file uses anchors and aliases (which can expand to an enormous document) or is otherwise refused."""
+
+
+class UnsafePathError(DphrError, OSError):
+    """A file this library was about to write is a symbolic link (or not a regular file): refused, never followed."""
+
+
+class SettingsConflictError(DphrError, ValueError):
+    """A resumed index or dump was asked for settings other than the ones it was built with."""

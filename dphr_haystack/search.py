@@ -23,9 +23,16 @@ import numpy as np
 from .confidence import CONFIDENCE_DEPTH, Calibration, confidence_features, copies_question, question_words
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
 from .index.phrase_index import PhraseIndex
+from .model.truecase import corpus_truecaser, is_all_lowercase
 from .params import check_param
 
 UNITS = ("phrase", "passage", "document")
+# Start and end tokens searched first, per result asked for: passages and documents gather several phrases
+# each, so their first search takes more candidates instead of re-searching the index at 2c, 4c, ... (each
+# search scans the index anew). benchmarks/bench_unit_search.py on SQuAD-open-small (1.7M vectors, top 20):
+# passages 1.05 searches a query and p50 127 ms at 8 (2.0 and 224 ms at 2), documents 1.45 and 135 ms at 16
+# (3.8 and 332 ms at 2), the same accuracy.
+FIRST_CANDIDATES_PER_RESULT = {"phrase": 1, "passage": 8, "document": 16}
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,10 @@ class PhraseSearcher:
     ``max_answer_length`` (the longest phrase in subwords; default the model's) is 1 to 512 and at most the model's
     passage window; it and every other count are range-checked by :mod:`dphr_haystack.params`
     (InvalidParameterError naming the parameter and its range).
+    ``truecase`` truecases all-lowercase queries before encoding them (DensePhrases' ``--truecase``) with case
+    statistics of the index's own passages and the model's cased vocabulary
+    (:func:`dphr_haystack.model.truecase.corpus_truecaser`); None (default) follows the model's ``truecase``
+    setting, on for cased DensePhrases models.
 
     Example:
         >>> searcher = PhraseSearcher(index, model)
@@ -106,8 +117,12 @@ class PhraseSearcher:
         whole_words: bool = True,
         skip_question_copies: bool = True,
         calibration: Calibration | str | None = "model",
+        truecase: bool | None = None,
     ) -> None:
         self.index = index
+        if truecase is not None and not isinstance(truecase, bool):
+            raise InvalidParameterError(f"truecase={truecase!r}; valid: true, false or None (the model's)")
+        self.truecase = truecase
         self.whole_words = whole_words
         self.skip_question_copies = skip_question_copies
         self.model = model
@@ -142,7 +157,12 @@ class PhraseSearcher:
             raise InvalidParameterError("PhraseSearcher needs a model to encode text queries")
         if isinstance(queries, str):
             raise InvalidQueryError("search_batch takes a list of queries, not one string")
-        q_start, q_end = self.model.encode_queries(list(queries), batch_size=self.query_batch_size)
+        texts = list(queries)
+        truecase = self.model.config.truecase if self.truecase is None else self.truecase
+        if truecase and any(isinstance(q, str) and is_all_lowercase(q) for q in texts):
+            caser = corpus_truecaser(self.index, self.model.tokenizer.get_vocab())
+            texts = [caser.truecase_query(q) if isinstance(q, str) else q for q in texts]
+        q_start, q_end = self.model.encode_queries(texts, batch_size=self.query_batch_size, truecase=False)
         return self.search_vectors(q_start, q_end, unit, top_k, allowed_passages, questions=list(queries))
 
     def search_vectors(
@@ -187,7 +207,7 @@ class PhraseSearcher:
             else None
         )
         calibration = self.calibration if unit == "phrase" else None
-        first = top_k if unit == "phrase" else 2 * top_k
+        first = top_k * FIRST_CANDIDATES_PER_RESULT[unit]
         if calibration is not None:  # confidences look at a fixed number of candidates, whatever top_k is
             first = max(first, CONFIDENCE_DEPTH)
         c = min(candidates or first, total)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -60,3 +61,94 @@ def make_tiny_base(
     torch.manual_seed(seed)
     transformers.BertModel(config).save_pretrained(str(out))
     return out
+
+
+# Words of the synthetic DensePhrases checkpoints' cased vocabulary ("paris" exists only as "Paris").
+DENSEPHRASES_WORDS = (
+    "Paris is the capital and most populous city of France . The city hosts Louvre museum , which "
+    "opened in 1793 . Who wrote Hamlet ? William Shakespeare wrote it in London . What river flows "
+    "through Egypt ? Nile flows north into Mediterranean Sea"
+).split()
+
+
+def make_densephrases_checkpoints(out_dir: str | Path, hidden_size: int = 32) -> dict:
+    """Tiny random DensePhrases checkpoints in the exact published layouts, for tests (no downloads).
+
+    Writes under ``out_dir``:
+
+    * ``spanbert-base-cased/``: a SpanBERT-style tokenizer folder, ``vocab.txt`` (cased WordPiece) +
+      ``config.json`` and no ``tokenizer_config.json``;
+    * ``densephrases-multi/``: a v1.0 full checkpoint, ``pytorch_model.bin`` with ``phrase_encoder.*``,
+      ``query_start_encoder.*``, ``query_end_encoder.*`` (each with the ``embeddings.position_ids`` buffer older
+      transformers saved) and ``filter_linear.*``, beside a BertConfig ``config.json`` whose ``architectures``
+      is ``["Encoder"]``;
+    * ``densephrases-multi-query-nq/``: a v1.1 query-only checkpoint fine-tuned from it (no ``phrase_encoder.*``).
+
+    The three encoders are independent random BERTs sharing one word-embedding matrix (DensePhrases copies one
+    encoder three times and freezes word embeddings). The filter's logits are 3·h_0 − 2 and 2·h_1 − 2, around
+    DensePhrases' threshold −2. Returns the paths and the modules, for direct computations.
+    """
+    transformers = require("transformers")
+    torch = require("torch")
+    out = Path(out_dir)
+    words = DENSEPHRASES_WORDS
+    chars = sorted({ch for w in words for ch in w} | {ch for w in words for ch in w.lower()} | set("?.,'"))
+    entries = sorted(set(words) | {w.lower() for w in words if w.lower() != "paris"})
+    vocab = _SPECIAL + chars + [f"##{c}" for c in chars] + [w for w in entries if w not in chars]
+    tok_dir = out / "spanbert-base-cased"
+    tok_dir.mkdir(parents=True)
+    (tok_dir / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    config = transformers.BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=hidden_size,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=2 * hidden_size,
+        max_position_embeddings=512,
+    )
+    (tok_dir / "config.json").write_text(config.to_json_string())
+
+    def encoder(seed: int):
+        torch.manual_seed(seed)
+        return transformers.BertModel(config).eval()
+
+    phrase, q_start, q_end, ft_start, ft_end = (encoder(seed) for seed in range(1, 6))
+    for enc in (q_start, q_end, ft_start, ft_end):
+        enc.embeddings.word_embeddings.weight.data.copy_(phrase.embeddings.word_embeddings.weight.data)
+    filter_linear = torch.nn.Linear(hidden_size, 2)
+    with torch.no_grad():
+        filter_linear.weight.zero_()
+        filter_linear.weight[0, 0], filter_linear.weight[1, 1] = 3.0, 2.0
+        filter_linear.bias.fill_(-2.0)
+
+    def write(name: str, encoders: dict) -> Path:
+        path = out / name
+        path.mkdir()
+        state = {}
+        for prefix, enc in encoders.items():
+            for key, value in enc.state_dict().items():
+                state[f"{prefix}.{key}"] = value.clone()
+            state[f"{prefix}.embeddings.position_ids"] = torch.arange(512).unsqueeze(0)
+        state["filter_linear.weight"] = filter_linear.weight.detach().clone()
+        state["filter_linear.bias"] = filter_linear.bias.detach().clone()
+        torch.save(state, path / "pytorch_model.bin")
+        raw = json.loads(config.to_json_string())
+        raw["architectures"] = ["Encoder"]
+        (path / "config.json").write_text(json.dumps(raw))
+        return path
+
+    full = write(
+        "densephrases-multi", {"phrase_encoder": phrase, "query_start_encoder": q_start, "query_end_encoder": q_end}
+    )
+    query_only = write("densephrases-multi-query-nq", {"query_start_encoder": ft_start, "query_end_encoder": ft_end})
+    return {
+        "tok_dir": tok_dir,
+        "full": full,
+        "query_only": query_only,
+        "phrase": phrase,
+        "q_start": q_start,
+        "q_end": q_end,
+        "ft_start": ft_start,
+        "ft_end": ft_end,
+        "filter": filter_linear,
+    }

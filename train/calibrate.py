@@ -194,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "calibration": calibration,
         }
     )
-    (args.out / "calibration.json").write_text(json.dumps(report, indent=1) + "\n")
+    write_file_atomic(args.out / "calibration.json", json.dumps(report, indent=1) + "\n", fsync=False)
     plot_reliability(report, args.out / "reliability.png")
     print(json.dumps({k: v for k, v in report.items() if k not in ("held_out_reliability", "calibration")}, indent=1))
     return 0

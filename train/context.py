@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from dphr_haystack._util.atomic import write_file_atomic
 from dphr_haystack._util.device import resolve_device
 from dphr_haystack.model.config import PhraseModelConfig
 from dphr_haystack.model.phrase_model import PhraseModel
@@ -80,7 +81,7 @@ class Context:
             if dropout is not None:  # e.g. 0.0 for runs that must be deterministic across batch layouts
                 cfg = json.loads((target / "config.json").read_text())
                 cfg["hidden_dropout_prob"] = cfg["attention_probs_dropout_prob"] = float(dropout)
-                (target / "config.json").write_text(json.dumps(cfg, indent=2))
+                write_file_atomic(target / "config.json", json.dumps(cfg, indent=2), fsync=False)
         return target
 
     def base_model(self) -> PhraseModel:
@@ -140,7 +141,7 @@ class Context:
             batch_size=v.batch_size,
         )
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"reference": reference_name, "subcorpora": sub}, indent=1))
+        write_file_atomic(path, json.dumps({"reference": reference_name, "subcorpora": sub}, indent=1), fsync=False)
         return sub
 
     def validator(self, select_on: str | None, reference_dir: str | None) -> tuple[Validator | None, str | None]:

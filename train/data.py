@@ -178,16 +178,14 @@ class PassageWindows:
         self.tokenized: list[TokenizedPassage] = tokenize_passages(
             tokenizer, [p["text"] for p in passages], [p.get("title", "") for p in passages], config
         )
-        self.windows: list[list[tuple[int, list[int], list[int]]]] = [[] for _ in passages]
+        self.windows: list[list[tuple[int, list[int], list[int], int]]] = [[] for _ in passages]
         self.offsets: list[int] = []  # global number of each passage's first window
         for window in build_windows(tokenizer, self.tokenized, config):
             if len(window.owned_context) == 0:
                 continue
-            prefix = 1 + (
-                len(self.tokenized[window.passage].title_ids) + 1 if self.tokenized[window.passage].title_ids else 0
+            self.windows[window.passage].append(
+                (window.context_first, window.input_ids, window.token_type_ids, window.context_start)
             )
-            first = int(window.owned_context[0] - (window.owned_positions[0] - prefix))
-            self.windows[window.passage].append((first, window.input_ids, window.token_type_ids))
         total = 0
         for passage_windows in self.windows:
             self.offsets.append(total)
@@ -195,7 +193,7 @@ class PassageWindows:
 
     def first_window(self, passage_id: str) -> tuple[list[int], list[int]]:
         """input_ids and token_type_ids of a passage's first window."""
-        _, ids, types = self.windows[self.row[passage_id]][0]
+        _, ids, types, _ = self.windows[self.row[passage_id]][0]
         return ids, types
 
 
@@ -224,8 +222,7 @@ def build_features(data: RCData, windows: PassageWindows, keep_unanswered_window
         if span is None:
             skipped += 1
             continue
-        prefix = 1 + (len(tp.title_ids) + 1 if tp.title_ids else 0)
-        for w_idx, (first, ids, types) in enumerate(windows.windows[row]):
+        for w_idx, (first, ids, types, prefix) in enumerate(windows.windows[row]):
             n_context = len(ids) - prefix - 1
             inside = first <= span[0] and span[1] < first + n_context
             if not inside and not keep_unanswered_windows:

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dphr_haystack._util.atomic import write_file_atomic
 from dphr_haystack.model.phrase_model import PhraseModel
 
 logger = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shared, fit = to_shared_layout(model, [ex.question for ex in data.examples], args.ridge)
     shared.save(args.out)
     fit.update(source=str(args.model), ridge=args.ridge, phrase_fingerprint=shared.phrase_fingerprint())
-    (args.out / "layout_fit.json").write_text(json.dumps(fit, indent=1))
+    write_file_atomic(args.out / "layout_fit.json", json.dumps(fit, indent=1), fsync=False)
     print(json.dumps(fit, indent=1))
     return 0
 

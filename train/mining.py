@@ -7,6 +7,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from dphr_haystack._util.nofollow import open_no_follow
 from dphr_haystack.evaluation import contains_answer
 from dphr_haystack.index.phrase_index import PhraseIndex
 from dphr_haystack.model.phrase_model import PhraseModel
@@ -47,7 +48,7 @@ def mine_hard_negatives(
 
 def write_negatives(path: str | Path, negatives: dict[str, list[str]]) -> None:
     """JSON lines ``{"qid", "negatives"}``."""
-    with Path(path).open("w", encoding="utf-8") as handle:
+    with open_no_follow(Path(path), "w", encoding="utf-8") as handle:
         for qid, pids in negatives.items():
             handle.write(json.dumps({"qid": qid, "negatives": pids}) + "\n")
 

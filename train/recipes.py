@@ -25,12 +25,13 @@ from typing import Any
 
 import torch
 
+from dphr_haystack._util.atomic import write_file_atomic
 from dphr_haystack.model.phrase_model import PhraseModel
 from dphr_haystack.model.registry import model_dir
 
 from .context import Context, _device, _is_main
 from .data import PassageWindows, build_features
-from .schema import STAGES, DataSection, RCSection, Recipe, _resolve_dir, load_recipe
+from .schema import STAGES, DataSection, RCSection, Recipe, _resolve_data, _resolve_dir, load_recipe
 from .trainer import TrainArgs, Trainer, barrier, dist_info, init_distributed
 from .validation import Validator, build_index
 
@@ -46,7 +47,7 @@ def _train_args(recipe: Recipe, stage: str, values: dict[str, Any], select_metri
 
 def _write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, default=_jsonable))
+    write_file_atomic(path, json.dumps(data, indent=1, default=_jsonable), fsync=False)
 
 
 def _jsonable(value: Any) -> Any:
@@ -239,12 +240,28 @@ def run_qsft(ctx: Context) -> dict[str, Any]:
     _set_nprobe(index, recipe.mine.nprobe)
     reference = ctx.reference_dir()
     validator, metric = ctx.validator(q.select_on, reference)
-    task = QsftTask(model, data, index, top_k=q.top_k, label_strategy=q.label_strategy)
+    questions = data
+    if q.questions:
+        from dphr_haystack.evaluation.questions import read_questions
+
+        questions = read_questions(_resolve_data(q.questions) or q.questions)
+    task = QsftTask(
+        model,
+        questions,
+        index,
+        top_k=q.top_k,
+        label_strategy=q.label_strategy,
+        candidates=q.candidates,
+        answer_match=q.answer_match,
+    )
     args = _train_args(recipe, "qsft", {"trainable": "query", **q.train}, metric)
     result = Trainer(model, args, task, eval_fn=validator).train()
     return {
         "init": source,
         "index": q.index,
+        "questions": q.questions,
+        "candidates": q.candidates,
+        "answer_match": q.answer_match,
         "index_vectors": len(index),
         "steps": result.steps,
         "final": result.final_dir,

@@ -80,6 +80,14 @@ class QsftSection:
     # as DensePhrases fine-tunes against its Wikipedia index) instead of indexing the training passages. Its
     # passage ids need not match the training data's, so use label_strategy "phrase" with it.
     index: str | None = None
+    # Training questions from an open-domain question file (SQuAD/DensePhrases JSON, NQ-open JSONL, DPR .qa.csv)
+    # instead of the training data's, as DensePhrases fine-tunes on NQ or CuratedTREC; needs ``index``.
+    questions: str | None = None
+    # "phrases": the searcher's top-k distinct whole-word phrases; "densephrases": DensePhrases' raw 2·top_k start-
+    # and end-anchored candidates, zero-vector padding in the softmax, probabilities clamped at 1e-7.
+    candidates: str = "phrases"
+    # "auto" (regex for CuratedTREC-style question files), "exact" or "regex".
+    answer_match: str = "auto"
     select_on: str | None = None
     train: dict[str, Any] = field(default_factory=dict)
 
@@ -160,6 +168,14 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
         unknown = sorted(set(section.train) - valid)
         if unknown:
             raise ValueError(f"{path}: {name}.train has unknown keys {unknown}; valid: {', '.join(sorted(valid))}")
+    from .qsft import ANSWER_MATCHES, CANDIDATE_SCHEMES
+
+    if recipe.qsft.candidates not in CANDIDATE_SCHEMES:
+        raise ValueError(f"{path}: qsft.candidates {recipe.qsft.candidates!r}; valid: {', '.join(CANDIDATE_SCHEMES)}")
+    if recipe.qsft.answer_match not in ANSWER_MATCHES:
+        raise ValueError(f"{path}: qsft.answer_match {recipe.qsft.answer_match!r}; valid: {', '.join(ANSWER_MATCHES)}")
+    if recipe.qsft.questions and not recipe.qsft.index:
+        raise ValueError(f"{path}: qsft.questions needs qsft.index (the phrase index those questions are asked of)")
     metrics = ["em@1", *(f"acc@{k}" for k in recipe.validate.ks)]
     if recipe.filter.choose_metric not in metrics:
         raise ValueError(

@@ -29,7 +29,8 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from dphr_haystack._util.atomic import replace_directory
+from dphr_haystack._util.atomic import replace_directory, write_file_atomic
+from dphr_haystack._util.nofollow import make_temp_dir, open_no_follow, refuse_symlink
 from dphr_haystack.model.phrase_model import PhraseModel
 
 logger = logging.getLogger(__name__)
@@ -301,11 +302,15 @@ class Trainer:
     def _save_checkpoint(self, step: int, state: dict[str, Any]) -> None:
         if not self.is_main:
             return
-        final = self.out / f"checkpoint-{step}"
-        tmp = self.out / f".checkpoint-{step}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save(tmp / "model")
-        torch.save(state, tmp / STATE_FILE)
+        final = refuse_symlink(self.out / f"checkpoint-{step}")
+        tmp = make_temp_dir(final)  # fresh: nothing in it was put there by anyone else
+        try:
+            self.model.save(tmp / "model")
+            with open_no_follow(tmp / STATE_FILE, "xb") as handle:
+                torch.save(state, handle)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         replace_directory(tmp, final)  # an existing checkpoint stays until the new one is in place
         ckpts = sorted(self.out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
         for old in ckpts[: max(0, len(ckpts) - self.args.keep_checkpoints)]:
@@ -314,9 +319,12 @@ class Trainer:
     def _save_model(self, name: str) -> Path:
         path = self.out / name
         if self.is_main:
-            tmp = self.out / f".{name}.tmp"
-            shutil.rmtree(tmp, ignore_errors=True)
-            self.model.save(tmp)
+            tmp = make_temp_dir(refuse_symlink(path))
+            try:
+                self.model.save(tmp)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
             replace_directory(tmp, path)
         return path
 
@@ -324,7 +332,7 @@ class Trainer:
     def _log(self, record: dict[str, Any]) -> None:
         if not self.is_main:
             return
-        with (self.out / "metrics.jsonl").open("a", encoding="utf-8") as handle:
+        with open_no_follow(self.out / "metrics.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
 
     # ----------------------------------------------------------------- loop
@@ -337,7 +345,7 @@ class Trainer:
         torch.manual_seed(args.seed)
         device = self._setup_distributed()
         if self.is_main:
-            (self.out / "train_args.json").write_text(json.dumps(asdict(args), indent=1))
+            write_file_atomic(self.out / "train_args.json", json.dumps(asdict(args), indent=1), fsync=False)
         resume_from = self.last_checkpoint() if args.resume else None
         if resume_from is not None:
             loaded = PhraseModel.load(resume_from / "model")
@@ -520,6 +528,9 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+SIDE_KEYS = ("grad_norm", "negatives")
+
+
 def plot_curves(metrics_path: str | Path, out_path: str | Path) -> Path | None:
     """Plot training terms and validation metrics against steps (PNG); None when matplotlib is missing."""
     try:
@@ -531,26 +542,24 @@ def plot_curves(metrics_path: str | Path, out_path: str | Path) -> Path | None:
         logger.warning("matplotlib is not installed: no curves plot (pip install 'dphr-haystack[train]')")
         return None
     records = read_metrics(metrics_path)
-    train_keys = sorted(
-        {k for r in records for k in r if not k.startswith(("eval/", "ddp/"))}
-        - {"step", "epoch", "lr", "samples_per_s"}
-    )
-    eval_keys = sorted({k for r in records for k in r if k.startswith("eval/")})
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for key in train_keys:
-        points = [(r["step"], r[key]) for r in records if key in r and isinstance(r[key], (int, float))]
-        if points:
-            axes[0].plot(*zip(*points, strict=True), label=key)
-    axes[0].set_xlabel("step")
-    axes[0].set_title("training")
-    for key in eval_keys:
-        points = [(r["step"], r[key]) for r in records if key in r]
-        if points:
-            axes[1].plot(*zip(*points, strict=True), marker="o", label=key[5:])
-    axes[1].set_xlabel("step")
-    axes[1].set_title("validation")
-    for ax in axes:
-        if ax.get_legend_handles_labels()[0]:
+    numeric = {k for r in records for k, v in r.items() if isinstance(v, (int, float))}
+    # Loss terms on one panel; counts and norms (negatives, grad_norm: other scales) on their own.
+    train_keys = sorted(numeric - set(SIDE_KEYS) - {"step", "epoch", "lr", "samples_per_s"})
+    train_keys = [k for k in train_keys if not k.startswith(("eval/", "ddp/"))]
+    side_keys = [k for k in SIDE_KEYS if k in numeric]
+    eval_keys = sorted(k for k in numeric if k.startswith("eval/"))
+    panels = [("training loss", train_keys, "")] + [(k, [k], "") for k in side_keys]
+    if eval_keys:
+        panels.append(("validation", eval_keys, "o"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
+    for ax, (title, keys, marker) in zip(axes[0], panels, strict=True):
+        for key in keys:
+            points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
+            if points:
+                ax.plot(*zip(*points, strict=True), marker=marker or None, label=key.removeprefix("eval/"))
+        ax.set_xlabel("step")
+        ax.set_title(title)
+        if len(keys) > 1 and ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out_path, dpi=90)

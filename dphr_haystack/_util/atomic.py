@@ -1,7 +1,7 @@
 """Atomic files and directories: the one way this package replaces what is on disk.
 
-* :func:`write_file_atomic` writes a file through a temporary sibling renamed over it (optionally fsynced first),
-  so a reader sees the old or the new bytes, never a part.
+* :func:`write_file_atomic` writes a file through a fresh temporary sibling renamed over it (optionally fsynced
+  first), so a reader sees the old or the new bytes, never a part.
 * :func:`replace_directory` replaces a whole directory (an index, a saved store, a training checkpoint) by a
   complete new one.
 
@@ -10,6 +10,9 @@ either the old or the new directory at the target path. Elsewhere (or on file sy
 the target is first renamed to ``.<name>.old-<pid>`` and the new directory moved in; a process killed
 between the two renames leaves no target, and :func:`recover_directory` (called by the loaders) moves the
 old one back.
+
+Neither writes through a symbolic link: temporary names are fresh (:mod:`~dphr_haystack._util.nofollow`) and a
+target that is a symbolic link is refused with :class:`~dphr_haystack.errors.UnsafePathError`.
 """
 
 from __future__ import annotations
@@ -19,16 +22,18 @@ import errno
 import hashlib
 import logging
 import os
-import re
 import shutil
+import uuid
 from collections.abc import Callable
 from pathlib import Path
+
+from ..errors import UnsafePathError
+from .nofollow import open_no_follow, refuse_symlink, temp_name_parts, temp_path
 
 logger = logging.getLogger(__name__)
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
-_LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<kind>old|tmp)-(?P<pid>\d+)")
 
 
 def _libc_renameat2():
@@ -62,28 +67,33 @@ def fsync_file(file: Path) -> None:
         os.fsync(handle.fileno())
 
 
-def write_file_atomic(
-    file: Path, content: str | bytes | Callable[[Path], object], *, fsync: bool = True, tmp: Path | None = None
-) -> None:
-    """Write ``file`` through a temporary sibling renamed over it.
+def write_file_atomic(file: Path, content: str | bytes | Callable[[Path], object], *, fsync: bool = True) -> None:
+    """Write ``file`` through a fresh temporary sibling renamed over it.
 
     Args:
-        file: The file to write or replace.
-        content: UTF-8 text, bytes, or a function that writes the temporary path it is given.
+        file: The file to write or replace; a symbolic link there is refused (UnsafePathError), not followed.
+        content: UTF-8 text, bytes, or a function that writes the temporary path it is given (a new, empty
+            regular file named ``.<name>.tmp-<pid>-<hex>``, created here so nothing else was there).
         fsync: Flush the temporary file to disk before the rename (a crash-safe commit needs it).
-        tmp: The temporary path (default: ``<name>.tmp`` beside ``file``).
     """
-    file = Path(file)
-    tmp = Path(tmp) if tmp is not None else file.with_name(file.name + ".tmp")
-    if isinstance(content, str):
-        tmp.write_text(content, encoding="utf-8")
-    elif isinstance(content, bytes):
-        tmp.write_bytes(content)
-    else:
-        content(tmp)
-    if fsync:
-        fsync_file(tmp)
-    os.replace(tmp, file)
+    file = refuse_symlink(file)
+    tmp = temp_path(file)
+    try:
+        with open_no_follow(tmp, "xb") as handle:
+            if isinstance(content, str):
+                handle.write(content.encode("utf-8"))
+            elif isinstance(content, bytes):
+                handle.write(content)
+        if not isinstance(content, (str, bytes)):
+            content(tmp)
+            if tmp.is_symlink() or not tmp.is_file():
+                raise UnsafePathError(f"{tmp} was replaced by something other than a file while being written")
+        if fsync:
+            fsync_file(tmp)
+        os.replace(tmp, file)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def fsync_directory(path: Path) -> None:
@@ -101,15 +111,23 @@ def fsync_directory(path: Path) -> None:
 
 
 def replace_directory(new: Path, target: Path) -> None:
-    """Move the complete directory ``new`` to ``target``, replacing what is there, crash-safely."""
+    """Move the complete directory ``new`` to ``target``, replacing what is there, crash-safely.
+
+    A symbolic link at ``target`` is refused (UnsafePathError; ``new`` is removed), never replaced through.
+    """
     new, target = Path(new), Path(target)
+    try:
+        refuse_symlink(target)
+    except UnsafePathError:
+        shutil.rmtree(new, ignore_errors=True)
+        raise
     remove_leftovers(target)
     if target.exists():
         if exchange(new, target):
             fsync_directory(target.parent)
             shutil.rmtree(new, ignore_errors=True)  # now holds the previous version
             return
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        old = target.with_name(f".{target.name}.old-{os.getpid()}-{uuid.uuid4().hex[:12]}")
         shutil.rmtree(old, ignore_errors=True)
         os.replace(target, old)
         os.replace(new, target)
@@ -138,9 +156,15 @@ def _leftovers(target: Path) -> list[tuple[Path, str]]:
     if not target.parent.is_dir():
         return found
     for entry in target.parent.iterdir():
-        match = _LEFTOVER.fullmatch(entry.name)
-        if match and match["name"] == target.name and not _pid_alive(int(match["pid"])):
-            found.append((entry, match["kind"]))
+        parts = temp_name_parts(entry.name)
+        if (
+            parts
+            and parts[0] == target.name
+            and parts[1] in ("old", "tmp")
+            and not entry.is_symlink()  # never ours: not moved back into place, and rmtree would refuse it anyway
+            and not _pid_alive(parts[2])
+        ):
+            found.append((entry, parts[1]))
     return found
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import DirectoryLockedError
+from ..errors import DirectoryLockedError, UnsafePathError
 from ..params import check_param
 
 DEFAULT_LOCK_TIMEOUT = 60.0  # seconds a writer waits for another writer of the same directory
@@ -86,6 +86,8 @@ class WriterLock:
         try:
             fd = os.open(file, flags, 0o644)
         except OSError as exc:
+            if file.is_symlink():
+                raise UnsafePathError(f"{file} (the writer lock) is a symbolic link; refusing to follow it") from exc
             raise DirectoryLockedError(f"cannot open the writer lock {file}: {exc}") from exc
         deadline = time.monotonic() + self.timeout
         while True:

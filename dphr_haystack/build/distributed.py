@@ -221,9 +221,7 @@ def _status_file(out: Path, worker: int) -> Path:
 
 
 def _atomic_json(path: Path, payload: dict[str, Any]) -> None:
-    write_file_atomic(
-        path, json.dumps(payload, indent=1), fsync=False, tmp=path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    )
+    write_file_atomic(path, json.dumps(payload, indent=1), fsync=False)  # a fresh temporary name per call
 
 
 def _dump_worker(

@@ -9,6 +9,7 @@ without an intact ``shard.json`` or whose files do not match it is incomplete an
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -24,8 +25,11 @@ import numpy as np
 
 from .._util.atomic import file_sha256, write_file_atomic
 from .._util.memory import pin_malloc_thresholds, release_free_memory
+from .._util.nofollow import make_temp_dir, open_no_follow, refuse_symlink
 from ..errors import EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
 from ..index.codec import VectorCodec
+from ..index.storage import check_token_offsets
+from ..model.inputs import count_rows
 from ..model.phrase_model import PhraseModel
 from ..params import check_param
 from .corpus import CorpusStats, Passage, read_corpus
@@ -51,7 +55,8 @@ class PhraseShard:
         return len(self.tokens)
 
     def save(self, path: str | Path) -> None:
-        """Write the shard atomically: a temporary directory renamed into place."""
+        """Write the shard atomically: a fresh temporary directory renamed into place (a symbolic link at ``path``
+        is refused)."""
         write_shard(path, self.passages, [ShardPiece(self.vectors, self.tokens)], self.codec, self.vectors.shape[1])
 
     @classmethod
@@ -78,7 +83,7 @@ class PhraseShard:
             counts_match = len(vectors) == meta["num_vectors"] == len(tokens) and len(passages) == meta["num_passages"]
         except IndexLoadError:
             raise
-        except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:  # DphrError's ValueErrors included
+        except (OSError, ValueError, KeyError, TypeError, EOFError, RecursionError) as exc:  # DphrError's included
             raise IndexLoadError(f"incomplete or corrupted shard {path}: {exc}") from exc
         if not counts_match:
             raise IndexLoadError(f"{path}: shard files disagree with {meta_path} (truncated?)")
@@ -87,10 +92,14 @@ class PhraseShard:
                 f"{path}: vectors {vectors.dtype}{vectors.shape} / tokens {tokens.dtype} are not "
                 f"what a {codec.dtype} shard holds"
             )
-        if not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in passages):
-            raise IndexLoadError(f"{path / 'passages.jsonl'}: every line must be a passage object with an id")
+        if not all(
+            isinstance(r, dict) and isinstance(r.get("id"), str) and isinstance(r.get("text"), str) for r in passages
+        ):
+            raise IndexLoadError(f"{path / 'passages.jsonl'}: every line must be a passage object with an id and text")
         if len(tokens) and (tokens["passage"].min() < 0 or tokens["passage"].max() >= len(passages)):
             raise IndexLoadError(f"{path / 'tokens.npy'}: token rows point outside the shard's passages")
+        lengths = np.fromiter((len(r["text"]) for r in passages), dtype=np.int64, count=len(passages))
+        check_token_offsets(tokens, lengths, path / "tokens.npy")
         return cls(vectors, tokens, passages, codec)
 
 
@@ -145,8 +154,9 @@ def encode_shard_stream(
 
     The passages are tokenised at once (for the records' token counts); the pieces are encoded as they are asked
     for, ``batch_size`` windows at a time for a long passage (:meth:`PhraseModel.iter_encoded_pieces`), in passage
-    and token order. A consumer that writes each piece out before asking for the next (:func:`write_shard`,
-    ``PhraseIndex.add_passages``) holds one batch's vectors however long a passage is.
+    and row order (rows are the context tokens or, with ``passage_stride_mode="step"``, every window's tokens, as
+    :meth:`PhraseModel.encode_passages` gives them). A consumer that writes each piece out before asking for the
+    next (:func:`write_shard`, ``PhraseIndex.add_passages``) holds one batch's vectors however long a passage is.
     """
     tokenized = model.tokenize_passages([p.text for p in passages], [p.title for p in passages])
     records = [
@@ -156,7 +166,7 @@ def encode_shard_stream(
             "title": passage.title,
             "text": passage.text,
             "meta": dict(passage.meta),
-            "num_context_tokens": len(tp.context_ids),
+            "num_context_tokens": count_rows(tp, model.config),
         }
         for passage, tp in zip(passages, tokenized)
     ]
@@ -196,34 +206,38 @@ def _above(filter_logits: np.ndarray, threshold: float) -> np.ndarray:
 def write_shard(
     path: str | Path, records: list[dict[str, Any]], pieces: Iterable[ShardPiece], codec: VectorCodec, dim: int
 ) -> int:
-    """Write a shard atomically (a temporary directory renamed into place) from its records and pieces, each piece
-    appended to the files as it comes, so a shard never needs to fit in memory. Returns the number of vectors."""
-    path = Path(path)
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    with (
-        NpyWriter(tmp / "vectors.npy", codec.numpy_dtype, (dim,)) as vectors,
-        NpyWriter(tmp / "tokens.npy", TOKEN_DTYPE, ()) as tokens,
-    ):
-        for piece in pieces:
-            vectors.write(piece.vectors)
-            tokens.write(piece.tokens)
-    with (tmp / "passages.jsonl").open("w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    meta = {
-        "format_version": DUMP_FORMAT_VERSION,
-        "num_vectors": vectors.rows,
-        "num_passages": len(records),
-        "codec": codec.to_dict(),
-        "passage_ids_sha256": passage_ids_digest(r["id"] for r in records),
-        "files_sha256": {name: file_sha256(tmp / name) for name in _SHARD_FILES},
-    }
-    meta["sha256"] = _meta_digest(meta)
-    (tmp / "shard.json").write_text(json.dumps(meta, indent=1))
-    shutil.rmtree(path, ignore_errors=True)
-    os.replace(tmp, path)
+    """Write a shard atomically (a fresh temporary directory renamed into place; a symbolic link at ``path`` is
+    refused) from its records and pieces, each piece appended to the files as it comes, so a shard never needs to
+    fit in memory. Returns the number of vectors."""
+    path = refuse_symlink(Path(path))
+    tmp = make_temp_dir(path)
+    try:
+        with (
+            NpyWriter(tmp / "vectors.npy", codec.numpy_dtype, (dim,)) as vectors,
+            NpyWriter(tmp / "tokens.npy", TOKEN_DTYPE, ()) as tokens,
+        ):
+            for piece in pieces:
+                vectors.write(piece.vectors)
+                tokens.write(piece.tokens)
+        with open_no_follow(tmp / "passages.jsonl", "x", encoding="utf-8") as handle:
+            for record in records:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        meta = {
+            "format_version": DUMP_FORMAT_VERSION,
+            "num_vectors": vectors.rows,
+            "num_passages": len(records),
+            "codec": codec.to_dict(),
+            "passage_ids_sha256": passage_ids_digest(r["id"] for r in records),
+            "files_sha256": {name: file_sha256(tmp / name) for name in _SHARD_FILES},
+        }
+        meta["sha256"] = _meta_digest(meta)
+        with open_no_follow(tmp / "shard.json", "x", encoding="utf-8") as handle:
+            handle.write(json.dumps(meta, indent=1))
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return vectors.rows
 
 
@@ -239,7 +253,7 @@ class NpyWriter:
     def __init__(self, path: Path, dtype: np.dtype, row_shape: tuple[int, ...]) -> None:
         self.path, self.dtype, self.row_shape, self.rows = path, np.dtype(dtype), tuple(row_shape), 0
         self._header_size = len(_npy_header(self.dtype, (self._MAX_ROWS, *self.row_shape)))
-        self._handle = path.open("wb")
+        self._handle = open_no_follow(path, "xb")  # a fresh file: a symbolic link (or anything) there is refused
         self._handle.write(b" " * self._header_size)
 
     def write(self, block: np.ndarray) -> None:
@@ -348,6 +362,11 @@ def dump_phrases(
     worker = check_param("worker", worker, high=num_workers - 1, why=f"workers are numbered 0 to {num_workers - 1}")
     pin_malloc_thresholds()  # a dump's memory stays flat however large the corpus (see _memory.py)
     out = Path(out_dir)
+    stats = CorpusStats()
+    passages = read_corpus(corpus, stats)
+    first_passage = next(passages, None)  # a missing or unreadable corpus fails before out_dir is touched
+    if first_passage is None:
+        raise EmptyCorpusError(f"the corpus has no passage with text ({stats.skipped_empty} empty ones skipped)")
     out.mkdir(parents=True, exist_ok=True)
     fingerprint = model.phrase_fingerprint()
     settings = {
@@ -360,11 +379,10 @@ def dump_phrases(
         "format_version": DUMP_FORMAT_VERSION,
     }
     _check_or_write_dump_settings(out / "dump.json", settings)
-    stats = CorpusStats()
     codec: VectorCodec | None = _existing_codec(out) if dtype == "int8" else VectorCodec(dtype)
     shards, encoded, skipped, vectors = [], 0, 0, 0
     bar = tqdm(desc="phrase dump", unit="passage", disable=not progress)
-    for shard_no, chunk in enumerate(chunked(read_corpus(corpus, stats), shard_size)):
+    for shard_no, chunk in enumerate(chunked(itertools.chain([first_passage], passages), shard_size)):
         if shard_no % num_workers != worker:
             continue
         path = out / f"shard-{shard_no:06d}"
@@ -384,8 +402,6 @@ def dump_phrases(
         shards.append(path)
         bar.update(len(chunk))
     bar.close()
-    if stats.passages == 0:
-        raise EmptyCorpusError(f"the corpus has no passage with text ({stats.skipped_empty} empty ones skipped)")
     return DumpSummary(shards, encoded, skipped, stats.passages, stats.skipped_empty, vectors)
 
 
@@ -415,7 +431,7 @@ def _complete_shard_meta(meta_path: Path) -> dict[str, Any]:
         if not isinstance(meta, dict):
             return {}
         _verify_shard(meta_path.parent, meta)
-    except (OSError, ValueError, TypeError, AttributeError):  # IndexLoadError included (an OSError)
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError):  # IndexLoadError included (an OSError)
         return {}
     return meta
 
@@ -450,7 +466,7 @@ def _check_or_write_dump_settings(path: Path, settings: dict[str, Any]) -> None:
     if path.is_file():
         try:
             previous = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise IndexLoadError(f"{path} is corrupted ({exc}); remove the dump directory and start again") from exc
         if not isinstance(previous, dict):
             raise IndexLoadError(f"{path} is corrupted (not a JSON object); remove the dump directory and start again")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .._util.atomic import write_file_atomic
 from .._util.safe_yaml import load_yaml
 from ..errors import InvalidParameterError
 from ..params import arg_type
@@ -58,6 +59,13 @@ def add_eval_parser(sub) -> None:
         default=None,
         help="answers are regular expressions (default: yes for CuratedTREC file names)",
     )
+    ev.add_argument(
+        "--truecase",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with --index: truecase all-lowercase questions (default: the model's setting, on for cased "
+        "DensePhrases models; in a pipeline, PhraseRetriever's truecase parameter)",
+    )
     ev.add_argument("--top-k", type=arg_type("top_k"), default=20)
     ev.add_argument("--answer-match", default="squad", choices=["squad", "substring"])
     ev.add_argument("--name", help="system name in the outputs (default: the index or pipeline file name)")
@@ -88,7 +96,7 @@ def run_eval(args: argparse.Namespace) -> int:
         from ..search import open_searcher
 
         report = evaluate_searcher(
-            open_searcher(args.index, args.model),
+            open_searcher(args.index, args.model, truecase=args.truecase),
             examples,
             args.top_k,
             system=args.name or args.index.name,
@@ -96,6 +104,8 @@ def run_eval(args: argparse.Namespace) -> int:
             progress=progress,
         )
     else:
+        if args.truecase is not None:
+            raise InvalidParameterError("--truecase applies to --index; in a pipeline set PhraseRetriever.truecase")
         from ..nodes import corpus_documents, index_corpus, load_pipeline
 
         overrides = parse_overrides(args.set)
@@ -121,7 +131,7 @@ def run_eval(args: argparse.Namespace) -> int:
         )
     report.write(args.out)
     table = markdown_table([report])
-    (args.out / "table.md").write_text(table + "\n")
+    write_file_atomic(args.out / "table.md", table + "\n", fsync=False)
     print(table)
     print(f"wrote {args.out}")
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 from pathlib import Path
 
@@ -27,14 +28,20 @@ def add_index_parser(sub: argparse._SubParsersAction) -> None:
         type=parse_threshold_arg,
         default=None,
         help="keep tokens whose filter logit exceeds T; 'none' keeps every token "
-        "(default: the model's filter_threshold, chosen by the filter training stage)",
+        "(default: the model's filter_threshold, chosen by the filter training stage; a resumed index keeps its own)",
     )
     index.add_argument(
         "--faiss-factory",
-        default="auto",
-        help="any FAISS index_factory string (default auto: exact while small, then a structure chosen for the size)",
+        default=None,
+        help="any FAISS index_factory string (default auto: exact while small, then a structure chosen for the size; "
+        "a resumed index keeps its own)",
     )
-    index.add_argument("--dtype", default="float16", choices=["float16", "int8"])
+    index.add_argument(
+        "--dtype",
+        default=None,
+        choices=["float16", "int8"],
+        help="stored vectors (default float16; a resumed index keeps its own)",
+    )
     index.add_argument("--batch-size", type=arg_type("batch_size"), default=32)
     index.add_argument(
         "--chunk-size", type=arg_type("chunk_size"), default=512, help="passages per commit (the unit of resumption)"
@@ -47,16 +54,30 @@ def run_index(args: argparse.Namespace) -> int:
     """Run ``dphr index``."""
     from .._util.device import resolve_device
     from .._util.memory import pin_malloc_thresholds
+    from ..build.corpus import CorpusStats, read_corpus
+    from ..errors import EmptyCorpusError
     from ..index.phrase_index import MANIFEST, PhraseIndex
     from ..model.phrase_model import load_model
 
     pin_malloc_thresholds()  # this process only indexes: keep its memory flat (benchmarks/bench_memory.py)
     model = load_model(args.model).to(resolve_device(args.device))
     started = time.perf_counter()
+    # The corpus is opened and its first passage read before --out is touched: a mistyped or unreadable corpus
+    # fails here and leaves no directory (and no manifest) whose settings a later run would take over.
+    stats = CorpusStats()
+    passages = read_corpus(args.corpus, stats)
+    first = next(passages, None)
+    resuming = (args.out / MANIFEST).is_file()
+    if first is None and not resuming:
+        raise EmptyCorpusError(
+            f"{args.corpus}: the corpus has no passage with text ({stats.skipped_empty} empty ones skipped)"
+        )
+    corpus = itertools.chain([first], passages) if first is not None else iter(())
     # flat_search="mmap": indexing never searches, so a flat index keeps no in-RAM FAISS copy of its vectors and
     # memory stays flat however large the corpus (benchmarks/bench_memory.py).
-    if (args.out / MANIFEST).is_file():
+    if resuming:
         index = PhraseIndex.load(args.out, model=model, flat_search="mmap")
+        index.check_settings(args.dtype, args.filter_threshold, args.faiss_factory)  # conflicts: SettingsConflictError
         print(f"resuming {args.out}: {index.num_passages} passages already indexed")
         duplicates = "skip"
     else:
@@ -64,15 +85,15 @@ def run_index(args: argparse.Namespace) -> int:
         PhraseIndex.create(
             model,
             path=args.out,
-            faiss_factory=args.faiss_factory,
+            faiss_factory=args.faiss_factory or "auto",
             filter_threshold=threshold,
-            dtype=args.dtype,
+            dtype=args.dtype or "float16",
             model_path=model_reference(args.model),
         )
         index = PhraseIndex.load(args.out, model=model, flat_search="mmap")
         duplicates = "fail"
-    stats = index.add_passages(
-        args.corpus,
+    index.add_passages(
+        corpus,
         model,
         batch_size=args.batch_size,
         chunk_size=args.chunk_size,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
+from ..errors import InvalidParameterError
 from ..model.config import WEIGHT_STORAGE, PhraseModelConfig
 from ..params import arg_type
 
@@ -32,6 +34,28 @@ def add_model_parser(sub: argparse._SubParsersAction) -> None:
     )
     imp.add_argument("--checkpoint", required=True, type=Path)
     imp.add_argument("--tokenizer", help="tokenizer directory (DensePhrases checkpoints ship none)")
+    imp.add_argument(
+        "--lowercase",
+        action="store_true",
+        help="lower-case the input (DensePhrases checkpoints are cased: by default case is kept and "
+        "all-lowercase queries are truecased)",
+    )
+    imp.add_argument(
+        "--phrase-model",
+        help="for a query-only checkpoint (DensePhrases v1.1 query-side fine-tuning): the phrase model or "
+        "DensePhrases checkpoint whose phrase encoder, filter and tokenizer it goes with",
+    )
+    imp.add_argument(
+        "--index", type=Path, help="a phrase index the result must fit (its phrase fingerprint is checked)"
+    )
+    imp.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recorded setting, e.g. filter_threshold=null, max_passage_length=384, "
+        "passage_stride_mode=overlap, passage_stride=128, truecase=false (repeatable)",
+    )
     imp.add_argument("--out", required=True, type=Path)
     export = model.add_parser(
         "export", help="re-save a phrase model compactly (float16, bounded shards, no base tensors)"
@@ -77,7 +101,45 @@ def run_model(args: argparse.Namespace) -> int:
         config = PhraseModelConfig(max_passage_length=args.max_passage_length, passage_stride=stride)
         model = PhraseModel.from_base(args.base, config, seed=args.seed)
     else:
-        model = PhraseModel.from_densephrases(args.checkpoint, tokenizer=args.tokenizer)
+        model = PhraseModel.from_densephrases(
+            args.checkpoint,
+            tokenizer=args.tokenizer,
+            do_lower_case=args.lowercase,
+            phrase_model=args.phrase_model,
+            phrase_fingerprint=_index_fingerprint(args.index) if args.index is not None else None,
+            config_overrides=_settings(args.set),
+        )
     model.save(args.out)
     print(f"saved phrase model to {args.out} (fingerprint {model.phrase_fingerprint()[:12]})")
     return 0
+
+
+def _settings(items: list[str]) -> dict[str, Any]:
+    """``["filter_threshold=null"]`` → ``{"filter_threshold": None}`` (values read as YAML, bounded: no aliases)."""
+    from .._util.safe_yaml import load_yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidParameterError(f"--set expects KEY=VALUE, got {item!r}")
+        out[key.strip()] = load_yaml(value, source=f"--set {key.strip()}")
+    return out
+
+
+def _index_fingerprint(path: Path) -> str:
+    """The phrase fingerprint an index directory records (its manifest only is read)."""
+    import json
+
+    from ..errors import IndexLoadError
+    from ..index.storage import MANIFEST, check_manifest
+
+    manifest_path = path / MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise IndexLoadError(f"{manifest_path}: cannot read the index manifest ({exc})") from exc
+    if not isinstance(manifest, dict):
+        raise IndexLoadError(f"{manifest_path}: expected a JSON object")
+    check_manifest(manifest, manifest_path)
+    return manifest["model_fingerprint"]

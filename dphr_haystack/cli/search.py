@@ -33,6 +33,12 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="allow phrase answers the question itself contains (skipped by default)",
     )
+    search.add_argument(
+        "--truecase",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="truecase all-lowercase questions (default: the model's setting, on for cased DensePhrases models)",
+    )
     search.add_argument("--json", action="store_true", help="print results as JSON lines")
     search.add_argument("query", nargs="+", help="one or more questions")
 
@@ -48,6 +54,7 @@ def run_search(args: argparse.Namespace) -> int:
         max_answer_length=args.max_answer_length,
         whole_words=not args.partial_words,
         skip_question_copies=not args.keep_question_copies,
+        truecase=args.truecase,
     )
     results = searcher.search_batch(args.query, unit=args.unit, top_k=args.top_k)
     for query, hits in zip(args.query, results):

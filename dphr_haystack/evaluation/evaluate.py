@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from .._util.atomic import write_file_atomic
+from .._util.nofollow import open_no_follow
 from ..errors import InvalidParameterError
 from .metrics import ANSWER_MATCHES, PASSAGE_KS, contains_answer, exact_match, f1_score
 from .questions import QAExample
@@ -60,8 +62,8 @@ class EvalReport:
         """``<system>.predictions.jsonl`` (one line per question) and ``<system>.summary.json``; returns the dir."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.system)
-        with (out / f"{safe}.predictions.jsonl").open("w", encoding="utf-8") as handle:
+        safe = report_stem(self.system)
+        with open_no_follow(out / f"{safe}.predictions.jsonl", "w", encoding="utf-8") as handle:
             for result in self.results:
                 handle.write(json.dumps(asdict(result), ensure_ascii=False) + "\n")
         payload = {
@@ -71,8 +73,43 @@ class EvalReport:
             "settings": self.settings,
             "metrics": self.summary,
         }
-        (out / f"{safe}.summary.json").write_text(json.dumps(payload, indent=2))
+        write_file_atomic(out / f"{safe}.summary.json", json.dumps(payload, indent=2), fsync=False)
         return out
+
+
+def report_stem(system: str) -> str:
+    """The file-name stem of a system's report files: ``<stem>.predictions.jsonl`` and ``<stem>.summary.json``."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", system)
+
+
+def read_results(path: str | Path) -> list[QuestionResult]:
+    """The per-question results of a ``<system>.predictions.jsonl`` written by :meth:`EvalReport.write`."""
+    with Path(path).open(encoding="utf-8") as handle:
+        return [QuestionResult(**json.loads(line)) for line in handle if line.strip()]
+
+
+def question_metrics(
+    results: Sequence[QuestionResult], top_k: int, has_answers: bool, has_passages: bool, regex: bool = False
+) -> dict[str, np.ndarray]:
+    """Each metric that :func:`summarize` averages, per question in ``results`` order (hits as 1.0 / 0.0)."""
+    out: dict[str, np.ndarray] = {}
+    if has_answers:
+        em1, f11, emk = [], [], []
+        for r in results:
+            texts = [p["text"] for p in r.predictions]
+            em1.append(bool(texts) and exact_match(texts[0], r.answers, regex))
+            f11.append(f1_score(texts[0], r.answers, regex) if texts else 0.0)
+            emk.append(any(exact_match(t, r.answers, regex) for t in texts[:top_k]))
+        out["phrase_em@1"] = np.array(em1, dtype=float)
+        out["phrase_f1@1"] = np.array(f11, dtype=float)
+        out[f"phrase_em@{top_k}"] = np.array(emk, dtype=float)
+    if has_passages:
+        firsts = np.array([r.first_hit() for r in results])
+        for k in PASSAGE_KS:
+            out[f"passage_acc@{k}"] = ((firsts > 0) & (firsts <= k)).astype(float)
+        out["mrr@20"] = np.where((firsts > 0) & (firsts <= 20), 1.0 / np.maximum(firsts, 1), 0.0)
+        out["p@20"] = np.array([sum(p["has_answer"] for p in r.passages[:20]) / 20 for r in results], dtype=float)
+    return out
 
 
 def summarize(
@@ -82,23 +119,52 @@ def summarize(
     if not results:
         return {}
     out: dict[str, float] = {"questions": float(len(results))}
-    if has_answers:
-        em1, f11, emk = [], [], []
-        for r in results:
-            texts = [p["text"] for p in r.predictions]
-            em1.append(bool(texts) and exact_match(texts[0], r.answers, regex))
-            f11.append(f1_score(texts[0], r.answers, regex) if texts else 0.0)
-            emk.append(any(exact_match(t, r.answers, regex) for t in texts[:top_k]))
-        out["phrase_em@1"], out["phrase_f1@1"] = float(np.mean(em1)), float(np.mean(f11))
-        out[f"phrase_em@{top_k}"] = float(np.mean(emk))
-    if has_passages:
-        firsts = np.array([r.first_hit() for r in results])
-        for k in PASSAGE_KS:
-            out[f"passage_acc@{k}"] = float(np.mean((firsts > 0) & (firsts <= k)))
-        out["mrr@20"] = float(np.mean(np.where((firsts > 0) & (firsts <= 20), 1.0 / np.maximum(firsts, 1), 0.0)))
-        out["p@20"] = float(np.mean([sum(p["has_answer"] for p in r.passages[:20]) / 20 for r in results]))
+    for name, values in question_metrics(results, top_k, has_answers, has_passages, regex).items():
+        out[name] = float(np.mean(values))
     out["ms_per_question"] = 1000 * float(np.mean([r.seconds for r in results]))
     return out
+
+
+def check_evaluation(examples: Sequence[QAExample], top_k: int, answer_match: str) -> None:
+    """Raise InvalidParameterError for no questions, ``top_k`` < 1 or an unknown ``answer_match``."""
+    _check_examples(examples, top_k)
+    _check_answer_match(answer_match)
+
+
+def question_result(
+    example: QAExample,
+    answers: Iterable[tuple[str, Any, str | None]],
+    documents: Iterable[tuple[str, Any, str]],
+    seconds: float,
+    top_k: int,
+    answer_match: str = "squad",
+) -> QuestionResult:
+    """One question's result from a system's output, whatever its framework.
+
+    Args:
+        example: The question and its gold answers.
+        answers: ``(text, score, passage id)`` of the returned answers, best first; empty texts are dropped.
+        documents: ``(id, score, content)`` of the returned passages, best first; the first ``top_k`` are scored
+            (a document without content holds no answer).
+        seconds: Time the system took for this question.
+    """
+    return QuestionResult(
+        example.qid,
+        example.question,
+        list(example.answers),
+        [{"text": text, "score": _finite(score), "passage_id": pid} for text, score, pid in answers if text],
+        [
+            {
+                "id": doc_id,
+                "score": _finite(score),
+                "has_answer": contains_answer(
+                    "" if content is None else content, example.answers, example.regex, answer_match
+                ),
+            }
+            for doc_id, score, content in list(documents)[:top_k]
+        ],
+        seconds,
+    )
 
 
 def _check_answer_match(answer_match: str) -> None:
@@ -212,8 +278,7 @@ def evaluate_pipeline(
         params: Per-node params; by default :func:`pipeline_top_k_params` (every node asked for ``top_k``).
         on_result: Called with each question's result (e.g. to stream predictions to disk).
     """
-    _check_examples(examples, top_k)
-    _check_answer_match(answer_match)
+    check_evaluation(examples, top_k, answer_match)
     params = pipeline_top_k_params(pipeline, top_k) if params is None else params
     results: list[QuestionResult] = []
     has_answers = has_passages = False
@@ -225,24 +290,13 @@ def evaluate_pipeline(
         documents = output.get("documents") or []
         has_answers |= "answers" in output
         has_passages |= "documents" in output
-        result = QuestionResult(
-            ex.qid,
-            ex.question,
-            list(ex.answers),
-            [
-                {"text": a.answer, "score": _finite(a.score), "passage_id": (a.document_ids or [None])[0]}
-                for a in answers
-                if a.answer
-            ],
-            [
-                {
-                    "id": d.id,
-                    "score": _finite(d.score),
-                    "has_answer": contains_answer(d.content, ex.answers, ex.regex, answer_match),
-                }
-                for d in documents[:top_k]
-            ],
+        result = question_result(
+            ex,
+            ((a.answer, a.score, (a.document_ids or [None])[0]) for a in answers),
+            ((d.id, d.score, d.content) for d in documents),
             seconds,
+            top_k,
+            answer_match,
         )
         results.append(result)
         if on_result is not None:

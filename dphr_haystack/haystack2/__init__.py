@@ -11,20 +11,52 @@ import os
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
+import copy
 from pathlib import Path
+from typing import Any
 
 from haystack import Pipeline
+from haystack.marshal import YamlMarshaller
 
+from .._util.resources import pipelines_dir
 from .document_store import PhraseDocumentStore
 from .indexer import PhraseIndexer
 from .retriever import PhraseRetriever
 
 ALLOWED_MODULES = ["dphr_haystack.haystack2"]
+# The Haystack 2 YAML pipelines shipped with the package (pipelines/haystack2 in the repository).
+PIPELINES_DIR = pipelines_dir() / "haystack2"
 
 
-def load_pipeline(path: str | Path) -> Pipeline:
-    """A Haystack 2 pipeline from a YAML file, trusting this package's components (and Haystack's own) only."""
-    return Pipeline.loads(Path(path).read_text(encoding="utf-8"), allowed_modules=ALLOWED_MODULES)
+def load_pipeline(path: str | Path, overrides: dict[str, dict[str, Any]] | None = None) -> Pipeline:
+    """A Haystack 2 pipeline from a YAML file, trusting this package's components (and Haystack's own) only.
+
+    Args:
+        path: The YAML file. A bare name such as ``hybrid_rrf.yml`` is also looked up among the shipped Haystack 2
+            pipelines (:data:`PIPELINES_DIR`) when it is not a file.
+        overrides: ``{component name: {init parameter: value}}`` merged into the file's components before they are
+            built (e.g. ``{"phrase": {"model": "/path/to/model"}}``); an unknown component name raises KeyError.
+    """
+    file = Path(path)
+    if not file.is_file() and not file.parent.parts and (PIPELINES_DIR / file.name).is_file():
+        file = PIPELINES_DIR / file.name
+    text = file.read_text(encoding="utf-8")
+    if not overrides:
+        return Pipeline.loads(text, allowed_modules=ALLOWED_MODULES)
+    data = copy.deepcopy(YamlMarshaller().unmarshal(text))
+    declared = data.get("components", {})
+    for name, params in overrides.items():
+        if name not in declared:
+            raise KeyError(f"{file}: no component named {name!r} (components: {sorted(declared)})")
+        declared[name].setdefault("init_parameters", {}).update(params)
+    return Pipeline.from_dict(data, allowed_modules=ALLOWED_MODULES)
 
 
-__all__ = ["ALLOWED_MODULES", "PhraseDocumentStore", "PhraseIndexer", "PhraseRetriever", "load_pipeline"]
+__all__ = [
+    "ALLOWED_MODULES",
+    "PIPELINES_DIR",
+    "PhraseDocumentStore",
+    "PhraseIndexer",
+    "PhraseRetriever",
+    "load_pipeline",
+]

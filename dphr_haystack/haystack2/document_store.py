@@ -33,6 +33,8 @@ from dphr_haystack import (
     PhraseSearcher,
 )
 
+from .._util.atomic import fsync_directory, write_file_atomic
+from .._util.nofollow import open_no_follow
 from ._models import fingerprint
 
 logger = logging.getLogger(__name__)
@@ -206,18 +208,14 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         if self.path is None:
             return
         file = Path(self.path) / DOCUMENTS_FILE
-        tmp = file.with_name(f".{file.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-        with tmp.open("w", encoding="utf-8") as handle:
-            for doc in self.storage.values():
-                handle.write(json.dumps(doc.to_dict(flatten=False), ensure_ascii=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, file)
-        fd = os.open(file.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+
+        def write(tmp: Path) -> None:
+            with open_no_follow(tmp, "w", encoding="utf-8") as handle:
+                for doc in self.storage.values():
+                    handle.write(json.dumps(doc.to_dict(flatten=False), ensure_ascii=False) + "\n")
+
+        write_file_atomic(file, write)  # a fresh temporary name per call; a symbolic link at ``file`` is refused
+        fsync_directory(file.parent)
 
     @contextmanager
     def _mutating(self) -> Iterator[None]:
@@ -237,22 +235,21 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         index = self._phrase_index
         if index is None or not ids:
             return
-        stale = []
-        for doc_id in ids:
-            row = index.passage_row(doc_id)
-            if row is None:
-                continue
-            record = index.passages[row]
-            doc = self.storage.get(doc_id)
-            passage = self._passage(doc) if doc is not None else None
-            if passage is None or (passage["text"], passage["title"], passage["document_id"]) != (
-                record["text"],
-                record.get("title", ""),
-                record.get("document_id", record["id"]),
-            ):
-                stale.append(doc_id)
+        stale = [i for i in ids if index.passage_row(i) is not None and not self._encoded_as_stored(index, i)]
         if stale:
             index.delete_passages(stale)
+
+    def _encoded_as_stored(self, index: PhraseIndex, doc_id: str) -> bool:
+        """Whether the phrases of ``doc_id`` in ``index`` are those of the stored document (same text, title and
+        document id); False when it is not stored (or has no text)."""
+        doc = self.storage.get(doc_id)
+        passage = self._passage(doc) if doc is not None else None
+        record = index.passages[index.passage_row(doc_id)]
+        return passage is not None and (passage["text"], passage["title"], passage["document_id"]) == (
+            record["text"],
+            record.get("title", ""),
+            record.get("document_id", record["id"]),
+        )
 
     def _passage(self, doc: Document) -> dict[str, Any] | None:
         """The phrase-index record of a document, or None when it has no text to encode."""
@@ -375,6 +372,36 @@ class PhraseDocumentStore(InMemoryDocumentStore):
             except EmptyCorpusError:
                 return 0
             return len(records)
+
+    def attach_phrase_index(self, phrase_index: PhraseIndex) -> None:
+        """Serve the stored documents' phrases from an index built elsewhere over the same documents (``dphr
+        index``, ``PhraseIndex.add_passages``, a Haystack 1.x store's phrase index), without encoding them again.
+
+        Every live passage of ``phrase_index`` must be a stored document of the same id, text, title and document
+        id (as :meth:`update_phrases` would have encoded it); stored documents it lacks stay pending. The index
+        replaces the store's phrases. A store with a ``path`` keeps a copy of it in its directory; an in-memory
+        store uses it as given, so the store's later phrase changes (deleted or overwritten documents, phrases of
+        new documents) are written to it, and to its directory when it has one.
+
+        Raises:
+            InvalidParameterError: A passage of the index is not a stored document, or differs from it.
+        """
+        if not isinstance(phrase_index, PhraseIndex):
+            raise InvalidParameterError(f"expected a PhraseIndex, got {type(phrase_index).__name__}")
+        with self._lock:
+            differing = [i for i in phrase_index.live_passage_ids() if not self._encoded_as_stored(phrase_index, i)]
+            if differing:
+                raise InvalidParameterError(
+                    f"{len(differing)} passages of the phrase index are not stored documents or differ from them "
+                    f"(text, title from meta {self.title_field!r}, document id from meta {self.document_id_field!r}), "
+                    f"e.g. {differing[:3]}: write the corpus the index was built from first"
+                )
+            if self.path is not None:
+                folder = Path(self.path) / PHRASES_DIR
+                if phrase_index.path is None or phrase_index.path.resolve() != folder.resolve():
+                    phrase_index.save(folder)
+                    phrase_index = PhraseIndex.load(folder, verify=False)
+            self._phrase_index = phrase_index
 
     def _check_model(self, model: PhraseModel) -> None:
         assert self._phrase_index is not None

@@ -1,4 +1,4 @@
-"""Ready-made Haystack 2 pipelines: indexing, phrase QA, phrase passages and BM25 + phrase hybrids.
+"""Ready-made Haystack 2 pipelines: indexing, BM25, phrase QA, phrase passages and BM25 + phrase hybrids.
 
 ``pipelines/haystack2/*.yml`` are these pipelines saved with ``Pipeline.dumps`` (``write_pipeline_files``); load them
 with :func:`dphr_haystack.haystack2.load_pipeline`. All of them name one store (the index ``dphr``), so in one process
@@ -7,14 +7,17 @@ an indexing pipeline and the query pipelines loaded from YAML share it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from haystack import Pipeline
+from haystack import Document, Pipeline
 from haystack.components.joiners import DocumentJoiner
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 
-from dphr_haystack import DEFAULT_MODEL
+from dphr_haystack import DEFAULT_MODEL, CorpusFormatError
+from dphr_haystack._util.atomic import write_file_atomic
+from dphr_haystack.build.corpus import read_corpus
 
 from .document_store import PhraseDocumentStore
 from .indexer import PhraseIndexer
@@ -34,6 +37,13 @@ def indexing_pipeline(store: PhraseDocumentStore, model: str = DEFAULT_MODEL) ->
     """``indexer`` (PhraseIndexer): run with ``{"indexer": {"documents": [...]}}``."""
     pipeline = Pipeline()
     pipeline.add_component("indexer", PhraseIndexer(document_store=store, model=model))
+    return pipeline
+
+
+def bm25_pipeline(store: PhraseDocumentStore, model: str = DEFAULT_MODEL, top_k: int = 10) -> Pipeline:
+    """``bm25`` (InMemoryBM25Retriever): the keyword baseline over the store's documents (``model`` is unused)."""
+    pipeline = Pipeline()
+    pipeline.add_component("bm25", InMemoryBM25Retriever(document_store=store, top_k=top_k))
     return pipeline
 
 
@@ -73,10 +83,33 @@ def hybrid_rrf_pipeline(
 
 PIPELINES: dict[str, Callable[..., Pipeline]] = {
     "indexing": indexing_pipeline,
+    "bm25": bm25_pipeline,
     "phrase_qa": phrase_qa_pipeline,
     "phrase_passages": phrase_passages_pipeline,
     "hybrid_rrf": hybrid_rrf_pipeline,
 }
+
+
+def corpus_documents(corpora: Iterable[str | Path]) -> list[Document]:
+    """Haystack 2 documents of one or more corpus files (:func:`dphr_haystack.build.corpus.read_corpus` formats),
+    with ``title`` and ``document_id`` in their meta, as PhraseDocumentStore expects: the ids, texts and meta that
+    :func:`dphr_haystack.nodes.corpus_documents` gives Haystack 1.x documents.
+
+    Raises:
+        CorpusFormatError: A passage id occurs more than once across the corpora.
+    """
+    docs = [
+        Document(content=p.text, id=p.id, meta={**p.meta, "title": p.title, "document_id": p.document_id})
+        for corpus in corpora
+        for p in read_corpus(corpus)
+    ]
+    counts = Counter(doc.id for doc in docs)
+    repeated = [doc_id for doc_id, n in counts.items() if n > 1]
+    if repeated:
+        raise CorpusFormatError(
+            f"{len(repeated)} passage ids occur more than once across the corpora, e.g. {repeated[:3]}"
+        )
+    return docs
 
 
 def write_pipeline_files(folder: str | Path, model: str = DEFAULT_MODEL) -> list[Path]:
@@ -87,7 +120,7 @@ def write_pipeline_files(folder: str | Path, model: str = DEFAULT_MODEL) -> list
     files = []
     for name, build in PIPELINES.items():
         file = folder / f"{name}.yml"
-        file.write_text(build(store, model=model).dumps(), encoding="utf-8")
+        write_file_atomic(file, build(store, model=model).dumps(), fsync=False)
         files.append(file)
     return files
 
@@ -95,6 +128,8 @@ def write_pipeline_files(folder: str | Path, model: str = DEFAULT_MODEL) -> list
 __all__ = [
     "PIPELINES",
     "STORE_INDEX",
+    "bm25_pipeline",
+    "corpus_documents",
     "default_store",
     "hybrid_rrf_pipeline",
     "indexing_pipeline",

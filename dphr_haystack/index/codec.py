@@ -10,6 +10,10 @@ import numpy as np
 from ..errors import InvalidParameterError
 
 DTYPES = ("float16", "int8", "float32")
+# int8 decodes as q / scale + offset in float32: outside these bounds it overflows, underflows or is meaningless
+# (calibrate() gives scale = 127 / half the value range, at most 1.27e8)
+SCALE_RANGE = (1e-6, 1e9)
+OFFSET_LIMIT = 1e6
 
 
 @dataclass(frozen=True)
@@ -31,8 +35,12 @@ class VectorCodec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise InvalidParameterError(f"codec {name} must be a finite number, got {value!r:.40}")
-        if self.scale <= 0:
-            raise InvalidParameterError(f"int8 scale must be > 0, got {self.scale}")
+        if not SCALE_RANGE[0] <= self.scale <= SCALE_RANGE[1]:
+            raise InvalidParameterError(
+                f"codec scale must be between {SCALE_RANGE[0]:g} and {SCALE_RANGE[1]:g}, got {self.scale!r:.40}"
+            )
+        if abs(self.offset) > OFFSET_LIMIT:
+            raise InvalidParameterError(f"codec offset must be within ±{OFFSET_LIMIT:g}, got {self.offset!r:.40}")
 
     @classmethod
     def calibrate(cls, dtype: str, sample: np.ndarray) -> VectorCodec:
@@ -43,7 +51,7 @@ class VectorCodec:
             return cls("int8", -2.0, 20.0)
         lo, hi = np.percentile(sample.astype(np.float32), [0.01, 99.99])
         half = max(float(hi - lo) / 2.0, 1e-6)
-        return cls("int8", float(lo + hi) / 2.0, 127.0 / half)
+        return cls("int8", float(lo + hi) / 2.0, min(max(127.0 / half, SCALE_RANGE[0]), SCALE_RANGE[1]))
 
     @property
     def numpy_dtype(self) -> np.dtype:

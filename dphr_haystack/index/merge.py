@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._util.lock import WriterLock, lock_file_for
+from .._util.nofollow import make_temp_dir, refuse_symlink
 from ..build.dump import PhraseShard, list_shards
 from ..errors import IndexLoadError, InvalidParameterError, ModelMismatchError
 from .auto import AUTO, needs_rebuild
@@ -47,7 +48,7 @@ def merge_dump(
     settings, shards = _read_dump(dump_dir)
     if model is not None and model.phrase_fingerprint() != settings["model_fingerprint"]:
         raise ModelMismatchError(f"{dump_dir}: the dump was made with another phrase encoder than the given model")
-    first = json.loads((shards[0] / "shard.json").read_text())
+    first = _read_json(shards[0] / "shard.json")
 
     def build(target: Path | None) -> PhraseIndex:
         index = cls._create(
@@ -82,15 +83,17 @@ def merge_dump(
 
     if path is None:
         return build(None)
-    path = Path(path)
+    path = refuse_symlink(Path(path))
     with WriterLock(path).hold():  # another writer of ``path`` (a second merge, an add) waits or fails
         remove_uncommitted_files(path)  # a create killed before its first commit leaves only these
         if path.exists() and any(path.iterdir()):
             raise InvalidParameterError(f"{path} exists and is not empty; choose another path")
-        building = path.with_name(f".{path.name}.building-{os.getpid()}")
-        shutil.rmtree(building, ignore_errors=True)
+        building = make_temp_dir(path, "building")
         try:
             build(building)
+        except BaseException:
+            shutil.rmtree(building, ignore_errors=True)
+            raise
         finally:
             lock_file_for(building).unlink(missing_ok=True)
         if path.exists():
@@ -104,11 +107,11 @@ def _read_dump(dump_dir: Path) -> tuple[dict[str, Any], list[Path]]:
     settings_file = dump_dir / "dump.json"
     if not settings_file.is_file():
         raise IndexLoadError(f"{settings_file} not found: not a phrase dump directory")
-    settings = json.loads(settings_file.read_text())
+    settings = _read_json(settings_file)
     shards = list_shards(dump_dir)
     numbers = [int(p.name.split("-")[1]) for p in shards]
     status_file = dump_dir / "dump-status.json"  # written by dphr_haystack.build.distributed
-    status = json.loads(status_file.read_text()) if status_file.is_file() else {}
+    status = _read_json(status_file) if status_file.is_file() else {}
     if status and status.get("state") != "complete":
         raise IndexLoadError(
             f"{dump_dir}: the distributed dump is {status.get('state')!r}, not complete; "
@@ -125,3 +128,14 @@ def _read_dump(dump_dir: Path) -> tuple[dict[str, Any], list[Path]]:
     if expected is None:
         logger.info("%s has no dump-status.json: trailing shards cannot be checked", dump_dir)
     return settings, [p for p, n in zip(shards, numbers) if n in wanted]
+
+
+def _read_json(file: Path) -> dict[str, Any]:
+    """A dump's JSON object file, or IndexLoadError naming it."""
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise IndexLoadError(f"{file} is corrupted: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise IndexLoadError(f"{file} is corrupted: not a JSON object")
+    return data

@@ -35,6 +35,7 @@ from .._util import atomic as _atomic
 from .._util.lazy import require
 from .._util.lock import WriterLock
 from .._util.memory import release_free_memory
+from .._util.nofollow import make_temp_dir, open_no_follow, refuse_symlink
 from ..build.corpus import CorpusStats, Passage, read_corpus
 from ..build.dump import (
     TOKEN_DTYPE,
@@ -45,7 +46,14 @@ from ..build.dump import (
     encode_shard,
     encode_shard_stream,
 )
-from ..errors import DphrError, EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
+from ..errors import (
+    DphrError,
+    EmptyCorpusError,
+    IndexLoadError,
+    InvalidParameterError,
+    ModelMismatchError,
+    SettingsConflictError,
+)
 from ..params import check_param
 from . import auto
 from . import structures as index_types
@@ -59,8 +67,11 @@ from .storage import (
     MANIFEST,
     Column,
     check_manifest,
+    check_token_offsets,
+    check_tombstones,
     is_flat,
     remove_uncommitted_files,
+    search_params_problem,
     sha256_prefix,
     write_faiss,
 )
@@ -92,6 +103,19 @@ def _stamp(file: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return (info.st_ino, info.st_mtime_ns, info.st_size)
+
+
+@contextlib.contextmanager
+def _load_errors(path: Path) -> Iterator[None]:
+    """Turn any failure reading the index directory ``path`` into IndexLoadError (typed errors pass through)."""
+    try:
+        yield
+    except DphrError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, RuntimeError) as exc:
+        raise IndexLoadError(f"{path} is corrupted: {type(exc).__name__}: {exc}") from exc  # RecursionError too
+    except OSError as exc:  # unreadable files, a file a concurrent commit replaced, a directory where a file goes
+        raise IndexLoadError(f"{path}: {type(exc).__name__}: {exc}") from exc
 
 
 class PhraseIndex:
@@ -266,9 +290,11 @@ class PhraseIndex:
         if not manifest_path.is_file():
             raise IndexLoadError(f"{manifest_path} not found: not a phrase index directory")
         try:
-            manifest = json.loads(manifest_path.read_text())
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise IndexLoadError(f"{manifest_path} is corrupted: {exc}") from exc
+        except RecursionError as exc:  # e.g. 100,000 nested brackets
+            raise IndexLoadError(f"{manifest_path} is corrupted: JSON nested too deeply") from exc
         if not isinstance(manifest, dict) or manifest.get("format") != INDEX_FORMAT:
             raise IndexLoadError(f"{manifest_path}: not a {INDEX_FORMAT} manifest")
         if manifest.get("format_version") != INDEX_FORMAT_VERSION:
@@ -295,26 +321,37 @@ class PhraseIndex:
                 f"{manifest_path}: the index was built with another phrase encoder (fingerprint "
                 f"{manifest['model_fingerprint'][:12]}…, given model {model.phrase_fingerprint()[:12]}…)"
             )
-        try:
+        with _load_errors(path):
             index = cls(manifest, path, lock_timeout)
             index._flat_search = flat_search
             index._check_files(verify)
             index._read_passages()
             index._apply_tombstones(0)
+            index._check_live_ids()
             index._load_faiss()
-        except DphrError:
-            raise
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, RuntimeError) as exc:
-            raise IndexLoadError(f"{path} is corrupted: {type(exc).__name__}: {exc}") from exc
-        except FileNotFoundError as exc:  # a file a concurrent commit replaced
-            raise IndexLoadError(f"{path}: {exc}") from exc
         return index
 
     def _apply_tombstones(self, start: int) -> None:
-        """Mark the passages of tombstones ``start:`` deleted."""
+        """Mark the passages of tombstones ``start:`` deleted (each must be a passage row)."""
         tomb = self._tombstones.view()[start:]
+        if self.path is not None:
+            check_tombstones(tomb, self.num_passages, self.path / FILES["tombstones"])
         self.deleted[tomb] = True
         self._forget_rows(tomb)
+
+    def _check_live_ids(self) -> None:
+        """Raise IndexLoadError when two live passages share an id (a valid index tombstones the older one)."""
+        if len(self._live_by_id) == self.num_live_passages:  # hidden passages are in neither
+            return
+        seen: dict[str, int] = {}
+        for row in np.flatnonzero(~self.deleted):
+            pid = self.passages[row]["id"]
+            if pid in seen:
+                raise IndexLoadError(
+                    f"{self.path / FILES['passages'] if self.path else 'index'} is corrupted: passage id {pid!r:.80} "
+                    f"is live at rows {seen[pid]} and {row}"
+                )
+            seen[pid] = int(row)
 
     def _forget_rows(self, rows: Iterable[int]) -> None:
         """Drop deleted rows from the id look-ups (a newer row with the same id stays)."""
@@ -356,7 +393,8 @@ class PhraseIndex:
             try:
                 fresh = self._read_manifest(self.path)
                 if self._extended_by(fresh):
-                    self._catch_up(fresh)
+                    with _load_errors(self.path):
+                        self._catch_up(fresh)
                 else:
                     self._adopt(PhraseIndex._load_once(self.path, None, False, self._flat_search, None))
             except IndexLoadError:
@@ -405,8 +443,12 @@ class PhraseIndex:
             raise IndexLoadError(f"{self.path / FILES['tokens']} is corrupted: appended token rows out of order")
         if first + len(records) != counts["passages"]:
             raise IndexLoadError(f"{self.path / FILES['passages']}: appended passages do not match the manifest")
+        lengths = np.zeros(first + len(records), dtype=np.int64)
+        lengths[first:] = [len(r["text"]) for r in records]
+        check_token_offsets(self._tokens.view()[old_vectors:], lengths, self.path / FILES["tokens"])
         self._register_passages(records, np.bincount(rows - first, minlength=len(records))[: len(records)])
         self._apply_tombstones(old_tombstones)
+        self._check_live_ids()
         if fresh.get("faiss_file") != previous.get("faiss_file") and fresh.get("faiss_file"):
             self._load_faiss()  # the writer saved its trained structure with the new vectors
         elif self._faiss is not None:
@@ -480,6 +522,8 @@ class PhraseIndex:
             raise IndexLoadError(
                 f"{self.path / FILES['tokens']} is corrupted: token rows are not consecutive per passage"
             )
+        lengths = np.fromiter((len(r["text"]) for r in records), dtype=np.int64, count=len(records))
+        check_token_offsets(self._tokens.view(), lengths, self.path / FILES["tokens"])
         counts = np.bincount(rows, minlength=len(records)) if len(self) else np.zeros(len(records))
         self._register_passages(records, counts[: len(records)])
 
@@ -498,7 +542,10 @@ class PhraseIndex:
                 raise IndexLoadError(
                     f"{file}: {self._faiss.ntotal} vectors of dim {self._faiss.d}, expected {len(self)} of {self.dim}"
                 )
-            index_types.apply_search_params(self._faiss, self.search_params)
+            try:
+                index_types.apply_search_params(self._faiss, self.search_params)
+            except InvalidParameterError as exc:
+                raise IndexLoadError(f"{self.path / MANIFEST}: {exc}") from exc
         elif is_flat(self.faiss_factory) and self._flat_search == "mmap":
             self._faiss = None  # searched by exact torch top-k over the memory-mapped vectors
         else:
@@ -531,6 +578,36 @@ class PhraseIndex:
     def auto_structure(self) -> bool:
         """Whether the index chooses its FAISS structure by size (``faiss_factory="auto"``)."""
         return (self.manifest.get("structure") or {}).get("policy") == "auto"
+
+    def check_settings(
+        self, dtype: str | None = None, filter_threshold: float | str | None = None, faiss_factory: str | None = None
+    ) -> None:
+        """Raise SettingsConflictError when a setting asked of a resumed index differs from what it was built with.
+
+        Args:
+            dtype: Stored vector dtype (``float16``, ``int8``); None: not asked.
+            filter_threshold: Filter threshold, or ``"none"`` for no filtering; None: not asked.
+            faiss_factory: ``auto`` or a FAISS factory string; None: not asked.
+        """
+        asked: list[tuple[str, Any, Any]] = []
+        if dtype is not None:
+            asked.append(("dtype", dtype, self.codec.dtype))
+        if filter_threshold is not None:
+            wanted = None if filter_threshold == "none" else float(filter_threshold)
+            built_threshold = "none" if self.filter_threshold is None else self.filter_threshold
+            asked.append(("filter_threshold", "none" if wanted is None else wanted, built_threshold))
+        if faiss_factory is not None:
+            built = auto.AUTO if self.auto_structure else self.faiss_factory
+            same = (faiss_factory == auto.AUTO) == self.auto_structure and (
+                self.auto_structure or faiss_factory.replace(" ", "") == self.faiss_factory.replace(" ", "")
+            )
+            asked.append(("faiss_factory", faiss_factory, faiss_factory if same else built))
+        for name, wanted, built in asked:
+            if wanted != built:
+                raise SettingsConflictError(
+                    f"{self.path or 'this index'} was built with {name}={built!r}; this run asks {name}={wanted!r}. "
+                    "Resume with the index's settings (or leave the option out), or write a new index elsewhere"
+                )
 
     @property
     def filter_threshold(self) -> float | None:
@@ -624,6 +701,9 @@ class PhraseIndex:
     @_writes
     def set_search_params(self, **params: Any) -> None:
         """Set and persist FAISS search parameters, e.g. ``set_search_params(nprobe=64)`` or ``efSearch=256``."""
+        problem = search_params_problem({**self.search_params, **params})
+        if problem:
+            raise InvalidParameterError(problem)
         if self._faiss is not None:
             index_types.apply_search_params(self._faiss, params)
         self.manifest["search_params"] = {**self.search_params, **params}
@@ -793,7 +873,7 @@ class PhraseIndex:
         if self.path is not None:
             file = self.path / FILES["passages"]
             payload = b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in records)
-            with file.open("r+b" if file.exists() else "wb") as handle:
+            with open_no_follow(file, "r+b") as handle:  # a symbolic link here is refused, not followed
                 handle.truncate(self._passage_bytes)
                 handle.seek(self._passage_bytes)
                 handle.write(payload)
@@ -1062,8 +1142,8 @@ class PhraseIndex:
 
     def save(self, path: str | Path) -> None:
         """Write a complete copy to ``path`` atomically (temporary directory, then rename)."""
-        path = Path(path).resolve()
-        if self.path is not None and path == self.path.resolve():
+        path = refuse_symlink(Path(path).absolute())  # a link there would be replaced through, elsewhere
+        if self.path is not None and path.resolve() == self.path.resolve():
             with self._writing():
                 self._commit()
             return
@@ -1071,14 +1151,22 @@ class PhraseIndex:
             self._save_copy(path)
 
     def _save_copy(self, path: Path) -> None:
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        tmp = make_temp_dir(path)
+        try:
+            self._write_copy(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        _atomic.replace_directory(tmp, path)
+
+    def _write_copy(self, tmp: Path) -> None:
+        """Write every file of a complete copy of this index into the fresh, empty directory ``tmp``."""
         self._vectors.write_to(tmp / FILES["vectors"])
         self._tokens.write_to(tmp / FILES["tokens"])
         self._tombstones.write_to(tmp / FILES["tombstones"])
         payload = b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in self.passages)
-        (tmp / FILES["passages"]).write_bytes(payload)
+        with open_no_follow(tmp / FILES["passages"], "xb") as handle:
+            handle.write(payload)
         manifest = json.loads(json.dumps(self.manifest))
         manifest["uid"] = uuid.uuid4().hex  # another directory: its readers must not take it for this one
         manifest["passages_bytes"] = len(payload)
@@ -1099,4 +1187,3 @@ class PhraseIndex:
         for file in tmp.iterdir():
             _atomic.fsync_file(file)
         _atomic.write_file_atomic(tmp / MANIFEST, json.dumps(manifest, indent=1))
-        _atomic.replace_directory(tmp, path)

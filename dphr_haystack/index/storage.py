@@ -7,6 +7,7 @@ the manifest's schema check, the FAISS file write and the checksums of committed
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import numpy as np
 
 from .._util import atomic as _atomic
 from .._util.lazy import require
+from .._util.nofollow import is_temp_name, open_no_follow
 from ..errors import IndexLoadError, InvalidParameterError
 from .codec import VectorCodec
 
@@ -51,7 +53,7 @@ class Column:
         if self.path is None:
             self._parts.append(values.copy())
         else:
-            with self.path.open("r+b" if self.path.exists() else "wb") as handle:
+            with open_no_follow(self.path, "r+b") as handle:  # a symbolic link here is refused, not followed
                 handle.truncate(self.length * self.row_bytes)  # drop bytes of an append that never committed
                 handle.seek(self.length * self.row_bytes)
                 handle.write(values.tobytes())
@@ -84,7 +86,7 @@ class Column:
         return self._cache
 
     def write_to(self, path: Path) -> None:
-        with path.open("wb") as handle:
+        with open_no_follow(path, "wb") as handle:
             view = self.view()
             for start in range(0, len(view), 1 << 20):
                 handle.write(np.ascontiguousarray(view[start : start + (1 << 20)]).tobytes())
@@ -129,13 +131,65 @@ def check_manifest(manifest: dict[str, Any], manifest_path: Path) -> None:
         VectorCodec(**manifest["codec"])
     except (TypeError, InvalidParameterError) as exc:
         raise IndexLoadError(f"{manifest_path} is corrupted: codec {manifest['codec']!r:.80} ({exc})") from exc
+    problem = search_params_problem(manifest.get("search_params"))
+    if problem:
+        raise IndexLoadError(f"{manifest_path} is corrupted: {problem}")
+
+
+_MAX_SEARCH_PARAM = 2**31 - 1  # FAISS takes its search parameters as C ints or doubles
+
+
+def search_params_problem(params: Any) -> str | None:
+    """What is wrong with search parameters, or None: names mapped to finite numbers in FAISS' range (0 to
+    2**31 - 1), ``refine`` (dphr's, not FAISS') an integer ≥ 1."""
+    if params is None:
+        return None
+    if not isinstance(params, dict):
+        return f"search_params={params!r:.80} is not a mapping"
+    for name, value in params.items():
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not isinstance(name, str) or not (number and math.isfinite(value) and 0 <= value <= _MAX_SEARCH_PARAM):
+            return f"search parameter {name!s:.40}={value!r:.40} is not a number from 0 to {_MAX_SEARCH_PARAM}"
+        if name == "refine" and (value < 1 or value != int(value)):
+            return f"search parameter refine={value!r} is not an integer ≥ 1"
+    return None
+
+
+def check_tombstones(tombstones: np.ndarray, num_passages: int, file: Path) -> None:
+    """Raise IndexLoadError unless every tombstone is a passage row, ``0 <= row < num_passages``."""
+    bad = (tombstones < 0) | (tombstones >= num_passages)
+    if bad.any():
+        value = int(tombstones[bad][0])
+        raise IndexLoadError(
+            f"{file} is corrupted: tombstone {value} is not a passage row (the index has {num_passages} passages)"
+        )
+
+
+def check_token_offsets(tokens: np.ndarray, text_lengths: np.ndarray, file: Path, block: int = 1 << 20) -> None:
+    """Raise IndexLoadError unless each token's character span lies in its passage: 0 <= start <= end <= len(text).
+
+    ``tokens['passage']`` must already be known to index ``text_lengths``. Checked ``block`` rows at a time, so
+    memory stays bounded for memory-mapped token files.
+    """
+    for first in range(0, len(tokens), block):
+        part = np.asarray(tokens[first : first + block])
+        starts, ends = part["char_start"].astype(np.int64), part["char_end"].astype(np.int64)
+        limits = text_lengths[part["passage"]]
+        bad = (starts < 0) | (ends < starts) | (ends > limits) | (part["position"] < 0)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise IndexLoadError(
+                f"{file} is corrupted: token {first + row} (passage row {int(part['passage'][row])}, subword "
+                f"{int(part['position'][row])}) spans characters {int(starts[row])}..{int(ends[row])}, outside its "
+                f"passage's text of {int(limits[row])} characters"
+            )
 
 
 def remove_uncommitted_files(path: Path) -> None:
-    """Delete a directory's ``*.tmp`` files when it holds nothing else (what a killed create() leaves)."""
+    """Delete a directory's temporary files when it holds nothing else (what a killed create() leaves)."""
     if path.is_dir():
         entries = list(path.iterdir())
-        if entries and all(e.is_file() and e.name.endswith(".tmp") for e in entries):
+        if entries and all(e.is_file() and (e.name.endswith(".tmp") or is_temp_name(e.name)) for e in entries):
             for entry in entries:
                 entry.unlink(missing_ok=True)
 

@@ -50,6 +50,7 @@ import numpy as np
 
 from .._util.atomic import write_file_atomic
 from .._util.lazy import require
+from .._util.nofollow import refuse_symlink
 from ..errors import InvalidParameterError
 
 logger = logging.getLogger(__name__)
@@ -352,7 +353,7 @@ def build_faiss(
         raise InvalidParameterError(f"on-disk inverted lists need an IVF index type; {factory!r} has none")
     from faiss.contrib.ondisk import merge_ondisk
 
-    ivfdata = Path(ivfdata)
+    ivfdata = refuse_symlink(ivfdata)  # FAISS opens it by name: a symbolic link there is refused first
     blocks: list[str] = []
     try:
         for start in range(0, len(stored), block_rows):
@@ -361,7 +362,7 @@ def build_faiss(
                 part, stored[start : start + block_rows], decode, first_id=start, with_ids=True, progress=progress
             )
             name = str(ivfdata.with_name(f"{ivfdata.name}.block-{len(blocks)}"))
-            faiss.write_index(part, name)
+            write_file_atomic(Path(name), lambda tmp, part=part: faiss.write_index(part, str(tmp)), fsync=False)
             blocks.append(name)
             del part
         ivfdata.unlink(missing_ok=True)
@@ -383,7 +384,7 @@ def move_lists_to_disk(index, ivfdata: Path) -> None:
     ivf = ivf_of(index)
     if ivf is None:
         raise InvalidParameterError("only IVF indexes have inverted lists to move to disk")
-    ondisk = faiss.OnDiskInvertedLists(ivf.nlist, ivf.code_size, str(ivfdata))
+    ondisk = faiss.OnDiskInvertedLists(ivf.nlist, ivf.code_size, str(refuse_symlink(ivfdata)))
     sources = faiss.InvertedListsPtrVector()
     sources.push_back(ivf.invlists)
     ondisk.merge_from_multiple(sources.data(), sources.size(), False, False)

@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .._util.atomic import write_file_atomic
 from ..errors import InvalidParameterError, ModelLoadError
 from ..params import check_param
 
 TOKEN_TYPE_MODES = ("all_one", "pair", "all_zero")
+STRIDE_MODES = ("overlap", "step")
 QUERY_LAYOUTS = ("separate", "shared")
 # How `PhraseModel.save` can store weights (model/weights.py defines them; named here so the CLI needs no torch).
 WEIGHT_STORAGE = ("float32", "float16", "int8", "int8-phrase")
@@ -25,7 +27,15 @@ class PhraseModelConfig:
 
     Args:
         max_passage_length: Subword window length for passages ([CLS] title [SEP] context [SEP]).
-        passage_stride: Overlap in context subwords between consecutive windows of a long passage.
+        passage_stride: With ``passage_stride_mode="overlap"``, the overlap in context subwords between
+            consecutive windows of a long passage (each token keeps its max-context window's vector); with
+            ``"step"``, the distance between window starts (DensePhrases v1.0's ``doc_stride``).
+        passage_stride_mode: ``overlap`` (the default) or ``step``: windows start every ``passage_stride``
+            context subwords and every window's context tokens are kept in window order, as DensePhrases v1.0
+            dumps them (tokens in two windows get two vectors; a token past a window's end and before the next
+            window's start gets none).
+        sep_after_empty_title: Untitled passages read ``[CLS] [SEP] context [SEP]`` (DensePhrases) instead of
+            ``[CLS] context [SEP]``.
         append_title: Put the title before the context, as DensePhrases does.
         max_title_length: Title subwords kept (DensePhrases: 10).
         passage_token_type: ``all_one`` (DensePhrases v1.0: every passage token has segment 1),
@@ -36,6 +46,10 @@ class PhraseModelConfig:
         query_layout: ``separate`` (three encoders, the DensePhrases layout) or ``shared`` (one query
             encoder whose [CLS] state feeds two linear heads).
         base_model: Where the encoders were initialised from (informational).
+        do_lower_case: The tokenizer's casing, applied whenever the model loads (DensePhrases checkpoints:
+            False, they are cased); None keeps what the tokenizer files say.
+        truecase: Truecase all-lowercase queries before encoding them (DensePhrases' ``--truecase``; on for cased
+            DensePhrases models); searchers and retrievers may override it.
         filter_threshold: Token-filter threshold chosen by the filter training stage; ``dphr index`` keeps the
             tokens whose start or end filter logit exceeds it unless told otherwise (None: keep every token).
             Not part of :meth:`passage_side`: it changes which vectors are stored, not the vectors.
@@ -45,6 +59,8 @@ class PhraseModelConfig:
 
     max_passage_length: int = 384
     passage_stride: int = 128
+    passage_stride_mode: Literal["overlap", "step"] = "overlap"
+    sep_after_empty_title: bool = False
     append_title: bool = True
     max_title_length: int = 10
     passage_token_type: Literal["all_one", "pair", "all_zero"] = "all_one"
@@ -53,6 +69,8 @@ class PhraseModelConfig:
     max_answer_length: int = 10
     query_layout: Literal["separate", "shared"] = "separate"
     base_model: str = ""
+    do_lower_case: bool | None = None
+    truecase: bool = False
     filter_threshold: float | None = None
     calibration: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -70,11 +88,23 @@ class PhraseModelConfig:
             raise InvalidParameterError(f"query_layout={self.query_layout!r}; valid: {', '.join(QUERY_LAYOUTS)}")
         for name in ("max_passage_length", "passage_stride", "max_title_length", "max_query_length"):
             setattr(self, name, check_param(name, getattr(self, name)))
-        if not self.passage_stride < self.max_passage_length // 2:
+        if self.passage_stride_mode not in STRIDE_MODES:
+            raise InvalidParameterError(
+                f"passage_stride_mode={self.passage_stride_mode!r}; valid: {', '.join(STRIDE_MODES)}"
+            )
+        if self.passage_stride_mode == "overlap" and not self.passage_stride < self.max_passage_length // 2:
             raise InvalidParameterError(
                 f"passage_stride={self.passage_stride} is out of range: an integer from 0 to "
                 f"{self.max_passage_length // 2 - 1} (below half of max_passage_length={self.max_passage_length})"
             )
+        if self.passage_stride_mode == "step" and not 1 <= self.passage_stride <= self.max_passage_length:
+            raise InvalidParameterError(
+                f"a step passage_stride must be in [1, max_passage_length], got {self.passage_stride}"
+            )
+        for name in ("do_lower_case", "truecase", "sep_after_empty_title"):
+            value = getattr(self, name)
+            if not isinstance(value, bool) and not (value is None and name == "do_lower_case"):
+                raise InvalidParameterError(f"{name} must be true or false, got {value!r}")
         self.max_answer_length = check_param(
             "max_answer_length",
             self.max_answer_length,
@@ -92,15 +122,25 @@ class PhraseModelConfig:
             Calibration.from_dict(self.calibration)
 
     def passage_side(self) -> dict[str, Any]:
-        """The settings that change phrase vectors (part of an index's model fingerprint)."""
+        """The settings that change phrase vectors (part of an index's model fingerprint).
+
+        The settings added for DensePhrases checkpoints count only when they differ from their defaults, so the
+        fingerprints of models (and indexes) that predate them are unchanged.
+        """
         keys = ("max_passage_length", "passage_stride", "append_title", "max_title_length", "passage_token_type")
-        return {k: getattr(self, k) for k in keys}
+        side = {k: getattr(self, k) for k in keys}
+        for key, default in (("passage_stride_mode", "overlap"), ("sep_after_empty_title", False)):
+            if getattr(self, key) != default:
+                side[key] = getattr(self, key)
+        if self.do_lower_case is not None:
+            side["do_lower_case"] = self.do_lower_case
+        return side
 
     def to_dict(self) -> dict[str, Any]:
         return {"format_version": CONFIG_FORMAT_VERSION, **dataclasses.asdict(self)}
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        write_file_atomic(Path(path), json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", fsync=False)
 
     @classmethod
     def load(cls, path: str | Path) -> PhraseModelConfig:

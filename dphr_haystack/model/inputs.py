@@ -2,7 +2,9 @@
 
 Long passages are split into windows of ``max_passage_length`` subwords overlapping by ``passage_stride``
 context subwords. Each context token keeps the vector of the window where it has most context on both
-sides (the BERT/SQuAD "max context" rule), so every token gets exactly one vector.
+sides (the BERT/SQuAD "max context" rule), so every token gets exactly one vector. With
+``passage_stride_mode="step"`` windows start every ``passage_stride`` context subwords and every window's
+context tokens are kept, in window order, as DensePhrases v1.0 dumps them.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class Window:
     token_type_ids: list[int]
     owned_context: np.ndarray  # context token indices whose vector comes from this window
     owned_positions: np.ndarray  # their positions inside input_ids
+    rows: np.ndarray  # the passage's output rows these vectors fill (owned_context, except in step mode)
+    context_first: int = 0  # context token index of the window's first context token
+    context_start: int = 1  # position of that token inside input_ids
 
 
 def tokenize_passages(
@@ -88,25 +93,47 @@ def _tokenizer_failures() -> Iterator[None]:
 
 
 def build_windows(tokenizer, passages: Sequence[TokenizedPassage], config: PhraseModelConfig) -> list[Window]:
-    """Split every tokenised passage into windows and assign each context token to its max-context window."""
+    """Split every tokenised passage into windows and say which output row each window's tokens fill.
+
+    ``overlap`` mode: one row per context token, from its max-context window. ``step`` mode: windows start every
+    ``passage_stride`` context tokens and the rows are every window's context tokens, in window order.
+    """
     return [w for p_idx, tp in enumerate(passages) for w in passage_windows(tokenizer, tp, config, p_idx)]
 
 
 def count_windows(tp: TokenizedPassage, config: PhraseModelConfig) -> int:
-    """How many windows :func:`passage_windows` cuts ``tp`` into (without building them)."""
-    return len(_spans(len(tp.context_ids), _room(tp, config), config.passage_stride))
+    """How many windows :func:`passage_windows` cuts ``tp`` into (without building them), in either stride mode."""
+    n, room = len(tp.context_ids), _room(tp, config)
+    if config.passage_stride_mode == "step":
+        return len(range(0, max(n, 1), config.passage_stride))
+    return len(_spans(n, room, config.passage_stride))
+
+
+def count_rows(tp: TokenizedPassage, config: PhraseModelConfig) -> int:
+    """How many output rows (vectors) the windows of ``tp`` give: one per context token, or with
+    ``passage_stride_mode="step"`` one per token of every window."""
+    n = len(tp.context_ids)
+    if config.passage_stride_mode != "step":
+        return n
+    room = _room(tp, config)
+    return sum(min(a + room, n) - a for a in range(0, max(n, 1), config.passage_stride))
 
 
 def passage_windows(tokenizer, tp: TokenizedPassage, config: PhraseModelConfig, p_idx: int = 0) -> Iterator[Window]:
     """The windows of one passage, in order, built one at a time (a long passage never holds all of them).
 
-    Windows of equal length own consecutive runs of context tokens, so the windows' owned tokens, taken in window
-    order, are the context tokens in order.
+    In both stride modes the windows' ``rows``, taken in window order, are consecutive from 0: ``overlap`` windows of
+    equal length own consecutive runs of context tokens (rows = the owned tokens), ``step`` windows keep every
+    context token they hold.
     """
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
-    prefix = [cls_id] + (tp.title_ids + [sep_id] if tp.title_ids else [])
+    prefix = _prefix(tp, config, cls_id, sep_id)
+    room = config.max_passage_length - len(prefix) - 1
     n = len(tp.context_ids)
-    spans = _spans(n, _room(tp, config), config.passage_stride)
+    if config.passage_stride_mode == "step":
+        yield from _step_windows(p_idx, tp, prefix, room, sep_id, config)
+        return
+    spans = _spans(n, room, config.passage_stride)
     # Max-context rule: score(token, window) = min(left, right) + 0.01 * window length; ties go to the
     # earlier window. One pass over the windows, O(passage length) memory however long the passage.
     best_window = np.zeros(n, dtype=np.int64)
@@ -123,22 +150,52 @@ def passage_windows(tokenizer, tp: TokenizedPassage, config: PhraseModelConfig, 
         ids = prefix + list(tp.context_ids[a:b]) + [sep_id]
         types = _token_types(len(prefix), b - a, config)
         owned = np.nonzero(best_window[a:b] == w_idx)[0] + a
-        yield Window(p_idx, ids, types, owned, owned - a + len(prefix))
+        positions = owned - a + len(prefix)
+        yield Window(p_idx, ids, types, owned, positions, owned, a, len(prefix))
+
+
+def _prefix(tp: TokenizedPassage, config: PhraseModelConfig, cls_id: int, sep_id: int) -> list[int]:
+    """``[CLS] title [SEP]``; untitled: ``[CLS]``, or ``[CLS] [SEP]`` with ``sep_after_empty_title``."""
+    if tp.title_ids:
+        return [cls_id, *tp.title_ids, sep_id]
+    return [cls_id, sep_id] if config.sep_after_empty_title else [cls_id]
 
 
 def _room(tp: TokenizedPassage, config: PhraseModelConfig) -> int:
-    """Context subwords per window: the window length less [CLS], the title and its [SEP], and the final [SEP]."""
-    prefix = 1 + (len(tp.title_ids) + 1 if tp.title_ids else 0)
+    """Context subwords per window: the window length less [CLS], the title and its [SEP] (or the [SEP] of an
+    empty title with ``sep_after_empty_title``), and the final [SEP]."""
+    if tp.title_ids:
+        prefix = len(tp.title_ids) + 2
+    else:
+        prefix = 2 if config.sep_after_empty_title else 1
     return config.max_passage_length - prefix - 1
 
 
 def _spans(n: int, room: int, stride: int) -> list[tuple[int, int]]:
-    """[start, end) context ranges of the windows of an ``n``-subword context."""
+    """[start, end) context ranges of the overlap-mode windows of an ``n``-subword context."""
     step = max(1, room - stride)
     starts = list(range(0, max(1, n - room + step), step))
     if starts[-1] + room < n:
         starts.append(n - room)
     return [(s, min(s + room, n)) for s in starts]
+
+
+def _step_windows(
+    p_idx: int, tp: TokenizedPassage, prefix: list[int], room: int, sep_id: int, config: PhraseModelConfig
+) -> Iterator[Window]:
+    """DensePhrases v1.0 windows: starts 0, stride, 2·stride, … while below the passage length; each holds up to
+    ``room`` context tokens, all of which are kept (twice where windows overlap, never where they leave a gap).
+    Built one at a time, like :func:`passage_windows`."""
+    n, stride = len(tp.context_ids), config.passage_stride
+    row = 0
+    for a in range(0, max(n, 1), stride):
+        b = min(a + room, n)
+        ids = prefix + list(tp.context_ids[a:b]) + [sep_id]
+        owned = np.arange(a, b)
+        rows = np.arange(row, row + (b - a))
+        row += b - a
+        types = _token_types(len(prefix), b - a, config)
+        yield Window(p_idx, ids, types, owned, owned - a + len(prefix), rows, a, len(prefix))
 
 
 def _token_types(prefix_len: int, n_context: int, config: PhraseModelConfig) -> list[int]:

@@ -13,6 +13,7 @@ import copy
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +23,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._util.atomic import write_file_atomic
 from .._util.lazy import require
+from .._util.nofollow import make_temp_dir, refuse_symlink
 from ..errors import ModelLoadError
 from ..params import check_param
 from .config import PhraseModelConfig
+from .densephrases import apply_casing, import_checkpoint
 from .inputs import (
     TokenizedPassage,
     Window,
@@ -38,6 +42,7 @@ from .inputs import (
 )
 from .registry import DEFAULT_MODEL, is_hub_id, is_minilm_alias, is_shipped_name, resolve_base, shipped_model_path
 from .remote_code import TRUST_REMOTE_CODE, refuse_remote_code
+from .truecase import TrueCaser
 from .weights import WEIGHTS_FILE, WEIGHTS_INDEX_FILE, read_base_state, read_weights, write_weights
 
 logger = logging.getLogger(__name__)
@@ -46,12 +51,6 @@ CONFIG_FILE = "dphr_config.json"
 ENCODER_CONFIG_FILE = "encoder_config.json"
 # One attention kernel for every way of building an encoder, so save/load round trips are bit-identical.
 ATTENTION = "sdpa"
-_DENSEPHRASES_RENAMES = {
-    "bert_start.": "phrase_encoder.",
-    "bert_q_start.": "query_start_encoder.",
-    "bert_q_end.": "query_end_encoder.",
-}
-_DENSEPHRASES_PREFIXES = ("phrase_encoder.", "query_start_encoder.", "query_end_encoder.", "filter_linear.")
 
 
 @dataclass
@@ -65,7 +64,8 @@ class EncodedPassage:
 
 @dataclass
 class EncodedPiece:
-    """Token vectors of a run of one passage's context tokens (``positions``: their indices in the context)."""
+    """Token vectors of a run of one passage's output rows (``positions``: the rows, as in :class:`EncodedPassage`:
+    the context token indices, except with ``passage_stride_mode="step"``, where every window's tokens are rows)."""
 
     positions: np.ndarray  # (k,) int64, consecutive
     vectors: np.ndarray  # (k, d) float32
@@ -174,13 +174,22 @@ class PhraseModel(nn.Module):
         except BaseException as exc:
             raise ModelLoadError(f"cannot read encoder config or tokenizer in {path}: {exc}") from exc
         _check_fast(tokenizer, path)
+        if config.do_lower_case is not None:
+            apply_casing(tokenizer, config.do_lower_case, path)
         state = read_weights(path)
         model = cls._build_checked(enc_config, tokenizer, config, state, source=path)
         return model.to(device).eval()
 
     @classmethod
     def from_densephrases(
-        cls, path: str | Path, tokenizer: str | Path | None = None, device: str | torch.device = "cpu"
+        cls,
+        path: str | Path,
+        tokenizer: str | Path | None = None,
+        device: str | torch.device = "cpu",
+        do_lower_case: bool = False,
+        phrase_model: PhraseModel | str | Path | None = None,
+        phrase_fingerprint: str | None = None,
+        config_overrides: dict[str, Any] | None = None,
     ) -> PhraseModel:
         """Import a published DensePhrases checkpoint directory (``config.json`` + ``pytorch_model.bin``).
 
@@ -188,57 +197,29 @@ class PhraseModel(nn.Module):
         is refused. DensePhrases repos ship no tokenizer: pass ``tokenizer`` (e.g. a local copy of
         SpanBERT/spanbert-base-cased) unless the directory has tokenizer files. Old key names
         (``bert_start``, ``bert_q_start``, ``bert_q_end``) are renamed; teacher keys are dropped.
-        Inputs follow DensePhrases v1.0 (every passage segment id 1, titles of at most 10 subwords).
+
+        The model behaves as DensePhrases v1.0, which trained the published checkpoints, and these settings go
+        into its ``dphr_config.json``: the tokenizer keeps case (``do_lower_case=False``, DensePhrases' default,
+        whatever the tokenizer folder says), all-lowercase queries are truecased, passages are
+        ``[CLS] title [SEP] context [SEP]`` (``[CLS] [SEP] context [SEP]`` untitled) with every segment id 1 and
+        titles of at most 10 subwords, in 512-subword windows started every 500 context subwords with every
+        window kept, and ``dphr index`` / the retriever keep the tokens whose filter logit exceeds −2.0.
+        ``config_overrides`` (PhraseModelConfig fields, e.g. ``{"filter_threshold": None}``) replaces any of them.
+
+        A query-only checkpoint (DensePhrases v1.1 query-side fine-tuning saves no ``phrase_encoder``) needs
+        ``phrase_model``: the phrase model (object, directory or DensePhrases checkpoint) whose index it queries;
+        the phrase encoder, filter, tokenizer and passage settings come from it. With ``phrase_fingerprint``
+        (e.g. ``PhraseIndex.model_fingerprint`` of the index to search) the result's phrase fingerprint must
+        equal it. A full checkpoint given a ``phrase_model`` must hold the same phrase side.
+
+        Raises:
+            ModelLoadError: A file is missing, damaged or refused.
+            QueryOnlyCheckpointError: The checkpoint holds no phrase encoder and no ``phrase_model`` was given.
+            ModelMismatchError: The phrase side differs from ``phrase_model`` / ``phrase_fingerprint``.
         """
-        transformers = require("transformers")
-        path = Path(path)
-        weights = path / "pytorch_model.bin"
-        if not weights.is_file() or not (path / "config.json").is_file():
-            raise ModelLoadError(f"{path}: a DensePhrases checkpoint needs config.json and pytorch_model.bin")
-        refuse_remote_code(path)
-        if tokenizer is not None:
-            refuse_remote_code(tokenizer)
-        try:
-            raw = json.loads((path / "config.json").read_text())
-            raw.pop("architectures", None)
-            raw.setdefault("model_type", "bert")
-            enc_config = transformers.AutoConfig.for_model(**raw)
-        except Exception as exc:
-            raise ModelLoadError(f"cannot read {path / 'config.json'}: {exc}") from exc
-        tok_source = str(tokenizer) if tokenizer is not None else str(path)
-        try:
-            if Path(tok_source).is_dir() and not _has_tokenizer_files(Path(tok_source)):
-                # transformers 5.x builds an empty tokenizer (special tokens only) from such a directory
-                raise OSError(f"{tok_source} holds no tokenizer files")
-            tok = transformers.AutoTokenizer.from_pretrained(
-                tok_source, use_fast=True, trust_remote_code=TRUST_REMOTE_CODE
-            )
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as exc:
-            raise ModelLoadError(
-                f"no tokenizer for {path}: DensePhrases checkpoints ship none; pass tokenizer=<path to the "
-                f"SpanBERT/spanbert-base-cased tokenizer> ({exc})"
-            ) from exc
-        _check_fast(tok, tok_source)
-        try:
-            state = torch.load(weights, map_location="cpu", weights_only=True)
-        except Exception as exc:
-            raise ModelLoadError(f"refused to load {weights}: not a plain tensor checkpoint ({exc})") from exc
-        if not isinstance(state, dict):
-            raise ModelLoadError(f"{weights}: expected a state dict, got {type(state).__name__}")
-        state = _densephrases_state(state)
-        try:
-            config = PhraseModelConfig(
-                passage_token_type="all_one",
-                max_title_length=10,
-                max_passage_length=min(384, int(enc_config.max_position_embeddings)),
-                base_model=f"densephrases:{path.name}",
-            )
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise ModelLoadError(f"{path / 'config.json'}: unusable max_position_embeddings ({exc})") from exc
-        model = cls._build_checked(enc_config, tok, config, state, source=weights)
-        return model.to(device).eval()
+        return import_checkpoint(
+            cls, path, tokenizer, device, do_lower_case, phrase_model, phrase_fingerprint, config_overrides
+        )
 
     @classmethod
     def _from_encoder_config(cls, enc_config, tokenizer, config: PhraseModelConfig) -> PhraseModel:
@@ -337,11 +318,14 @@ class PhraseModel(nn.Module):
         model's (``config.base_model``, e.g.
         the frozen word embeddings of a model trained from ``minilm``), which are then read from the installed
         base at load time.
+
+        No file is written through a symbolic link: one in ``path`` where a file of the model goes raises
+        :class:`~dphr_haystack.errors.UnsafePathError`.
         """
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.config.save(path / CONFIG_FILE)
-        (path / ENCODER_CONFIG_FILE).write_text(self.phrase_encoder.config.to_json_string())
+        write_file_atomic(path / ENCODER_CONFIG_FILE, self.phrase_encoder.config.to_json_string(), fsync=False)
         state = {
             k: v.detach().contiguous().cpu() for k, v in self.state_dict().items() if not k.endswith("position_ids")
         }
@@ -354,7 +338,7 @@ class PhraseModel(nn.Module):
             base_state=base_state,
             base_model=self.config.base_model,
         )
-        self.tokenizer.save_pretrained(str(path))
+        _save_tokenizer(self.tokenizer, path)
         return written
 
     # ----------------------------------------------------------------- encoders
@@ -437,11 +421,13 @@ class PhraseModel(nn.Module):
     ) -> Iterator[tuple[int, EncodedPiece]]:
         """Encode tokenised passages with memory bounded by ``batch_size`` windows, whatever a passage's length.
 
-        Yields ``(passage index, piece)`` in passage order and, within a passage, in token order: the pieces of a
-        passage together hold each of its context tokens once. Consecutive passages of at most ``batch_size``
-        windows are encoded together (windows sorted by length, one piece per passage, as :meth:`encode_passages`
-        does); a longer passage is encoded ``batch_size`` windows at a time, one piece per batch, so a consumer
-        that writes each piece out before asking for the next holds one batch's vectors however long the passage.
+        Yields ``(passage index, piece)`` in passage order and, within a passage, in row order: the pieces of a
+        passage together hold each of its output rows once, exactly the rows :meth:`encode_passages` gives it (one
+        per context token; with ``passage_stride_mode="step"``, every window's tokens). Consecutive passages of at
+        most ``batch_size`` windows are encoded together (windows sorted by length, one piece per passage, as
+        :meth:`encode_passages` does); a longer passage is encoded ``batch_size`` windows at a time, one piece per
+        batch, so a consumer that writes each piece out before asking for the next holds one batch's vectors
+        however long the passage.
         """
         batch_size = check_param("batch_size", batch_size)
         run: list[int] = []
@@ -467,7 +453,9 @@ class PhraseModel(nn.Module):
     def _long_passage_pieces(
         self, tp: TokenizedPassage, p_idx: int, batch_size: int
     ) -> Iterator[tuple[int, EncodedPiece]]:
-        expected = 0  # the next context token a piece must start with
+        # The windows' rows, in window order, are consecutive from 0 in both stride modes (model/inputs.py), so a
+        # batch of consecutive windows fills one consecutive run of rows.
+        expected = 0  # the next output row a piece must start with
         batch: list[Window] = []
         windows = passage_windows(self.tokenizer, tp, self.config, p_idx)
         while True:
@@ -479,31 +467,41 @@ class PhraseModel(nn.Module):
             if not batch:
                 break
             states, filt = self._encode_batch(batch)
-            positions = np.concatenate([w.owned_context for w in batch])
-            if len(positions) and (positions[0] != expected or np.any(np.diff(positions) != 1)):
-                raise RuntimeError(f"windows own context tokens out of order at token {expected}")  # never expected
-            expected += len(positions)
+            rows = np.concatenate([w.rows for w in batch]).astype(np.int64, copy=False)
+            if len(rows) and (rows[0] != expected or np.any(np.diff(rows) != 1)):
+                raise RuntimeError(f"windows fill output rows out of order at row {expected}")  # never expected
+            expected += len(rows)
+            tokens = np.concatenate([w.owned_context for w in batch])
             vectors = np.concatenate([states[row, w.owned_positions] for row, w in enumerate(batch)])
             logits = np.concatenate([filt[row, w.owned_positions] for row, w in enumerate(batch)])
             batch = []
             del states, filt
-            yield p_idx, EncodedPiece(positions, vectors, logits, tp.char_offsets[positions])
-        if expected != len(tp.context_ids):
+            yield p_idx, EncodedPiece(rows, vectors, logits, tp.char_offsets[tokens])
+        if self.config.passage_stride_mode == "overlap" and expected != len(tp.context_ids):
             raise RuntimeError(f"windows own {expected} of {len(tp.context_ids)} context tokens")  # never expected
 
     def _encode_tokenized(self, tokenized: Sequence[TokenizedPassage], batch_size: int) -> list[EncodedPassage]:
         windows = build_windows(self.tokenizer, tokenized, self.config)
         d = self.hidden_size
-        vectors = [np.zeros((len(tp.context_ids), d), dtype=np.float32) for tp in tokenized]
-        logits = [np.zeros((len(tp.context_ids), 2), dtype=np.float32) for tp in tokenized]
+        # Output rows per passage: one per context token, or (step windows) one per token of every window.
+        token_of_row = [np.arange(len(tp.context_ids)) for tp in tokenized]
+        if self.config.passage_stride_mode == "step":
+            token_of_row = [np.zeros(0, dtype=np.int64) for _ in tokenized]
+            for window in windows:
+                token_of_row[window.passage] = np.concatenate([token_of_row[window.passage], window.owned_context])
+        vectors = [np.zeros((len(rows), d), dtype=np.float32) for rows in token_of_row]
+        logits = [np.zeros((len(rows), 2), dtype=np.float32) for rows in token_of_row]
         order = sorted(range(len(windows)), key=lambda i: -len(windows[i].input_ids))
         for b in range(0, len(order), batch_size):
             batch = [windows[i] for i in order[b : b + batch_size]]
             states_np, filt_np = self._encode_batch(batch)
             for row, window in enumerate(batch):
-                vectors[window.passage][window.owned_context] = states_np[row, window.owned_positions]
-                logits[window.passage][window.owned_context] = filt_np[row, window.owned_positions]
-        return [EncodedPassage(v, f, tp.char_offsets) for v, f, tp in zip(vectors, logits, tokenized)]
+                vectors[window.passage][window.rows] = states_np[row, window.owned_positions]
+                logits[window.passage][window.rows] = filt_np[row, window.owned_positions]
+        return [
+            EncodedPassage(v, f, tp.char_offsets[rows])
+            for v, f, tp, rows in zip(vectors, logits, tokenized, token_of_row, strict=True)
+        ]
 
     def _encode_batch(self, batch: Sequence[Window]) -> tuple[np.ndarray, np.ndarray]:
         """Phrase-encoder states and filter logits of a batch of windows: (B, L, d) and (B, L, 2) float32."""
@@ -517,15 +515,31 @@ class PhraseModel(nn.Module):
         return states.float().cpu().numpy(), filt.float().cpu().numpy()
 
     @torch.inference_mode()
-    def encode_queries(self, queries: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
-        """Start and end vectors of each query: two float32 arrays (n, d). Raises InvalidQueryError on empty ones."""
+    def encode_queries(
+        self,
+        queries: Sequence[str],
+        batch_size: int = 64,
+        truecase: bool | None = None,
+        truecaser: TrueCaser | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end vectors of each query: two float32 arrays (n, d). Raises InvalidQueryError on empty ones.
+
+        The query side always runs in float32 (as DensePhrases encodes queries), also on a GPU. With ``truecase``
+        (default: the model's ``config.truecase``, on for cased DensePhrases models) all-lowercase queries are
+        truecased first, by ``truecaser`` or else the model's vocabulary truecaser (:attr:`truecaser`).
+        """
         batch_size = check_param("batch_size", batch_size)
+        if truecase is None:
+            truecase = self.config.truecase
+        if truecase:
+            caser = truecaser or self.truecaser
+            queries = [caser.truecase_query(q) if isinstance(q, str) else q for q in queries]
         starts, ends = [], []
         device = self.device
         for b in range(0, len(queries), batch_size):
             tensors = tokenize_queries(self.tokenizer, queries[b : b + batch_size], self.config)
             tensors = {k: v.to(device) for k, v in tensors.items()}
-            with _autocast(device):
+            with _full_precision(device):  # DensePhrases encodes queries in float32, even on a GPU
                 q_start, q_end = self.query_vectors(**tensors)
             starts.append(q_start.float().cpu().numpy())
             ends.append(q_end.float().cpu().numpy())
@@ -533,6 +547,15 @@ class PhraseModel(nn.Module):
             d = self.hidden_size
             return np.zeros((0, d), np.float32), np.zeros((0, d), np.float32)
         return np.concatenate(starts), np.concatenate(ends)
+
+    @property
+    def truecaser(self) -> TrueCaser:
+        """A truecaser from the tokenizer's cased vocabulary alone (searchers add their corpus's statistics)."""
+        caser = self.__dict__.get("_truecaser")
+        if caser is None:
+            caser = TrueCaser.from_vocab(self.tokenizer.get_vocab())
+            self.__dict__["_truecaser"] = caser
+        return caser
 
     def phrase_fingerprint(self) -> str:
         """SHA-256 of the phrase encoder's weights and passage input settings.
@@ -559,6 +582,11 @@ def _identity_linear(dim: int) -> nn.Linear:
     return layer
 
 
+def _full_precision(device: torch.device):
+    """No autocast, whatever a caller's context enabled: the query side runs in its weights' float32."""
+    return torch.autocast(device.type if device.type in ("cuda", "cpu") else "cpu", enabled=False)
+
+
 def _autocast(device: torch.device):
     if device.type == "cuda":
         dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -579,25 +607,18 @@ def _check_fast(tokenizer, source) -> None:
         raise ModelLoadError(f"{source}: a fast (Rust) tokenizer is required for character offsets")
 
 
-def _densephrases_state(state: dict) -> dict[str, torch.Tensor]:
-    out: dict[str, torch.Tensor] = {}
-    dropped = []
-    for key, value in state.items():
-        if not isinstance(value, torch.Tensor):
-            raise ModelLoadError(f"checkpoint entry {key!r} is not a tensor")
-        new_key = key
-        for old, new in _DENSEPHRASES_RENAMES.items():
-            if key.startswith(old):
-                new_key = new + key[len(old) :]
-        if new_key.startswith(_DENSEPHRASES_PREFIXES):
-            out[new_key] = value
-        else:
-            dropped.append(key)
-    if dropped:
-        logger.info(
-            "DensePhrases import: dropped %d non-encoder keys (teachers, heads): %s", len(dropped), dropped[:5]
-        )
-    return out
+def _save_tokenizer(tokenizer, path: Path) -> None:
+    """``tokenizer.save_pretrained`` into a fresh directory, then each file renamed into ``path`` (transformers
+    opens files by name, which would follow a symbolic link; a rename replaces a path, and links are refused)."""
+    import shutil
+
+    staging = make_temp_dir(path / "tokenizer")
+    try:
+        tokenizer.save_pretrained(str(staging))
+        for file in sorted(staging.iterdir()):
+            os.replace(file, refuse_symlink(path / file.name))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def load_model(model: str | Path) -> PhraseModel:

@@ -21,8 +21,9 @@ from typing import Any
 
 import torch
 
-from .._util.atomic import file_sha256
+from .._util.atomic import file_sha256, write_file_atomic
 from .._util.lazy import require
+from .._util.nofollow import refuse_symlink
 from ..errors import InvalidParameterError, ModelLoadError
 from .registry import resolve_base
 
@@ -48,6 +49,12 @@ def tensor_sha256(tensor: torch.Tensor) -> str:
     return digest.hexdigest()
 
 
+def _save_safetensors(safetensors_torch, tensors: dict[str, torch.Tensor], file: Path) -> None:
+    """One safetensors file, written under a fresh temporary name and renamed (never through a symbolic link)."""
+    metadata = {"format": "pt", "dphr": "1"}
+    write_file_atomic(file, lambda tmp: safetensors_torch.save_file(tensors, str(tmp), metadata=metadata), fsync=False)
+
+
 def write_weights(
     state: dict[str, torch.Tensor],
     path: Path,
@@ -65,7 +72,10 @@ def write_weights(
         raise InvalidParameterError(f"weights dtype {dtype!r}; valid: {', '.join(STORAGE_DTYPES)}")
     if max_shard_mb is not None and not max_shard_mb > 0:
         raise InvalidParameterError(f"max_shard_mb must be > 0, got {max_shard_mb}")
-    for stale in [path / WEIGHTS_FILE, path / WEIGHTS_INDEX_FILE, *path.glob("model-*.safetensors")]:
+    stale_files = [path / WEIGHTS_FILE, path / WEIGHTS_INDEX_FILE, *path.glob("model-*.safetensors")]
+    for stale in stale_files:
+        refuse_symlink(stale)  # a planted link means someone else's files are here: stop before changing any
+    for stale in stale_files:
         stale.unlink(missing_ok=True)
     from_base = _base_references(state, base_state) if base_state is not None else {}
     stored: dict[str, torch.Tensor] = {}
@@ -73,7 +83,7 @@ def write_weights(
         if key not in from_base:
             stored.update(_encode(key, value, _dtype_of(key, dtype)))
     if max_shard_mb is None and dtype == "float32" and not from_base:
-        safetensors_torch.save_file(stored, str(path / WEIGHTS_FILE), metadata={"format": "pt", "dphr": "1"})
+        _save_safetensors(safetensors_torch, stored, path / WEIGHTS_FILE)
         return {"files": [WEIGHTS_FILE], "bytes": (path / WEIGHTS_FILE).stat().st_size, "from_base": 0}
     # safetensors adds a JSON header (tensor names, shapes, offsets) to each shard: keep room for it
     limit = max(1, int(max_shard_mb * 2**20) - SHARD_HEADER_ROOM) if max_shard_mb is not None else None
@@ -83,7 +93,7 @@ def write_weights(
     files = []
     for number, shard in enumerate(shards, 1):
         name = f"model-{number:05d}.safetensors"
-        safetensors_torch.save_file(shard, str(path / name), metadata={"format": "pt", "dphr": "1"})
+        _save_safetensors(safetensors_torch, shard, path / name)
         weight_map.update({key: name for key in shard})
         files.append(name)
     index = {
@@ -96,7 +106,7 @@ def write_weights(
         "from_base": from_base,
         "files_sha256": {name: file_sha256(path / name) for name in files},
     }
-    (path / WEIGHTS_INDEX_FILE).write_text(json.dumps(index, indent=1, sort_keys=True))
+    write_file_atomic(path / WEIGHTS_INDEX_FILE, json.dumps(index, indent=1, sort_keys=True), fsync=False)
     return {
         "files": files + [WEIGHTS_INDEX_FILE],
         "bytes": sum((path / f).stat().st_size for f in files),

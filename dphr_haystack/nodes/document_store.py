@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import functools
 import logging
-import os
 import shutil
 import threading
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from haystack.schema import Document, Label
 
 from .._util.atomic import replace_directory
 from .._util.lock import DEFAULT_LOCK_TIMEOUT, check_lock_timeout
+from .._util.nofollow import make_temp_dir, refuse_symlink
 from ..errors import DphrError, InvalidParameterError
 from ..index.phrase_index import PhraseIndex
 from ..params import check_param
@@ -555,10 +555,8 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
             DocumentStoreError: A document or label cannot be written as JSON (e.g. a ``set`` in its meta);
                 ``path`` is left as it was.
         """
-        path = Path(path).resolve()
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        path = refuse_symlink(Path(path).absolute())
+        tmp = make_temp_dir(path)
         try:
             manifest = write_snapshot(tmp, self._config, self._inner.saved_collections(), self._phrase_indexes)
         except BaseException:

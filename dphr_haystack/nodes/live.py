@@ -30,6 +30,7 @@ from haystack.errors import DocumentStoreError
 
 from .._util.atomic import fsync_directory, write_file_atomic
 from .._util.lock import WriterLock
+from .._util.nofollow import open_no_follow
 from .persistence import STORE_FILE, empty_manifest, read_manifest
 
 OP_KEY = "dphr_op"
@@ -133,7 +134,7 @@ class StoreDirectory:
         for name, lines in self._pending.items():
             committed = sizes.get(name, 0)
             payload = b"".join(lines)
-            with (self.path / name).open("r+b" if (self.path / name).exists() else "wb") as handle:
+            with open_no_follow(self.path / name, "r+b") as handle:  # a symbolic link is refused, not followed
                 handle.truncate(committed)  # bytes of a write that never committed
                 handle.seek(committed)
                 handle.write(payload)

@@ -18,6 +18,7 @@ from haystack.errors import DocumentStoreError
 from haystack.schema import Document, Label
 
 from .._util.atomic import fsync_directory, recover_directory
+from .._util.nofollow import open_no_follow
 from ..index.phrase_index import PhraseIndex
 
 STORE_FILE = "phrase_store.json"
@@ -49,7 +50,7 @@ def write_snapshot(
             continue
         kind = "labels" if isinstance(values[0], Label) else "documents"
         file = f"{kind}-{n}.jsonl"
-        with (tmp / file).open("w", encoding="utf-8") as handle:
+        with open_no_follow(tmp / file, "x", encoding="utf-8") as handle:
             for item in values:
                 try:
                     line = item.to_json()
@@ -65,7 +66,7 @@ def write_snapshot(
     for n, (name, phrase_index) in enumerate(sorted(phrase_indexes.items())):
         phrase_index.save(tmp / f"phrases-{n}")
         manifest["phrases"][name] = f"phrases-{n}"
-    with (tmp / STORE_FILE).open("w", encoding="utf-8") as handle:
+    with open_no_follow(tmp / STORE_FILE, "x", encoding="utf-8") as handle:
         handle.write(json.dumps(manifest, indent=1))
         handle.flush()
         os.fsync(handle.fileno())
@@ -92,7 +93,7 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise DocumentStoreError(f"{file} not found: not a directory written by PhraseDocumentStore.save")
     try:
         manifest = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise DocumentStoreError(f"{file} is corrupted: {exc}") from exc
     if (
         not isinstance(manifest, dict)

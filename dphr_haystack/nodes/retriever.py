@@ -61,6 +61,9 @@ class PhraseRetriever(BaseRetriever):
         filter_threshold: Token-filter threshold used when this retriever creates a phrase index: ``"model"``
             (the default) takes the one chosen when the model's filter was trained (none for an untrained model),
             a number sets it, None keeps every token.
+        truecase: Truecase all-lowercase queries before encoding them (DensePhrases' ``--truecase``), from the
+            case of the indexed passages and the model's cased vocabulary; None (default) follows the model, which
+            turns it on for cased DensePhrases checkpoints.
         batch_size: Batch size for passage and query encoding.
         device: ``cpu``, ``cuda`` or ``auto``.
         scale_score: Map scores to (0, 1) with expit(score / 100); raw scores otherwise. A phrase answer of a
@@ -82,6 +85,7 @@ class PhraseRetriever(BaseRetriever):
         whole_words: bool = True,
         skip_question_copies: bool = True,
         filter_threshold: float | Literal["model"] | None = "model",
+        truecase: bool | None = None,
         batch_size: int = 32,
         device: Literal["cpu", "cuda", "auto"] = "auto",
         scale_score: bool = True,
@@ -121,6 +125,9 @@ class PhraseRetriever(BaseRetriever):
         for name, flag in (("whole_words", whole_words), ("skip_question_copies", skip_question_copies)):
             if not isinstance(flag, bool):
                 raise InvalidParameterError(f"{name}={flag!r}; valid: true or false")
+        if truecase is not None and not isinstance(truecase, bool):
+            raise InvalidParameterError(f"truecase={truecase!r}; valid: true, false or null (the model's)")
+        self.truecase = truecase
         self.whole_words = whole_words
         self.skip_question_copies = skip_question_copies
 
@@ -248,6 +255,7 @@ class PhraseRetriever(BaseRetriever):
             query_batch_size=batch_size or self.batch_size,
             whole_words=self.whole_words,
             skip_question_copies=self.skip_question_copies,
+            truecase=self.truecase,
         )
         if isinstance(filters, list):
             if len(filters) != len(queries):

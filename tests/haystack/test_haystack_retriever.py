@@ -189,3 +189,47 @@ def test_answers_skip_question_copies_and_carry_the_calibrated_confidence(tiny_m
         assert answer.score == answer.meta["confidence"] and 0.0 <= answer.score <= 1.0
     with pytest.raises(InvalidParameterError, match="skip_question_copies"):
         PhraseRetriever(document_store=store, model=str(calibrated), skip_question_copies="yes")
+
+
+@pytest.fixture(scope="module")
+def densephrases_model_dir(tmp_path_factory):
+    """A synthetic cased DensePhrases checkpoint imported and saved (truecasing on by default)."""
+    from dphr_haystack import PhraseModel
+    from dphr_haystack.testing import make_densephrases_checkpoints
+
+    made = make_densephrases_checkpoints(tmp_path_factory.mktemp("densephrases"))
+    out = tmp_path_factory.mktemp("densephrases-model")
+    PhraseModel.from_densephrases(made["full"], tokenizer=made["tok_dir"]).save(out)
+    return out
+
+
+def test_truecase_is_a_yaml_parameter_defaulting_to_the_model(densephrases_model_dir):
+    from haystack.errors import PipelineSchemaError
+
+    from dphr_haystack.nodes import load_pipeline
+    from tests.haystack.test_haystack_pipelines import PIPELINES
+
+    docs = [
+        Document("William Shakespeare wrote Hamlet in London .", id="a"),
+        Document("Nile flows north into Mediterranean Sea .", id="b"),
+    ]
+
+    def answers(truecase, query):
+        params = {"model": str(densephrases_model_dir), "device": "cpu", "truecase": truecase}
+        pipeline = load_pipeline(
+            PIPELINES / "phrase_qa.yml", overrides={"DocumentStore": {"progress_bar": False}, "Retriever": params}
+        )
+        retriever = pipeline.get_node("Retriever")
+        assert retriever.truecase is truecase
+        retriever.document_store.index_documents(docs, retriever)
+        return [(a.answer, a.meta["raw_score"]) for a in pipeline.run(query=query)["answers"]]
+
+    written = answers(False, "Who wrote Hamlet?")
+    assert answers(None, "who wrote hamlet?") == written  # the model's default: truecased
+    assert answers(True, "who wrote hamlet?") == written
+    assert answers(False, "who wrote hamlet?") != written
+    with pytest.raises(PipelineSchemaError):
+        load_pipeline(
+            PIPELINES / "phrase_qa.yml",
+            overrides={"Retriever": {"model": str(densephrases_model_dir), "truecase": "x"}},
+        )

@@ -176,3 +176,73 @@ def test_a_process_killed_while_encoding_reopens_consistent(tiny_model_dir, tmp_
     model = PhraseModel.load(tiny_model_dir)
     assert store.update_phrases(model) == 4 and store.phrase_count() == 6
     assert len(store.search_phrases(model, ["Paris"], unit="passage", top_k=6)[0]) == 6
+
+
+def _index_built_elsewhere(model, docs, path):
+    """A phrase index of ``docs`` built as ``dphr index`` or the 1.x SQuAD-open-small benchmark build theirs."""
+    from dphr_haystack import PhraseIndex
+
+    index = PhraseIndex.create(model, path=path, filter_threshold=model.config.filter_threshold)
+    records = [{"id": d.id, "text": d.content, "title": d.meta["title"]} for d in docs]
+    index.add_passages(records, model, batch_size=4, chunk_size=4, progress=False)
+    return index
+
+
+def _ranking(store, model, query="capital of France"):
+    hits = store.search_phrases(model, [query])[0]
+    return [(hit.best_phrase.text, round(hit.score, 4), doc.id) for hit, doc in hits]
+
+
+def test_attach_phrase_index_serves_an_index_built_elsewhere_without_encoding(
+    tiny_model, hs2_docs, tmp_path, one_torch_thread, monkeypatch
+):
+    from dphr_haystack import PhraseIndex
+
+    _index_built_elsewhere(tiny_model, hs2_docs, tmp_path / "built")
+    manifest = (tmp_path / "built" / "manifest.json").read_bytes()
+    reference = PhraseDocumentStore(progress_bar=False)
+    reference.write_documents(hs2_docs)
+    reference.update_phrases(tiny_model)
+
+    store = PhraseDocumentStore(progress_bar=False)
+    store.write_documents(hs2_docs)
+    monkeypatch.setattr(type(tiny_model), "encode_passages", lambda *a, **k: pytest.fail("phrases re-encoded"))
+    store.attach_phrase_index(PhraseIndex.load(tmp_path / "built", model=tiny_model))
+    assert store.phrase_count() == 6 and store.pending_documents() == []
+    assert store.update_phrases(tiny_model) == 0
+    assert _ranking(store, tiny_model) == _ranking(reference, tiny_model)
+    assert (tmp_path / "built" / "manifest.json").read_bytes() == manifest  # searching wrote nothing there
+
+    # a store with a path keeps its own copy, which it reopens with
+    persistent = PhraseDocumentStore(path=str(tmp_path / "store"), progress_bar=False)
+    persistent.write_documents(hs2_docs)
+    persistent.attach_phrase_index(PhraseIndex.load(tmp_path / "built"))
+    persistent.delete_documents(["p0"])
+    assert persistent.phrase_count() == 5 and (tmp_path / "built" / "manifest.json").read_bytes() == manifest
+    persistent.close()
+    reopened = PhraseDocumentStore(path=str(tmp_path / "store"), progress_bar=False)
+    assert reopened.phrase_count() == 5 and reopened.pending_documents() == []
+    assert _ranking(reopened, tiny_model) == [r for r in _ranking(reference, tiny_model) if r[2] != "p0"][:5]
+
+
+def test_attach_phrase_index_refuses_an_index_of_other_documents(tiny_model, hs2_docs, tmp_path, one_torch_thread):
+    from dphr_haystack import PhraseIndex
+
+    index = _index_built_elsewhere(tiny_model, hs2_docs, tmp_path / "built")
+    store = PhraseDocumentStore(progress_bar=False)
+    store.write_documents(hs2_docs[1:])
+    with pytest.raises(InvalidParameterError, match=r"1 passages of the phrase index .* e\.g\. \['p0'\]"):
+        store.attach_phrase_index(index)
+    store.write_documents([Document(id="p0", content="Another text.", meta=hs2_docs[0].meta)])
+    with pytest.raises(InvalidParameterError, match=r"1 passages .* differ from them .* e\.g\. \['p0'\]"):
+        store.attach_phrase_index(index)
+    assert store.phrase_index is None
+    with pytest.raises(InvalidParameterError, match="expected a PhraseIndex"):
+        store.attach_phrase_index(str(tmp_path / "built"))
+    # documents the index lacks stay pending (and are encoded into it on request)
+    subset = PhraseDocumentStore(progress_bar=False)
+    subset.write_documents(hs2_docs)
+    subset.attach_phrase_index(_index_built_elsewhere(tiny_model, hs2_docs[:4], None))
+    assert [d.id for d in subset.pending_documents()] == ["p4", "p5"]
+    assert subset.update_phrases(tiny_model) == 2 and subset.phrase_count() == 6
+    assert isinstance(subset.phrase_index, PhraseIndex)

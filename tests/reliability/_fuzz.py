@@ -14,7 +14,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-CI_TOTAL = 220
+CI_TOTAL = 287  # 220 before the hostile-file tests were added; each test keeps its share (19 cases per weight 1)
 FULL_TOTAL = int(os.environ.get("DPHR_FUZZ_EXAMPLES", "10000"))
 # Relative cost-adjusted weights of the fuzz tests (their names without the test_ prefix).
 WEIGHTS = {
@@ -26,6 +26,9 @@ WEIGHTS = {
     "dump_shards": 1.0,
     "saved_stores": 1.0,
     "corpus_records": 1.0,
+    "hostile_index_values": 1.5,
+    "symlinked_files": 1.0,
+    "corpus_files": 1.0,
 }
 
 _COMMON = dict(
@@ -163,3 +166,42 @@ def damage_file(file: Path, rnd: random.Random, json_value=None) -> str:
         return f"{file.name}: deleted"
     file.write_bytes(mutate_bytes(data, rnd))
     return f"{file.name}: bytes"
+
+
+# ----------------------------------------------------------------- hostile values, with checksums made to match
+INT64_EDGES = st.one_of(
+    st.integers(-3, 12),
+    st.sampled_from([-(2**63), 2**63 - 1, -(2**31), 2**31 - 1, 2**32, -1]),
+    st.integers(-(2**63), 2**63 - 1),
+)
+INT32_EDGES = st.one_of(
+    st.integers(-3, 2000), st.sampled_from([-(2**31), 2**31 - 1, -1, 0]), st.integers(-(2**31), 2**31 - 1)
+)
+FLOAT_EDGES = st.one_of(
+    st.floats(),  # nan and ±inf included
+    st.sampled_from([1e-300, 5e-324, 1e300, 0.0, -0.0, 1e-7, 1e-6, 1e9, 2e9, 1e6, -1e6, 20.0, -2.0]),
+)
+SEARCH_PARAM_VALUES = st.one_of(
+    JSON_VALUES, st.integers(-3, 2**40), st.floats(), st.sampled_from(["abc", "8", True, None, [], {}])
+)
+
+
+def recompute_checksums(folder: Path) -> None:
+    """Make an index manifest agree with its (tampered) files: counts, byte lengths and checksums recomputed."""
+    import json
+
+    from dphr_haystack.index.storage import FILES, sha256_prefix
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for key in ("passages", "tombstones", "tokens"):
+        if (folder / FILES[key]).is_dir():
+            return  # a directory where the file goes: nothing to hash
+    passages = folder / FILES["passages"]
+    tombstones = folder / FILES["tombstones"]
+    manifest["passages_bytes"] = passages.stat().st_size if passages.exists() else 0
+    manifest["counts"]["passages"] = passages.read_bytes().count(b"\n") if passages.exists() else 0
+    manifest["counts"]["tombstones"] = tombstones.stat().st_size // 8 if tombstones.exists() else 0
+    manifest["checksums"] = {
+        key: sha256_prefix(folder / FILES[key], None) for key in ("tokens", "passages", "tombstones")
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest))

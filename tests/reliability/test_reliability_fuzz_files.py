@@ -121,6 +121,169 @@ def test_index_files(fuzz_profile, fuzz_log, saved_indexes, tiny_model, tmp_path
     run()
 
 
+def _tamper(folder: Path, kind: str, data) -> str:
+    """One semantically impossible change to an index directory (drawn from ``data``); returns what it did."""
+    from dphr_haystack.build.dump import TOKEN_DTYPE
+
+    manifest = json.loads((folder / "manifest.json").read_text()) if kind in ("codec", "search_params") else {}
+    if kind == "tombstones":
+        extra = data.draw(st.lists(_fuzz.INT64_EDGES, min_size=1, max_size=3))
+        old = np.fromfile(folder / "tombstones.bin", dtype=np.int64) if (folder / "tombstones.bin").exists() else []
+        np.concatenate([old, np.asarray(extra, dtype=np.int64)]).astype(np.int64).tofile(folder / "tombstones.bin")
+        return f"tombstones + {extra}"
+    if kind == "token":
+        tokens = np.fromfile(folder / "tokens.bin", dtype=TOKEN_DTYPE)
+        row = data.draw(st.integers(0, len(tokens) - 1))
+        field = data.draw(st.sampled_from(["char_start", "char_end", "position", "passage"]))
+        value = data.draw(_fuzz.INT64_EDGES if field == "passage" else _fuzz.INT32_EDGES)
+        tokens[row][field] = value
+        tokens.tofile(folder / "tokens.bin")
+        return f"token {row} {field}={value}"
+    if kind == "duplicate_id":
+        records = [json.loads(line) for line in (folder / "passages.jsonl").read_text(encoding="utf-8").splitlines()]
+        first, second = data.draw(st.lists(st.integers(0, len(records) - 1), min_size=2, max_size=2, unique=True))
+        records[second]["id"] = records[first]["id"]
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        (folder / "passages.jsonl").write_text(text, encoding="utf-8")
+        return f"passage {second} takes the id of {first}"
+    if kind == "codec":
+        key = data.draw(st.sampled_from(["scale", "offset"]))
+        manifest["codec"][key] = data.draw(_fuzz.FLOAT_EDGES)
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        return f"codec {key}={manifest['codec'][key]!r}"
+    if kind == "search_params":
+        params = data.draw(
+            st.one_of(
+                st.dictionaries(
+                    st.sampled_from(["refine", "nprobe", "efSearch", "ht", "bogus"]), _fuzz.SEARCH_PARAM_VALUES
+                ),
+                _fuzz.SEARCH_PARAM_VALUES,
+            )
+        )
+        manifest["search_params"] = params
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        return f"search_params={params!r:.60}"
+    if kind == "directory":
+        name = data.draw(st.sampled_from(sorted(p.name for p in folder.iterdir())))
+        (folder / name).unlink()
+        (folder / name).mkdir()
+        return f"{name} is a directory"
+    depth = data.draw(st.sampled_from([50, 5_000, 100_000]))
+    (folder / "manifest.json").write_text(data.draw(st.sampled_from(["[", '{"a": '])) * depth)
+    return f"manifest nested {depth} deep"
+
+
+def test_hostile_index_values(fuzz_profile, fuzz_log, saved_indexes, tiny_model, tmp_path):
+    """Impossible tombstones, token offsets, duplicate live ids, codec values, search parameters, deep nesting and
+    directories where files go, with counts and checksums recomputed to match: refused with IndexLoadError, or the
+    index loads with every invariant intact and searches return true slices of their passages."""
+    counter = iter(range(10**9))
+
+    @_fuzz.fuzz_settings("hostile_index_values", fuzz_profile)
+    @given(
+        kind=st.sampled_from(sorted(saved_indexes)),
+        changes=st.lists(
+            st.sampled_from(["tombstones", "token", "duplicate_id", "codec", "search_params"]), min_size=0, max_size=2
+        ),
+        last=st.sampled_from([None, None, None, "directory", "nesting"]),
+        verify=st.booleans(),
+        data=st.data(),
+    )
+    def run(kind, changes, last, verify, data):
+        folder = _copy(saved_indexes[kind], tmp_path / f"hostile-{next(counter)}")
+        for change in changes or ["tombstones"]:
+            _tamper(folder, change, data)
+            _fuzz.recompute_checksums(folder)
+        if last is not None:  # after the checksums: nothing left to hash
+            _tamper(folder, last, data)
+        loaded = []
+        fuzz_log.example()
+        outcome = fuzz_log.record("load", outcome_of(lambda: loaded.append(PhraseIndex.load(folder, verify=verify))))
+        assert outcome in ("ok", "IndexLoadError"), outcome
+        if outcome != "ok":
+            return
+        index = loaded[0]
+        assert_index_consistent(index)
+        tombstones = index._tombstones.view()
+        assert ((tombstones >= 0) & (tombstones < index.num_passages)).all()
+        lengths = np.array([len(p["text"]) for p in index.passages], dtype=np.int64)
+        tokens = index.tokens
+        ends = tokens["char_end"].astype(np.int64)
+        assert (tokens["char_start"] >= 0).all() and (ends >= tokens["char_start"]).all()
+        assert (ends <= lengths[tokens["passage"]]).all()
+        searcher = PhraseSearcher(index, tiny_model)
+
+        def search():
+            for hits in searcher.search_batch(QUERIES, unit="phrase", top_k=5):
+                check_hits(index, hits, 5, finite=False)
+
+        fuzz_log.record("search", outcome_of(search))
+
+    run()
+
+
+WRITE_OPS = ["add", "delete", "search_params", "save_copy", "commit", "reindex"]
+
+
+def test_symlinked_files(fuzz_profile, fuzz_log, saved_indexes, tiny_model, tmp_path, squad_passages):
+    """Symbolic links (to files outside, or dangling) planted where an index's files, its lock, temporary names or a
+    save target go, then a write: it works or raises UnsafePathError (IndexLoadError when a link hides a file the
+    load needs), and nothing outside the index directory is created or changed."""
+    from dphr_haystack.errors import UnsafePathError
+
+    counter = iter(range(10**9))
+
+    @_fuzz.fuzz_settings("symlinked_files", fuzz_profile)
+    @given(
+        kind=st.sampled_from(sorted(saved_indexes)),
+        picks=st.lists(st.integers(0, 99), min_size=1, max_size=3, unique=True),
+        dangling=st.booleans(),
+        op=st.sampled_from(WRITE_OPS),
+    )
+    def run(kind, picks, dangling, op):
+        root = tmp_path / f"links-{next(counter)}"
+        folder = _copy(saved_indexes[kind], root / "index")
+        outside = root / "outside"
+        outside.mkdir()
+        places = sorted(p.name for p in folder.iterdir()) + ["manifest.json.tmp", "tombstones.bin", "../.index.lock"]
+        places += ["../copy", "../.copy.lock"]
+        for pick in picks:
+            place = folder / places[pick % len(places)]
+            if place.is_symlink():
+                continue
+            target = outside / f"target-{pick}"
+            if place.name == "copy":
+                target.mkdir()
+                (target / "keep").write_bytes(b"keep")
+            elif not dangling:
+                target.write_bytes(place.read_bytes() if place.is_file() else b"outside")
+            place.unlink(missing_ok=True)
+            place.symlink_to(target, target_is_directory=place.name == "copy")
+        before = {p: (p.read_bytes() if p.is_file() else None) for p in outside.rglob("*")}
+
+        def write():
+            index = PhraseIndex.load(folder)
+            if op == "add":
+                index.add_passages(squad_passages[12:14], tiny_model, progress=False)
+            elif op == "delete":
+                index.delete_passages([index.live_passage_ids()[0]])
+            elif op == "search_params":
+                index.set_search_params(**({"refine": 2} if kind == "flat" else {"nprobe": 2}))
+            elif op == "save_copy":
+                index.save(root / "copy")
+            elif op == "commit":
+                index.save(folder)
+            else:
+                index.reindex("Flat" if kind == "flat" else "IVF2,Flat", progress=False)
+
+        fuzz_log.example()
+        outcome = fuzz_log.record(op, outcome_of(write))
+        assert outcome in ("ok", UnsafePathError.__name__, "IndexLoadError"), outcome
+        assert {p: (p.read_bytes() if p.is_file() else None) for p in outside.rglob("*")} == before
+
+    run()
+
+
 @pytest.fixture(scope="module")
 def saved_models(tmp_path_factory, _tiny_model_session):
     """The tiny model saved in the dphr format and as a DensePhrases checkpoint (config.json + pytorch_model.bin)."""

@@ -6,6 +6,7 @@ and the index or store is consistent afterwards. Case counts: see tests/reliabil
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from dphr_haystack import Passage, PhraseIndex, PhraseSearcher
+from dphr_haystack import CorpusFormatError, Passage, PhraseIndex, PhraseSearcher
 from tests.reliability import _fuzz
 from tests.reliability._checks import (
     assert_index_consistent,
@@ -134,6 +135,96 @@ def test_corpus_records(fuzz_profile, fuzz_log, tiny_model, tmp_path):
         reloaded = PhraseIndex.load(path, model=tiny_model)  # what was committed is exactly what is in memory
         assert_index_consistent(reloaded)
         assert reloaded.passages == index.passages and reloaded.live_passage_ids() == index.live_passage_ids()
+
+    run()
+
+
+# ----------------------------------------------------------------- corpus files: encodings, gzip, damage, dphr index
+CORPUS_FILE_RECORD = st.fixed_dictionaries(
+    {
+        "id": st.one_of(st.sampled_from(["a", "b", "c", "d"]), st.text(max_size=3)),
+        "text": st.one_of(st.text(max_size=30), st.sampled_from(["Paris is in France.", "café Zürich 東京 😀", " "])),
+    },
+    optional={"title": st.text(max_size=5)},
+)
+CORPUS_FILE_RECORDS = st.one_of(
+    st.lists(CORPUS_FILE_RECORD, min_size=1, max_size=5, unique_by=lambda r: r["id"]),
+    st.lists(CORPUS_FILE_RECORD, max_size=5),  # repeated ids, or none at all
+)
+
+
+def _render_corpus(records: list[dict], layout: str) -> str:
+    if layout == "jsonl":
+        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    if layout == "list":
+        return json.dumps(records, ensure_ascii=False, indent=1)
+    paragraphs = [{"context": r["text"]} for r in records]
+    return json.dumps({"data": [{"title": "T", "paragraphs": paragraphs}]}, ensure_ascii=False, indent=1)
+
+
+def test_corpus_files(fuzz_profile, fuzz_log, model_dir, tmp_path):
+    """Corpus files in every layout, in UTF-8 (with or without BOM), Latin-1, cp1252 or UTF-16, plain, gzipped,
+    truncated, corrupted or named .gz without being gzip, sometimes damaged: reading works or raises
+    CorpusFormatError naming the file; ``dphr index`` exits 0 or 2, and creates no --out when the corpus fails
+    before its first passage."""
+    import contextlib
+    import gzip
+    import io
+
+    from dphr_haystack import read_corpus
+    from dphr_haystack.cli import main as dphr
+
+    counter = iter(range(10**9))
+
+    @_fuzz.fuzz_settings("corpus_files", fuzz_profile)
+    @given(
+        records=CORPUS_FILE_RECORDS,
+        layout=st.sampled_from(["jsonl", "jsonl", "squad", "list"]),
+        encoding=st.sampled_from(["utf-8", "utf-8", "utf-8", "utf-8-sig", "latin-1", "cp1252", "utf-16"]),
+        wrap=st.sampled_from(["plain", "plain", "plain", "gz", "gz", "gz-truncated", "gz-corrupted", "gz-name-only"]),
+        damage=st.sampled_from([False, False, True]),
+        rnd=st.randoms(use_true_random=False),
+    )
+    def run(records, layout, encoding, wrap, damage, rnd):
+        n = next(counter)
+        data = _render_corpus(records, layout).encode(encoding, errors="replace")
+        if damage:
+            data = _fuzz.mutate_bytes(data, rnd)
+        if wrap in ("gz", "gz-truncated", "gz-corrupted"):
+            data = gzip.compress(data)
+            if wrap == "gz-truncated":
+                data = data[: rnd.randrange(len(data))]
+            elif wrap == "gz-corrupted":
+                buf = bytearray(data)
+                buf[rnd.randrange(10, len(buf))] ^= 0xFF
+                data = bytes(buf)
+        file = tmp_path / f"corpus-{n}.{'json' if layout != 'jsonl' else 'jsonl'}{'' if wrap == 'plain' else '.gz'}"
+        file.write_bytes(data)
+        fuzz_log.example()
+        errors: list[str] = []
+
+        def read():
+            try:
+                list(read_corpus(file))
+            except CorpusFormatError as exc:
+                errors.append(str(exc))
+                raise
+
+        if fuzz_log.record("read", outcome_of(read)) != "ok":
+            assert file.name in errors[0], errors[0]
+        firsts: list = []
+        first_ok = outcome_of(lambda: firsts.append(next(iter(read_corpus(file)), None))) == "ok"
+        out = tmp_path / f"index-{n}"
+        args = ["index", "--model", str(model_dir), "--corpus", str(file), "--out", str(out), "--no-progress"]
+        stderr = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
+            code = dphr([*args, "--device", "cpu"])
+        fuzz_log.record("dphr index", "ok" if code == 0 else "exit 2")
+        assert code in (0, 2), stderr.getvalue()
+        if not (first_ok and firsts[0] is not None):  # nothing to index, or unreadable at once: no directory
+            assert code == 2 and not out.exists(), stderr.getvalue()
+        if code == 0:
+            assert PhraseIndex.load(out).num_passages == sum(1 for _ in read_corpus(file))
 
     run()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -19,8 +21,13 @@ class QuerySideLoss(nn.Module):
         L_doc    = −log Σ_{c∈D} softmax_C(z)_c                      (Lee et al. 2021b, Eq. 5)
         L        = mean over queries with T ≠ ∅ of L_phrase + mean over queries with D ≠ ∅ of L_doc
 
-    Each −log Σ_T softmax is computed as logsumexp_C − logsumexp_T (no clamping needed). Queries with no
-    positive of a kind skip that term.
+    Each −log Σ_T softmax is computed as logsumexp_C − logsumexp_T. Queries with no positive of a kind skip that
+    term. ``min_prob`` reproduces DensePhrases' ``−log clamp(Σ_T softmax, min_prob, 1)``: each term is capped at
+    −log(min_prob), and a capped term passes no gradient (DensePhrases: ``min_prob=1e-7``). With DensePhrases'
+    candidates, padding candidates are zero vectors that stay in the softmax: pass a mask of all ones.
+
+    Args:
+        min_prob: None (no cap, the default) or the smallest probability a target set is given.
 
     Inputs:
         q_start, q_end: (B, d) query vectors (with gradients).
@@ -34,6 +41,17 @@ class QuerySideLoss(nn.Module):
     Example:
         >>> out = QuerySideLoss()(qs, qe, cs, ce, cmask, phrase_targets=gold)
     """
+
+    def __init__(self, min_prob: float | None = None) -> None:
+        super().__init__()
+        if min_prob is not None and not 0.0 < min_prob < 1.0:
+            raise ValueError(f"min_prob must be in (0, 1) or None, got {min_prob!r}")
+        self.min_prob = min_prob
+
+    def _nll(self, scores: torch.Tensor, valid: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """−log Σ_targets softmax_valid(scores) per query (B,), capped at −log(min_prob) when set."""
+        nll = masked_logsumexp(scores, valid) - masked_logsumexp(scores, targets)  # (B,)
+        return nll if self.min_prob is None else torch.clamp(nll, max=-math.log(self.min_prob))
 
     @full_precision
     def forward(
@@ -58,7 +76,7 @@ class QuerySideLoss(nn.Module):
             has = t.any(dim=1)  # (B,)
             any_target |= has
             if bool(has.any()):
-                per_query = sum(masked_logsumexp(x, valid) - masked_logsumexp(x, t) for x in (z, zs, ze))  # (B,)
+                per_query = sum(self._nll(x, valid, t) for x in (z, zs, ze))  # (B,)
                 phrase = per_query[has].mean()
                 total = total + phrase
         if doc_targets is not None:
@@ -66,6 +84,6 @@ class QuerySideLoss(nn.Module):
             has = t.any(dim=1)  # (B,)
             any_target |= has
             if bool(has.any()):
-                doc = (masked_logsumexp(z, valid) - masked_logsumexp(z, t))[has].mean()
+                doc = self._nll(z, valid, t)[has].mean()
                 total = total + doc
         return {"loss": total, "phrase": phrase.detach(), "doc": doc.detach(), "answered": any_target.float().mean()}
