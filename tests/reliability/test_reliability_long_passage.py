@@ -15,7 +15,7 @@ from dphr_haystack import PhraseIndex, PhraseModel, PhraseModelConfig, PhraseSea
 from dphr_haystack.build.corpus import Passage
 from dphr_haystack.build.dump import encode_shard, encode_shard_stream, list_shards
 from dphr_haystack.index.codec import VectorCodec
-from dphr_haystack.model.inputs import _room, passage_windows
+from dphr_haystack.model.inputs import _room, count_rows, count_windows, passage_windows
 from tests.conftest import TINY_TEXTS
 
 pytestmark = pytest.mark.unit
@@ -49,6 +49,80 @@ def test_windows_own_the_context_tokens_in_order(tiny_model, n, title):
     owned = [w.owned_context for w in passage_windows(tiny_model.tokenizer, tokenized, tiny_model.config)]
     assert np.array_equal(np.concatenate(owned), np.arange(len(tokenized.context_ids)))
     assert _room(tokenized, tiny_model.config) > 0
+
+
+@pytest.fixture(scope="module")
+def step_model(wide_model) -> PhraseModel:
+    """``wide_model`` with DensePhrases' step windows (every 20 context subwords, every window kept) and its
+    ``[CLS] [SEP]`` prefix for untitled passages, as an imported DensePhrases checkpoint dumps."""
+    import copy
+
+    model = copy.deepcopy(wide_model)
+    model.config = PhraseModelConfig(
+        max_passage_length=64, passage_stride=20, passage_stride_mode="step", sep_after_empty_title=True
+    )
+    return model
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 46, 47, 48, 100, 1000])
+@pytest.mark.parametrize("title", ["", "Paris"])
+@pytest.mark.parametrize("mode", ["overlap", "step"])
+def test_windows_fill_consecutive_rows_in_both_stride_modes(tiny_model, n, title, mode):
+    """What the streamed pieces rely on: the windows' rows, in window order, are consecutive from 0, in both stride
+    modes and prefix rules; count_windows and count_rows say what the windows are without building them."""
+    tiny_model.config = PhraseModelConfig(
+        max_passage_length=48,
+        passage_stride=8 if mode == "overlap" else 30,
+        passage_stride_mode=mode,
+        sep_after_empty_title=mode == "step",
+    )
+    tokenized = tiny_model.tokenize_passages(["paris " * n], [title])[0]
+    windows = list(passage_windows(tiny_model.tokenizer, tokenized, tiny_model.config))
+    rows = np.concatenate([w.rows for w in windows])
+    assert np.array_equal(rows, np.arange(len(rows)))
+    assert len(windows) == count_windows(tokenized, tiny_model.config)
+    assert len(rows) == count_rows(tokenized, tiny_model.config)
+    encoded = tiny_model.encode_passages(["paris " * n], [title])[0]
+    assert len(encoded.vectors) == len(rows)
+    cls_id, sep_id = tiny_model.tokenizer.cls_token_id, tiny_model.tokenizer.sep_token_id
+    if not title:  # sep_after_empty_title (on here in step mode): an untitled window starts [CLS] [SEP]
+        assert windows[0].context_start == (2 if mode == "step" else 1)
+        assert windows[0].input_ids[: windows[0].context_start] == ([cls_id, sep_id] if mode == "step" else [cls_id])
+    assert all(len(w.input_ids) <= 48 for w in windows)
+
+
+def test_streamed_step_pieces_and_shard_equal_encode_passages(step_model):
+    """A step-mode model (a DensePhrases import) streams exactly the rows encode_passages gives, and the streamed
+    shard stores exactly what filtering those rows stores."""
+    passages = [Passage(id="untitled", text=TINY_TEXTS[0][1], title=""), long_passage(2000), short_passages()[1]]
+    texts, titles = [p.text for p in passages], [p.title for p in passages]
+    reference = step_model.encode_passages(texts, titles, batch_size=4)
+    tokenized = step_model.tokenize_passages(texts, titles)
+    assert len(reference[1].vectors) > len(tokenized[1].context_ids)  # step windows overlap: more rows than tokens
+    pieces: dict[int, list] = {}
+    for p_idx, piece in step_model.iter_encoded_pieces(tokenized, batch_size=4):
+        pieces.setdefault(p_idx, []).append(piece)
+    assert len(pieces[1]) > 5
+    for p_idx, enc in enumerate(reference):
+        got = pieces[p_idx]
+        assert np.array_equal(np.concatenate([p.positions for p in got]), np.arange(len(enc.vectors)))
+        assert np.allclose(np.concatenate([p.vectors for p in got]), enc.vectors, atol=1e-5)
+        assert np.array_equal(np.concatenate([p.char_offsets for p in got]), enc.char_offsets)
+    codec = VectorCodec("float16")
+    for threshold in (None, 0.0, 1e9):
+        records, stream = encode_shard_stream(step_model, passages, codec, threshold, batch_size=4)
+        tokens = np.concatenate([p.tokens for p in stream])
+        for local, enc in enumerate(reference):
+            keep = (
+                np.arange(len(enc.vectors))
+                if threshold is None
+                else np.nonzero(enc.filter_logits.max(1) > threshold)[0]
+            )
+            keep = keep if keep.size else np.zeros(1, dtype=np.int64)
+            mine = tokens[tokens["passage"] == local]
+            assert np.array_equal(mine["position"], keep)
+            assert np.array_equal(mine["char_start"], enc.char_offsets[keep, 0])
+            assert records[local]["num_context_tokens"] == len(enc.vectors)
 
 
 def test_streamed_pieces_equal_encode_passages(wide_model):
