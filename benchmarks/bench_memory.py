@@ -52,16 +52,20 @@ def _trace_chunks(trace: list) -> None:
     import dphr_haystack.build.dump as dump_module
     import dphr_haystack.index.phrase_index as index_module
 
-    original = dump_module.encode_shard
+    original = dump_module.encode_shard_stream
     done = [0]
 
     def traced(model, passages, *args, **kwargs):
-        shard = original(model, passages, *args, **kwargs)
-        done[0] += len(passages)
-        trace.append({"passages": done[0], **_status_mib()})
-        return shard
+        records, pieces = original(model, passages, *args, **kwargs)
 
-    dump_module.encode_shard = index_module.encode_shard = traced
+        def counted():
+            yield from pieces
+            done[0] += len(passages)
+            trace.append({"passages": done[0], **_status_mib()})
+
+        return records, counted()
+
+    dump_module.encode_shard_stream = index_module.encode_shard_stream = traced
 
 
 def _child(mode: str, model_dir: str, corpus: str, out: str, batch_size: int, shard_size: int) -> None:

@@ -24,8 +24,10 @@ from .errors import (
     ModelLoadError,
     ModelMismatchError,
     QueryOnlyCheckpointError,
+    RemoteCodeError,
     SettingsConflictError,
     UnsafePathError,
+    UnsafeYamlError,
 )
 
 __version__ = "0.1.0"
@@ -79,8 +81,10 @@ __all__ = [
     "ModelLoadError",
     "ModelMismatchError",
     "QueryOnlyCheckpointError",
+    "RemoteCodeError",
     "SettingsConflictError",
     "UnsafePathError",
+    "UnsafeYamlError",
     *_LAZY,
 ]
 

@@ -47,6 +47,14 @@ class DirectoryLockedError(DphrError, RuntimeError):
     """Another writer holds an index or store directory and did not let go within the lock timeout."""
 
 
+class RemoteCodeError(ModelLoadError):
+    """A model directory asks to run code shipped with it (``auto_map``); dphr_haystack never runs such code."""
+
+
+class UnsafeYamlError(DphrError, ValueError):
+    """A YAML file uses anchors and aliases (which can expand to an enormous document) or is otherwise refused."""
+
+
 class UnsafePathError(DphrError, OSError):
     """A file this library was about to write is a symbolic link (or not a regular file): refused, never followed."""
 

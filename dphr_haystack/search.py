@@ -24,6 +24,7 @@ from .confidence import CONFIDENCE_DEPTH, Calibration, confidence_features, copi
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
 from .index.phrase_index import PhraseIndex
 from .model.truecase import corpus_truecaser, is_all_lowercase
+from .params import check_param
 
 UNITS = ("phrase", "passage", "document")
 # Start and end tokens searched first, per result asked for: passages and documents gather several phrases
@@ -94,6 +95,9 @@ class PhraseSearcher:
     :func:`dphr_haystack.confidence.copies_question`); passage and document rankings are unchanged by it.
     ``calibration`` gives phrase answers a confidence: ``"model"`` (default) takes the model's stored
     calibration (none: no confidence), ``None`` turns it off, or pass a :class:`Calibration`.
+    ``max_answer_length`` (the longest phrase in subwords; default the model's) is 1 to 512 and at most the model's
+    passage window; it and every other count are range-checked by :mod:`dphr_haystack.params`
+    (InvalidParameterError naming the parameter and its range).
     ``truecase`` truecases all-lowercase queries before encoding them (DensePhrases' ``--truecase``) with case
     statistics of the index's own passages and the model's cased vocabulary
     (:func:`dphr_haystack.model.truecase.corpus_truecaser`); None (default) follows the model's ``truecase``
@@ -128,10 +132,16 @@ class PhraseSearcher:
             stored = getattr(getattr(model, "config", None), "calibration", None)
             calibration = Calibration.from_dict(stored) if stored else None
         self.calibration = calibration
-        self.max_answer_length = max_answer_length or (model.config.max_answer_length if model is not None else 10)
-        if self.max_answer_length < 1:
-            raise InvalidParameterError(f"max_answer_length must be >= 1, got {self.max_answer_length}")
-        self.query_batch_size = query_batch_size
+        if max_answer_length is None:
+            max_answer_length = model.config.max_answer_length if model is not None else 10
+        window = _passage_window(index, model)
+        self.max_answer_length = check_param(
+            "max_answer_length",
+            max_answer_length,
+            high=window,
+            why=f"the model's passage window of {window} subwords",
+        )
+        self.query_batch_size = check_param("query_batch_size", query_batch_size)
 
     def search(
         self, query: str, unit: str = "phrase", top_k: int = 10, allowed_passages: np.ndarray | None = None
@@ -170,8 +180,9 @@ class PhraseSearcher:
         ``questions`` (the query texts) let phrase answers that copy the question be skipped.
         """
         check_unit(unit)
-        if top_k < 1:
-            raise InvalidParameterError(f"top_k must be >= 1, got {top_k}")
+        top_k = check_param("top_k", top_k)
+        if candidates is not None:
+            candidates = check_param("candidates", candidates)
         q_start = np.ascontiguousarray(q_start, dtype=np.float32)
         q_end = np.ascontiguousarray(q_end, dtype=np.float32)
         if q_start.ndim != 2 or q_start.shape != q_end.shape or q_start.shape[1] != self.index.dim:
@@ -275,6 +286,16 @@ class PhraseSearcher:
         chosen |= _argmax_groups(ends, scores, np.isin(ends, end_ids))
         idx = np.fromiter(chosen, dtype=np.int64)
         return [(float(scores[i]), int(starts[i]), int(ends[i]), float(s_scores[i]), float(e_scores[i])) for i in idx]
+
+
+def _passage_window(index: PhraseIndex, model) -> int | None:
+    """The passage window (subwords) of the model, or of the one the index records; None when neither says."""
+    config = getattr(model, "config", None)
+    window = getattr(config, "max_passage_length", None)
+    if window is None:
+        recorded = index.manifest.get("model_config")
+        window = recorded.get("max_passage_length") if isinstance(recorded, dict) else None
+    return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
 
 
 def word_boundaries(index: PhraseIndex, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -16,9 +16,9 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 
 def _parse_value(text: str):
-    import yaml
+    from dphr_haystack._util.safe_yaml import load_yaml
 
-    return yaml.safe_load(text)
+    return load_yaml(text, source="--set")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -149,9 +149,9 @@ def _shallow(sub: Any, key: str, parent: type) -> dict[str, Any]:
 
 def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Recipe:
     """Read a recipe YAML; ``overrides`` maps dotted keys (``rc.train.lr``) to values."""
-    import yaml
+    from dphr_haystack._util.safe_yaml import read_yaml
 
-    raw = yaml.safe_load(Path(path).read_text()) or {}
+    raw = read_yaml(path) or {}
     for dotted, value in (overrides or {}).items():
         node = raw
         *parents, last = dotted.split(".")

@@ -23,6 +23,7 @@ import torch
 
 from dphr_haystack._util.lazy import require
 from dphr_haystack.errors import ModelLoadError
+from dphr_haystack.model.remote_code import TRUST_REMOTE_CODE, refuse_remote_code
 
 logger = logging.getLogger(__name__)
 
@@ -36,13 +37,16 @@ def load_qa_model(path: str | Path) -> torch.nn.Module:
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"teacher directory {path} has no config.json")
+    refuse_remote_code(path)
     try:
-        config = transformers.AutoConfig.from_pretrained(str(path))
+        config = transformers.AutoConfig.from_pretrained(str(path), trust_remote_code=TRUST_REMOTE_CODE)
     except Exception as exc:
         raise ModelLoadError(f"cannot read the teacher config in {path}: {exc}") from exc
     if (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file():
         try:
-            model = transformers.AutoModelForQuestionAnswering.from_pretrained(str(path), use_safetensors=True)
+            model = transformers.AutoModelForQuestionAnswering.from_pretrained(
+                str(path), use_safetensors=True, trust_remote_code=TRUST_REMOTE_CODE
+            )
         except Exception as exc:
             raise ModelLoadError(f"cannot load the teacher in {path}: {exc}") from exc
     elif (path / "pytorch_model.bin").is_file():
@@ -54,7 +58,7 @@ def load_qa_model(path: str | Path) -> torch.nn.Module:
             ) from exc
         if not isinstance(state, dict):
             raise ModelLoadError(f"{path / 'pytorch_model.bin'}: expected a state dict, got {type(state).__name__}")
-        model = transformers.AutoModelForQuestionAnswering.from_config(config)
+        model = transformers.AutoModelForQuestionAnswering.from_config(config, trust_remote_code=TRUST_REMOTE_CODE)
         result = model.load_state_dict(state, strict=False)
         missing = [k for k in result.missing_keys if not k.endswith(("position_ids", "token_type_ids"))]
         if missing:
@@ -90,7 +94,9 @@ class CrossEncoderTeacher:
         model = load_qa_model(path)
         if any((path / name).is_file() for name in _TOKENIZER_FILES):
             transformers = require("transformers")
-            teacher_vocab = transformers.AutoTokenizer.from_pretrained(str(path)).get_vocab()
+            teacher_vocab = transformers.AutoTokenizer.from_pretrained(
+                str(path), trust_remote_code=TRUST_REMOTE_CODE
+            ).get_vocab()
             if teacher_vocab != student_tokenizer.get_vocab():
                 raise ModelLoadError(
                     f"the teacher at {path} has another vocabulary than the student: both must "

@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import DirectoryLockedError, InvalidParameterError, UnsafePathError
+from ..errors import DirectoryLockedError, UnsafePathError
+from ..params import check_param
 
 DEFAULT_LOCK_TIMEOUT = 60.0  # seconds a writer waits for another writer of the same directory
 _POLL_SECONDS = 0.05
@@ -38,9 +39,7 @@ def check_lock_timeout(timeout: float | None) -> float:
     """``timeout`` as a float ≥ 0 (None: the default), else InvalidParameterError."""
     if timeout is None:
         return DEFAULT_LOCK_TIMEOUT
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout < float("inf"):
-        raise InvalidParameterError(f"lock_timeout must be a number of seconds >= 0, got {timeout!r}")
-    return float(timeout)
+    return float(check_param("lock_timeout", timeout))
 
 
 class WriterLock:

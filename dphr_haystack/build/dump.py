@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -28,11 +29,15 @@ from .._util.nofollow import make_temp_dir, open_no_follow, refuse_symlink
 from ..errors import EmptyCorpusError, IndexLoadError, InvalidParameterError, ModelMismatchError
 from ..index.codec import VectorCodec
 from ..index.storage import check_token_offsets
+from ..model.inputs import count_rows
 from ..model.phrase_model import PhraseModel
+from ..params import check_param
 from .corpus import CorpusStats, Passage, read_corpus
 
 logger = logging.getLogger(__name__)
 
+# Vectors an int8 codec is calibrated on (the first passages' tokens, as far as this many).
+CALIBRATION_VECTORS = 20_000
 TOKEN_DTYPE = np.dtype([("passage", "<i8"), ("position", "<i4"), ("char_start", "<i4"), ("char_end", "<i4")])
 DUMP_FORMAT_VERSION = 1
 
@@ -52,31 +57,7 @@ class PhraseShard:
     def save(self, path: str | Path) -> None:
         """Write the shard atomically: a fresh temporary directory renamed into place (a symbolic link at ``path``
         is refused)."""
-        path = refuse_symlink(Path(path))
-        tmp = make_temp_dir(path)
-        try:
-            for name, array in (("vectors.npy", self.vectors), ("tokens.npy", self.tokens)):
-                with open_no_follow(tmp / name, "xb") as handle:
-                    np.save(handle, array, allow_pickle=False)
-            with open_no_follow(tmp / "passages.jsonl", "x", encoding="utf-8") as handle:
-                for record in self.passages:
-                    handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-            meta = {
-                "format_version": DUMP_FORMAT_VERSION,
-                "num_vectors": len(self.tokens),
-                "num_passages": len(self.passages),
-                "codec": self.codec.to_dict(),
-                "passage_ids_sha256": passage_ids_digest(r["id"] for r in self.passages),
-                "files_sha256": {name: file_sha256(tmp / name) for name in _SHARD_FILES},
-            }
-            meta["sha256"] = _meta_digest(meta)
-            with open_no_follow(tmp / "shard.json", "x", encoding="utf-8") as handle:
-                handle.write(json.dumps(meta, indent=1))
-            shutil.rmtree(path, ignore_errors=True)
-            os.replace(tmp, path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        write_shard(path, self.passages, [ShardPiece(self.vectors, self.tokens)], self.codec, self.vectors.shape[1])
 
     @classmethod
     def load(cls, path: str | Path, verify: bool = True) -> PhraseShard:
@@ -129,6 +110,15 @@ def passage_ids_digest(ids: Iterable[str]) -> str:
     return digest.hexdigest()
 
 
+@dataclass
+class ShardPiece:
+    """Stored vectors and token rows of a run of consecutive kept tokens of one passage (``tokens['passage']``: the
+    passage's index in its shard)."""
+
+    vectors: np.ndarray  # (k, d) stored dtype
+    tokens: np.ndarray  # (k,) TOKEN_DTYPE
+
+
 def encode_shard(
     model: PhraseModel,
     passages: Sequence[Passage],
@@ -139,43 +129,191 @@ def encode_shard(
     """Encode passages and keep the tokens whose start or end filter logit exceeds ``filter_threshold``.
 
     With no threshold every context token is kept. A passage whose tokens are all filtered keeps its
-    first token (as DensePhrases does), so every passage stays retrievable.
+    first token (as DensePhrases does), so every passage stays retrievable. The whole shard is returned in memory:
+    :func:`encode_shard_stream` hands it over a piece at a time instead.
     """
-    encoded = model.encode_passages([p.text for p in passages], [p.title for p in passages], batch_size=batch_size)
-    vec_parts, tok_parts, records = [], [], []
-    for local, (passage, enc) in enumerate(zip(passages, encoded)):
-        n = len(enc.vectors)
-        keep = select_tokens(enc.filter_logits, filter_threshold)
-        tokens = np.zeros(len(keep), dtype=TOKEN_DTYPE)
-        tokens["passage"] = local
-        tokens["position"] = keep
-        tokens["char_start"] = enc.char_offsets[keep, 0]
-        tokens["char_end"] = enc.char_offsets[keep, 1]
-        vec_parts.append(enc.vectors[keep])
-        tok_parts.append(tokens)
-        records.append(
-            {
-                "id": passage.id,
-                "document_id": passage.document_id,
-                "title": passage.title,
-                "text": passage.text,
-                "meta": dict(passage.meta),
-                "num_context_tokens": n,
-            }
-        )
-    d = model.hidden_size
-    vectors = np.concatenate(vec_parts) if vec_parts else np.zeros((0, d), np.float32)
-    tokens = np.concatenate(tok_parts) if tok_parts else np.zeros(0, TOKEN_DTYPE)
-    return PhraseShard(codec.encode(vectors), tokens, records, codec)
+    records, pieces = encode_shard_stream(model, passages, codec, filter_threshold, batch_size)
+    parts = list(pieces)
+    if parts:
+        vectors = np.concatenate([piece.vectors for piece in parts])
+        tokens = np.concatenate([piece.tokens for piece in parts])
+    else:
+        vectors = codec.encode(np.zeros((0, model.hidden_size), np.float32))
+        tokens = np.zeros(0, TOKEN_DTYPE)
+    return PhraseShard(vectors, tokens, records, codec)
 
 
-def select_tokens(filter_logits: np.ndarray, threshold: float | None) -> np.ndarray:
-    """Token indices kept: start or end filter logit above ``threshold`` (all when None; at least the first)."""
-    n = len(filter_logits)
-    if threshold is None or n == 0:
-        return np.arange(n)
-    keep = np.nonzero(filter_logits.max(axis=1) > threshold)[0]
-    return keep if keep.size else np.zeros(1, dtype=np.int64)
+def encode_shard_stream(
+    model: PhraseModel,
+    passages: Sequence[Passage],
+    codec: VectorCodec,
+    filter_threshold: float | None = None,
+    batch_size: int = 32,
+) -> tuple[list[dict[str, Any]], Iterator[ShardPiece]]:
+    """:func:`encode_shard` with bounded memory: the passage records, and an iterator of the kept tokens' pieces.
+
+    The passages are tokenised at once (for the records' token counts); the pieces are encoded as they are asked
+    for, ``batch_size`` windows at a time for a long passage (:meth:`PhraseModel.iter_encoded_pieces`), in passage
+    and row order (rows are the context tokens or, with ``passage_stride_mode="step"``, every window's tokens, as
+    :meth:`PhraseModel.encode_passages` gives them). A consumer that writes each piece out before asking for the
+    next (:func:`write_shard`, ``PhraseIndex.add_passages``) holds one batch's vectors however long a passage is.
+    """
+    tokenized = model.tokenize_passages([p.text for p in passages], [p.title for p in passages])
+    records = [
+        {
+            "id": passage.id,
+            "document_id": passage.document_id,
+            "title": passage.title,
+            "text": passage.text,
+            "meta": dict(passage.meta),
+            "num_context_tokens": count_rows(tp, model.config),
+        }
+        for passage, tp in zip(passages, tokenized)
+    ]
+    return records, _kept_pieces(model, tokenized, codec, filter_threshold, batch_size)
+
+
+def _kept_pieces(model: PhraseModel, tokenized, codec: VectorCodec, threshold: float | None, batch_size: int):
+    current, kept_any, first = -1, False, None
+    for p_idx, piece in model.iter_encoded_pieces(tokenized, batch_size):
+        if p_idx != current:
+            if first is not None and not kept_any:
+                yield first  # every token of the previous passage was filtered out: its first token stays
+            current, kept_any, first = p_idx, False, None
+        if first is None and len(piece.positions):
+            first = _shard_piece(codec, p_idx, piece, np.zeros(1, dtype=np.int64))
+        keep = np.arange(len(piece.positions)) if threshold is None else _above(piece.filter_logits, threshold)
+        if keep.size:
+            kept_any = True
+            yield _shard_piece(codec, p_idx, piece, keep)
+    if first is not None and not kept_any:
+        yield first
+
+
+def _shard_piece(codec: VectorCodec, p_idx: int, piece, keep: np.ndarray) -> ShardPiece:
+    tokens = np.zeros(len(keep), dtype=TOKEN_DTYPE)
+    tokens["passage"] = p_idx
+    tokens["position"] = piece.positions[keep]
+    tokens["char_start"] = piece.char_offsets[keep, 0]
+    tokens["char_end"] = piece.char_offsets[keep, 1]
+    return ShardPiece(codec.encode(piece.vectors[keep]), tokens)
+
+
+def _above(filter_logits: np.ndarray, threshold: float) -> np.ndarray:
+    return np.nonzero(filter_logits.max(axis=1) > threshold)[0]
+
+
+def write_shard(
+    path: str | Path, records: list[dict[str, Any]], pieces: Iterable[ShardPiece], codec: VectorCodec, dim: int
+) -> int:
+    """Write a shard atomically (a fresh temporary directory renamed into place; a symbolic link at ``path`` is
+    refused) from its records and pieces, each piece appended to the files as it comes, so a shard never needs to
+    fit in memory. Returns the number of vectors."""
+    path = refuse_symlink(Path(path))
+    tmp = make_temp_dir(path)
+    try:
+        with (
+            NpyWriter(tmp / "vectors.npy", codec.numpy_dtype, (dim,)) as vectors,
+            NpyWriter(tmp / "tokens.npy", TOKEN_DTYPE, ()) as tokens,
+        ):
+            for piece in pieces:
+                vectors.write(piece.vectors)
+                tokens.write(piece.tokens)
+        with open_no_follow(tmp / "passages.jsonl", "x", encoding="utf-8") as handle:
+            for record in records:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        meta = {
+            "format_version": DUMP_FORMAT_VERSION,
+            "num_vectors": vectors.rows,
+            "num_passages": len(records),
+            "codec": codec.to_dict(),
+            "passage_ids_sha256": passage_ids_digest(r["id"] for r in records),
+            "files_sha256": {name: file_sha256(tmp / name) for name in _SHARD_FILES},
+        }
+        meta["sha256"] = _meta_digest(meta)
+        with open_no_follow(tmp / "shard.json", "x", encoding="utf-8") as handle:
+            handle.write(json.dumps(meta, indent=1))
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return vectors.rows
+
+
+class NpyWriter:
+    """A ``.npy`` file written a block of rows at a time (the row count need not be known in advance).
+
+    Its header is first written for the largest possible row count and rewritten, padded to the same length, with
+    the real count on close; ``np.load`` reads the file as if ``np.save`` had written it.
+    """
+
+    _MAX_ROWS = 10**15
+
+    def __init__(self, path: Path, dtype: np.dtype, row_shape: tuple[int, ...]) -> None:
+        self.path, self.dtype, self.row_shape, self.rows = path, np.dtype(dtype), tuple(row_shape), 0
+        self._header_size = len(_npy_header(self.dtype, (self._MAX_ROWS, *self.row_shape)))
+        self._handle = open_no_follow(path, "xb")  # a fresh file: a symbolic link (or anything) there is refused
+        self._handle.write(b" " * self._header_size)
+
+    def write(self, block: np.ndarray) -> None:
+        block = np.ascontiguousarray(block, dtype=self.dtype)
+        if block.shape[1:] != self.row_shape:
+            raise ValueError(f"{self.path}: rows of shape {block.shape[1:]}, expected {self.row_shape}")
+        self._handle.write(block.reshape(-1).view(np.uint8).data)
+        self.rows += len(block)
+
+    def close(self) -> None:
+        if self._handle.closed:
+            return
+        self._handle.seek(0)
+        self._handle.write(_npy_header(self.dtype, (self.rows, *self.row_shape), self._header_size))
+        self._handle.close()
+
+    def __enter__(self) -> NpyWriter:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def _npy_header(dtype: np.dtype, shape: tuple[int, ...], size: int | None = None) -> bytes:
+    """The ``.npy`` (format 1.0) header of a C-order array; padded to ``size`` bytes when given (else to 64)."""
+    text = repr({"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
+    total = size if size is not None else -(-(10 + len(text) + 1) // 64) * 64
+    body = text + " " * (total - 10 - len(text) - 1) + "\n"
+    if len(body) + 10 != total or len(body) > 0xFFFF:
+        raise ValueError(f"an .npy header of {len(text)} characters does not fit {total} bytes")
+    return np.lib.format.magic(1, 0) + struct.pack("<H", len(body)) + body.encode("latin1")
+
+
+def read_npy_blocks(path: str | Path, block_rows: int = 65536) -> Iterator[np.ndarray]:
+    """The rows of a ``.npy`` file, ``block_rows`` at a time, read with plain file reads (no memory map, no pickle).
+
+    Raises:
+        IndexLoadError: The file is not a C-order ``.npy`` of plain values, or is shorter than its header says.
+    """
+    path = Path(path)
+    with path.open("rb") as handle:
+        try:
+            version = np.lib.format.read_magic(handle)
+            read_header = (
+                np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            )
+            shape, fortran_order, dtype = read_header(handle)
+        except ValueError as exc:
+            raise IndexLoadError(f"{path} is not a readable .npy file: {exc}") from exc
+        if fortran_order or dtype.hasobject or not shape:
+            raise IndexLoadError(f"{path}: expected a C-order array of plain values")
+        row_items = int(np.prod(shape[1:], dtype=np.int64))
+        done = 0
+        while done < shape[0]:
+            count = min(block_rows, shape[0] - done)
+            buffer = bytearray(count * row_items * dtype.itemsize)
+            if handle.readinto(buffer) != len(buffer):
+                raise IndexLoadError(f"{path} is truncated: its header promises {shape[0]} rows")
+            yield np.frombuffer(buffer, dtype=dtype).reshape((count, *shape[1:]))
+            done += count
 
 
 def chunked(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
@@ -219,6 +357,9 @@ def dump_phrases(
     """
     from tqdm.auto import tqdm
 
+    shard_size, batch_size = check_param("shard_size", shard_size), check_param("batch_size", batch_size)
+    num_workers = check_param("num_workers", num_workers)
+    worker = check_param("worker", worker, high=num_workers - 1, why=f"workers are numbered 0 to {num_workers - 1}")
     pin_malloc_thresholds()  # a dump's memory stays flat however large the corpus (see _memory.py)
     out = Path(out_dir)
     stats = CorpusStats()
@@ -252,18 +393,32 @@ def dump_phrases(
             vectors += done["num_vectors"]
         else:
             if codec is None:
-                first = model.encode_passages([p.text for p in chunk[:64]], [p.title for p in chunk[:64]], batch_size)
-                codec = VectorCodec.calibrate("int8", np.concatenate([e.vectors for e in first]))
-            shard = encode_shard(model, chunk, codec, filter_threshold, batch_size)
-            shard.save(path)
+                codec = VectorCodec.calibrate("int8", calibration_sample(model, chunk, batch_size))
+            records, pieces = encode_shard_stream(model, chunk, codec, filter_threshold, batch_size)
+            vectors += write_shard(path, records, pieces, codec, model.hidden_size)
             encoded += 1
-            vectors += len(shard)
-            del shard
+            del records, pieces
             release_free_memory()  # flat peak memory however many shards (see _memory.py)
         shards.append(path)
         bar.update(len(chunk))
     bar.close()
     return DumpSummary(shards, encoded, skipped, stats.passages, stats.skipped_empty, vectors)
+
+
+def calibration_sample(
+    model: PhraseModel, passages: Sequence[Passage], batch_size: int = 32, limit: int = CALIBRATION_VECTORS
+) -> np.ndarray:
+    """Float32 vectors of the first passages (at most 64 passages and ``limit`` vectors) to fit an int8 codec on;
+    a long passage is encoded only as far as the sample needs."""
+    sample = passages[:64]
+    tokenized = model.tokenize_passages([p.text for p in sample], [p.title for p in sample])
+    parts, total = [], 0
+    for _, piece in model.iter_encoded_pieces(tokenized, batch_size):
+        parts.append(piece.vectors[: limit - total])
+        total += len(parts[-1])
+        if total >= limit:
+            break
+    return np.concatenate(parts) if parts else np.zeros((0, model.hidden_size), np.float32)
 
 
 def _complete_shard_meta(meta_path: Path) -> dict[str, Any]:

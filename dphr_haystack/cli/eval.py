@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import yaml
-
 from .._util.atomic import write_file_atomic
+from .._util.safe_yaml import load_yaml
 from ..errors import InvalidParameterError
+from ..params import arg_type
 
 
 def add_eval_parser(sub) -> None:
@@ -49,7 +49,9 @@ def add_eval_parser(sub) -> None:
     ev.add_argument(
         "--questions", required=True, type=Path, help="SQuAD/DensePhrases JSON, NQ-open JSONL or DPR .qa.csv (.gz ok)"
     )
-    ev.add_argument("--limit", type=int, help="evaluate this many questions (random when --seed is given)")
+    ev.add_argument(
+        "--limit", type=arg_type("limit"), help="evaluate this many questions (random when --seed is given)"
+    )
     ev.add_argument("--seed", type=int, help="sample --limit questions with this seed")
     ev.add_argument(
         "--regex",
@@ -64,7 +66,7 @@ def add_eval_parser(sub) -> None:
         help="with --index: truecase all-lowercase questions (default: the model's setting, on for cased "
         "DensePhrases models; in a pipeline, PhraseRetriever's truecase parameter)",
     )
-    ev.add_argument("--top-k", type=int, default=20)
+    ev.add_argument("--top-k", type=arg_type("top_k"), default=20)
     ev.add_argument("--answer-match", default="squad", choices=["squad", "substring"])
     ev.add_argument("--name", help="system name in the outputs (default: the index or pipeline file name)")
     ev.add_argument("--out", type=Path, default=Path("eval-out"))
@@ -79,7 +81,7 @@ def parse_overrides(items: list[str]) -> dict[str, dict]:
         node, dot, param = key.partition(".")
         if not sep or not dot or not node or not param:
             raise InvalidParameterError(f"--set expects NODE.PARAM=VALUE, got {item!r}")
-        overrides.setdefault(node, {})[param] = yaml.safe_load(value)
+        overrides.setdefault(node, {})[param] = load_yaml(value, source=f"--set {key}")
     return overrides
 
 

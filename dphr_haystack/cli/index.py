@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..model.config import effective_filter_threshold, parse_threshold_arg
 from ..model.registry import DEFAULT_MODEL, model_reference
+from ..params import arg_type
 
 
 def add_index_parser(sub: argparse._SubParsersAction) -> None:
@@ -41,8 +42,10 @@ def add_index_parser(sub: argparse._SubParsersAction) -> None:
         choices=["float16", "int8"],
         help="stored vectors (default float16; a resumed index keeps its own)",
     )
-    index.add_argument("--batch-size", type=int, default=32)
-    index.add_argument("--chunk-size", type=int, default=512, help="passages per commit (the unit of resumption)")
+    index.add_argument("--batch-size", type=arg_type("batch_size"), default=32)
+    index.add_argument(
+        "--chunk-size", type=arg_type("chunk_size"), default=512, help="passages per commit (the unit of resumption)"
+    )
     index.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     index.add_argument("--no-progress", action="store_true")
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import InvalidParameterError
 from ..model.config import WEIGHT_STORAGE, PhraseModelConfig
+from ..params import arg_type
 
 
 def add_model_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,10 +19,12 @@ def add_model_parser(sub: argparse._SubParsersAction) -> None:
         "--base", required=True, help="base model directory or hub name; 'minilm' = offline all-MiniLM-L6-v2"
     )
     init.add_argument("--out", required=True, type=Path)
-    init.add_argument("--max-passage-length", type=int, default=PhraseModelConfig.max_passage_length)
+    init.add_argument(
+        "--max-passage-length", type=arg_type("max_passage_length"), default=PhraseModelConfig.max_passage_length
+    )
     init.add_argument(
         "--passage-stride",
-        type=int,
+        type=arg_type("passage_stride"),
         default=None,
         help="overlap of long-passage windows (default: min(128, max length / 4))",
     )
@@ -65,7 +68,9 @@ def add_model_parser(sub: argparse._SubParsersAction) -> None:
         choices=list(WEIGHT_STORAGE),
         help="int8-phrase: phrase encoder int8, query side float16",
     )
-    export.add_argument("--max-shard-mb", type=float, default=15.0, help="largest weight file, MiB (default 15)")
+    export.add_argument(
+        "--max-shard-mb", type=arg_type("max_shard_mb"), default=15.0, help="largest weight file, MiB (default 15)"
+    )
     export.add_argument(
         "--omit-base-weights",
         action="store_true",
@@ -110,15 +115,15 @@ def run_model(args: argparse.Namespace) -> int:
 
 
 def _settings(items: list[str]) -> dict[str, Any]:
-    """``["filter_threshold=null"]`` → ``{"filter_threshold": None}`` (values read as YAML)."""
-    import yaml
+    """``["filter_threshold=null"]`` → ``{"filter_threshold": None}`` (values read as YAML, bounded: no aliases)."""
+    from .._util.safe_yaml import load_yaml
 
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise InvalidParameterError(f"--set expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = yaml.safe_load(value)
+        out[key.strip()] = load_yaml(value, source=f"--set {key.strip()}")
     return out
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from ..index.structures import INDEX_TYPES
 from ..model.config import PhraseModelConfig, effective_filter_threshold, parse_threshold_arg
 from ..model.registry import DEFAULT_MODEL
+from ..params import arg_type
 
 
 def add_scale_parsers(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +29,12 @@ def add_scale_parsers(sub: argparse._SubParsersAction) -> None:
     )
     dump.add_argument("--corpus", required=True, type=Path, help="SQuAD JSON or JSON lines {id, title, text}; .gz ok")
     dump.add_argument("--out", required=True, type=Path, help="dump directory (re-running resumes)")
-    dump.add_argument("--shard-size", type=int, default=1000, help="passages per shard (the unit of work and resume)")
+    dump.add_argument(
+        "--shard-size",
+        type=arg_type("shard_size"),
+        default=1000,
+        help="passages per shard (the unit of work and resume)",
+    )
     dump.add_argument(
         "--filter-threshold",
         type=parse_threshold_arg,
@@ -36,19 +42,28 @@ def add_scale_parsers(sub: argparse._SubParsersAction) -> None:
         help="keep tokens whose filter logit exceeds T; 'none' keeps every token (default: the model's)",
     )
     dump.add_argument("--dtype", default="float16", choices=["float16", "int8"])
-    dump.add_argument("--batch-size", type=int, default=32)
+    dump.add_argument("--batch-size", type=arg_type("batch_size"), default=32)
     dump.add_argument("--device", default="auto", help="auto, cpu, cuda (without --ray); CUDA encodes under bf16")
-    dump.add_argument("--worker", type=int, default=0, help="without --ray: this process's worker number")
-    dump.add_argument("--num-workers", type=int, default=1, help="workers splitting the shards (Ray tasks with --ray)")
+    dump.add_argument(
+        "--worker", type=arg_type("worker"), default=0, help="without --ray: this process's worker number"
+    )
+    dump.add_argument(
+        "--num-workers",
+        type=arg_type("num_workers"),
+        default=1,
+        help="workers splitting the shards (Ray tasks with --ray)",
+    )
     dump.add_argument(
         "--ray", action="store_true", help="run the workers as Ray tasks (pip install 'dphr-haystack[distributed]')"
     )
     dump.add_argument(
         "--ray-address", default=None, help="existing Ray cluster (auto, ray://host:10001); default: local"
     )
-    dump.add_argument("--gpus-per-worker", type=float, default=0.0)
-    dump.add_argument("--cpus-per-worker", type=float, default=1.0)
-    dump.add_argument("--max-retries", type=int, default=3, help="Ray re-runs of a worker whose process died")
+    dump.add_argument("--gpus-per-worker", type=arg_type("gpus_per_worker"), default=0.0)
+    dump.add_argument("--cpus-per-worker", type=arg_type("cpus_per_worker"), default=1.0)
+    dump.add_argument(
+        "--max-retries", type=arg_type("max_retries"), default=3, help="Ray re-runs of a worker whose process died"
+    )
     dump.add_argument("--no-progress", action="store_true")
 
     merge = sub.add_parser("merge", help="merge a complete phrase dump into one index")
@@ -71,11 +86,15 @@ def _add_structure_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--faiss-factory", default=None, help="any FAISS index_factory string (default: auto, chosen for the size)"
     )
-    parser.add_argument("--nlist", type=int, default=None, help="IVF lists for --type (default: ~4·sqrt(n))")
+    parser.add_argument(
+        "--nlist", type=arg_type("nlist"), default=None, help="IVF lists for --type (default: ~4·sqrt(n))"
+    )
     parser.add_argument("--on-disk", action="store_true", help="IVF: keep inverted lists on disk, memory-mapped")
-    parser.add_argument("--train-size", type=int, default=None, help="training vectors (default: sized from nlist)")
-    parser.add_argument("--nprobe", type=int, default=None)
-    parser.add_argument("--ef-search", type=int, default=None)
+    parser.add_argument(
+        "--train-size", type=arg_type("train_size"), default=None, help="training vectors (default: sized from nlist)"
+    )
+    parser.add_argument("--nprobe", type=arg_type("nprobe"), default=None)
+    parser.add_argument("--ef-search", type=arg_type("ef_search"), default=None)
 
 
 def run_scale_command(args: argparse.Namespace) -> int:

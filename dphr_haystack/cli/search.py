@@ -7,6 +7,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from ..params import arg_type
+
 
 def add_search_parser(sub: argparse._SubParsersAction) -> None:
     """Add ``dphr search``."""
@@ -14,8 +16,13 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
     search.add_argument("--index", required=True, type=Path)
     search.add_argument("--model", type=Path, help="model directory (default: the one the index was built with)")
     search.add_argument("--unit", default="phrase", help="phrase, passage or document")
-    search.add_argument("--top-k", type=int, default=10)
-    search.add_argument("--max-answer-length", type=int, default=None)
+    search.add_argument("--top-k", type=arg_type("top_k"), default=10)
+    search.add_argument(
+        "--max-answer-length",
+        type=arg_type("max_answer_length"),
+        default=None,
+        help="longest phrase in subwords, at most the model's passage window (default: the model's)",
+    )
     search.add_argument(
         "--partial-words",
         action="store_true",

@@ -9,6 +9,7 @@ from haystack.core.serialization import default_from_dict, default_to_dict
 from haystack.document_stores.types import DuplicatePolicy
 
 from dphr_haystack import DEFAULT_MODEL, InvalidParameterError, PhraseModel
+from dphr_haystack.params import check_param
 
 from ._models import DEVICES, load_model
 from .document_store import PhraseDocumentStore
@@ -59,8 +60,7 @@ class PhraseIndexer:
                 ) from None
         if not isinstance(policy, DuplicatePolicy):
             raise InvalidParameterError(f"policy must be a DuplicatePolicy, got {policy!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidParameterError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        check_param("batch_size", batch_size)
         if device not in DEVICES:
             raise InvalidParameterError(f"device={device!r}; valid: {', '.join(DEVICES)}")
         if not isinstance(progress_bar, bool):

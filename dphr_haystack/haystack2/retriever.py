@@ -11,6 +11,7 @@ from haystack.core.serialization import default_from_dict, default_to_dict
 from haystack.dataclasses import ExtractedAnswer
 
 from dphr_haystack import DEFAULT_MODEL, DocumentHit, InvalidParameterError, PhraseHit, PhraseModel
+from dphr_haystack.params import check_param
 
 from ._models import DEVICES, load_model
 from .document_store import PhraseDocumentStore
@@ -22,9 +23,7 @@ _SCORE_SCALE = 100.0
 
 
 def check_top_k(top_k: Any) -> int:
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise InvalidParameterError(f"top_k must be an integer >= 1, got {top_k!r}")
-    return top_k
+    return check_param("top_k", top_k)
 
 
 def check_unit(unit: Any) -> str:
@@ -90,10 +89,9 @@ class PhraseRetriever:
             )
         check_top_k(top_k)
         check_unit(unit)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidParameterError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        if max_answer_length is not None and (not isinstance(max_answer_length, int) or max_answer_length < 1):
-            raise InvalidParameterError(f"max_answer_length must be an integer >= 1, got {max_answer_length!r}")
+        check_param("batch_size", batch_size)
+        if max_answer_length is not None:
+            check_param("max_answer_length", max_answer_length)
         if device not in DEVICES:
             raise InvalidParameterError(f"device={device!r}; valid: {', '.join(DEVICES)}")
         if filters is not None and not isinstance(filters, dict):

@@ -37,7 +37,15 @@ from .._util.lock import WriterLock
 from .._util.memory import release_free_memory
 from .._util.nofollow import make_temp_dir, open_no_follow, refuse_symlink
 from ..build.corpus import CorpusStats, Passage, read_corpus
-from ..build.dump import TOKEN_DTYPE, PhraseShard, chunked, encode_shard
+from ..build.dump import (
+    TOKEN_DTYPE,
+    PhraseShard,
+    ShardPiece,
+    calibration_sample,
+    chunked,
+    encode_shard,
+    encode_shard_stream,
+)
 from ..errors import (
     DphrError,
     EmptyCorpusError,
@@ -46,6 +54,7 @@ from ..errors import (
     ModelMismatchError,
     SettingsConflictError,
 )
+from ..params import check_param
 from . import auto
 from . import structures as index_types
 from .backends import FaissSearch
@@ -70,6 +79,9 @@ from .storage import (
 logger = logging.getLogger(__name__)
 
 DUPLICATE_POLICIES = ("fail", "skip", "overwrite")
+# Stored vectors buffered before an append (an fsynced write) to the column files: the most a write holds besides one
+# piece of the passage being encoded (benchmarks/bench_long_passage_memory.py).
+APPEND_BYTES = 16 << 20
 _LOAD_ATTEMPTS = 5  # loads retried when a writer committed while they read (see PhraseIndex.load)
 
 
@@ -720,6 +732,7 @@ class PhraseIndex:
 
         if duplicates not in DUPLICATE_POLICIES:
             raise InvalidParameterError(f"duplicates={duplicates!r}; valid: {', '.join(DUPLICATE_POLICIES)}")
+        batch_size, chunk_size = check_param("batch_size", batch_size), check_param("chunk_size", chunk_size)
         if model.phrase_fingerprint() != self.model_fingerprint:
             raise ModelMismatchError(
                 "add_passages: the model's phrase encoder differs from the one this index was built with"
@@ -731,7 +744,7 @@ class PhraseIndex:
                 kept = self._apply_duplicate_policy(chunk, duplicates)
                 if kept:
                     self._ensure_codec(model, kept, batch_size)
-                    self.add_shard(encode_shard(model, kept, self.codec, self.filter_threshold, batch_size))
+                    self._add_encoded(model, kept, batch_size)
             if kept:
                 release_free_memory()  # flat peak memory however many chunks (see _memory.py)
             bar.update(len(chunk))
@@ -754,10 +767,19 @@ class PhraseIndex:
     def _ensure_codec(self, model, chunk: Sequence[Passage], batch_size: int) -> None:
         if self.manifest.get("codec_calibrated", True):
             return
-        sample = model.encode_passages([p.text for p in chunk[:64]], [p.title for p in chunk[:64]], batch_size)
-        self.codec = VectorCodec.calibrate(self.codec.dtype, np.concatenate([e.vectors for e in sample]))
+        self.codec = VectorCodec.calibrate(self.codec.dtype, calibration_sample(model, chunk, batch_size))
         self.manifest["codec"] = self.codec.to_dict()
         self.manifest["codec_calibrated"] = True
+
+    def _add_encoded(self, model, passages: Sequence[Passage], batch_size: int) -> None:
+        """Encode passages and append them in one commit. On disk their pieces are appended as they are encoded
+        (:func:`~dphr_haystack.build.dump.encode_shard_stream`), so memory stays bounded however long a passage is;
+        in memory the index holds every vector anyway."""
+        if self.path is None:
+            self.add_shard(encode_shard(model, passages, self.codec, self.filter_threshold, batch_size))
+            return
+        records, pieces = encode_shard_stream(model, passages, self.codec, self.filter_threshold, batch_size)
+        self._append_stream(records, pieces, self.codec, merging=False)
 
     @_writes
     def add_shard(self, shard: PhraseShard) -> None:
@@ -766,35 +788,79 @@ class PhraseIndex:
 
     def _append_shard(self, shard: PhraseShard, merging: bool) -> None:
         """:meth:`add_shard`; while ``merging`` a dump, without FAISS adds and without a commit per shard."""
-        ids = [r["id"] for r in shard.passages]
+        if shard.vectors.shape[1:] != (self.dim,):
+            raise ModelMismatchError(f"shard vectors have dim {shard.vectors.shape[1:]}, index {self.dim}")
+        self._append_stream(shard.passages, [ShardPiece(shard.vectors, shard.tokens)], shard.codec, merging)
+
+    def _append_stream(
+        self, passages: list[dict[str, Any]], pieces: Iterable[ShardPiece], codec: VectorCodec, merging: bool
+    ) -> None:
+        """Append passages whose kept tokens come in ``pieces`` (in passage and token order), then commit.
+
+        Pieces are buffered up to :data:`APPEND_BYTES` and appended to the column files past their committed length;
+        should the pieces fail (an encoding error), the columns are rolled back and nothing is committed.
+        """
+        ids = [r["id"] for r in passages]
         clashes = [pid for pid in ids if pid in self._live_by_id]
         if clashes or len(set(ids)) != len(ids):
             raise InvalidParameterError(f"duplicate passage ids: {(clashes or ids)[:5]}")
-        if shard.vectors.shape[1:] != (self.dim,):
-            raise ModelMismatchError(f"shard vectors have dim {shard.vectors.shape[1:]}, index {self.dim}")
         if not merging and self._faiss is not None and index_types.has_ondisk_lists(self._faiss):
             raise InvalidParameterError(
                 "this index keeps its FAISS inverted lists on disk, which are read-only: add to an index with "
                 "in-RAM lists (reindex(factory) without on_disk), then reindex(factory, on_disk=True) again"
             )
-        if not self.manifest.get("codec_calibrated", True):
-            self.codec = VectorCodec.calibrate(self.codec.dtype, shard.codec.decode(shard.vectors[:20000]))
-            self.manifest["codec"], self.manifest["codec_calibrated"] = self.codec.to_dict(), True
-        stored = shard.vectors if shard.codec == self.codec else self.codec.encode(shard.codec.decode(shard.vectors))
-        tokens = np.array(shard.tokens, dtype=TOKEN_DTYPE, copy=True)
-        tokens["passage"] += self.num_passages
-        records = [{k: r[k] for k in ("id", "document_id", "title", "text", "meta") if k in r} for r in shard.passages]
+        records = [{k: r[k] for k in ("id", "document_id", "title", "text", "meta") if k in r} for r in passages]
         try:  # fail before anything is appended, so a bad record never leaves half a shard behind
             json.dumps(records, ensure_ascii=False).encode("utf-8")
         except (TypeError, ValueError, RecursionError) as exc:
             raise InvalidParameterError(f"shard passages cannot be stored as JSON: {exc}") from exc
+        start, start_tokens = len(self), self._tokens.length
+        codec_before = (self.codec, self.manifest.get("codec"), self.manifest.get("codec_calibrated"))
+        counts = np.zeros(len(records), dtype=np.int64)
+        added: list[np.ndarray] = []  # the stored vectors, kept for FAISS only when the index is in memory
+        buffer: list[tuple[np.ndarray, np.ndarray]] = []
+
+        def flush() -> None:
+            if buffer:
+                self._vectors.append(np.concatenate([v for v, _ in buffer]))
+                self._tokens.append(np.concatenate([t for _, t in buffer]))
+                buffer.clear()
+
+        buffered = 0
+        try:
+            for piece in pieces:
+                if piece.vectors.shape[1:] != (self.dim,):
+                    raise ModelMismatchError(f"shard vectors have dim {piece.vectors.shape[1:]}, index {self.dim}")
+                if not self.manifest.get("codec_calibrated", True):
+                    self.codec = VectorCodec.calibrate(self.codec.dtype, codec.decode(piece.vectors[:20000]))
+                    self.manifest["codec"], self.manifest["codec_calibrated"] = self.codec.to_dict(), True
+                stored = piece.vectors if codec == self.codec else self.codec.encode(codec.decode(piece.vectors))
+                tokens = np.array(piece.tokens, dtype=TOKEN_DTYPE, copy=True)
+                if len(tokens) and (tokens["passage"].min() < 0 or tokens["passage"].max() >= len(records)):
+                    raise InvalidParameterError("shard token rows point outside the shard's passages")
+                counts += np.bincount(tokens["passage"], minlength=len(records))
+                tokens["passage"] += self.num_passages
+                buffer.append((stored, tokens))
+                buffered += stored.nbytes
+                if self.path is None and not merging:
+                    added.append(stored)
+                if buffered >= APPEND_BYTES:
+                    flush()
+                    buffered = 0
+            flush()
+        except BaseException:
+            self._vectors.truncate(start)
+            self._tokens.truncate(start_tokens)
+            self.codec, self.manifest["codec"] = codec_before[:2]
+            if codec_before[2] is not None:
+                self.manifest["codec_calibrated"] = codec_before[2]
+            raise
         if not merging:
-            self._train_faiss_if_needed(stored)
-        self._vectors.append(stored)
-        self._tokens.append(tokens)
-        if not merging:
-            self._faiss_add(stored)
-        self._append_passages(records, tokens)
+            new = added if self.path is None else [self._vectors.view()[start:]]
+            for block in new:
+                self._train_faiss_if_needed(block)
+                self._faiss_add(block)
+        self._register_appended(records, counts)
         if not merging:
             self._commit()
             if isinstance(self._search, FaissSearch):
@@ -802,7 +868,8 @@ class PhraseIndex:
             if self.auto_structure and auto.needs_rebuild(self.manifest, len(self)):
                 self._build_auto_structure(progress=False)
 
-    def _append_passages(self, records: list[dict[str, Any]], tokens: np.ndarray) -> None:
+    def _register_appended(self, records: list[dict[str, Any]], counts: np.ndarray) -> None:
+        """Append passage records (``counts`` stored tokens each, already appended) to the passages file."""
         if self.path is not None:
             file = self.path / FILES["passages"]
             payload = b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in records)
@@ -813,7 +880,7 @@ class PhraseIndex:
                 handle.flush()
                 os.fsync(handle.fileno())
             self._passage_bytes += len(payload)
-        self._register_passages(records, np.bincount(tokens["passage"] - (self.num_passages), minlength=len(records)))
+        self._register_passages(records, counts)
 
     def _register_passages(self, records: list[dict[str, Any]], counts: np.ndarray) -> None:
         """Track new passage records whose stored tokens (``counts`` each) end the vector file."""

@@ -62,6 +62,16 @@ class Column:
         self.length += len(values)
         self._cache = None
 
+    def truncate(self, length: int) -> None:
+        """Forget rows past ``length`` (an append that will not be committed); a file's bytes past it are dropped
+        by the next append, and are never read before (the manifest records the committed length)."""
+        if length >= self.length:
+            return
+        if self.path is None:
+            self._parts = [self.view()[:length].copy()]
+        self.length = length
+        self._cache = None
+
     def view(self) -> np.ndarray:
         if self._cache is not None:
             return self._cache

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from .._util.atomic import write_file_atomic
 from ..errors import InvalidParameterError, ModelLoadError
+from ..params import check_param
 
 TOKEN_TYPE_MODES = ("all_one", "pair", "all_zero")
 STRIDE_MODES = ("overlap", "step")
@@ -85,15 +86,16 @@ class PhraseModelConfig:
             )
         if self.query_layout not in QUERY_LAYOUTS:
             raise InvalidParameterError(f"query_layout={self.query_layout!r}; valid: {', '.join(QUERY_LAYOUTS)}")
-        if self.max_passage_length < 16:
-            raise InvalidParameterError(f"max_passage_length must be >= 16, got {self.max_passage_length}")
+        for name in ("max_passage_length", "passage_stride", "max_title_length", "max_query_length"):
+            setattr(self, name, check_param(name, getattr(self, name)))
         if self.passage_stride_mode not in STRIDE_MODES:
             raise InvalidParameterError(
                 f"passage_stride_mode={self.passage_stride_mode!r}; valid: {', '.join(STRIDE_MODES)}"
             )
-        if self.passage_stride_mode == "overlap" and not 0 <= self.passage_stride < self.max_passage_length // 2:
+        if self.passage_stride_mode == "overlap" and not self.passage_stride < self.max_passage_length // 2:
             raise InvalidParameterError(
-                f"passage_stride must be in [0, max_passage_length/2), got {self.passage_stride}"
+                f"passage_stride={self.passage_stride} is out of range: an integer from 0 to "
+                f"{self.max_passage_length // 2 - 1} (below half of max_passage_length={self.max_passage_length})"
             )
         if self.passage_stride_mode == "step" and not 1 <= self.passage_stride <= self.max_passage_length:
             raise InvalidParameterError(
@@ -103,8 +105,12 @@ class PhraseModelConfig:
             value = getattr(self, name)
             if not isinstance(value, bool) and not (value is None and name == "do_lower_case"):
                 raise InvalidParameterError(f"{name} must be true or false, got {value!r}")
-        if self.max_title_length < 0 or self.max_query_length < 3 or self.max_answer_length < 1:
-            raise InvalidParameterError("max_title_length >= 0, max_query_length >= 3, max_answer_length >= 1")
+        self.max_answer_length = check_param(
+            "max_answer_length",
+            self.max_answer_length,
+            high=self.max_passage_length,
+            why=f"max_passage_length={self.max_passage_length}, the passage window",
+        )
         threshold = self.filter_threshold
         if threshold is not None and (
             isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold)
@@ -175,8 +181,13 @@ def _same_json_type(value: Any, default: Any) -> bool:
 
 
 def parse_threshold_arg(text: str) -> float | str:
-    """A command line's ``--filter-threshold``: a number, or ``none`` for no filtering."""
-    return "none" if text.strip().lower() == "none" else float(text)
+    """A command line's ``--filter-threshold``: a finite number, or ``none`` for no filtering."""
+    if text.strip().lower() == "none":
+        return "none"
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"--filter-threshold must be a finite number or 'none', got {text!r}")
+    return value
 
 
 def effective_filter_threshold(requested: float | str | None, config: PhraseModelConfig) -> float | None:

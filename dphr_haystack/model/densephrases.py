@@ -20,6 +20,7 @@ import torch
 from .._util.lazy import require
 from ..errors import InvalidParameterError, ModelLoadError, ModelMismatchError, QueryOnlyCheckpointError
 from .config import PhraseModelConfig
+from .remote_code import TRUST_REMOTE_CODE, refuse_remote_code
 
 if TYPE_CHECKING:
     from .phrase_model import PhraseModel
@@ -50,6 +51,9 @@ def import_checkpoint(
     weights = path / "pytorch_model.bin"
     if not weights.is_file() or not (path / "config.json").is_file():
         raise ModelLoadError(f"{path}: a DensePhrases checkpoint needs config.json and pytorch_model.bin")
+    refuse_remote_code(path)  # before transformers reads anything of it: RemoteCodeError
+    if tokenizer is not None:
+        refuse_remote_code(tokenizer)
     try:
         raw = json.loads((path / "config.json").read_text())
         raw.pop("architectures", None)
@@ -150,7 +154,9 @@ def _load_tokenizer(source: str | Path, checkpoint: Path, do_lower_case: bool | 
         if Path(source).is_dir() and not _has_tokenizer_files(Path(source)):
             # transformers 5.x builds an empty tokenizer (special tokens only) from such a directory
             raise OSError(f"{source} holds no tokenizer files")
-        tok = transformers.AutoTokenizer.from_pretrained(source, use_fast=True, **kwargs)
+        tok = transformers.AutoTokenizer.from_pretrained(
+            source, use_fast=True, trust_remote_code=TRUST_REMOTE_CODE, **kwargs
+        )
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:

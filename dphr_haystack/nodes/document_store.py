@@ -29,6 +29,7 @@ from .._util.lock import DEFAULT_LOCK_TIMEOUT, check_lock_timeout
 from .._util.nofollow import make_temp_dir, refuse_symlink
 from ..errors import DphrError, InvalidParameterError
 from ..index.phrase_index import PhraseIndex
+from ..params import check_param
 from ._rwlock import ReadWriteLock, write_locked
 from ._schema import typed_init
 from .live import StoreDirectory, committed_bytes, op_line, parse_op, read_journal, store_read, store_write
@@ -179,8 +180,8 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
                 f"duplicate_documents={duplicate_documents!r}; valid: {', '.join(self.duplicate_documents_options)}"
             )
         _check_bm25(bm25_algorithm, bm25_parameters)
-        if isinstance(embedding_dim, bool) or not isinstance(embedding_dim, int) or embedding_dim < 1:
-            raise InvalidParameterError(f"embedding_dim must be a positive integer, got {embedding_dim!r}")
+        check_param("embedding_dim", embedding_dim)
+        check_param("elasticsearch_port", elasticsearch_port)
         for name, value in (
             ("index", index),
             ("label_index", label_index),

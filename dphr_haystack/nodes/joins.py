@@ -19,6 +19,7 @@ from haystack.nodes.other.join import JoinNode
 from haystack.schema import Answer, Document
 
 from ..errors import InvalidParameterError
+from ..params import check_param
 from ._schema import typed_init
 
 RRF_K = 60  # Cormack et al. 2009
@@ -30,6 +31,11 @@ def _check_weights(weights: list[float] | None, n: int) -> list[float]:
     if len(weights) != n:
         raise InvalidParameterError(f"{len(weights)} weights for {n} joined inputs")
     return [float(w) for w in weights]
+
+
+def _optional_count(name: str, value: int | None) -> int | None:
+    """None (keep all) or a count in the range :mod:`dphr_haystack.params` gives ``name``."""
+    return None if value is None else check_param(name, value)
 
 
 def _copy(doc: Document, score: float) -> Document:
@@ -133,15 +139,15 @@ class LinearFusionJoin(JoinNode):
             raise InvalidParameterError(f"normalization={normalization!r}; valid: minmax, none")
         self.weights = weights
         self.normalization = normalization
-        self.top_k_join = top_k_join
+        self.top_k_join = _optional_count("top_k_join", top_k_join)
 
     def run_accumulated(self, inputs: list[dict], top_k_join: int | None = None):
-        top_k = top_k_join or self.top_k_join
+        top_k = self.top_k_join if top_k_join is None else check_param("top_k_join", top_k_join)
         docs = fuse_linear([inp.get("documents") or [] for inp in inputs], self.weights, self.normalization)
         return {"documents": docs[:top_k] if top_k else docs, "labels": inputs[0].get("labels")}, "output_1"
 
     def run_batch_accumulated(self, inputs: list[dict], top_k_join: int | None = None):
-        top_k = top_k_join or self.top_k_join
+        top_k = self.top_k_join if top_k_join is None else check_param("top_k_join", top_k_join)
         per_query = zip(*[inp.get("documents") or [] for inp in inputs])
         docs = [fuse_linear(lists, self.weights, self.normalization) for lists in per_query]
         return {"documents": [d[:top_k] if top_k else d for d in docs], "labels": inputs[0].get("labels")}, "output_1"
@@ -175,8 +181,8 @@ class PhraseHybridJoin(JoinNode):
             raise InvalidParameterError(f"join_mode={join_mode!r}; valid: reciprocal_rank_fusion, linear")
         self.join_mode = join_mode
         self.weights = weights
-        self.top_k_join = top_k_join
-        self.top_k_answers = top_k_answers
+        self.top_k_join = _optional_count("top_k_join", top_k_join)
+        self.top_k_answers = _optional_count("top_k_answers", top_k_answers)
 
     def _fuse(self, lists: Sequence[Sequence[Document]]) -> list[Document]:
         if self.join_mode == "linear":
@@ -184,14 +190,14 @@ class PhraseHybridJoin(JoinNode):
         return fuse_rrf(lists, self.weights)
 
     def run_accumulated(self, inputs: list[dict], top_k_join: int | None = None):
-        top_k = top_k_join or self.top_k_join
+        top_k = self.top_k_join if top_k_join is None else check_param("top_k_join", top_k_join)
         docs = self._fuse([inp.get("documents") or [] for inp in inputs])
         answers = dedupe_answers([a for inp in inputs for a in (inp.get("answers") or [])], self.top_k_answers)
         output = {"documents": docs[:top_k] if top_k else docs, "answers": answers, "labels": inputs[0].get("labels")}
         return output, "output_1"
 
     def run_batch_accumulated(self, inputs: list[dict], top_k_join: int | None = None):
-        top_k = top_k_join or self.top_k_join
+        top_k = self.top_k_join if top_k_join is None else check_param("top_k_join", top_k_join)
         n = max(len(inp.get("documents") or []) for inp in inputs)
         docs, answers = [], []
         for q in range(n):

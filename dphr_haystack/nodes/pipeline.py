@@ -15,6 +15,7 @@ from haystack.errors import PipelineConfigError
 from haystack.schema import Document
 
 from .._util.resources import pipelines_dir
+from .._util.safe_yaml import read_yaml
 from ..build.corpus import read_corpus
 from ..errors import CorpusFormatError, DphrError, InvalidParameterError
 
@@ -45,6 +46,8 @@ def load_pipeline(
             memory) instead of each loading its own.
 
     Raises:
+        dphr_haystack.errors.UnsafeYamlError: The file's YAML aliases expand to more nodes than any pipeline has
+            (an alias bomb) or refer to themselves; refused before Haystack validates the file.
         haystack.errors.PipelineSchemaError: Unknown component types, unknown params or wrongly typed values.
         dphr_haystack.errors.DphrError: A dphr node refused its params (e.g. ModelLoadError naming a missing
             model path).
@@ -117,9 +120,10 @@ def _check_structure(config: dict[str, Any], file: Path) -> None:
 
 
 def _read_yaml(file: Path) -> dict[str, Any]:
-    """The pipeline file as a mapping; an unreadable, malformed or non-mapping file raises PipelineConfigError."""
+    """The pipeline file as a mapping; an unreadable, malformed or non-mapping file raises PipelineConfigError, one
+    whose YAML aliases expand beyond :data:`~dphr_haystack._util.safe_yaml.MAX_NODES` nodes UnsafeYamlError."""
     try:
-        config = yaml.safe_load(file.read_text(encoding="utf-8"))
+        config = read_yaml(file)  # aliases bounded: Haystack's schema validation would expand an alias bomb
     except (OSError, UnicodeDecodeError) as exc:
         raise PipelineConfigError(f"cannot read pipeline file {file}: {exc}") from exc
     except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: absurdly deep nesting

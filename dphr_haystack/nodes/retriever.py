@@ -13,6 +13,7 @@ from haystack.schema import Answer, Document, Span
 from ..errors import InvalidParameterError, ModelMismatchError
 from ..model.cache import load_phrase_model, model_fingerprint
 from ..model.registry import DEFAULT_MODEL
+from ..params import check_param
 from ..search import UNITS, DocumentHit, PassageHit, PhraseHit, PhraseSearcher
 from ._schema import typed_init
 from .document_store import PhraseDocumentStore
@@ -52,7 +53,8 @@ class PhraseRetriever(BaseRetriever):
         unit: ``phrase`` (top-k phrases; documents are their passages, deduplicated), ``passage`` (top-k
             passages by best phrase) or ``document`` (top-k documents by best passage, grouped by the store's
             ``document_id_field``).
-        max_answer_length: Longest phrase in subwords (default: the model's).
+        max_answer_length: Longest phrase in subwords, 1 to 512 and at most the model's passage window (default:
+            the model's).
         whole_words: Phrases start and end on word boundaries (never inside a WordPiece-split word).
         skip_question_copies: Never answer with a phrase the question itself contains ("Who won Super Bowl
             50?" → "Super Bowl 50"); passage and document rankings are unchanged by it.
@@ -92,10 +94,9 @@ class PhraseRetriever(BaseRetriever):
         super().__init__()
         if unit not in UNITS:
             raise InvalidParameterError(f"unit={unit!r}; valid: {', '.join(UNITS)}")
-        if top_k < 1 or batch_size < 1:
-            raise InvalidParameterError(f"top_k and batch_size must be >= 1, got {top_k} and {batch_size}")
-        if max_answer_length is not None and max_answer_length < 1:
-            raise InvalidParameterError(f"max_answer_length must be >= 1, got {max_answer_length}")
+        top_k, batch_size = check_param("top_k", top_k), check_param("batch_size", batch_size)
+        if max_answer_length is not None:
+            max_answer_length = check_param("max_answer_length", max_answer_length)
         if document_store is not None and not isinstance(document_store, PhraseDocumentStore):
             raise InvalidParameterError(
                 f"PhraseRetriever needs a PhraseDocumentStore, got {type(document_store).__name__}"
@@ -114,7 +115,13 @@ class PhraseRetriever(BaseRetriever):
         elif isinstance(filter_threshold, str) or isinstance(filter_threshold, bool):
             raise InvalidParameterError(f"filter_threshold={filter_threshold!r}; valid: 'model', a number or None")
         self.filter_threshold = filter_threshold
-        self.max_answer_length = max_answer_length or self.phrase_model.config.max_answer_length
+        window = self.phrase_model.config.max_passage_length
+        self.max_answer_length = check_param(
+            "max_answer_length",
+            self.phrase_model.config.max_answer_length if max_answer_length is None else max_answer_length,
+            high=window,
+            why=f"the model's passage window of {window} subwords",
+        )
         for name, flag in (("whole_words", whole_words), ("skip_question_copies", skip_question_copies)):
             if not isinstance(flag, bool):
                 raise InvalidParameterError(f"{name}={flag!r}; valid: true or false")
@@ -123,11 +130,6 @@ class PhraseRetriever(BaseRetriever):
         self.truecase = truecase
         self.whole_words = whole_words
         self.skip_question_copies = skip_question_copies
-        if self.max_answer_length > self.phrase_model.config.max_passage_length:
-            raise InvalidParameterError(
-                f"max_answer_length={self.max_answer_length} exceeds the model's passage "
-                f"windows ({self.phrase_model.config.max_passage_length} subwords)"
-            )
 
     # ----------------------------------------------------------------- BaseRetriever API
     def retrieve(
@@ -229,7 +231,9 @@ class PhraseRetriever(BaseRetriever):
     ) -> list[tuple[list[Document], list[Answer]]]:
         if isinstance(queries, str):
             raise InvalidParameterError("retrieve_batch takes a list of queries, not one string")
-        top_k = top_k or self.top_k
+        top_k = self.top_k if top_k is None else check_param("top_k", top_k)
+        if batch_size is not None:
+            batch_size = check_param("batch_size", batch_size)
         index = index or store.index
         scale = self.scale_score if scale_score is None else scale_score
         empty: list[tuple[list[Document], list[Answer]]] = [([], []) for _ in queries]

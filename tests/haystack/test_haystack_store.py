@@ -52,7 +52,7 @@ def test_update_embeddings_resumes_after_an_interruption(tiny_retriever, haystac
     store = tiny_retriever.document_store
     store.write_documents(haystack_docs)
     model = tiny_retriever.phrase_model
-    real = model.encode_passages
+    real = model.iter_encoded_pieces  # called once per chunk of documents
     calls = {"n": 0}
 
     def flaky(*args, **kwargs):
@@ -61,11 +61,11 @@ def test_update_embeddings_resumes_after_an_interruption(tiny_retriever, haystac
             raise KeyboardInterrupt("simulated crash in the second chunk")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(model, "encode_passages", flaky)
+    monkeypatch.setattr(model, "iter_encoded_pieces", flaky)
     with pytest.raises(KeyboardInterrupt):
         store.update_embeddings(tiny_retriever, batch_size=2)  # commits every 2 documents
     assert store.get_phrase_document_count() == 2
-    monkeypatch.setattr(model, "encode_passages", real)
+    monkeypatch.setattr(model, "iter_encoded_pieces", real)
     stats = store.update_embeddings(tiny_retriever, batch_size=2)
     assert (stats.encoded, stats.skipped_existing) == (4, 2)
     assert store.get_phrase_document_count() == 6

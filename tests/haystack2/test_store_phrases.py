@@ -150,16 +150,16 @@ from haystack import Document
 from dphr_haystack import PhraseIndex, PhraseModel
 from dphr_haystack.haystack2 import PhraseDocumentStore
 
-add_shard = PhraseIndex.add_shard
+add_encoded = PhraseIndex._add_encoded  # encodes and commits one chunk (streamed into an on-disk index)
 calls = []
 
-def dying_add_shard(self, shard):
+def dying_add_encoded(self, model, passages, batch_size):
     calls.append(1)
     if len(calls) == 2:
         os._exit(17)  # killed while encoding the second chunk: after the first chunk's commit
-    add_shard(self, shard)
+    add_encoded(self, model, passages, batch_size)
 
-PhraseIndex.add_shard = dying_add_shard
+PhraseIndex._add_encoded = dying_add_encoded
 store = PhraseDocumentStore(path=sys.argv[1], progress_bar=False)
 store.write_documents([Document(id=f"d{i}", content=f"Document number {i} is about Paris.") for i in range(6)])
 store.update_phrases(PhraseModel.load(sys.argv[2]), chunk_size=2)
