@@ -1,12 +1,13 @@
 """Query latency, batched throughput, indexing cost and index size of every retriever on ONE shared store.
 
 All SQuAD dev-public paragraphs (1,702) go into one PhraseDocumentStore (in-memory; BM25Okapi; MiniLM dense
-embeddings; a flat fp16 phrase index); the FAISS dense variant holds the same embeddings in Haystack's
-FAISSDocumentStore. Each question goes to every retriever in turn (round robin, so drift hits all alike),
+embeddings; the phrase index of the shipped model in its automatic structure); the FAISS dense variant holds the
+same embeddings in Haystack's FAISSDocumentStore. Each question goes to every retriever in turn (round robin, so
+drift hits all alike),
 ``retrieve(query)`` with top_k=10 after a warm-up; then ``retrieve_batch`` in batches of 32 for queries/s.
 Reported as ratios to BM25 and to dense (FAISS). Also: indexing time and tokens/s of the phrase dump vs the
 dense embedding of the same paragraphs, bytes on disk, vectors per passage, and top-10 passage hit rate
-(context only while the phrase model is the untrained MiniLM one).
+(``--model minilm``: the untrained phrase model, for context).
 
     .venv/bin/python -m benchmarks.bench_haystack_retrievers                 # ~8 min on 2 cores
     .venv/bin/python -m benchmarks.bench_haystack_retrievers --queries 50 --limit 300   # quick check
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="paragraphs (default: all 1,702)")
     parser.add_argument("--queries", type=int, default=200, help="timed questions (default 200)")
     parser.add_argument("--top-k", type=int, default=10)
-    parser.add_argument("--model", default="minilm", help="phrase model (default: the untrained MiniLM one)")
+    parser.add_argument("--model", default="dphr-minilm-squad", help="phrase model (default: the shipped one)")
     args = parser.parse_args(argv)
     passages, qas = squad_passages(SQUAD_DEV, args.limit)
     docs = [

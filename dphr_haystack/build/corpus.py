@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,6 +119,22 @@ def read_corpus(source: str | Path | Iterable[Any], stats: CorpusStats | None = 
         yield passage
     if stats.skipped_empty:
         logger.warning("skipped %d passages without text", stats.skipped_empty)
+
+
+def read_corpora(corpora: Iterable[str | Path]) -> list[Passage]:
+    """Every passage of one or more corpus files (:func:`read_corpus` formats), for building documents.
+
+    Raises:
+        CorpusFormatError: A passage id occurs more than once across the corpora.
+    """
+    passages = [p for corpus in corpora for p in read_corpus(corpus)]
+    counts = Counter(p.id for p in passages)
+    repeated = [passage_id for passage_id, n in counts.items() if n > 1]
+    if repeated:
+        raise CorpusFormatError(
+            f"{len(repeated)} passage ids occur more than once across the corpora, e.g. {repeated[:3]}"
+        )
+    return passages
 
 
 def _read_file(path: Path) -> Iterator[tuple[str, Any]]:

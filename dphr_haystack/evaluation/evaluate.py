@@ -280,27 +280,56 @@ def evaluate_pipeline(
     """
     check_evaluation(examples, top_k, answer_match)
     params = pipeline_top_k_params(pipeline, top_k) if params is None else params
-    results: list[QuestionResult] = []
-    has_answers = has_passages = False
-    for ex in tqdm(examples, desc=f"eval {system}", unit="q", disable=not progress):
-        start = time.perf_counter()
-        output = pipeline.run(query=ex.question, params=params)
-        seconds = time.perf_counter() - start
+    seen = {"answers": False, "documents": False}
+
+    def run(question: str) -> tuple[Iterable, Iterable]:
+        output = pipeline.run(query=question, params=params)
+        seen["answers"] |= "answers" in output
+        seen["documents"] |= "documents" in output
         answers = output.get("answers") or []
         documents = output.get("documents") or []
-        has_answers |= "answers" in output
-        has_passages |= "documents" in output
-        result = question_result(
-            ex,
+        return (
             ((a.answer, a.score, (a.document_ids or [None])[0]) for a in answers),
             ((d.id, d.score, d.content) for d in documents),
-            seconds,
-            top_k,
-            answer_match,
         )
+
+    results = score_questions(examples, run, system, top_k, answer_match, progress, on_result)
+    return pipeline_report(system, results, examples, top_k, answer_match, seen["answers"], seen["documents"])
+
+
+def score_questions(
+    examples: Sequence[QAExample],
+    run: Callable[[str], tuple[Iterable, Iterable]],
+    system: str,
+    top_k: int,
+    answer_match: str,
+    progress: bool = True,
+    on_result: Callable[[QuestionResult], None] | None = None,
+) -> list[QuestionResult]:
+    """Time ``run(question)`` on every question and score what it returns: its answers as (text, score, document
+    id) and its documents as (id, score, content) tuples (the part shared by the Haystack 1.x and 2.x layers)."""
+    results: list[QuestionResult] = []
+    for ex in tqdm(examples, desc=f"eval {system}", unit="q", disable=not progress):
+        start = time.perf_counter()
+        answers, documents = run(ex.question)
+        seconds = time.perf_counter() - start
+        result = question_result(ex, answers, documents, seconds, top_k, answer_match)
         results.append(result)
         if on_result is not None:
             on_result(result)
+    return results
+
+
+def pipeline_report(
+    system: str,
+    results: list[QuestionResult],
+    examples: Sequence[QAExample],
+    top_k: int,
+    answer_match: str,
+    has_answers: bool,
+    has_passages: bool,
+) -> EvalReport:
+    """The :class:`EvalReport` of a pipeline's scored questions."""
     regex = any(ex.regex for ex in examples)
     return EvalReport(
         system,

@@ -6,15 +6,14 @@ layers' numbers compare metric for metric (and question for question).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from haystack import Pipeline
-from tqdm.auto import tqdm
 
 from dphr_haystack import InvalidParameterError
-from dphr_haystack.evaluation import EvalReport, QAExample, QuestionResult, check_evaluation, question_result
+from dphr_haystack.evaluation import EvalReport, QAExample, QuestionResult, check_evaluation
+from dphr_haystack.evaluation.evaluate import pipeline_report, score_questions
 
 
 def pipeline_inputs(pipeline: Pipeline, query: str, top_k: int) -> dict[str, dict[str, Any]]:
@@ -78,36 +77,22 @@ def evaluate_pipeline(
     docs_from = _output_component(pipeline, "documents", documents_from)
     answers_of = _output_component(pipeline, "answers", answers_from)
     template = pipeline_inputs(pipeline, "", top_k)
-    results: list[QuestionResult] = []
-    for ex in tqdm(examples, desc=f"eval {system}", unit="q", disable=not progress):
+
+    def run(question: str) -> tuple[Iterable, Iterable]:
         data = {
-            name: {**values, "query": ex.question} if "query" in values else values
-            for name, values in template.items()
+            name: {**values, "query": question} if "query" in values else values for name, values in template.items()
         }
-        start = time.perf_counter()
         output = pipeline.run(data)
-        seconds = time.perf_counter() - start
         answers = output.get(answers_of, {}).get("answers") or [] if answers_of else []
         documents = output.get(docs_from, {}).get("documents") or [] if docs_from else []
-        result = question_result(
-            ex,
+        return (
             ((a.data, a.score, a.document.id if a.document is not None else None) for a in answers),
             ((d.id, d.score, d.content) for d in documents),
-            seconds,
-            top_k,
-            answer_match,
         )
-        results.append(result)
-        if on_result is not None:
-            on_result(result)
-    regex = any(ex.regex for ex in examples)
-    return EvalReport(
-        system,
-        results,
-        top_k,
-        {"top_k": top_k, "answer_match": answer_match, "regex": regex},
-        has_answers=answers_of is not None,
-        has_passages=docs_from is not None,
+
+    results = score_questions(examples, run, system, top_k, answer_match, progress, on_result)
+    return pipeline_report(
+        system, results, examples, top_k, answer_match, answers_of is not None, docs_from is not None
     )
 
 

@@ -7,7 +7,6 @@ an indexing pipeline and the query pipelines loaded from YAML share it.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -15,9 +14,9 @@ from haystack import Document, Pipeline
 from haystack.components.joiners import DocumentJoiner
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 
-from dphr_haystack import DEFAULT_MODEL, CorpusFormatError
+from dphr_haystack import DEFAULT_MODEL
 from dphr_haystack._util.atomic import write_file_atomic
-from dphr_haystack.build.corpus import read_corpus
+from dphr_haystack.build.corpus import read_corpora
 
 from .document_store import PhraseDocumentStore
 from .indexer import PhraseIndexer
@@ -98,18 +97,10 @@ def corpus_documents(corpora: Iterable[str | Path]) -> list[Document]:
     Raises:
         CorpusFormatError: A passage id occurs more than once across the corpora.
     """
-    docs = [
+    return [
         Document(content=p.text, id=p.id, meta={**p.meta, "title": p.title, "document_id": p.document_id})
-        for corpus in corpora
-        for p in read_corpus(corpus)
+        for p in read_corpora(corpora)
     ]
-    counts = Counter(doc.id for doc in docs)
-    repeated = [doc_id for doc_id, n in counts.items() if n > 1]
-    if repeated:
-        raise CorpusFormatError(
-            f"{len(repeated)} passage ids occur more than once across the corpora, e.g. {repeated[:3]}"
-        )
-    return docs
 
 
 def write_pipeline_files(folder: str | Path, model: str = DEFAULT_MODEL) -> list[Path]:

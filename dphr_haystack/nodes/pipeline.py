@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import time
-from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,8 @@ from haystack.schema import Document
 
 from .._util.resources import pipelines_dir
 from .._util.safe_yaml import read_yaml
-from ..build.corpus import read_corpus
-from ..errors import CorpusFormatError, DphrError, InvalidParameterError
+from ..build.corpus import read_corpora
+from ..errors import DphrError, InvalidParameterError
 
 PIPELINES_DIR = pipelines_dir()
 
@@ -139,18 +138,10 @@ def _read_yaml(file: Path) -> dict[str, Any]:
 def corpus_documents(corpora: Iterable[str | Path]) -> list[Document]:
     """Haystack documents of one or more corpus files (:func:`dphr_haystack.build.corpus.read_corpus` formats), with
     ``title`` and ``document_id`` in their meta, as PhraseDocumentStore expects."""
-    docs = [
+    return [
         Document(content=p.text, id=p.id, meta={**p.meta, "title": p.title, "document_id": p.document_id})
-        for corpus in corpora
-        for p in read_corpus(corpus)
+        for p in read_corpora(corpora)
     ]
-    counts = Counter(doc.id for doc in docs)
-    repeated = [doc_id for doc_id, n in counts.items() if n > 1]
-    if repeated:
-        raise CorpusFormatError(
-            f"{len(repeated)} passage ids occur more than once across the corpora, e.g. {repeated[:3]}"
-        )
-    return docs
 
 
 def index_corpus(pipeline: Pipeline, documents: list[Document]) -> dict[str, Any]:
