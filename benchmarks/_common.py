@@ -162,6 +162,42 @@ def validation_titles() -> list[str]:
     return [a["title"] for a in read_json(SQUAD_DEV)["data"][:VALIDATION_ARTICLES]]
 
 
+def squad_open_small_questions(limit: int | None, seed: int = 0) -> list:
+    """The SQuAD-open-small questions: dev-public questions outside the held-out validation articles, ``limit`` of
+    them sampled with ``seed`` (the sample every SQuAD-open-small benchmark asks)."""
+    from dphr_haystack.evaluation import read_questions
+
+    return read_questions(SQUAD_DEV, limit=limit, seed=seed, exclude_titles=set(validation_titles()))
+
+
+def hit_scores(examples, answers: list | None, passages: list | None, top_k: int) -> dict[str, float]:
+    """EM@1 / F1@1 of each question's top phrase and passage acc@1 / acc@``top_k`` of its passage ranking, from
+    ``PhraseSearcher`` hits (one list per question; ``None``: not measured), by ``dphr_haystack.evaluation``'s
+    rules."""
+    from dphr_haystack.evaluation import question_result, summarize
+
+    n = len(examples)
+    results = [
+        question_result(
+            example,
+            [(h.text, h.score, h.passage_id) for h in (answers[i] if answers is not None else [])],
+            [(h.passage_id, h.score, h.text) for h in (passages[i] if passages is not None else [])],
+            0.0,
+            top_k,
+        )
+        for i, example in enumerate(examples)
+    ]
+    out: dict[str, float] = {}
+    if answers is not None:
+        summary = summarize(results, top_k, has_answers=True, has_passages=False)
+        out["em@1"], out["f1@1"] = summary["phrase_em@1"], summary["phrase_f1@1"]
+    if passages is not None:
+        firsts = [r.first_hit() for r in results]
+        out["acc@1"] = sum(f == 1 for f in firsts) / n
+        out[f"acc@{top_k}"] = sum(f > 0 for f in firsts) / n  # question_result keeps the first top_k passages
+    return out
+
+
 def phrase_cache(model, cache: Path) -> Path:
     """Where ``model``'s phrase index lives: one per phrase encoder and filter threshold, so models that differ
     only on the query side (query-side fine-tuning) share it. The untrained ``minilm`` keeps ``phrases/``."""

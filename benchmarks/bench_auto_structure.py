@@ -17,15 +17,15 @@ import time
 from typing import Any
 
 from benchmarks._common import (
-    SQUAD_DEV,
     SQUAD_OPEN_SMALL_CACHE,
     finish_result,
+    hit_scores,
     machine,
     model_id,
     phrase_cache,
     pyplot,
     save_figure,
-    validation_titles,
+    squad_open_small_questions,
 )
 
 
@@ -51,8 +51,6 @@ def measure(model_name: str, questions: int, top_k: int) -> dict[str, Any]:
     import numpy as np
 
     from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
-    from dphr_haystack.evaluation import read_questions
-    from dphr_haystack.evaluation.metrics import contains_answer, exact_match, f1_score
 
     started = time.perf_counter()
     model = PhraseModel.load(model_name)
@@ -60,32 +58,24 @@ def measure(model_name: str, questions: int, top_k: int) -> dict[str, Any]:
     index = PhraseIndex.load(path, model=model)
     if not index.search_params.get("nprobe"):
         raise SystemExit(f"{path} is searched exactly ({index.faiss_factory}): nothing to compare")
-    examples = read_questions(SQUAD_DEV, limit=questions, seed=0, exclude_titles=set(validation_titles()))
+    examples = squad_open_small_questions(questions)
     q_start, q_end = model.encode_queries([e.question for e in examples])
     searcher = PhraseSearcher(index, model)
     index.search_tokens(q_start[:1], 8)  # loads the structure
     tuned = dict(index.search_params)
     nlist = int(index.faiss_factory.split(",")[0].removeprefix("IVF"))
     settings = {"tuned": tuned, "exhaustive": {**tuned, "nprobe": nlist, "refine": 16}}
-    text = {p["id"]: p["text"] for p in index.passages}
     rows, tops = [], {}
     for name, params in settings.items():
         _use(index, params)
         answers, answer_ms = _run(searcher, q_start, q_end, examples, "phrase", 1)
         passages, passage_ms = _run(searcher, q_start, q_end, examples, "passage", top_k)
         tops[name] = [a[0].text if a else "" for a in answers]
-        found = [
-            next((r for r, h in enumerate(hits) if contains_answer(text[h.passage_id], e.answers)), None)
-            for hits, e in zip(passages, examples, strict=True)
-        ]
         rows.append(
             {
                 "search": name,
                 "params": params,
-                "em@1": float(np.mean([exact_match(t, e.answers) for t, e in zip(tops[name], examples, strict=True)])),
-                "f1@1": float(np.mean([f1_score(t, e.answers) for t, e in zip(tops[name], examples, strict=True)])),
-                "acc@1": float(np.mean([r == 0 for r in found])),
-                f"acc@{top_k}": float(np.mean([r is not None for r in found])),
+                **hit_scores(examples, answers, passages, top_k),
                 "answer_p50_ms": statistics.median(answer_ms),
                 "passage_p50_ms": statistics.median(passage_ms),
             }

@@ -21,16 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import (
-    SQUAD_DEV,
     SQUAD_OPEN_SMALL_CACHE,
     finish_result,
+    hit_scores,
     machine,
     model_id,
     phrase_cache,
     pyplot,
     save_figure,
+    squad_open_small_questions,
     squad_passages,
-    validation_titles,
 )
 
 FACTORS = (1, 2, 4, 8, 16, 32)
@@ -41,7 +41,6 @@ def open_index(model, paragraphs: int, questions: int):
     """The cached SQuAD-open-small phrase index of ``model`` when complete (open dev-public questions), else a
     fresh index of ``paragraphs`` dev-public paragraphs (the first question of each)."""
     from dphr_haystack import PhraseIndex
-    from dphr_haystack.evaluation import read_questions
     from dphr_haystack.evaluation.questions import QAExample
     from dphr_haystack.index.phrase_index import MANIFEST
 
@@ -49,9 +48,7 @@ def open_index(model, paragraphs: int, questions: int):
     if (cached / MANIFEST).is_file():
         index = PhraseIndex.load(cached, model=model)
         if index.num_passages >= 20000:
-            held_out = set(validation_titles())
-            examples = read_questions(SQUAD_DEV, limit=questions, seed=0, exclude_titles=held_out)
-            return index, f"SQuAD-open-small ({cached.name})", examples
+            return index, f"SQuAD-open-small ({cached.name})", squad_open_small_questions(questions)
     passages, all_questions = squad_passages(limit=paragraphs)
     index = PhraseIndex.create(model, filter_threshold=model.config.filter_threshold)
     index.add_passages(passages, model, progress=True)
@@ -73,7 +70,6 @@ def measure(model_name: str, questions: int, paragraphs: int, top_k: int) -> dic
 
     import dphr_haystack.search as search
     from dphr_haystack import PhraseModel, PhraseSearcher
-    from dphr_haystack.evaluation.metrics import contains_answer
 
     started = time.perf_counter()
     model = PhraseModel.load(model_name)
@@ -114,13 +110,7 @@ def measure(model_name: str, questions: int, paragraphs: int, top_k: int) -> dic
                     "full_results": float(np.mean([len(h) == top_k for h in hits])),
                 }
                 if unit == "passage":
-                    text = {p["id"]: p["text"] for p in index.passages}
-                    found_at = [
-                        next((r for r, h in enumerate(q) if contains_answer(text[h.passage_id], e.answers)), None)
-                        for q, e in zip(hits, examples, strict=True)
-                    ]
-                    row["acc@1"] = float(np.mean([r == 0 for r in found_at]))
-                    row[f"acc@{top_k}"] = float(np.mean([r is not None for r in found_at]))
+                    row.update(hit_scores(examples, None, hits, top_k))
                 rows.append(row)
     finally:
         search.FIRST_CANDIDATES_PER_RESULT.update(default)
