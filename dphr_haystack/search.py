@@ -159,10 +159,15 @@ class PhraseSearcher:
             raise InvalidQueryError("search_batch takes a list of queries, not one string")
         texts = list(queries)
         truecase = self.model.config.truecase if self.truecase is None else self.truecase
-        if truecase and any(isinstance(q, str) and is_all_lowercase(q) for q in texts):
-            caser = corpus_truecaser(self.index, self.model.tokenizer.get_vocab())
-            texts = [caser.truecase_query(q) if isinstance(q, str) else q for q in texts]
-        q_start, q_end = self.model.encode_queries(texts, batch_size=self.query_batch_size, truecase=False)
+        # the index's own passages teach the truecaser (built only when a query needs it)
+        caser = (
+            corpus_truecaser(self.index, self.model.tokenizer.get_vocab())
+            if truecase and any(isinstance(q, str) and is_all_lowercase(q) for q in texts)
+            else None
+        )
+        q_start, q_end = self.model.encode_queries(
+            texts, batch_size=self.query_batch_size, truecase=caser is not None, truecaser=caser
+        )
         return self.search_vectors(q_start, q_end, unit, top_k, allowed_passages, questions=list(queries))
 
     def search_vectors(
