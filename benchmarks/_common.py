@@ -108,6 +108,16 @@ def percentiles(values_ms: list[float]) -> dict[str, float]:
     }
 
 
+def proc_memory() -> dict[str, float]:
+    """VmRSS / VmHWM (peak) / RssAnon / RssFile of this process in MiB, from /proc/self/status."""
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("RssAnon", "RssFile", "VmHWM", "VmRSS"):
+            out[key] = int(value.split()[0]) / 1024
+    return out
+
+
 def write_result(name: str, payload: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

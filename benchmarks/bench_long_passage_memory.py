@@ -33,17 +33,18 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from benchmarks._common import ROOT, SQUAD_TRAIN, machine, pyplot, save_figure, squad_passages, write_result
+from benchmarks._common import (
+    ROOT,
+    SQUAD_TRAIN,
+    machine,
+    proc_memory,
+    pyplot,
+    save_figure,
+    squad_passages,
+    write_result,
+)
 
 MODES = ("load", "index", "dump")
-
-
-def _status_mib() -> dict[str, float]:
-    values = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(("VmRSS:", "VmHWM:")):
-            values[line.split(":")[0]] = round(int(line.split()[1]) / 1024, 1)
-    return values
 
 
 def _child(mode: str, model: str, corpus: str, out: str, batch_size: int) -> None:
@@ -69,7 +70,7 @@ def _child(mode: str, model: str, corpus: str, out: str, batch_size: int) -> Non
             summary = dump_phrases(loaded, corpus, out, batch_size=batch_size, progress=False)
             report["vectors"] = summary.vectors
     report["seconds"] = round(time.perf_counter() - started, 1)
-    report["vm_hwm_mib"] = _status_mib()["VmHWM"]
+    report["vm_hwm_mib"] = proc_memory()["VmHWM"]
     print(json.dumps(report))
 
 

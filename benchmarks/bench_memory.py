@@ -34,17 +34,18 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from benchmarks._common import ROOT, SQUAD_TRAIN, machine, pyplot, save_figure, squad_passages, write_result
+from benchmarks._common import (
+    ROOT,
+    SQUAD_TRAIN,
+    machine,
+    proc_memory,
+    pyplot,
+    save_figure,
+    squad_passages,
+    write_result,
+)
 
 MODES = ("load", "dump", "index", "index_faiss_ram")
-
-
-def _status_mib() -> dict[str, float]:
-    values = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(("VmRSS:", "VmHWM:")):
-            values[line.split(":")[0]] = round(int(line.split()[1]) / 1024, 1)
-    return values
 
 
 def _trace_chunks(trace: list) -> None:
@@ -61,7 +62,7 @@ def _trace_chunks(trace: list) -> None:
         def counted():
             yield from pieces
             done[0] += len(passages)
-            trace.append({"passages": done[0], **_status_mib()})
+            trace.append({"passages": done[0], **proc_memory()})
 
         return records, counted()
 
@@ -106,7 +107,7 @@ def _child(mode: str, model_dir: str, corpus: str, out: str, batch_size: int, sh
         if mode == "dump":
             summary = dump_phrases(model, corpus, out, shard_size=shard_size, batch_size=batch_size, progress=False)
             report.update(passages=summary.passages, vectors=summary.vectors, shards=len(summary.shards))
-    report["vm_hwm_mib"] = _status_mib()["VmHWM"]
+    report["vm_hwm_mib"] = proc_memory()["VmHWM"]
     print(json.dumps(report))
 
 

@@ -45,7 +45,16 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import RESULTS, finish_result, machine, percentiles, pyplot, save_figure, write_result
+from benchmarks._common import (
+    RESULTS,
+    finish_result,
+    machine,
+    percentiles,
+    proc_memory,
+    pyplot,
+    save_figure,
+    write_result,
+)
 from dphr_haystack.index import structures as it
 from dphr_haystack.index.backends import TorchFlatSearch
 from dphr_haystack.index.codec import VectorCodec
@@ -103,16 +112,6 @@ def make_queries(questions: int, dim: int) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- memory of this process
-def proc_memory() -> dict[str, float]:
-    """RssAnon / RssFile / VmHWM of this process in MiB."""
-    out = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("RssAnon", "RssFile", "VmHWM", "VmRSS"):
-            out[key] = int(value.split()[0]) / 1024
-    return out
-
-
 # ----------------------------------------------------------------------------- build (main process)
 def build(
     kind: str,

@@ -20,14 +20,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import SQUAD_OPEN_SMALL_CACHE, finish_result, machine, model_id, pyplot, save_figure
-
-
-def _rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
+from benchmarks._common import (
+    SQUAD_OPEN_SMALL_CACHE,
+    finish_result,
+    machine,
+    model_id,
+    proc_memory,
+    pyplot,
+    save_figure,
+)
 
 
 def _child(kind: str, model_name: str) -> dict[str, Any]:
@@ -41,7 +42,7 @@ def _child(kind: str, model_name: str) -> dict[str, Any]:
 
     model = PhraseModel.load(model_name)
     q_start, _ = model.encode_queries(["Which NFL team represented the AFC at Super Bowl 50?"])
-    before = _rss_mib()
+    before = proc_memory()["VmRSS"]
     started = time.perf_counter()
     if kind == "phrase":
         path = phrase_cache(model, SQUAD_OPEN_SMALL_CACHE)
@@ -61,13 +62,14 @@ def _child(kind: str, model_name: str) -> dict[str, Any]:
         dense_query = np.random.default_rng(0).standard_normal((1, index.d)).astype(np.float32)
         scores, _ = index.search(dense_query, 10)
         items = index.ntotal
+    after = proc_memory()["VmRSS"]
     return {
         "kind": kind,
         "items": int(items),
         "load_seconds": time.perf_counter() - started,
         "rss_before_mib": before,
-        "rss_after_mib": _rss_mib(),
-        "added_rss_mib": _rss_mib() - before,
+        "rss_after_mib": after,
+        "added_rss_mib": after - before,
         "index_files_mib": files / 2**20,
         "searched": bool(np.isfinite(scores).all()),
     }
