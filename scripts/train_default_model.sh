@@ -6,9 +6,10 @@
 #   setsid nohup bash scripts/train_default_model.sh > runs/cpu-converge/chain.log 2>&1 < /dev/null &
 #
 # Steps: the reading-comprehension stage (cpu_converge.yaml, 3 epochs of SQuAD train, passage-grouped batches) →
-# the token filter (cpu_converge_filter.yaml) → its phrase encoder through int8 storage → the SQuAD-open-small phrase index of the filtered encoder (the
-# benchmark's cache; the dense half is built by the benchmark itself later) → query-side fine-tuning against it
-# (cpu_converge_qsft.yaml, kept only when it validates better) → the answer calibration (train.calibrate). Exporting the result as the shipped model is
+# the token filter (cpu_converge_filter.yaml) → its phrase encoder through int8 storage → the SQuAD-open-small
+# phrase index of that encoder (the benchmark's cache; the dense half is built by the benchmark itself later) →
+# query-side fine-tuning against it (cpu_converge_qsft.yaml, kept only when it validates better) → the answer
+# calibration (train.calibrate). Exporting the result as the shipped model is
 # a separate, deliberate step (benchmarks/bench_default_model.py --export), as is re-measuring it.
 #
 # The shipped model's reading-comprehension stage ran on one H200 instead (train/configs/gpu_converge.yaml, 6 min):
