@@ -231,7 +231,7 @@ def loss_plot(r: dict, path: Path) -> None:
 def run_filter(args) -> dict[str, Any]:
     """AUC-PR of each model's filter on the validation windows and its index-size/accuracy trade-off."""
     from train.data import PassageWindows, build_features
-    from train.filter import filter_metrics, filter_scores, threshold_sweep
+    from train.filter import choose_threshold, filter_metrics, filter_scores, threshold_sweep
 
     data, examples = validation_data(args.questions)
     large = large_corpus(args.extra_train_passages)
@@ -239,11 +239,22 @@ def run_filter(args) -> dict[str, Any]:
     for path in args.models:
         model = load(path)
         features = build_features(data, PassageWindows(model.tokenizer, model.config, data.passages))
-        auc = filter_metrics(filter_scores(model, data, features))
+        # window labels: each window once, every answer of its questions positive (what an index filter must
+        # keep); question labels: each (question, window) with its own answer only (the earlier measure)
+        auc = filter_metrics(filter_scores(model, data, features, labels="window"))
+        auc_question = filter_metrics(filter_scores(model, data, features, labels="question"))
         rows = threshold_sweep(model, large, examples, [None, *args.thresholds], 64, KS)
         for row in rows:
             row["vectors_per_passage"] = row["vectors"] / len(large)
-        models[path] = {"auc_pr": auc, "filter_threshold": model.config.filter_threshold, "sweep": rows}
+        within = choose_threshold(rows, "em@1", 0.01)  # the fewest vectors at <= 1 point of EM@1 lost
+        smallest = next(r for r in rows if r["threshold"] == within["threshold"])
+        models[path] = {
+            "auc_pr": auc,
+            "auc_pr_question_labels": auc_question,
+            "filter_threshold": model.config.filter_threshold,
+            "sweep": rows,
+            "within_1pt": {**within, "vectors_per_passage": smallest["vectors_per_passage"]},
+        }
     return {"models": models, "questions": len(examples), "passages": len(large)}
 
 
@@ -254,6 +265,16 @@ def filter_markdown(r: dict) -> str:
         "| model | AUC-PR (start or end) | threshold | vectors / passage | EM@1 | acc@20 |",
         "|---|---:|---:|---:|---:|---:|",
     ]
+    for name, m in r["models"].items():
+        if "within_1pt" in m:
+            w = m["within_1pt"]
+            lines.insert(
+                1,
+                f"- `{name}`: AUC-PR {m['auc_pr']['auc_pr']:.3f} window labels / "
+                f"{m['auc_pr_question_labels']['auc_pr']:.3f} question labels; fewest vectors within 1 EM@1 point "
+                f"of no filtering: **{w['vectors_per_passage']:.1f} per passage** (threshold {w['threshold']}, "
+                f"EM@1 {100 * w['chosen']:.1f} vs {100 * w['reference']:.1f})",
+            )
     for name, m in r["models"].items():
         for row in m["sweep"]:
             t = "none" if row["threshold"] is None else f"{row['threshold']:g}"
@@ -449,7 +470,9 @@ def main(argv: list[str] | None = None) -> int:
         default=["runs/cpu-ul/filter/final", "runs/cpu-original/rc/best"],
         help="(filter) model directories",
     )
-    parser.add_argument("--thresholds", nargs="+", type=float, default=[-3.0, -2.0, -1.0, 0.0, 1.0, 2.0])
+    parser.add_argument(
+        "--thresholds", nargs="+", type=float, default=[-3.0, -2.0, -1.0, -0.5, 0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0]
+    )
     parser.add_argument("--checkpoints", nargs="+", default=[], help="(validation) checkpoint model directories")
     parser.add_argument("--reference", help="(validation) model that builds H_k (default: the first checkpoint)")
     parser.add_argument("--hard-k", nargs="+", type=int, default=[1, 10])

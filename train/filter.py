@@ -25,28 +25,70 @@ from .validation import evaluate_index
 logger = logging.getLogger(__name__)
 
 
+LABELS = ("window", "question")
+
+
+def answerable_windows(features: Sequence[Feature]) -> list[list[Feature]]:
+    """The answerable features grouped by window (``Feature.window``), in order of first appearance."""
+    groups: dict[int, list[Feature]] = {}
+    for number, f in enumerate(features):
+        if f.start > 0:
+            groups.setdefault(f.window if f.window >= 0 else -1 - number, []).append(f)
+    return list(groups.values())
+
+
+def window_targets(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W, L) 0/1 start and end targets of a window-grouped batch: every answer of every question of a window."""
+    n_rows, width = batch["p_input_ids"].shape
+    targets = []
+    for positions in (batch["start_positions"], batch["end_positions"]):
+        target = torch.zeros(n_rows, width, dtype=torch.bool)
+        answered = positions > 0
+        target[batch["own_index"][answered], positions[answered]] = True
+        targets.append(target)
+    return targets[0], targets[1]
+
+
 class FilterTask:
-    """Trains ``filter_linear`` only: the phrase encoder runs in eval mode without gradients."""
+    """Trains ``filter_linear`` only: the phrase encoder runs in eval mode without gradients.
+
+    ``labels`` ``window`` (default): a batch is ``batch_size`` answerable windows, each encoded once, whose
+    targets are the starts and ends of all of their questions' answers (the filter does not see the question,
+    so the answer to one question is no negative for another). ``question``: a batch is ``batch_size``
+    (question, window) features, each with its own answer as the only positive (the recipe before window
+    targets).
+    """
 
     def __init__(
-        self, model: PhraseModel, data: RCData, features: Sequence[Feature], pos_weight: float | None = None
+        self,
+        model: PhraseModel,
+        data: RCData,
+        features: Sequence[Feature],
+        pos_weight: float | None = None,
+        labels: str = "window",
     ) -> None:
+        if labels not in LABELS:
+            raise ValueError(f"filter labels {labels!r}; valid: {', '.join(LABELS)}")
         self.tokenizer, self.config = model.tokenizer, model.config
         self.data = data
-        self.features = [f for f in features if f.start > 0]  # the loss uses answerable windows only
+        self.labels = labels
+        groups = answerable_windows(features)  # the loss uses answerable windows only
+        self.units = groups if labels == "window" else [[f] for group in groups for f in group]
         self.loss = FilterLoss(pos_weight)
 
     def num_batches(self, batch_size: int, world_size: int) -> int:
-        return max(1, len(self.features) // (batch_size * world_size))
+        return max(1, len(self.units) // (batch_size * world_size))
 
     def batches(self, epoch: int, batch_size: int, rank: int, world_size: int, seed: int) -> Iterator[dict[str, Any]]:
-        order = epoch_order(len(self.features), epoch, seed)[rank::world_size]
+        order = epoch_order(len(self.units), epoch, seed)[rank::world_size]
         for b in range(self.num_batches(batch_size, world_size)):
-            feats = [self.features[i] for i in order[b * batch_size : (b + 1) * batch_size]]
+            feats = [f for i in order[b * batch_size : (b + 1) * batch_size] for f in self.units[i]]
             if feats:
-                yield collate(
-                    feats, [self.data.examples[f.example].question for f in feats], self.tokenizer, self.config
-                )
+                questions = [self.data.examples[f.example].question for f in feats]
+                batch = collate(feats, questions, self.tokenizer, self.config, group_windows=self.labels == "window")
+                if self.labels == "window":
+                    batch["start_positions"], batch["end_positions"] = window_targets(batch)
+                yield batch
 
     def step(self, model: PhraseModel, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         model.phrase_encoder.eval()
@@ -75,28 +117,47 @@ def average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
 
 @torch.no_grad()
 def filter_scores(
-    model: PhraseModel, data: RCData, features: Sequence[Feature], batch_size: int = 32
+    model: PhraseModel, data: RCData, features: Sequence[Feature], batch_size: int = 32, labels: str = "window"
 ) -> dict[str, np.ndarray]:
-    """Filter logits and 0/1 labels over the context tokens of answerable windows (for AUC-PR)."""
+    """Filter logits and 0/1 labels over the context tokens of answerable windows (for AUC-PR).
+
+    ``labels`` ``window``: each window once, labelled with the answers of all of its questions (what an index
+    filter has to keep); ``question``: each (question, window) feature, labelled with its own answer only.
+    """
+    if labels not in LABELS:
+        raise ValueError(f"filter labels {labels!r}; valid: {', '.join(LABELS)}")
     model.eval()
     device = model.device
-    feats = [f for f in features if f.start > 0]
+    groups = answerable_windows(features)
+    units = groups if labels == "window" else [[f] for group in groups for f in group]
     out: dict[str, list[np.ndarray]] = {"start": [], "end": [], "start_label": [], "end_label": []}
-    for b in range(0, len(feats), batch_size):
-        chunk = feats[b : b + batch_size]
-        batch = collate(chunk, [data.examples[f.example].question for f in chunk], model.tokenizer, model.config)
+    for b in range(0, len(units), batch_size):
+        chunk = [f for unit in units[b : b + batch_size] for f in unit]
+        batch = collate(
+            chunk,
+            [data.examples[f.example].question for f in chunk],
+            model.tokenizer,
+            model.config,
+            group_windows=labels == "window",
+        )
+        if labels == "window":
+            start_target, end_target = window_targets(batch)
+        else:
+            width = batch["p_input_ids"].shape[1]
+            start_target = torch.nn.functional.one_hot(batch["start_positions"], width).bool()
+            end_target = torch.nn.functional.one_hot(batch["end_positions"], width).bool()
         states = model.phrase_states(
             batch["p_input_ids"].to(device), batch["p_attention_mask"].to(device), batch["p_token_type_ids"].to(device)
         )
         logits = model.filter_linear(states).float().cpu().numpy()
         mask = batch["p_attention_mask"].numpy().astype(bool)
         mask[:, 0] = False  # [CLS] is never indexed
-        for row, f in enumerate(chunk):
+        for row in range(len(mask)):
             positions = np.nonzero(mask[row])[0]
             out["start"].append(logits[row, positions, 0])
             out["end"].append(logits[row, positions, 1])
-            out["start_label"].append(positions == f.start)
-            out["end_label"].append(positions == f.end)
+            out["start_label"].append(start_target[row, positions].numpy())
+            out["end_label"].append(end_target[row, positions].numpy())
     return {k: np.concatenate(v) if v else np.zeros(0) for k, v in out.items()}
 
 

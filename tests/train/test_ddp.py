@@ -151,7 +151,10 @@ def test_ranks_take_disjoint_halves_of_each_global_batch(tiny_model):
     features = build_features(data, windows)
 
     def keys(batch) -> list[tuple]:
-        """(window tokens, question tokens) of each example of a batch, padding dropped."""
+        """(window tokens, question tokens) of each example of a batch, padding dropped; window tokens of each
+        window of a window-grouped batch (one row per window, its questions are the window's)."""
+        if "own_index" in batch:
+            return [tuple(p[pm.bool()].tolist()) for p, pm in zip(batch["p_input_ids"], batch["p_attention_mask"])]
         rows = zip(
             batch["p_input_ids"],
             batch["p_attention_mask"],
@@ -163,7 +166,8 @@ def test_ranks_take_disjoint_halves_of_each_global_batch(tiny_model):
 
     for make in (
         lambda: RCTask(tiny_model, data, features, windows, loss="unified", pre_batch=0),
-        lambda: FilterTask(tiny_model, data, features),
+        lambda: FilterTask(tiny_model, data, features, labels="question"),
+        lambda: FilterTask(tiny_model, data, features, labels="window"),
     ):
         task = make()
         for epoch in (0, 1):

@@ -24,9 +24,16 @@ class FilterLoss(nn.Module):
     the number of valid positions of each row. An example is answerable when its gold start is > 0
     (position 0, [CLS], marks an answer outside the window).
 
+    Window targets: ``start_positions``/``end_positions`` may instead be (B, L) 0/1 tensors marking every
+    answer start/end of a window (all of its questions at once: the filter does not see the question, so
+    an answer of one question is no negative for another). Then 1[t = a] becomes the target of token t,
+    a row is answerable when it has a positive in either channel, and with ``pos_weight=None`` the
+    weight of each row and channel is |V| / #positives, so all positives together weigh as much as all
+    negatives (w = L again when there is one).
+
     Inputs:
         filter_logits: (B, L, 2) start and end filter logits.
-        start_positions, end_positions: (B,) gold positions in the window.
+        start_positions, end_positions: (B,) gold positions in the window, or (B, L) 0/1 window targets.
         mask: (B, L) 1 for real tokens (padding is left out of the mean).
 
     Returns:
@@ -49,16 +56,25 @@ class FilterLoss(nn.Module):
         mask: torch.Tensor,
     ) -> torch.Tensor:
         mask = mask.bool()  # (B, L)
-        answerable = start_positions > 0  # (B,)
+        width = filter_logits.shape[1]
+        if start_positions.dim() == 2:  # window targets
+            targets = [start_positions.bool() & mask, end_positions.bool() & mask]  # (B, L) each
+            answerable = targets[0].any(dim=1) | targets[1].any(dim=1)  # (B,)
+        else:
+            answerable = start_positions > 0  # (B,)
+            targets = [F.one_hot(p, num_classes=width).bool() for p in (start_positions, end_positions)]
         if not bool(answerable.any()):
             return zero_loss(filter_logits)
         logits = upcast(filter_logits[answerable])  # (A, L, 2)
         mask = mask[answerable]  # (A, L)
         n_valid = mask.sum(dim=1).clamp(min=1).to(logits.dtype)  # (A,)
-        weight = torch.full_like(n_valid, float(self.pos_weight)) if self.pos_weight is not None else n_valid  # (A,)
         terms = []
-        for channel, positions in enumerate((start_positions[answerable], end_positions[answerable])):
-            target = F.one_hot(positions, num_classes=logits.shape[1]).to(logits.dtype)  # (A, L)
+        for channel, target in enumerate(targets):
+            target = target[answerable].to(logits.dtype)  # (A, L)
+            if self.pos_weight is not None:
+                weight = torch.full_like(n_valid, float(self.pos_weight))  # (A,)
+            else:
+                weight = n_valid / target.sum(dim=1).clamp(min=1)  # (A,)
             per_token = F.binary_cross_entropy_with_logits(
                 logits[..., channel], target, reduction="none", pos_weight=weight[:, None].expand_as(target)
             )  # (A, L)
