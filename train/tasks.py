@@ -13,7 +13,8 @@ import torch
 from dphr_haystack.model.phrase_model import PhraseModel
 
 from .data import Feature, PassageWindows, RCData, collate, per_question
-from .losses import DensePhrasesLoss, UnifiedLoss, build_loss, gold_vectors
+from .losses import DensePhrasesLoss, UnifiedLoss, build_loss, gold_vectors, kl_divergence
+from .losses._masked import upcast
 from .teacher import CrossEncoderTeacher
 from .trainer import gather_with_grad, is_distributed
 
@@ -53,14 +54,32 @@ def epoch_order(n: int, epoch: int, seed: int) -> list[int]:
     return torch.randperm(n, generator=generator).tolist()
 
 
+def bucketed_batches(
+    order: Sequence[int], lengths: Sequence[int], per_step: int, bucket_batches: int, seed: int, epoch: int
+) -> list[list[int]]:
+    """Cut a shuffled ``order`` into batches of ``per_step`` with little padding, in a random batch order.
+
+    Each run of ``bucket_batches`` batches of ``order`` is sorted by ``lengths`` before it is cut, then the
+    batches are shuffled (deterministic in ``seed`` and ``epoch``).
+    """
+    plan = []
+    span = per_step * bucket_batches
+    for c in range(0, len(order), span):
+        bucket = sorted(order[c : c + span], key=lengths.__getitem__)
+        plan.extend(list(bucket[i : i + per_step]) for i in range(0, len(bucket), per_step))
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch + 17)
+    return [plan[i] for i in torch.randperm(len(plan), generator=generator).tolist()]
+
+
 class RCTask:
     """Phrase-encoder + query-encoder training on windowed RC features.
 
     ``loss`` is ``densephrases`` (single-passage + in/pre-batch gold negatives + filter BCE) or ``unified``
     (Kim et al. Eq. 2 over all tokens of own, in-batch, pre-batch and hard passages). With ``negatives``
     (example index → mined passage ids) each example brings ``hard_per_example`` hard passages, topped up
-    with random passages when it has too few. A ``teacher`` (densephrases loss with ``lambda_kl`` > 0) adds
-    the distillation term on the teacher's logits over the same windows.
+    with random passages when it has too few. A ``teacher`` adds the distillation term on the teacher's logits
+    over the same windows (DensePhrases' L_kl: ``loss_kwargs.lambda_kl`` of the densephrases loss, or
+    ``lambda_kl`` with the unified loss, where it is added to Eq. 2 on each question's own window).
 
     ``batching`` ``question`` (a batch is ``batch_size`` (question, window) features, each window encoded
     for its question) or ``passage`` (a batch is ``batch_size`` windows with all of their questions: each
@@ -91,6 +110,7 @@ class RCTask:
         gather_negatives: bool = False,
         seed: int = 0,
         teacher: CrossEncoderTeacher | None = None,
+        lambda_kl: float = 0.0,
         batching: str = "question",
         bucket_batches: int = 50,
     ) -> None:
@@ -100,11 +120,22 @@ class RCTask:
         self.loss = build_loss(loss, **(loss_kwargs or {}))
         if not isinstance(self.loss, (DensePhrasesLoss, UnifiedLoss)):
             raise ValueError(f"RC training takes the densephrases or unified loss, not {loss!r}")
-        if teacher is not None and not (isinstance(self.loss, DensePhrasesLoss) and self.loss.lambda_kl > 0):
-            raise ValueError("a distillation teacher needs loss: densephrases with loss_kwargs.lambda_kl > 0")
-        if teacher is None and isinstance(self.loss, DensePhrasesLoss) and self.loss.lambda_kl > 0:
-            logger.warning("lambda_kl = %g but no teacher is set: the distillation term stays 0", self.loss.lambda_kl)
+        if lambda_kl < 0:
+            raise ValueError(f"lambda_kl must be >= 0, got {lambda_kl}")
+        if lambda_kl > 0 and not isinstance(self.loss, UnifiedLoss):
+            raise ValueError(
+                "lambda_kl weighs the unified loss's distillation term; densephrases: loss_kwargs.lambda_kl"
+            )
+        kl_weight = self.loss.lambda_kl if isinstance(self.loss, DensePhrasesLoss) else lambda_kl
+        if teacher is not None and kl_weight <= 0:
+            raise ValueError(
+                "a distillation teacher needs a distillation weight: lambda_kl > 0 (unified loss) or "
+                "loss_kwargs.lambda_kl > 0 (densephrases loss)"
+            )
+        if teacher is None and kl_weight > 0:
+            logger.warning("lambda_kl = %g but no teacher is set: the distillation term stays 0", kl_weight)
         self.teacher = teacher
+        self.lambda_kl = lambda_kl
         self.filter_loss = build_loss("filter") if lambda_flt > 0 and loss == "unified" else None
         self.lambda_flt = lambda_flt
         self.queue: deque[dict[str, torch.Tensor]] = deque(maxlen=max(0, pre_batch))
@@ -146,13 +177,7 @@ class RCTask:
         order = order[: n_full * per_step]
         if self.batching == "question":
             return [order[b * per_step : (b + 1) * per_step] for b in range(n_full)]
-        plan = []
-        span = per_step * self.bucket_batches
-        for c in range(0, len(order), span):
-            bucket = sorted(order[c : c + span], key=self.unit_length.__getitem__)
-            plan.extend(bucket[i : i + per_step] for i in range(0, len(bucket), per_step))
-        generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch + 17)
-        return [plan[i] for i in torch.randperm(len(plan), generator=generator).tolist()]
+        return bucketed_batches(order, self.unit_length, per_step, self.bucket_batches, seed, epoch)
 
     def batches(self, epoch: int, batch_size: int, rank: int, world_size: int, seed: int) -> Iterator[dict[str, Any]]:
         plan = self.batch_plan(epoch, batch_size * world_size, seed)
@@ -303,6 +328,15 @@ class RCTask:
             hard_states=hard_states,
             hard_mask=hard_mask,
         )
+        if self.teacher is not None:  # DensePhrases' L_kl on each question's own window
+            if self.teacher.device != states.device:
+                self.teacher.to(states.device)
+            teacher_s, teacher_e = self.teacher.logits(per_question(batch))  # (B, L) each
+            own_states, valid = states[local_own], mask[local_own].bool()  # (B, L, d), (B, L)
+            student_s = torch.einsum("bd,bld->bl", upcast(q_start), upcast(own_states))  # (B, L)
+            student_e = torch.einsum("bd,bld->bl", upcast(q_end), upcast(own_states))  # (B, L)
+            kl = 0.5 * (kl_divergence(teacher_s, student_s, valid) + kl_divergence(teacher_e, student_e, valid))
+            out = {**out, "loss": out["loss"] + self.lambda_kl * kl, "kl": kl.detach()}
         if self.filter_loss is not None:
             flt = self.filter_loss(model.filter_linear(states)[local_own], starts, ends, mask[local_own])
             out = {**out, "loss": out["loss"] + self.lambda_flt * flt, "filter": flt.detach()}

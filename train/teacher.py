@@ -73,6 +73,39 @@ def load_qa_model(path: str | Path) -> torch.nn.Module:
     return model
 
 
+def reader_inputs(
+    batch: dict[str, Any], pad_id: int, max_length: int, use_token_types: bool = True
+) -> tuple[dict[str, torch.Tensor], list[tuple[int, int, int, int]]]:
+    """Reader inputs ``[CLS] q [SEP] context [SEP]`` for each row of a per-question batch, and each row's alignment.
+
+    The alignment tuple is (student context start, context length, reader context start, student final
+    [SEP] position). A row longer than ``max_length`` keeps its whole context and shortens the question.
+    """
+    q_ids, q_mask = batch["q_input_ids"].tolist(), batch["q_attention_mask"].tolist()
+    p_ids, p_mask = batch["p_input_ids"].tolist(), batch["p_attention_mask"].tolist()
+    context_starts = batch["p_context_start"].tolist()
+    rows, types, align = [], [], []
+    for qi, qm, pi, pm, cs in zip(q_ids, q_mask, p_ids, p_mask, context_starts, strict=True):
+        question = [t for t, m in zip(qi, qm, strict=True) if m]  # [CLS] q [SEP]
+        n_real = sum(pm)
+        context = pi[cs : n_real - 1]  # up to the final [SEP]
+        overflow = len(question) + len(context) + 1 - max_length
+        if overflow > 0:  # keep the whole context; shorten the question
+            question = question[: max(2, len(question) - overflow - 1)] + [question[-1]]
+            context = context[: max_length - len(question) - 1]
+        rows.append(question + context + [pi[n_real - 1]])
+        types.append([0] * len(question) + [1] * (len(context) + 1))
+        align.append((cs, len(context), len(question), n_real - 1))
+    width = max(len(r) for r in rows)
+    input_ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], dtype=torch.long)
+    attention = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], dtype=torch.long)
+    token_types = torch.tensor([t + [0] * (width - len(t)) for t in types], dtype=torch.long)
+    tensors = {"input_ids": input_ids, "attention_mask": attention}
+    if use_token_types:
+        tensors["token_type_ids"] = token_types
+    return tensors, align
+
+
 class CrossEncoderTeacher:
     """Start/end logits of a frozen QA reader over the student's windows, aligned to the student's positions.
 
@@ -120,35 +153,8 @@ class CrossEncoderTeacher:
         return self
 
     def inputs(self, batch: dict[str, Any]) -> tuple[dict[str, torch.Tensor], list[tuple[int, int, int, int]]]:
-        """Teacher inputs ``[CLS] q [SEP] context [SEP]`` per row and each row's alignment.
-
-        The alignment tuple is (student context start, context length, teacher context start, student final
-        [SEP] position).
-        """
-        q_ids, q_mask = batch["q_input_ids"].tolist(), batch["q_attention_mask"].tolist()
-        p_ids, p_mask = batch["p_input_ids"].tolist(), batch["p_attention_mask"].tolist()
-        context_starts = batch["p_context_start"].tolist()
-        rows, types, align = [], [], []
-        for qi, qm, pi, pm, cs in zip(q_ids, q_mask, p_ids, p_mask, context_starts, strict=True):
-            question = [t for t, m in zip(qi, qm, strict=True) if m]  # [CLS] q [SEP]
-            n_real = sum(pm)
-            context = pi[cs : n_real - 1]  # up to the final [SEP]
-            overflow = len(question) + len(context) + 1 - self.max_length
-            if overflow > 0:  # keep the whole context; shorten the question
-                question = question[: max(2, len(question) - overflow - 1)] + [question[-1]]
-                context = context[: self.max_length - len(question) - 1]
-            rows.append(question + context + [pi[n_real - 1]])
-            types.append([0] * len(question) + [1] * (len(context) + 1))
-            align.append((cs, len(context), len(question), n_real - 1))
-        pad_id = self.tokenizer.pad_token_id or 0
-        width = max(len(r) for r in rows)
-        input_ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], dtype=torch.long)
-        attention = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], dtype=torch.long)
-        token_types = torch.tensor([t + [0] * (width - len(t)) for t in types], dtype=torch.long)
-        tensors = {"input_ids": input_ids, "attention_mask": attention}
-        if self.use_token_types:
-            tensors["token_type_ids"] = token_types
-        return tensors, align
+        """Teacher inputs ``[CLS] q [SEP] context [SEP]`` per row and each row's alignment (:func:`reader_inputs`)."""
+        return reader_inputs(batch, self.tokenizer.pad_token_id or 0, self.max_length, self.use_token_types)
 
     @torch.no_grad()
     def logits(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -228,7 +228,7 @@ def set_trainable(model: PhraseModel, trainable: str, freeze_word_embeddings: bo
     """Set ``requires_grad`` by role and return the trainable parameters."""
     groups = model.parameter_groups()
     chosen = {
-        "all": ("phrase", "query", "filter"),
+        "all": tuple(groups),
         "encoders": ("phrase", "query"),
         "query": ("query",),
         "filter": ("filter",),
@@ -348,7 +348,7 @@ class Trainer:
             write_file_atomic(self.out / "train_args.json", json.dumps(asdict(args), indent=1), fsync=False)
         resume_from = self.last_checkpoint() if args.resume else None
         if resume_from is not None:
-            loaded = PhraseModel.load(resume_from / "model")
+            loaded = type(self.model).load(resume_from / "model")  # a PhraseModel, or e.g. a ReaderModel
             self.model.load_state_dict(loaded.state_dict())
             logger.info("resuming from %s", resume_from)
         model = self.model.to(device)

@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import nn
 
-from .densephrases_loss import DensePhrasesLoss, gold_vectors
+from .densephrases_loss import DensePhrasesLoss, gold_vectors, kl_divergence
 from .filter_loss import FilterLoss
 from .qsft_loss import QuerySideLoss
 from .unified_loss import UnifiedLoss
@@ -29,4 +29,13 @@ def build_loss(name: str, **kwargs: Any) -> nn.Module:
     return LOSSES[name](**kwargs)
 
 
-__all__ = ["LOSSES", "DensePhrasesLoss", "FilterLoss", "QuerySideLoss", "UnifiedLoss", "build_loss", "gold_vectors"]
+__all__ = [
+    "LOSSES",
+    "DensePhrasesLoss",
+    "FilterLoss",
+    "QuerySideLoss",
+    "UnifiedLoss",
+    "build_loss",
+    "gold_vectors",
+    "kl_divergence",
+]

@@ -104,7 +104,9 @@ class DensePhrasesLoss(nn.Module):
 
         kl = zero_loss(single)
         if teacher_start is not None and teacher_end is not None:
-            kl = 0.5 * (_kl(teacher_start, start_logits, valid) + _kl(teacher_end, end_logits, valid))
+            kl = 0.5 * (
+                kl_divergence(teacher_start, start_logits, valid) + kl_divergence(teacher_end, end_logits, valid)
+            )
         flt = zero_loss(single)
         if filter_logits is not None:
             flt = self.filter_loss(filter_logits, start_positions, end_positions, mask)
@@ -118,7 +120,7 @@ class DensePhrasesLoss(nn.Module):
         }
 
 
-def _kl(teacher: torch.Tensor, student: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+def kl_divergence(teacher: torch.Tensor, student: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """Σ_t p_t (log p_t − log q_t) over valid positions, averaged over rows: (B, L), (B, L), (B, L) → ()."""
     log_p = F.log_softmax(upcast(teacher).masked_fill(~valid, float("-inf")), dim=-1)  # (B, L)
     log_q = F.log_softmax(student, dim=-1)  # (B, L)
