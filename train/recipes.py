@@ -2,6 +2,7 @@
 
 Stage outputs under ``output_dir``::
 
+    reader/{final,metrics.json,metrics.jsonl,curves.png}   a QA reader: the distillation teacher (``teacher: reader``)
     base/                  the tiny random base (``model.base: tiny`` only)
     rc/{best,final,checkpoint-*,metrics.jsonl,curves.png}
     mine/{hard_negatives.jsonl,stats.json}
@@ -26,7 +27,7 @@ from typing import Any
 import torch
 
 from dphr_haystack._util.atomic import write_file_atomic
-from dphr_haystack.model.phrase_model import PhraseModel
+from dphr_haystack.model.phrase_model import PhraseModel, filter_head
 from dphr_haystack.model.registry import model_dir
 
 from .context import Context, _device, _is_main
@@ -83,7 +84,10 @@ def run_rc(ctx: Context, stage: str = "rc") -> dict[str, Any]:
     if section.teacher:
         from .teacher import CrossEncoderTeacher
 
-        teacher = CrossEncoderTeacher.load(_resolve_dir(section.teacher), model.tokenizer)
+        teacher_dir = ctx.stage_model_dir("reader") if section.teacher == "reader" else _resolve_dir(section.teacher)
+        if teacher_dir is None:
+            raise FileNotFoundError(f"{recipe.out / 'reader'} has no reader: run the reader stage first")
+        teacher = CrossEncoderTeacher.load(teacher_dir, model.tokenizer)
     task = RCTask(
         model,
         data,
@@ -98,6 +102,7 @@ def run_rc(ctx: Context, stage: str = "rc") -> dict[str, Any]:
         gather_negatives=section.gather_negatives,
         seed=recipe.seed,
         teacher=teacher,
+        lambda_kl=section.lambda_kl,
         batching=section.batching,
         bucket_batches=section.bucket_batches,
     )
@@ -118,6 +123,45 @@ def run_rc(ctx: Context, stage: str = "rc") -> dict[str, Any]:
         "last": result.last_metrics,
         "samples_per_s": result.samples_per_second,
     }
+
+
+def run_reader(ctx: Context) -> dict[str, Any]:
+    """Train a cross-attention reader on the phrase model's windows (a distillation teacher) and compare the two.
+
+    Both are measured on the gold windows of the dev questions (:func:`train.reader.span_metrics`): a teacher
+    helps only where it reads better than the student.
+    """
+    from .reader import ReaderModel, ReaderTask, phrase_model_logits, span_metrics
+
+    recipe, r = ctx.recipe, ctx.recipe.reader
+    model, source = ctx.init_model(r.init, ("rc",))
+    reader = ReaderModel.from_phrase_model(model, r.encoder_init)
+    train, dev = ctx.train_data, ctx.dev_data
+    features = build_features(train, PassageWindows(model.tokenizer, model.config, train.passages))
+    args = _train_args(recipe, "reader", {"freeze_word_embeddings": False, **r.train}, None)
+    result = Trainer(reader, args, ReaderTask(reader, train, features, r.bucket_batches)).train()
+    if not _is_main():
+        return {"rank": dist_info()[0], "steps": result.steps}
+    dev_features = build_features(dev, PassageWindows(model.tokenizer, model.config, dev.passages))
+    trained = ReaderModel.load(result.final_dir).to(_device()).eval()
+    measured = {
+        "reader": span_metrics(trained.teacher().logits, dev, dev_features, model.tokenizer, model.config),
+        "phrase_model": span_metrics(
+            phrase_model_logits(model.to(_device()).eval()), dev, dev_features, model.tokenizer, model.config
+        ),
+    }
+    metrics = {
+        "init": source,
+        "encoder_init": r.encoder_init,
+        "features": len(features),
+        "steps": result.steps,
+        "final": result.final_dir,
+        "samples_per_s": result.samples_per_second,
+        "gold_window_spans": measured,
+    }
+    logger.info("reader vs phrase model on gold windows: %s", measured)
+    _write_json(recipe.out / "reader" / "metrics.json", metrics)
+    return metrics
 
 
 def run_mine(ctx: Context) -> dict[str, Any]:
@@ -173,21 +217,28 @@ def run_filter(ctx: Context) -> dict[str, Any]:
 
     recipe, f = ctx.recipe, ctx.recipe.filter
     model, source = ctx.init_model(f.init, ("hn", "rc"))
+    if f.hidden is not None and f.hidden != model.config.filter_hidden:  # a fresh head of the asked shape
+        torch.manual_seed(recipe.seed)
+        model.config.filter_hidden = f.hidden
+        model.config.validate()
+        model.filter_linear = filter_head(model.phrase_encoder.config.hidden_size, f.hidden)
     out = recipe.out / "filter"
     train, dev = ctx.train_data, ctx.dev_data
     features = build_features(train, PassageWindows(model.tokenizer, model.config, train.passages))
     dev_features = build_features(dev, PassageWindows(model.tokenizer, model.config, dev.passages))
     model = model.to(_device())
     main = _is_main()
-    before = filter_metrics(filter_scores(model, dev, dev_features)) if main else {}
+    before = filter_metrics(filter_scores(model, dev, dev_features, labels=f.labels)) if main else {}
     args = _train_args(recipe, "filter", {"trainable": "filter", "freeze_word_embeddings": False, **f.train}, None)
-    result = Trainer(model, args, FilterTask(model, train, features, f.pos_weight)).train()
+    result = Trainer(model, args, FilterTask(model, train, features, f.pos_weight, f.labels)).train()
     if not main:  # rank 0 evaluates, sweeps and writes
         return {"rank": dist_info()[0], "steps": result.steps}
     model = PhraseModel.load(result.final_dir).to(_device())
-    after = filter_metrics(filter_scores(model, dev, dev_features))
+    after = filter_metrics(filter_scores(model, dev, dev_features, labels=f.labels))
     metrics: dict[str, Any] = {
         "init": source,
+        "labels": f.labels,
+        "filter_hidden": model.config.filter_hidden,
         "auc_pr_before": before,
         "auc_pr_after": after,
         "steps": result.steps,
@@ -300,6 +351,7 @@ def run_validate(ctx: Context) -> dict[str, Any]:
 
 
 RUNNERS = {
+    "reader": run_reader,
     "rc": lambda ctx: run_rc(ctx, "rc"),
     "mine": run_mine,
     "hn": lambda ctx: run_rc(ctx, "hn"),

@@ -9,7 +9,8 @@ from typing import Any
 
 from .trainer import TrainArgs
 
-STAGES = ("rc", "mine", "hn", "filter", "qsft", "validate")
+STAGES = ("reader", "rc", "mine", "hn", "filter", "qsft", "validate")
+DEFAULT_STAGES = ("rc", "mine", "hn", "filter", "qsft", "validate")  # the reader (a teacher) only when asked
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -45,8 +46,17 @@ class RCSection:
     select_on: str | None = None
     gather_negatives: bool = False
     teacher: str | None = None  # an AutoModelForQuestionAnswering directory (densephrases loss, lambda_kl > 0)
+    lambda_kl: float = 0.0  # unified loss: weight of the distillation term from ``teacher``
     batching: str = "question"  # or "passage": a window encoded once for all its questions (train.tasks.RCTask)
     bucket_batches: int = 50  # passage batching: batches per length-sorted run
+    train: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ReaderSection:
+    init: str | None = None  # the phrase model whose windows (and, with encoder_init "phrase", encoder) it uses
+    encoder_init: str = "phrase"  # or "base": the pre-trained base, as DensePhrases' teachers
+    bucket_batches: int = 50
     train: dict[str, Any] = field(default_factory=dict)
 
 
@@ -63,6 +73,8 @@ class MineSection:
 class FilterSection:
     init: str | None = None
     pos_weight: float | None = None
+    labels: str = "window"  # "window": all answers of a window are its positives; "question": one answer per row
+    hidden: int | None = None  # a fresh MLP filter with this hidden width (PhraseModelConfig.filter_hidden)
     thresholds: list[float | None] = field(default_factory=lambda: [None, -3.0, -2.0, -1.0, 0.0, 1.0])
     sweep_subcorpus: str = "C0"
     choose_metric: str = "em@1"  # the threshold rule: see train.filter.choose_threshold
@@ -110,9 +122,10 @@ class Recipe:
     output_dir: str = "runs/recipe"
     seed: int = 0
     torch_threads: int | None = None
-    stages: list[str] = field(default_factory=lambda: list(STAGES))
+    stages: list[str] = field(default_factory=lambda: list(DEFAULT_STAGES))
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
+    reader: ReaderSection = field(default_factory=ReaderSection)
     rc: RCSection = field(default_factory=RCSection)
     mine: MineSection = field(default_factory=MineSection)
     hn: RCSection = field(default_factory=lambda: RCSection(loss="unified"))
@@ -162,7 +175,7 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
     bad = [s for s in recipe.stages if s not in STAGES]
     if bad:
         raise ValueError(f"unknown stages {bad}; valid: {', '.join(STAGES)}")
-    for name in ("rc", "hn", "filter", "qsft"):
+    for name in ("reader", "rc", "hn", "filter", "qsft"):
         section = getattr(recipe, name)
         valid = {f.name for f in dataclasses.fields(TrainArgs)} - {"output_dir"}
         unknown = sorted(set(section.train) - valid)
@@ -176,6 +189,14 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
         raise ValueError(f"{path}: qsft.answer_match {recipe.qsft.answer_match!r}; valid: {', '.join(ANSWER_MATCHES)}")
     if recipe.qsft.questions and not recipe.qsft.index:
         raise ValueError(f"{path}: qsft.questions needs qsft.index (the phrase index those questions are asked of)")
+    from .filter import LABELS
+    from .reader import INITS
+
+    if recipe.reader.encoder_init not in INITS:
+        raise ValueError(f"{path}: reader.encoder_init {recipe.reader.encoder_init!r}; valid: {', '.join(INITS)}")
+
+    if recipe.filter.labels not in LABELS:
+        raise ValueError(f"{path}: filter.labels {recipe.filter.labels!r}; valid: {', '.join(LABELS)}")
     metrics = ["em@1", *(f"acc@{k}" for k in recipe.validate.ks)]
     if recipe.filter.choose_metric not in metrics:
         raise ValueError(

@@ -50,6 +50,9 @@ class PhraseModelConfig:
             False, they are cased); None keeps what the tokenizer files say.
         truecase: Truecase all-lowercase queries before encoding them (DensePhrases' ``--truecase``; on for cased
             DensePhrases models); searchers and retrievers may override it.
+        filter_hidden: Width of the token filter's hidden layer: None (the DensePhrases filter, one linear map
+            from h_t to the two logits) or n (a two-layer MLP, Linear(d, n) → GELU → Linear(n, 2), which separates
+            answer tokens better on a frozen encoder). Not part of :meth:`passage_side`.
         filter_threshold: Token-filter threshold chosen by the filter training stage; ``dphr index`` keeps the
             tokens whose start or end filter logit exceeds it unless told otherwise (None: keep every token).
             Not part of :meth:`passage_side`: it changes which vectors are stored, not the vectors.
@@ -71,6 +74,7 @@ class PhraseModelConfig:
     base_model: str = ""
     do_lower_case: bool | None = None
     truecase: bool = False
+    filter_hidden: int | None = None
     filter_threshold: float | None = None
     calibration: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -111,6 +115,9 @@ class PhraseModelConfig:
             high=self.max_passage_length,
             why=f"max_passage_length={self.max_passage_length}, the passage window",
         )
+        hidden = self.filter_hidden
+        if hidden is not None and (isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1):
+            raise InvalidParameterError(f"filter_hidden must be a positive integer or None, got {hidden!r}")
         threshold = self.filter_threshold
         if threshold is not None and (
             isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold)

@@ -2,7 +2,8 @@
 
 A passage token's last hidden state h_t is both its start and its end vector; a query's start and end
 vectors are the [CLS] states of the two query encoders; a phrase (i, j) scores q_s·h_i + q_e·h_j.
-``filter_linear`` maps h_t to (start, end) filter logits. Parameter names follow DensePhrases
+``filter_linear`` maps h_t to (start, end) filter logits (one linear map as in DensePhrases, or a small MLP
+with ``PhraseModelConfig.filter_hidden``). Parameter names follow DensePhrases
 (``phrase_encoder.*``, ``query_start_encoder.*``, ``query_end_encoder.*``, ``filter_linear.*``) so a
 published checkpoint loads as is.
 """
@@ -107,7 +108,7 @@ class PhraseModel(nn.Module):
             self.query_encoder = query_encoder
             self.query_start_head = _identity_linear(hidden)
             self.query_end_head = _identity_linear(hidden)
-        self.filter_linear = nn.Linear(hidden, 2)
+        self.filter_linear = filter_head(hidden, config.filter_hidden)
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -572,6 +573,13 @@ class PhraseModel(nn.Module):
             digest.update(name.encode())
             digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
         return digest.hexdigest()
+
+
+def filter_head(dim: int, hidden: int | None = None) -> nn.Module:
+    """The token filter: Linear(d, 2) (DensePhrases), or Linear(d, hidden) → GELU → Linear(hidden, 2)."""
+    if hidden is None:
+        return nn.Linear(dim, 2)
+    return nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, 2))
 
 
 def _identity_linear(dim: int) -> nn.Linear:
