@@ -208,9 +208,21 @@ def hit_scores(examples, answers: list | None, passages: list | None, top_k: int
     return out
 
 
+def filter_digest(model) -> str:
+    """The first 8 hex digits of a SHA-256 of the token filter's weights (which tokens an index keeps)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.filter_linear.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:8]
+
+
 def phrase_cache(model, cache: Path) -> Path:
-    """Where ``model``'s phrase index lives: one per phrase encoder and filter threshold, so models that differ
-    only on the query side (query-side fine-tuning) share it. The untrained ``minilm`` keeps ``phrases/``."""
+    """Where ``model``'s phrase index lives: one per phrase encoder, filter threshold and (when it filters) token
+    filter, so models that differ only on the query side (query-side fine-tuning) share it. The untrained
+    ``minilm`` keeps ``phrases/``."""
     if (
         model.config.base_model.lower() == "minilm"
         and not model.config.filter_threshold
@@ -218,7 +230,9 @@ def phrase_cache(model, cache: Path) -> Path:
         and model.phrase_fingerprint() == _manifest_fingerprint(cache / "phrases")
     ):
         return cache / "phrases"
-    threshold = "none" if model.config.filter_threshold is None else f"{model.config.filter_threshold:g}"
+    if model.config.filter_threshold is None:
+        return cache / f"phrases-{model.phrase_fingerprint()[:12]}-filter-none"
+    threshold = f"{model.config.filter_threshold:g}-{filter_digest(model)}"
     return cache / f"phrases-{model.phrase_fingerprint()[:12]}-filter-{threshold}"
 
 

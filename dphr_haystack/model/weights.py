@@ -2,7 +2,8 @@
 
 A compact save writes ``model.safetensors.index.json`` plus ``model-NNNNN.safetensors`` shards, each at most
 ``max_shard_mb`` MiB (a tensor larger than that is split by rows across shards), optionally in float16 or int8
-(weight matrices quantized per row, symmetric, with a float32 scale per row; small tensors float16), or
+(weight matrices quantized per row, symmetric, with a float32 scale per row; small tensors float16; the token
+filter always float32, so that it keeps the same tokens as the model that built an index), or
 ``int8-phrase`` (the phrase encoder int8, the query side float16: a phrase encoder that came from an int8 copy
 and was frozen since, as in query-side fine-tuning, is stored exactly, and the fine-tuned query side loses
 nothing), and
@@ -38,6 +39,9 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "int8": torch.int8
 MIXED_DTYPES = {"int8-phrase": (("phrase_encoder.", "int8"), ("", "float16"))}
 STORAGE_DTYPES = (*DTYPES, *MIXED_DTYPES)
 INT8_MIN_ELEMENTS = 4096  # matrices at least this large are quantized; biases and LayerNorms stay float16
+# Stored in float32 under every option: the token filter decides which tokens an index keeps, and a logit rounded
+# across the threshold would keep another set than the model that built the index (it is a few hundred KB at most).
+EXACT_PREFIXES = ("filter_linear.",)
 SCALE_SUFFIX = "::scale"
 
 
@@ -212,6 +216,8 @@ def _encode(key: str, tensor: torch.Tensor, dtype: str) -> dict[str, torch.Tenso
     tensor = tensor.detach().cpu()
     if not tensor.is_floating_point():
         return {key: tensor.contiguous()}
+    if key.startswith(EXACT_PREFIXES):
+        return {key: tensor.float().contiguous()}
     if dtype != "int8":
         return {key: tensor.to(DTYPES[dtype]).contiguous()}
     if tensor.dim() != 2 or tensor.numel() < INT8_MIN_ELEMENTS:

@@ -178,3 +178,18 @@ def test_the_cli_lists_exactly_the_storage_options():
     from dphr_haystack.model.weights import STORAGE_DTYPES
 
     assert tuple(WEIGHT_STORAGE) == tuple(STORAGE_DTYPES)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int8", "int8-phrase"])
+def test_the_token_filter_is_stored_exactly_under_every_option(tiny_model, tmp_path, dtype):
+    """An index keeps the tokens whose filter logit passes the threshold: a rounded filter would keep others."""
+    from dphr_haystack.model.phrase_model import filter_head
+
+    tiny_model.config.filter_hidden = 128  # 128 x 32 = 4,096 weights: large enough to be int8 otherwise
+    tiny_model.filter_linear = filter_head(tiny_model.phrase_encoder.config.hidden_size, 128)
+    tiny_model.save(tmp_path / dtype, weights_dtype=dtype)
+    index = json.loads((tmp_path / dtype / WEIGHTS_INDEX_FILE).read_text())
+    assert not any(key.startswith("filter_linear.") and key.endswith("::scale") for key in index["weight_map"])
+    loaded = PhraseModel.load(tmp_path / dtype)
+    for name, tensor in tiny_model.filter_linear.state_dict().items():
+        assert torch.equal(loaded.filter_linear.state_dict()[name], tensor), name
