@@ -36,8 +36,10 @@ RECIPES = {
     ("cpu-converge", "filter"): "train/configs/cpu_converge_filter.yaml",
     ("cpu-converge", "qsft"): "train/configs/cpu_converge_qsft.yaml",
     ("gpu-converge", "rc"): "train/configs/gpu_converge.yaml",
-    ("gpu-converge", "filter"): "train/configs/cpu_converge_filter.yaml",
+    # the linear filter on question labels (cpu_converge_filter.yaml before the MLP filter), replaced by filter-mlp
+    ("gpu-converge", "filter"): "cpu_converge_filter.yaml: linear, question labels (replaced)",
     ("gpu-converge", "qsft"): "train/configs/cpu_converge_qsft.yaml",
+    ("filter-mlp", "filter"): "train/configs/cpu_converge_filter.yaml",
 }
 
 # Where each stage ran, for runs whose stages did not all run on the project's 2-core CPU.

@@ -72,7 +72,9 @@ class ReaderModel(nn.Module):
                 raise ModelLoadError(f"cannot load the reader base {base!r}: {exc}") from exc
         else:
             encoder_config = copy.deepcopy(model.phrase_encoder.config)
-            qa = transformers.AutoModelForQuestionAnswering.from_config(encoder_config)
+            qa = transformers.AutoModelForQuestionAnswering.from_config(
+                encoder_config, trust_remote_code=TRUST_REMOTE_CODE
+            )
             body = getattr(qa, qa.base_model_prefix)
             result = body.load_state_dict(model.phrase_encoder.state_dict(), strict=False)
             missing = [k for k in result.missing_keys if not k.startswith("pooler.")]
@@ -140,6 +142,7 @@ class ReaderTask:
         self.use_token_types = getattr(reader.qa.config, "type_vocab_size", 2) >= 2
         self.data, self.features = data, list(features)
         self.bucket_batches = bucket_batches
+        # bucketing key: window subwords plus ~4 characters per question subword (no tokenising of every question)
         self.lengths = [len(f.input_ids) + len(data.examples[f.example].question) // 4 for f in self.features]
 
     def num_batches(self, batch_size: int, world_size: int) -> int:

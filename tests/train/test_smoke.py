@@ -46,6 +46,9 @@ def test_smoke_recipe_runs_every_stage(tmp_path):
         losses = [r["loss"] for r in records if "loss" in r]
         assert losses and all(math.isfinite(x) for x in losses)
         assert any(k.startswith("eval/") for r in records for k in r)
+    assert (out / "reader" / "final" / "config.json").is_file()
+    spans = json.loads((out / "reader" / "metrics.json").read_text())["gold_window_spans"]
+    assert set(spans) == {"reader", "phrase_model"} and all(0 <= s["em"] <= s["f1"] <= 100 for s in spans.values())
     assert (out / "mine" / "hard_negatives.jsonl").is_file()
     assert (out / "filter" / "sweep.png").is_file() and (out / "filter" / "final" / "model.safetensors").is_file()
     filt = json.loads((out / "filter" / "metrics.json").read_text())
