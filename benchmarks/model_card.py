@@ -131,7 +131,8 @@ def _where(training: list[dict[str, Any]]) -> str:
         (stage, MACHINES.get((Path(run["run"]).name, stage), CPU)) for run in training for stage in run["stages"]
     ]
     return "; ".join(
-        f"{', '.join(stage for stage, at in stages if at == place)} on {'a ' if place == CPU else ''}{place}"
+        f"{', '.join(dict.fromkeys(stage for stage, at in stages if at == place))} on "
+        f"{'a ' if place == CPU else ''}{place}"
         for place in dict.fromkeys(places)
     )
 

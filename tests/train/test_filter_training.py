@@ -130,28 +130,16 @@ def test_mlp_filter_head_round_trips_and_leaves_the_fingerprint(tiny_model, tmp_
             PhraseModelConfig(filter_hidden=bad)
 
 
-def test_filter_stage_trains_a_fresh_mlp_head(tmp_path, tiny_base_dir):
+def test_filter_stage_trains_a_fresh_mlp_head(tmp_path, run_tiny_recipe):
     import json
 
-    from train.recipes import load_recipe, run_stage
-
     overrides = {
-        "output_dir": str(tmp_path / "run"),
-        "model.base": str(tiny_base_dir),
-        "model.config": {"max_passage_length": 48, "passage_stride": 8, "max_query_length": 24},
-        "data.train": "builtin",
-        "data.dev": "builtin",
-        "torch_threads": 1,
         "filter.hidden": 8,
         "filter.thresholds": [None, 0.0],
         "filter.sweep_subcorpus": "C0",
         "filter.train": {"max_steps": 3, "batch_size": 4, "lr": 1e-2, "log_every": 1, "progress": False},
     }
-    threads = torch.get_num_threads()
-    try:
-        result = run_stage(load_recipe("train/configs/smoke.yaml", overrides), "filter")
-    finally:
-        torch.set_num_threads(threads)
+    result = run_tiny_recipe(overrides, "filter")
     assert result["filter_hidden"] == 8 and result["labels"] == "window" and result["steps"] == 3
     saved = json.loads((tmp_path / "run" / "filter" / "final" / "dphr_config.json").read_text())
     assert saved["filter_hidden"] == 8 and "filter_threshold" in saved

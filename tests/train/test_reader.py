@@ -151,31 +151,21 @@ def test_unified_loss_adds_the_kl_term_with_gradients(tiny_model, sample):
         RCTask(tiny_model, data, features, windows, loss="densephrases", lambda_kl=1.0)
 
 
-def test_recipe_trains_a_reader_then_distils_it(tmp_path, tiny_base_dir):
-    from train.recipes import load_recipe, run_all
-
-    overrides = {
-        "output_dir": str(tmp_path / "run"),
-        "model.base": str(tiny_base_dir),
-        "model.config": {"max_passage_length": 48, "passage_stride": 8, "max_query_length": 24},
-        "data.train": "builtin",
-        "data.dev": "builtin",
-        "stages": ["reader", "rc"],
-        "torch_threads": 1,
-        "reader.encoder_init": "base",
-        "reader.train": {"max_steps": 2, "batch_size": 4, "lr": 1e-3, "log_every": 1, "progress": False},
-        "rc.loss": "unified",
-        "rc.batching": "passage",
-        "rc.teacher": "reader",
-        "rc.lambda_kl": 1.0,
-        "rc.select_on": None,
-        "rc.train": {"max_steps": 2, "batch_size": 2, "lr": 1e-3, "log_every": 1, "progress": False},
-    }
-    threads = torch.get_num_threads()
-    try:
-        summary = run_all(load_recipe("train/configs/smoke.yaml", overrides))
-    finally:
-        torch.set_num_threads(threads)
+def test_recipe_trains_a_reader_then_distils_it(tmp_path, run_tiny_recipe):
+    train = {"max_steps": 2, "lr": 1e-3, "log_every": 1, "progress": False}
+    summary = run_tiny_recipe(
+        {
+            "stages": ["reader", "rc"],
+            "reader.encoder_init": "base",
+            "reader.train": {**train, "batch_size": 4},
+            "rc.loss": "unified",
+            "rc.batching": "passage",
+            "rc.teacher": "reader",
+            "rc.lambda_kl": 1.0,
+            "rc.select_on": None,
+            "rc.train": {**train, "batch_size": 2},
+        }
+    )
     reader = summary["stages"]["reader"]
     assert reader["steps"] == 2 and reader["encoder_init"] == "base"
     assert set(reader["gold_window_spans"]) == {"reader", "phrase_model"}

@@ -143,28 +143,16 @@ def test_teacher_loading_refuses_pickles_and_foreign_vocabularies(tiny_model, te
         CrossEncoderTeacher.load(other, tiny_model.tokenizer)
 
 
-def test_recipe_rc_stage_distils_from_a_teacher_directory(teacher_dir, tmp_path, tiny_base_dir):
-    from train.recipes import load_recipe, run_stage
-
+def test_recipe_rc_stage_distils_from_a_teacher_directory(teacher_dir, tmp_path, run_tiny_recipe):
     overrides = {
-        "output_dir": str(tmp_path / "run"),
-        "model.base": str(tiny_base_dir),
-        "model.config": {"max_passage_length": 48, "passage_stride": 8, "max_query_length": 24},
-        "data.train": "builtin",
-        "data.dev": "builtin",
         "stages": ["rc"],
-        "torch_threads": 1,
         "rc.loss": "densephrases",
         "rc.teacher": str(teacher_dir),
         "rc.select_on": None,
         "rc.loss_kwargs": {"lambda_neg": 4.0, "lambda_flt": 1.0, "lambda_kl": 1.0},
         "rc.train": {"max_steps": 2, "batch_size": 4, "lr": 1e-3, "log_every": 1, "progress": False},
     }
-    threads = torch.get_num_threads()
-    try:
-        result = run_stage(load_recipe("train/configs/smoke.yaml", overrides), "rc")
-    finally:
-        torch.set_num_threads(threads)
+    result = run_tiny_recipe(overrides, "rc")
     assert result["steps"] == 2 and result["teacher"] == str(teacher_dir)
     records = [json.loads(line) for line in (tmp_path / "run" / "rc" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2] and all(r["kl"] > 0 for r in records)
