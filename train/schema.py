@@ -45,7 +45,7 @@ class RCSection:
     hard_per_example: int = 1
     select_on: str | None = None
     gather_negatives: bool = False
-    teacher: str | None = None  # an AutoModelForQuestionAnswering directory (densephrases loss, lambda_kl > 0)
+    teacher: str | None = None  # a QA reader directory, or "reader" (this run's reader stage); needs a KL weight
     lambda_kl: float = 0.0  # unified loss: weight of the distillation term from ``teacher``
     batching: str = "question"  # or "passage": a window encoded once for all its questions (train.tasks.RCTask)
     bucket_batches: int = 50  # passage batching: batches per length-sorted run
@@ -194,7 +194,6 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
 
     if recipe.reader.encoder_init not in INITS:
         raise ValueError(f"{path}: reader.encoder_init {recipe.reader.encoder_init!r}; valid: {', '.join(INITS)}")
-
     if recipe.filter.labels not in LABELS:
         raise ValueError(f"{path}: filter.labels {recipe.filter.labels!r}; valid: {', '.join(LABELS)}")
     metrics = ["em@1", *(f"acc@{k}" for k in recipe.validate.ks)]
