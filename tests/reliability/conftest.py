@@ -33,11 +33,13 @@ def model_dir(tmp_path_factory, _tiny_model_session) -> Path:
 
 @pytest.fixture(scope="session")
 def squad_passages() -> list[dict]:
-    """40 SQuAD dev paragraphs as passages (id, title, text), or the six tiny ones without the data."""
+    """40 SQuAD dev paragraphs as passages (id, title, text); without the data, 40 copies of the six tiny ones
+    under distinct ids (the crash tests count commit steps of 40 passages)."""
     if not SQUAD_DEV.is_file():
         from tests.conftest import tiny_passages
 
-        return tiny_passages()
+        tiny = tiny_passages()
+        return [{**p, "id": f"{p['id']}-{i // len(tiny)}"} for i, p in enumerate(tiny * 7)][:40]
     return [{"id": p["id"], "title": p["title"], "text": p["text"]} for p in load_squad_paragraphs(SQUAD_DEV, 40)]
 
 
