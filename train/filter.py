@@ -37,6 +37,15 @@ def answerable_windows(features: Sequence[Feature]) -> list[list[Feature]]:
     return list(groups.values())
 
 
+def filter_units(features: Sequence[Feature], labels: str) -> list[list[Feature]]:
+    """What one row of a filter batch holds: an answerable window with all of its questions (``window``), or one
+    answerable (question, window) feature (``question``)."""
+    if labels not in LABELS:
+        raise ValueError(f"filter labels {labels!r}; valid: {', '.join(LABELS)}")
+    groups = answerable_windows(features)  # the loss uses answerable windows only
+    return groups if labels == "window" else [[f] for group in groups for f in group]
+
+
 def window_targets(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     """(W, L) 0/1 start and end targets of a window-grouped batch: every answer of every question of a window."""
     n_rows, width = batch["p_input_ids"].shape
@@ -67,13 +76,10 @@ class FilterTask:
         pos_weight: float | None = None,
         labels: str = "window",
     ) -> None:
-        if labels not in LABELS:
-            raise ValueError(f"filter labels {labels!r}; valid: {', '.join(LABELS)}")
+        self.units = filter_units(features, labels)
         self.tokenizer, self.config = model.tokenizer, model.config
         self.data = data
         self.labels = labels
-        groups = answerable_windows(features)  # the loss uses answerable windows only
-        self.units = groups if labels == "window" else [[f] for group in groups for f in group]
         self.loss = FilterLoss(pos_weight)
 
     def num_batches(self, batch_size: int, world_size: int) -> int:
@@ -124,12 +130,9 @@ def filter_scores(
     ``labels`` ``window``: each window once, labelled with the answers of all of its questions (what an index
     filter has to keep); ``question``: each (question, window) feature, labelled with its own answer only.
     """
-    if labels not in LABELS:
-        raise ValueError(f"filter labels {labels!r}; valid: {', '.join(LABELS)}")
+    units = filter_units(features, labels)
     model.eval()
     device = model.device
-    groups = answerable_windows(features)
-    units = groups if labels == "window" else [[f] for group in groups for f in group]
     out: dict[str, list[np.ndarray]] = {"start": [], "end": [], "start_label": [], "end_label": []}
     for b in range(0, len(units), batch_size):
         chunk = [f for unit in units[b : b + batch_size] for f in unit]

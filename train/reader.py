@@ -32,7 +32,7 @@ from dphr_haystack.model.remote_code import TRUST_REMOTE_CODE
 
 from .data import Feature, RCData, collate, per_question
 from .tasks import bucketed_batches, epoch_order
-from .teacher import CrossEncoderTeacher, load_qa_model, reader_inputs
+from .teacher import CrossEncoderTeacher, load_qa_model
 
 logger = logging.getLogger(__name__)
 
@@ -138,8 +138,7 @@ class ReaderTask:
 
     def __init__(self, reader: ReaderModel, data: RCData, features: Sequence[Feature], bucket_batches: int = 50):
         self.tokenizer, self.config = reader.tokenizer, reader.config
-        self.max_length = int(getattr(reader.qa.config, "max_position_embeddings", 512))
-        self.use_token_types = getattr(reader.qa.config, "type_vocab_size", 2) >= 2
+        self.layout = reader.teacher()  # builds [CLS] q [SEP] context [SEP] rows as the teacher will read them
         self.data, self.features = data, list(features)
         self.bucket_batches = bucket_batches
         # bucketing key: window subwords plus ~4 characters per question subword (no tokenising of every question)
@@ -158,9 +157,7 @@ class ReaderTask:
                 continue
             questions = [self.data.examples[f.example].question for f in feats]
             batch = collate(feats, questions, self.tokenizer, self.config)
-            inputs, align = reader_inputs(
-                batch, self.tokenizer.pad_token_id or 0, self.max_length, self.use_token_types
-            )
+            inputs, align = self.layout.inputs(batch)
             starts, ends = reader_labels(batch, align)
             yield {**{f"r_{k}": v for k, v in inputs.items()}, "start_positions": starts, "end_positions": ends}
 
