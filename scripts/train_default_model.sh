@@ -12,6 +12,11 @@
 # calibration (train.calibrate). Exporting the result as the shipped model is
 # a separate, deliberate step (benchmarks/bench_default_model.py --export), as is re-measuring it.
 #
+# QSFT=0 skips query-side fine-tuning (it did not validate better for the GPU-trained model) and calibrates the int8
+# phrase encoder directly. REFERENCE=<model dir> sets the model whose retrievals define the hard validation
+# subcorpus H_10 (default: this run's own rc/best; a continuation keeps its parent's, so its numbers compare and the
+# cached subcorpus is reused).
+#
 # The shipped model's reading-comprehension stage ran on one H200 instead (train/configs/gpu_converge.yaml, 6 min):
 #   RC_CONFIG=train/configs/gpu_converge.yaml bash scripts/train_default_model.sh
 # runs the same chain in runs/gpu-converge (the first step on the GPU, the rest wherever it is run).
@@ -19,8 +24,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 RC_CONFIG=${RC_CONFIG:-train/configs/cpu_converge.yaml}
+QSFT=${QSFT:-1}
 RUN=$("$PY" -c "from train.schema import load_recipe; print(load_recipe('$RC_CONFIG').output_dir)")
 OUT=(--output-dir "$RUN")
+REFERENCE=${REFERENCE:-$RUN/rc/best}
 step() { echo "== $(date '+%F %T') $*"; }
 
 if [ ! -d "$RUN/rc/best" ]; then
@@ -31,7 +38,7 @@ fi
 if [ ! -d "$RUN/filter/final" ]; then
     step "token filter"
     "$PY" -m train run-all --config train/configs/cpu_converge_filter.yaml "${OUT[@]}" \
-        --set "filter.init=$RUN/rc/best" --set "validate.reference=$RUN/rc/best"
+        --set "filter.init=$RUN/rc/best" --set "validate.reference=$REFERENCE"
 fi
 
 # The shipped storage keeps the phrase encoder in int8: index, fine-tune and ship that exact encoder (the frozen word
@@ -54,19 +61,22 @@ print(phrase_cache(PhraseModel.load('$PHRASE'), SQUAD_OPEN_SMALL_CACHE))")
 step "SQuAD-open-small phrase index -> $INDEX (resumes; a complete one is only checked)"
 "$PY" -m benchmarks.bench_squad_open_small --model "$PHRASE" --only phrases
 
-if [ ! -f "$RUN/qsft/done" ]; then
+if [ "$QSFT" = 1 ] && [ ! -f "$RUN/qsft/done" ]; then
     step "query-side fine-tuning against $INDEX"
     "$PY" -m train run-all --config train/configs/cpu_converge_qsft.yaml "${OUT[@]}" --set "qsft.index=$INDEX" \
-        --set "qsft.init=$PHRASE" --set "validate.reference=$RUN/rc/best" \
+        --set "qsft.init=$PHRASE" --set "validate.reference=$REFERENCE" \
         --set "validate.models=[$PHRASE, qsft]"
     touch "$RUN/qsft/done"
 fi
 
 # Query-side fine-tuning is kept only when it helps: the model with the higher H_10 EM@1 on the validation articles.
-CHOSEN=$("$PY" -c "
+CHOSEN=$PHRASE
+if [ "$QSFT" = 1 ]; then
+    CHOSEN=$("$PY" -c "
 import json
 models = json.load(open('$RUN/validate/results.json'))['models']
 print('$RUN/qsft/best' if models['qsft']['H_10/em@1'] > models['$PHRASE']['H_10/em@1'] else '$PHRASE')")
+fi
 if [ ! -f "$RUN/calibrated/dphr_config.json" ]; then
     step "calibration of $CHOSEN"
     "$PY" -m train.calibrate --model "$CHOSEN" --out "$RUN/calibrated" --index "$INDEX"
