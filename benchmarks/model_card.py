@@ -42,8 +42,6 @@ RECIPES = {
     ("filter-mlp", "filter"): "train/configs/cpu_converge_filter.yaml",
     ("cpu-more", "rc"): "train/configs/cpu_converge_more.yaml",
     ("cpu-more", "filter"): "train/configs/cpu_converge_filter.yaml",
-    ("distill-control", "rc"): "train/configs/cpu_distill_control.yaml",
-    ("distill-control", "filter"): "train/configs/cpu_converge_filter.yaml",
 }
 
 # Where each stage ran, for runs whose stages did not all run on the project's 2-core CPU.
