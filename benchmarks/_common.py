@@ -180,6 +180,18 @@ def squad_open_small_questions(limit: int | None, seed: int = 0) -> list:
     return read_questions(SQUAD_DEV, limit=limit, seed=seed, exclude_titles=set(validation_titles()))
 
 
+def held_out_questions(limit: int, seed: int = 0) -> list:
+    """``limit`` dev-public questions of the held-out validation articles (whose paragraphs SQuAD-open-small holds),
+    sampled with ``seed``: questions to choose settings on, disjoint from :func:`squad_open_small_questions`."""
+    import random
+
+    from dphr_haystack.evaluation import read_questions
+
+    titles = set(validation_titles())
+    examples = [ex for ex in read_questions(SQUAD_DEV) if ex.title in titles]
+    return random.Random(seed).sample(examples, min(limit, len(examples)))
+
+
 def hit_scores(examples, answers: list | None, passages: list | None, top_k: int) -> dict[str, float]:
     """EM@1 / F1@1 of each question's top phrase and passage acc@1 / acc@``top_k`` of its passage ranking, from
     ``PhraseSearcher`` hits (one list per question; ``None``: not measured), by ``dphr_haystack.evaluation``'s

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import random
 import time
 
 import numpy as np
@@ -33,41 +32,30 @@ from benchmarks._common import (
     SQUAD_DEV,
     SQUAD_TRAIN,
     finish_result,
+    held_out_questions,
     machine,
     phrase_cache,
     pyplot,
     save_figure,
     squad_open_small_questions,
-    validation_titles,
 )
 from benchmarks._common import SQUAD_OPEN_SMALL_CACHE as CACHE
+from benchmarks.bench_squad_open_small import phrase_store
 
 WEIGHTS = (0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8)
 
 
-def validation_questions(limit: int, seed: int) -> list:
-    """``limit`` questions of the held-out validation articles, sampled with ``seed``."""
-    from dphr_haystack.evaluation import read_questions
-
-    titles = set(validation_titles())
-    examples = [ex for ex in read_questions(SQUAD_DEV) if ex.title in titles]
-    return random.Random(seed).sample(examples, min(limit, len(examples)))
-
-
 def make_store(model_name: str):
-    """The 1.x PhraseDocumentStore of SQuAD-open-small with its cached phrase index (BM25 built on write)."""
-    from dphr_haystack.index.phrase_index import MANIFEST, PhraseIndex
-    from dphr_haystack.nodes import PhraseDocumentStore, corpus_documents, load_phrase_model
+    """The SQuAD-open-small store of ``bench_squad_open_small`` with ``model_name``'s cached phrase index."""
+    from dphr_haystack.index.phrase_index import MANIFEST
+    from dphr_haystack.nodes import corpus_documents, load_phrase_model
 
     phrase_dir = phrase_cache(load_phrase_model(model_name), CACHE)
     if not (phrase_dir / MANIFEST).is_file():
         raise SystemExit(
             f"{phrase_dir} not built: run python -m benchmarks.bench_squad_open_small --model {model_name}"
         )
-    store = PhraseDocumentStore(embedding_dim=384, similarity="cosine", progress_bar=False)
-    store.write_documents(corpus_documents([SQUAD_TRAIN, SQUAD_DEV]))
-    store.attach_phrase_index(PhraseIndex.load(phrase_dir))
-    return store, phrase_dir.name
+    return phrase_store(corpus_documents([SQUAD_TRAIN, SQUAD_DEV]), phrase_dir), phrase_dir.name
 
 
 def rankings(store, model_name: str, examples: list, top_k: int, label: str) -> list[tuple[list, list]]:
@@ -188,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("SQuAD train-rebuilt and dev-public are needed (../shared/data/squad)")
     started = time.perf_counter()
     splits = {
-        "validation": validation_questions(args.validation_questions, args.seed),
+        "validation": held_out_questions(args.validation_questions, args.seed),
         "bench": squad_open_small_questions(args.questions, args.seed),
     }
     store, phrase_index = make_store(args.model)

@@ -149,19 +149,26 @@ SYSTEMS = [
 ]
 
 
+def phrase_store(docs, phrase_dir: Path, embedding_dim: int = 384):
+    """The 1.x PhraseDocumentStore every SQuAD-open-small pipeline queries: ``docs`` (BM25 built on write, their
+    dense embeddings if set) and the phrase index in ``phrase_dir``."""
+    from dphr_haystack.index.phrase_index import PhraseIndex
+    from dphr_haystack.nodes import PhraseDocumentStore
+
+    store = PhraseDocumentStore(embedding_dim=embedding_dim, similarity="cosine", progress_bar=False)
+    store.write_documents(docs)
+    store.attach_phrase_index(PhraseIndex.load(phrase_dir))
+    return store
+
+
 def make_stores(docs, embeddings: np.ndarray, cache: Path, build_stats: dict):
     """The shared PhraseDocumentStore (documents, BM25, dense embeddings, phrase index) and the FAISS store."""
     from haystack.document_stores import FAISSDocumentStore
 
-    from dphr_haystack.index.phrase_index import PhraseIndex
-    from dphr_haystack.nodes import PhraseDocumentStore
-
     for doc, vector in zip(docs, embeddings, strict=True):
         doc.embedding = vector
     start = time.perf_counter()
-    store = PhraseDocumentStore(embedding_dim=embeddings.shape[1], similarity="cosine", progress_bar=False)
-    store.write_documents(docs)
-    store.attach_phrase_index(PhraseIndex.load(cache / build_stats["phrase_index"]))
+    store = phrase_store(docs, cache / build_stats["phrase_index"], embeddings.shape[1])
     faiss_store = FAISSDocumentStore(
         sql_url="sqlite://",
         faiss_index_factory_str="Flat",
