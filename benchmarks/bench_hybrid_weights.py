@@ -58,31 +58,39 @@ def make_store(model_name: str):
     return phrase_store(corpus_documents([SQUAD_TRAIN, SQUAD_DEV]), phrase_dir), phrase_dir.name
 
 
-def rankings(store, model_name: str, examples: list, top_k: int, label: str) -> list[tuple[list, list]]:
-    """Each question's (BM25 documents, phrase-passage documents), top ``top_k`` each, from the shipped pipelines."""
+def pipeline_rankings(pipeline, examples: list, top_k: int, label: str) -> list[list]:
+    """Each question's top ``top_k`` documents from one Haystack pipeline."""
     from tqdm import tqdm
 
     from dphr_haystack.evaluation.evaluate import pipeline_top_k_params
+
+    params = pipeline_top_k_params(pipeline, top_k)
+    return [
+        pipeline.run(query=ex.question, params=params)["documents"]
+        for ex in tqdm(examples, desc=f"rank {label}", unit="q")
+    ]
+
+
+def shipped_pipeline(name: str, store, retriever: dict | None = None):
+    """A shipped pipeline (``bm25.yml``, ``phrase_passages.yml``) over ``store``, its Retriever's parameters
+    overridden by ``retriever``."""
     from dphr_haystack.nodes import load_pipeline
 
-    bm25 = load_pipeline("bm25.yml", components={"DocumentStore": store})
-    phrase = load_pipeline(
-        "phrase_passages.yml", overrides={"Retriever": {"model": model_name}}, components={"DocumentStore": store}
+    return load_pipeline(
+        name, overrides={"Retriever": retriever} if retriever else None, components={"DocumentStore": store}
     )
-    bm25_params, phrase_params = pipeline_top_k_params(bm25, top_k), pipeline_top_k_params(phrase, top_k)
-    out = []
-    for ex in tqdm(examples, desc=f"rank {label}", unit="q"):
-        out.append(
-            (
-                bm25.run(query=ex.question, params=bm25_params)["documents"],
-                phrase.run(query=ex.question, params=phrase_params)["documents"],
-            )
-        )
-    return out
 
 
-def passage_scores(examples: list, rankings_: list[list], top_k: int) -> dict:
-    """Passage acc@k and MRR@20 of one ranked document list per question, by the evaluation module's rules."""
+def rankings(store, model_name: str, examples: list, top_k: int, label: str) -> list[tuple[list, list]]:
+    """Each question's (BM25 documents, phrase-passage documents), top ``top_k`` each, from the shipped pipelines."""
+    bm25 = pipeline_rankings(shipped_pipeline("bm25.yml", store), examples, top_k, f"{label} BM25")
+    phrase = shipped_pipeline("phrase_passages.yml", store, {"model": model_name})
+    return list(zip(bm25, pipeline_rankings(phrase, examples, top_k, f"{label} phrase"), strict=True))
+
+
+def passage_metrics(examples: list, rankings_: list[list], top_k: int) -> dict[str, list]:
+    """Per-question passage hits@k and reciprocal rank of one ranked document list per question, by the evaluation
+    module's rules."""
     from dphr_haystack.evaluation.evaluate import question_metrics, question_result
 
     results = [
@@ -90,7 +98,12 @@ def passage_scores(examples: list, rankings_: list[list], top_k: int) -> dict:
         for ex, docs in zip(examples, rankings_, strict=True)
     ]
     metrics = question_metrics(results, top_k, has_answers=False, has_passages=True)
-    return {name: float(np.mean(values)) for name, values in metrics.items() if name != "p@20"}
+    return {name: list(values) for name, values in metrics.items() if name != "p@20"}
+
+
+def passage_scores(examples: list, rankings_: list[list], top_k: int) -> dict:
+    """Passage acc@k and MRR@20 of one ranked document list per question (means of :func:`passage_metrics`)."""
+    return {name: float(np.mean(values)) for name, values in passage_metrics(examples, rankings_, top_k).items()}
 
 
 def fused_scores(examples: list, ranked: list[tuple[list, list]], weight: float | None, top_k: int) -> dict:

@@ -34,6 +34,12 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
         help="allow phrase answers the question itself contains (skipped by default)",
     )
     search.add_argument(
+        "--passage-scoring",
+        choices=["max", "logsumexp"],
+        default="max",
+        help="passages and documents score their best phrase (max, default) or all of their phrases (logsumexp)",
+    )
+    search.add_argument(
         "--truecase",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -55,6 +61,7 @@ def run_search(args: argparse.Namespace) -> int:
         whole_words=not args.partial_words,
         skip_question_copies=not args.keep_question_copies,
         truecase=args.truecase,
+        passage_scoring=args.passage_scoring,
     )
     results = searcher.search_batch(args.query, unit=args.unit, top_k=args.top_k)
     for query, hits in zip(args.query, results):

@@ -434,6 +434,7 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         whole_words: bool = True,
         skip_question_copies: bool = True,
         batch_size: int = 32,
+        passage_scoring: str = "max",
     ) -> list[list[tuple[Any, Document]]]:
         """Phrase search: per query, the core's hits (phrases, passages or documents) with their stored Document.
 
@@ -447,6 +448,7 @@ class PhraseDocumentStore(InMemoryDocumentStore):
             whole_words: Phrases start and end on word boundaries.
             skip_question_copies: Never answer with a phrase the question contains.
             batch_size: Query encoding batch size.
+            passage_scoring: ``max`` (a passage or document scores its best phrase) or ``logsumexp`` (all of them).
         """
         with self._lock:
             index = self._phrase_index
@@ -466,6 +468,7 @@ class PhraseDocumentStore(InMemoryDocumentStore):
                 query_batch_size=batch_size,
                 whole_words=whole_words,
                 skip_question_copies=skip_question_copies,
+                passage_scoring=passage_scoring,
             )
             results = searcher.search_batch(list(queries), unit, top_k, allowed)
             out = []

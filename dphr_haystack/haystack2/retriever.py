@@ -12,6 +12,7 @@ from haystack.dataclasses import ExtractedAnswer
 
 from dphr_haystack import DEFAULT_MODEL, DocumentHit, InvalidParameterError, PhraseHit, PhraseModel
 from dphr_haystack.params import check_param
+from dphr_haystack.search import check_passage_scoring
 
 from ._models import DEVICES, load_model
 from .document_store import PhraseDocumentStore
@@ -61,6 +62,8 @@ class PhraseRetriever:
         max_answer_length: Longest phrase in subwords (default: the model's).
         whole_words: Phrases start and end on word boundaries.
         skip_question_copies: Never answer with a phrase the question itself contains.
+        passage_scoring: How passages and documents score their retrieved phrases: ``max`` (the best one) or
+            ``logsumexp`` (all of them).
         batch_size: Batch size for query and phrase encoding.
         device: ``cpu``, ``cuda`` or ``auto``.
         scale_score: Map document scores (and uncalibrated answer scores) to (0, 1) with expit(score / 100).
@@ -78,6 +81,7 @@ class PhraseRetriever:
         max_answer_length: int | None = None,
         whole_words: bool = True,
         skip_question_copies: bool = True,
+        passage_scoring: Literal["max", "logsumexp"] = "max",
         batch_size: int = 32,
         device: Literal["cpu", "cuda", "auto"] = "auto",
         scale_score: bool = True,
@@ -112,6 +116,7 @@ class PhraseRetriever:
         self.max_answer_length = max_answer_length
         self.whole_words = whole_words
         self.skip_question_copies = skip_question_copies
+        self.passage_scoring = check_passage_scoring(passage_scoring)
         self.batch_size = batch_size
         self.device = device
         self.scale_score = scale_score
@@ -142,6 +147,7 @@ class PhraseRetriever:
             max_answer_length=self.max_answer_length,
             whole_words=self.whole_words,
             skip_question_copies=self.skip_question_copies,
+            passage_scoring=self.passage_scoring,
             batch_size=self.batch_size,
             device=self.device,
             scale_score=self.scale_score,
@@ -196,6 +202,7 @@ class PhraseRetriever:
             whole_words=self.whole_words,
             skip_question_copies=self.skip_question_copies,
             batch_size=self.batch_size,
+            passage_scoring=self.passage_scoring,
         )[0]
         documents: list[Document] = []
         answers: list[ExtractedAnswer] = []

@@ -14,7 +14,7 @@ from ..errors import InvalidParameterError, ModelMismatchError
 from ..model.cache import load_phrase_model, model_fingerprint
 from ..model.registry import DEFAULT_MODEL
 from ..params import check_param
-from ..search import UNITS, DocumentHit, PassageHit, PhraseHit, PhraseSearcher
+from ..search import UNITS, DocumentHit, PassageHit, PhraseHit, PhraseSearcher, check_passage_scoring
 from ._schema import typed_init
 from .document_store import PhraseDocumentStore
 
@@ -58,6 +58,8 @@ class PhraseRetriever(BaseRetriever):
         whole_words: Phrases start and end on word boundaries (never inside a WordPiece-split word).
         skip_question_copies: Never answer with a phrase the question itself contains ("Who won Super Bowl
             50?" → "Super Bowl 50"); passage and document rankings are unchanged by it.
+        passage_scoring: How passages and documents score their retrieved phrases: ``max`` (the best one, Lee et
+            al. 2021b) or ``logsumexp`` (all of them).
         filter_threshold: Token-filter threshold used when this retriever creates a phrase index: ``"model"``
             (the default) takes the one chosen when the model's filter was trained (none for an untrained model),
             a number sets it, None keeps every token.
@@ -84,6 +86,7 @@ class PhraseRetriever(BaseRetriever):
         max_answer_length: int | None = None,
         whole_words: bool = True,
         skip_question_copies: bool = True,
+        passage_scoring: Literal["max", "logsumexp"] = "max",
         filter_threshold: float | Literal["model"] | None = "model",
         truecase: bool | None = None,
         batch_size: int = 32,
@@ -130,6 +133,7 @@ class PhraseRetriever(BaseRetriever):
         self.truecase = truecase
         self.whole_words = whole_words
         self.skip_question_copies = skip_question_copies
+        self.passage_scoring = check_passage_scoring(passage_scoring)
 
     # ----------------------------------------------------------------- BaseRetriever API
     def retrieve(
@@ -256,6 +260,7 @@ class PhraseRetriever(BaseRetriever):
             whole_words=self.whole_words,
             skip_question_copies=self.skip_question_copies,
             truecase=self.truecase,
+            passage_scoring=self.passage_scoring,
         )
         if isinstance(filters, list):
             if len(filters) != len(queries):

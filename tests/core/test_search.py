@@ -129,6 +129,27 @@ def test_units_aggregate_by_max(index, tiny_model):
     assert shared.score == pytest.approx(max(best_per_passage["p1"], best_per_passage["p2"]))
 
 
+def test_logsumexp_scoring_sums_every_retrieved_phrase(index, tiny_model):
+    searcher = PhraseSearcher(index, tiny_model, skip_question_copies=False, passage_scoring="logsumexp")
+    qs, qe = tiny_model.encode_queries(["capital of germany"])
+    phrases = searcher.search_vectors(qs, qe, "phrase", top_k=1000, candidates=len(index))[0]
+    by_passage: dict[str, list[PhraseHit]] = {}
+    for p in phrases:
+        by_passage.setdefault(p.passage_id, []).append(p)
+    expected = {pid: float(np.logaddexp.reduce([p.score for p in hits])) for pid, hits in by_passage.items()}
+    passages = searcher.search_vectors(qs, qe, "passage", top_k=10, candidates=len(index))[0]
+    assert [h.passage_id for h in passages] == sorted(expected, key=lambda pid: -expected[pid])
+    for hit in passages:
+        assert hit.score == pytest.approx(expected[hit.passage_id])
+        assert hit.best_phrase == max(by_passage[hit.passage_id], key=lambda p: p.score)
+        assert hit.score >= hit.best_phrase.score  # a sum of exps is at least its largest term
+    documents = searcher.search_vectors(qs, qe, "document", top_k=10, candidates=len(index))[0]
+    shared = next(d for d in documents if d.document_id == "shared-doc")
+    assert shared.score == pytest.approx(float(np.logaddexp(expected["p1"], expected["p2"])))
+    with pytest.raises(InvalidParameterError, match="max, logsumexp"):
+        PhraseSearcher(index, tiny_model, passage_scoring="sum")
+
+
 def test_results_are_deterministic_and_sorted(index, tiny_model):
     searcher = PhraseSearcher(index, tiny_model)
     first = searcher.search_batch(QUERIES, unit="passage", top_k=5)

@@ -233,3 +233,33 @@ def test_truecase_is_a_yaml_parameter_defaulting_to_the_model(densephrases_model
             PIPELINES / "phrase_qa.yml",
             overrides={"Retriever": {"model": str(densephrases_model_dir), "truecase": "x"}},
         )
+
+
+def test_passage_scoring_is_a_yaml_parameter_ranking_as_the_searcher(tiny_model_dir, haystack_docs):
+    from haystack.errors import PipelineSchemaError
+
+    from dphr_haystack import PhraseSearcher
+    from dphr_haystack.nodes import load_pipeline
+    from tests.haystack.test_haystack_pipelines import PIPELINES
+
+    def pipeline(scoring: str):
+        params = {"model": str(tiny_model_dir), "device": "cpu", "passage_scoring": scoring, "scale_score": False}
+        return load_pipeline(
+            PIPELINES / "phrase_passages.yml",
+            overrides={"DocumentStore": {"progress_bar": False}, "Retriever": params},
+        )
+
+    summed = pipeline("logsumexp")
+    retriever = summed.get_node("Retriever")
+    assert retriever.passage_scoring == "logsumexp"
+    retriever.document_store.index_documents(haystack_docs, retriever)
+    docs = summed.run(query="capital city", params={"Retriever": {"top_k": 6}})["documents"]
+    searcher = PhraseSearcher(
+        retriever.document_store.get_phrase_index(), retriever.phrase_model, passage_scoring="logsumexp"
+    )
+    hits = searcher.search("capital city", unit="passage", top_k=6)
+    assert [d.id for d in docs] == [h.passage_id for h in hits]
+    assert [d.score for d in docs] == pytest.approx([h.score for h in hits])
+    assert all(d.score >= d.meta["best_phrase_score"] - 1e-6 for d in docs)  # every phrase counts, not the best
+    with pytest.raises(PipelineSchemaError):
+        pipeline("sum")

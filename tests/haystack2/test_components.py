@@ -131,9 +131,13 @@ def test_components_round_trip_through_to_dict(filled, tiny_model_dir):
         unit="phrase",
         top_k=4,
         filters={"field": "meta.topic", "operator": "==", "value": "city"},
+        passage_scoring="logsumexp",
     )
     again = PhraseRetriever.from_dict(retriever.to_dict())
     assert again.document_store is filled and again.to_dict() == retriever.to_dict()
+    assert again.passage_scoring == "logsumexp"
+    with pytest.raises(InvalidParameterError, match="passage_scoring"):
+        PhraseRetriever(document_store=filled, model=str(tiny_model_dir), passage_scoring="sum")
     indexer = PhraseIndexer(document_store=filled, model=str(tiny_model_dir), policy=DuplicatePolicy.SKIP)
     again = PhraseIndexer.from_dict(indexer.to_dict())
     assert again.policy is DuplicatePolicy.SKIP and again.document_store is filled
