@@ -177,21 +177,31 @@ def plot(result: dict, path) -> None:
     save_figure(fig, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def split_arguments(description: str) -> argparse.ArgumentParser:
+    """The options of a benchmark that chooses on validation questions and reports on SQuAD-open-small ones."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", default="dphr-minilm-squad")
     parser.add_argument("--validation-questions", type=int, default=1000)
     parser.add_argument("--questions", type=int, default=300, help="SQuAD-open-small questions (default 300)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--top-k", type=int, default=20)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def question_splits(args: argparse.Namespace) -> dict[str, list]:
+    """``validation`` (held-out articles: they choose) and ``bench`` (SQuAD-open-small: only reported) questions."""
     if not SQUAD_TRAIN.is_file() or not SQUAD_DEV.is_file():
         raise SystemExit("SQuAD train-rebuilt and dev-public are needed (../shared/data/squad)")
-    started = time.perf_counter()
-    splits = {
+    return {
         "validation": held_out_questions(args.validation_questions, args.seed),
         "bench": squad_open_small_questions(args.questions, args.seed),
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = split_arguments(__doc__.split("\n")[0]).parse_args(argv)
+    started = time.perf_counter()
+    splits = question_splits(args)
     store, phrase_index = make_store(args.model)
     ranked = {name: rankings(store, args.model, ex, args.top_k, name) for name, ex in splits.items()}
 

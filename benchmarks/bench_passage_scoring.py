@@ -17,7 +17,6 @@ Writes ``results/passage_scoring.json`` and ``.png``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
@@ -27,23 +26,16 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from benchmarks._common import (
-    SQUAD_DEV,
-    SQUAD_TRAIN,
-    finish_result,
-    held_out_questions,
-    machine,
-    pyplot,
-    save_figure,
-    squad_open_small_questions,
-)
+from benchmarks._common import finish_result, machine, pyplot, save_figure
 from benchmarks.bench_hybrid_weights import (
     fused_scores,
     make_store,
     passage_metrics,
     passage_scores,
     pipeline_rankings,
+    question_splits,
     shipped_pipeline,
+    split_arguments,
 )
 
 SCORINGS = ("max", "logsumexp")
@@ -107,20 +99,9 @@ def plot(result: dict, path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="dphr-minilm-squad")
-    parser.add_argument("--validation-questions", type=int, default=1000)
-    parser.add_argument("--questions", type=int, default=300, help="SQuAD-open-small questions (default 300)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--top-k", type=int, default=20)
-    args = parser.parse_args(argv)
-    if not SQUAD_TRAIN.is_file() or not SQUAD_DEV.is_file():
-        raise SystemExit("SQuAD train-rebuilt and dev-public are needed (../shared/data/squad)")
+    args = split_arguments(__doc__.split("\n")[0]).parse_args(argv)
     started = time.perf_counter()
-    splits = {
-        "validation": held_out_questions(args.validation_questions, args.seed),
-        "bench": squad_open_small_questions(args.questions, args.seed),
-    }
+    splits = question_splits(args)
     store, phrase_index = make_store(args.model)
     bm25 = shipped_pipeline("bm25.yml", store)
     bm25_ranked = {name: pipeline_rankings(bm25, ex, args.top_k, f"{name} BM25") for name, ex in splits.items()}
