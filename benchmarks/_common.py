@@ -79,7 +79,7 @@ def squad_passages(path: Path = SQUAD_DEV, limit: int | None = None) -> tuple[li
     if not path.is_file():
         raise SystemExit(f"SQuAD data not found at {path}: this benchmark needs ../shared/data")
     from dphr_haystack._util.io import read_json
-    from dphr_haystack.build.corpus import squad_paragraphs
+    from dphr_haystack.corpus import squad_paragraphs
 
     passages, questions = [], []
     for passage, para in squad_paragraphs(read_json(path), path):

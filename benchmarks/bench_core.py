@@ -110,7 +110,7 @@ def bench_filter(
 ) -> dict:
     """Index size (vectors, bytes) against accuracy for each filter threshold, on the first dev paragraphs and
     their own questions (open-domain over that sub-corpus; train.filter.threshold_sweep encodes once)."""
-    from dphr_haystack.build.dump import TOKEN_DTYPE
+    from dphr_haystack.index.shards import TOKEN_DTYPE
     from train.data import load_squad
     from train.filter import threshold_sweep
 

@@ -50,7 +50,7 @@ MODES = ("load", "dump", "index", "index_faiss_ram")
 
 def _trace_chunks(trace: list) -> None:
     """Record RSS and peak RSS after every encoded chunk (shard) of passages."""
-    import dphr_haystack.build.dump as dump_module
+    import dphr_haystack.encode.dump as dump_module
     import dphr_haystack.index.phrase_index as index_module
 
     original = dump_module.encode_shard_stream

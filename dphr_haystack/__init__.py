@@ -34,13 +34,13 @@ __version__ = "0.1.0"
 
 # name → module that defines it, imported on first access (PEP 562)
 _LAZY = {
-    "CorpusStats": ".build.corpus",
-    "Passage": ".build.corpus",
-    "read_corpus": ".build.corpus",
-    "PhraseShard": ".build.dump",
-    "dump_phrases": ".build.dump",
-    "encode_shard": ".build.dump",
-    "list_shards": ".build.dump",
+    "CorpusStats": ".corpus",
+    "Passage": ".corpus",
+    "read_corpus": ".corpus",
+    "PhraseShard": ".index.shards",
+    "dump_phrases": ".encode.dump",
+    "encode_shard": ".encode.dump",
+    "list_shards": ".index.shards",
     "VectorCodec": ".index.codec",
     "PhraseIndex": ".index.phrase_index",
     "PhraseModelConfig": ".model.config",

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from dphr_haystack._util.io import read_json
-from dphr_haystack.build.corpus import squad_paragraphs
+from dphr_haystack.corpus import squad_paragraphs
 from dphr_haystack.model.config import PhraseModelConfig
 from dphr_haystack.model.inputs import TokenizedPassage, build_windows, pad_batch, tokenize_passages, tokenize_queries
 
@@ -131,7 +131,7 @@ def load_squad(
 ) -> RCData:
     """SQuAD v1.1-format data → passages and examples.
 
-    Passage ids follow :func:`dphr_haystack.build.corpus.read_corpus` (``title-article-paragraph``), so an index
+    Passage ids follow :func:`dphr_haystack.corpus.read_corpus` (``title-article-paragraph``), so an index
     built from the same file has the same ids. ``skip_paragraphs``/``max_paragraphs`` select a run of
     paragraphs in file order; ``max_questions`` keeps that many evenly spaced examples. ``source`` ``"builtin"``
     is the sample.

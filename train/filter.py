@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from dphr_haystack.build.dump import TOKEN_DTYPE, PhraseShard
 from dphr_haystack.index.codec import VectorCodec
 from dphr_haystack.index.phrase_index import PhraseIndex
+from dphr_haystack.index.shards import TOKEN_DTYPE, PhraseShard
 from dphr_haystack.model.config import PhraseModelConfig
 from dphr_haystack.model.phrase_model import CONFIG_FILE, PhraseModel
 

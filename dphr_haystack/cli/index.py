@@ -54,7 +54,7 @@ def run_index(args: argparse.Namespace) -> int:
     """Run ``dphr index``."""
     from .._util.device import resolve_device
     from .._util.memory import pin_malloc_thresholds
-    from ..build.corpus import CorpusStats, read_corpus
+    from ..corpus import CorpusStats, read_corpus
     from ..errors import EmptyCorpusError
     from ..index.phrase_index import MANIFEST, PhraseIndex
     from ..model.phrase_model import load_model

@@ -133,7 +133,7 @@ def _dump(args: argparse.Namespace) -> int:
     config = PhraseModelConfig.load(config_file) if config_file.is_file() else PhraseModelConfig()
     threshold = effective_filter_threshold(args.filter_threshold, config)
     if args.ray:
-        from ..build.distributed import dump_distributed, summary_dict
+        from ..encode.distributed import dump_distributed, summary_dict
 
         summary = dump_distributed(
             args.model,
@@ -156,7 +156,7 @@ def _dump(args: argparse.Namespace) -> int:
         )
         return 0
     from .._util.device import resolve_device
-    from ..build.dump import dump_phrases
+    from ..encode.dump import dump_phrases
     from ..model.phrase_model import load_model
 
     model = load_model(args.model).to(resolve_device(args.device))
@@ -180,8 +180,8 @@ def _dump(args: argparse.Namespace) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from ..build.dump import list_shards
     from ..index.phrase_index import PhraseIndex
+    from ..index.shards import list_shards
 
     started = time.perf_counter()
     settings = json.loads((args.dump / "dump.json").read_text()) if (args.dump / "dump.json").is_file() else {}

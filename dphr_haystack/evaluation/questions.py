@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._util.io import open_text
-from ..build.corpus import squad_passage_id
+from ..corpus import squad_passage_id
 from ..errors import CorpusFormatError
 
 

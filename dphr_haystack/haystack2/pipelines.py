@@ -16,7 +16,7 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 
 from dphr_haystack import DEFAULT_MODEL
 from dphr_haystack._util.atomic import write_file_atomic
-from dphr_haystack.build.corpus import read_corpora
+from dphr_haystack.corpus import read_corpora
 
 from .document_store import PhraseDocumentStore
 from .indexer import PhraseIndexer
@@ -90,7 +90,7 @@ PIPELINES: dict[str, Callable[..., Pipeline]] = {
 
 
 def corpus_documents(corpora: Iterable[str | Path]) -> list[Document]:
-    """Haystack 2 documents of one or more corpus files (:func:`dphr_haystack.build.corpus.read_corpus` formats),
+    """Haystack 2 documents of one or more corpus files (:func:`dphr_haystack.corpus.read_corpus` formats),
     with ``title`` and ``document_id`` in their meta, as PhraseDocumentStore expects: the ids, texts and meta that
     :func:`dphr_haystack.nodes.corpus_documents` gives Haystack 1.x documents.
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from .._util.lock import WriterLock, lock_file_for
 from .._util.nofollow import make_temp_dir, refuse_symlink
-from ..build.dump import PhraseShard, list_shards
 from ..errors import IndexLoadError, InvalidParameterError, ModelMismatchError
+from ..index.shards import PhraseShard, list_shards
 from .auto import AUTO, needs_rebuild
 from .codec import VectorCodec
 from .storage import is_flat, remove_uncommitted_files
@@ -110,7 +110,7 @@ def _read_dump(dump_dir: Path) -> tuple[dict[str, Any], list[Path]]:
     settings = _read_json(settings_file)
     shards = list_shards(dump_dir)
     numbers = [int(p.name.split("-")[1]) for p in shards]
-    status_file = dump_dir / "dump-status.json"  # written by dphr_haystack.build.distributed
+    status_file = dump_dir / "dump-status.json"  # written by dphr_haystack.encode.distributed
     status = _read_json(status_file) if status_file.is_file() else {}
     if status and status.get("state") != "complete":
         raise IndexLoadError(

@@ -36,16 +36,8 @@ from .._util.lazy import require
 from .._util.lock import WriterLock
 from .._util.memory import release_free_memory
 from .._util.nofollow import make_temp_dir, open_no_follow, refuse_symlink
-from ..build.corpus import CorpusStats, Passage, read_corpus
-from ..build.dump import (
-    TOKEN_DTYPE,
-    PhraseShard,
-    ShardPiece,
-    calibration_sample,
-    chunked,
-    encode_shard,
-    encode_shard_stream,
-)
+from ..corpus import CorpusStats, Passage, read_corpus
+from ..encode.dump import calibration_sample, chunked, encode_shard, encode_shard_stream
 from ..errors import (
     DphrError,
     EmptyCorpusError,
@@ -54,6 +46,7 @@ from ..errors import (
     ModelMismatchError,
     SettingsConflictError,
 )
+from ..index.shards import TOKEN_DTYPE, PhraseShard, ShardPiece
 from ..params import check_param
 from . import auto
 from . import structures as index_types
@@ -773,7 +766,7 @@ class PhraseIndex:
 
     def _add_encoded(self, model, passages: Sequence[Passage], batch_size: int) -> None:
         """Encode passages and append them in one commit. On disk their pieces are appended as they are encoded
-        (:func:`~dphr_haystack.build.dump.encode_shard_stream`), so memory stays bounded however long a passage is;
+        (:func:`~dphr_haystack.encode.dump.encode_shard_stream`), so memory stays bounded however long a passage is;
         in memory the index holds every vector anyway."""
         if self.path is None:
             self.add_shard(encode_shard(model, passages, self.codec, self.filter_threshold, batch_size))

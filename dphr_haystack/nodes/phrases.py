@@ -21,11 +21,12 @@ from haystack.document_stores import BaseDocumentStore
 from haystack.schema import Document
 
 from .._util.memory import release_free_memory
-from ..build.corpus import Passage
-from ..build.dump import PhraseShard, chunked, encode_shard
+from ..corpus import Passage
+from ..encode.dump import chunked, encode_shard
 from ..errors import InvalidParameterError, ModelMismatchError
 from ..index.codec import VectorCodec
 from ..index.phrase_index import PhraseIndex
+from ..index.shards import PhraseShard
 from ..model.cache import model_fingerprint
 from ..model.inputs import is_valid_unicode
 from ._rwlock import ReadWriteLock

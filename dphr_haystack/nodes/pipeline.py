@@ -15,7 +15,7 @@ from haystack.schema import Document
 
 from .._util.resources import pipelines_dir
 from .._util.safe_yaml import read_yaml
-from ..build.corpus import read_corpora
+from ..corpus import read_corpora
 from ..errors import DphrError, InvalidParameterError
 
 PIPELINES_DIR = pipelines_dir()
@@ -136,7 +136,7 @@ def _read_yaml(file: Path) -> dict[str, Any]:
 
 
 def corpus_documents(corpora: Iterable[str | Path]) -> list[Document]:
-    """Haystack documents of one or more corpus files (:func:`dphr_haystack.build.corpus.read_corpus` formats), with
+    """Haystack documents of one or more corpus files (:func:`dphr_haystack.corpus.read_corpus` formats), with
     ``title`` and ``document_id`` in their meta, as PhraseDocumentStore expects."""
     return [
         Document(content=p.text, id=p.id, meta={**p.meta, "title": p.title, "document_id": p.document_id})

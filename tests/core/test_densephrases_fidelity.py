@@ -17,9 +17,9 @@ import torch
 import transformers
 
 from dphr_haystack import ModelMismatchError, PhraseIndex, PhraseModel, PhraseSearcher, QueryOnlyCheckpointError
-from dphr_haystack.build.corpus import Passage
-from dphr_haystack.build.dump import encode_shard
 from dphr_haystack.cli import main as dphr
+from dphr_haystack.corpus import Passage
+from dphr_haystack.encode.dump import encode_shard
 from dphr_haystack.errors import InvalidParameterError
 from dphr_haystack.index.codec import VectorCodec
 from dphr_haystack.model import phrase_model as phrase_model_module

@@ -19,8 +19,8 @@ from dphr_haystack import (
     list_shards,
     read_corpus,
 )
-from dphr_haystack.build.dump import PhraseShard
 from dphr_haystack.cli import main as dphr
+from dphr_haystack.index.shards import PhraseShard
 from tests.conftest import tiny_passages
 
 pytestmark = pytest.mark.unit

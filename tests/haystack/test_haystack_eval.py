@@ -21,7 +21,7 @@ def squad_slice():
         pytest.skip("../shared/data/squad is not present")
     from itertools import islice
 
-    from dphr_haystack.build.corpus import read_corpus
+    from dphr_haystack.corpus import read_corpus
 
     assert corpus_documents([]) == []
     passages = list(islice(read_corpus(SQUAD_DEV), 30))

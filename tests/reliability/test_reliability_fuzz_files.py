@@ -123,7 +123,7 @@ def test_index_files(fuzz_profile, fuzz_log, saved_indexes, tiny_model, tmp_path
 
 def _tamper(folder: Path, kind: str, data) -> str:
     """One semantically impossible change to an index directory (drawn from ``data``); returns what it did."""
-    from dphr_haystack.build.dump import TOKEN_DTYPE
+    from dphr_haystack.index.shards import TOKEN_DTYPE
 
     manifest = json.loads((folder / "manifest.json").read_text()) if kind in ("codec", "search_params") else {}
     if kind == "tombstones":

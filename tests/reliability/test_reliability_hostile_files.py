@@ -399,7 +399,7 @@ def _tombstones(*rows):
 def _token(field: str, value: int, row: int = 0):
     import numpy as np
 
-    from dphr_haystack.build.dump import TOKEN_DTYPE
+    from dphr_haystack.index.shards import TOKEN_DTYPE
 
     def mutate(folder, manifest):
         tokens = np.fromfile(folder / "tokens.bin", dtype=TOKEN_DTYPE)

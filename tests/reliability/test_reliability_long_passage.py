@@ -12,9 +12,10 @@ import pytest
 
 import dphr_haystack.index.phrase_index as phrase_index_module
 from dphr_haystack import PhraseIndex, PhraseModel, PhraseModelConfig, PhraseSearcher, PhraseShard, dump_phrases
-from dphr_haystack.build.corpus import Passage
-from dphr_haystack.build.dump import encode_shard, encode_shard_stream, list_shards
+from dphr_haystack.corpus import Passage
+from dphr_haystack.encode.dump import encode_shard, encode_shard_stream
 from dphr_haystack.index.codec import VectorCodec
+from dphr_haystack.index.shards import list_shards
 from dphr_haystack.model.inputs import _room, count_rows, count_windows, passage_windows
 from tests.conftest import TINY_TEXTS
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from dphr_haystack import IndexLoadError, ModelLoadError, PhraseIndex, PhraseModel, PhraseShard, dump_phrases
-from dphr_haystack.build.dump import list_shards
+from dphr_haystack.index.shards import list_shards
 
 pytestmark = pytest.mark.unit
 

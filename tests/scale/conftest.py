@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from dphr_haystack.build.dump import TOKEN_DTYPE, PhraseShard
+from dphr_haystack.index.shards import TOKEN_DTYPE, PhraseShard
 
 
 def synthetic_shard(

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from dphr_haystack import IndexLoadError, PhraseIndex, PhraseSearcher, dump_phrases, list_shards
-from dphr_haystack.build.dump import PhraseShard
 from dphr_haystack.cli import main as dphr
 from dphr_haystack.errors import DistributedDumpError
+from dphr_haystack.index.shards import PhraseShard
 from tests.conftest import tiny_passages
 
 pytestmark = pytest.mark.unit
@@ -33,7 +33,7 @@ def _same_index(a: PhraseIndex, b: PhraseIndex) -> None:
 
 
 def test_ray_dump_survives_a_killed_worker_and_merges_to_the_serial_index(ray_cluster, tiny_model, tmp_path):
-    from dphr_haystack.build.distributed import dump_distributed
+    from dphr_haystack.encode.distributed import dump_distributed
 
     corpus, records = _corpus(tmp_path)  # 24 passages -> 8 shards of 3
     model_dir = tmp_path / "model"
@@ -186,7 +186,7 @@ def test_cli_dump_with_ray_merge_and_reindex(ray_cluster, tiny_model, tmp_path, 
 
 
 def test_a_worker_failing_beyond_its_retries_raises_and_the_dump_stays_unmergeable(ray_cluster, tiny_model, tmp_path):
-    from dphr_haystack.build.distributed import dump_distributed
+    from dphr_haystack.encode.distributed import dump_distributed
 
     corpus, _ = _corpus(tmp_path, copies=2)  # 12 passages -> 4 shards of 3
     out = tmp_path / "dump"

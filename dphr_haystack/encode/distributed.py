@@ -1,7 +1,7 @@
 """A phrase dump spread over Ray workers and GPUs: independent resumable shards, then one merged index.
 
 Shard ``i`` holds passages ``[i·shard_size, (i+1)·shard_size)``; worker ``w`` of ``W`` encodes the shards with
-``i % W == w`` (:func:`dphr_haystack.build.dump.dump_phrases`), each written atomically. A worker that dies (its
+``i % W == w`` (:func:`dphr_haystack.encode.dump.dump_phrases`), each written atomically. A worker that dies (its
 process killed, its machine lost) is retried by Ray, and a retry, like any re-run, skips the shards that are
 complete, so no work is lost or duplicated. The driver keeps ``dump-status.json``: ``running`` while workers
 run, ``complete`` with the expected shard count once all are done; :meth:`PhraseIndex.from_dump` refuses a
@@ -110,8 +110,9 @@ def dump_distributed(
         DistributedDumpError: A worker still failed after ``max_retries``; complete shards are kept.
     """
     ray = _require_ray()
+    from ..index.shards import DUMP_FORMAT_VERSION
     from ..model.phrase_model import PhraseModel
-    from .dump import DUMP_FORMAT_VERSION, _check_or_write_dump_settings
+    from .dump import _check_or_write_dump_settings
 
     if num_workers < 1 or shard_size < 1:
         raise InvalidParameterError(f"num_workers and shard_size must be >= 1, got {num_workers} and {shard_size}")
@@ -258,7 +259,7 @@ def _dump_worker(
     model = PhraseModel.load(model_ref, device=device) if isinstance(model_ref, str) else model_ref.to(device).eval()
     passages: Any = corpus
     if crash_once is not None and crash_once[0] == worker and attempt == 1:
-        from .corpus import read_corpus
+        from ..corpus import read_corpus
 
         passages = _exit_after(read_corpus(corpus), (worker + crash_once[1] * num_workers) * options["shard_size"])
     summary = dump_phrases(

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._util.io import numbered_lines
-from ..errors import CorpusFormatError
+from ._util.io import numbered_lines
+from .errors import CorpusFormatError
 
 logger = logging.getLogger(__name__)
 
