@@ -38,11 +38,13 @@ _LAZY = {
     "Passage": ".corpus",
     "read_corpus": ".corpus",
     "PhraseShard": ".index.shards",
+    "add_passages": ".encode.add",
     "dump_phrases": ".encode.dump",
     "encode_shard": ".encode.dump",
     "list_shards": ".index.shards",
     "VectorCodec": ".index.codec",
     "PhraseIndex": ".index.phrase_index",
+    "merge_dump": ".index.merge",
     "PhraseModelConfig": ".model.config",
     "PhraseModel": ".model.phrase_model",
     "DEFAULT_MODEL": ".model.registry",
@@ -93,13 +95,21 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name], __name__), name)
     elif name in _NODES:
-        value = getattr(importlib.import_module(".nodes", __name__), name)
+        value = getattr(_nodes(), name)
     elif name == "nodes":
-        value = importlib.import_module(".nodes", __name__)
+        value = _nodes()
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value  # later look-ups skip this function
     return value
+
+
+def _nodes() -> Any:
+    """The Haystack 1.x nodes; beside haystack-ai, an ImportError naming ``dphr_haystack.haystack2`` instead."""
+    from ._util.lazy import require_haystack1
+
+    require_haystack1()
+    return importlib.import_module(".nodes", __name__)
 
 
 def __dir__() -> list[str]:

@@ -4,27 +4,25 @@ A phrase *copies the question* when its SQuAD-normalised words occur, as whole w
 normalised question ("Who won Super Bowl 50?" → "Super Bowl 50"); such a phrase is never the answer.
 
 Raw phrase scores (q_s·h_i + q_e·h_j) rank phrases but do not say how likely an answer is right. A
-:class:`Calibration` maps features of a phrase's score within its query's candidate list to P(correct) with
-a logistic regression fitted on questions with known answers (:func:`fit_calibration`); it is stored in the
-model's ``dphr_config.json`` (``calibration``) so every index searched with the model reports the same
-confidences.
+:class:`Calibration` (:mod:`dphr_haystack.model.calibration`) maps features of a phrase's score within its query's
+candidate list to P(correct) with a logistic regression fitted on questions with known answers
+(:func:`fit_calibration`); it is stored in the model's ``dphr_config.json`` (``calibration``) so every index
+searched with the model reports the same confidences.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from .answers import normalize_answer
 from .errors import InvalidParameterError
-from .evaluation import normalize_answer
+from .model.calibration import FEATURES, Calibration, sigmoid
 
 # How many ranked candidate phrases the confidence features look at (the search fetches at least this many).
 CONFIDENCE_DEPTH = 10
-FEATURES = ("score", "log_softmax", "log_agreement", "margin")
 
 
 def question_words(question: str) -> tuple[str, ...]:
@@ -71,55 +69,6 @@ def confidence_features(scores: Sequence[float], texts: Sequence[str]) -> np.nda
     return out
 
 
-@dataclass(frozen=True)
-class Calibration:
-    """P(correct) = σ(w · standardised features + b), over :data:`FEATURES`.
-
-    Example:
-        >>> calibration = fit_calibration(features, correct)
-        >>> calibration.confidence(confidence_features([31.0, 29.5], ["Denver Broncos", "Carolina Panthers"]))
-    """
-
-    weights: tuple[float, ...]
-    bias: float
-    mean: tuple[float, ...]
-    scale: tuple[float, ...]
-    features: tuple[str, ...] = FEATURES
-
-    def confidence(self, features: np.ndarray) -> np.ndarray:
-        """P(correct) of each row of :func:`confidence_features`: (n,) in [0, 1]."""
-        x = (np.asarray(features, dtype=np.float64) - np.asarray(self.mean)) / np.asarray(self.scale)
-        return _sigmoid(x @ np.asarray(self.weights) + self.bias)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "features": list(self.features),
-            "weights": list(self.weights),
-            "bias": self.bias,
-            "mean": list(self.mean),
-            "scale": list(self.scale),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Any) -> Calibration:
-        """Read a stored calibration; InvalidParameterError on a malformed or foreign one."""
-        try:
-            features = tuple(str(f) for f in data["features"])
-            values = [tuple(float(v) for v in data[k]) for k in ("weights", "mean", "scale")]
-            bias = float(data["bias"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidParameterError(f"malformed calibration {data!r}: {exc}") from exc
-        if features != FEATURES:
-            raise InvalidParameterError(f"calibration over features {features}; this library computes {FEATURES}")
-        if (
-            any(len(v) != len(FEATURES) for v in values)
-            or not all(math.isfinite(x) for x in (*values[0], *values[1], *values[2], bias))
-            or min(values[2]) <= 0
-        ):
-            raise InvalidParameterError(f"calibration values must be {len(FEATURES)} finite numbers, scales > 0")
-        return cls(values[0], bias, values[1], values[2], features)
-
-
 def fit_calibration(features: np.ndarray, correct: np.ndarray, l2: float = 1e-2, iterations: int = 50) -> Calibration:
     """Logistic regression of ``correct`` (n,) on ``features`` (n, f) by Newton's method with an L2 penalty.
 
@@ -137,7 +86,7 @@ def fit_calibration(features: np.ndarray, correct: np.ndarray, l2: float = 1e-2,
     penalty = np.full(z.shape[1], l2 * len(y))
     penalty[-1] = 0.0  # the bias is not shrunk
     for _ in range(iterations):
-        p = _sigmoid(z @ w)
+        p = sigmoid(z @ w)
         gradient = z.T @ (p - y) + penalty * w
         hessian = (z * (p * (1 - p))[:, None]).T @ z + np.diag(penalty) + 1e-9 * np.eye(len(w))
         step = np.linalg.solve(hessian, gradient)
@@ -191,7 +140,3 @@ def expected_calibration_error(confidences: Sequence[float], labels: Sequence[bo
     table = reliability(confidences, labels, bins)
     n = sum(row["count"] for row in table)
     return float(sum(row["count"] / n * abs(row["accuracy"] - row["confidence"]) for row in table)) if n else 0.0
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-np.clip(x, -500, 500)))

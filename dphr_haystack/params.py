@@ -3,7 +3,7 @@
 Every count, size and length a caller can set (``batch_size``, ``chunk_size``, ``top_k``, ``max_answer_length``, ...)
 is listed in :data:`PARAMS` with its type and range. :func:`check_param` checks one value and raises
 :class:`~dphr_haystack.errors.InvalidParameterError` naming the parameter, the value and the range; the library's
-entry points (``PhraseSearcher``, ``PhraseIndex.add_passages``, ``dump_phrases``, ``PhraseModelConfig``, the
+entry points (``PhraseSearcher``, ``add_passages``, ``dump_phrases``, ``PhraseModelConfig``, the
 Haystack nodes) call it, and :func:`arg_type` turns an entry into an argparse ``type`` so the ``dphr`` command
 refuses the same values with a one-line message instead of a traceback.
 
@@ -122,6 +122,13 @@ def check_param(name: str, value, high: float | None = None, why: str = ""):
         bound = f" ({why})" if why and high is not None and number > high else ""
         raise InvalidParameterError(f"{name}={value!r} is out of range: {allowed.describe()}{bound}")
     return number
+
+
+def check_choice(name: str, value, choices):
+    """``value`` if it is one of ``choices``, else InvalidParameterError naming the valid ones."""
+    if value not in choices:
+        raise InvalidParameterError(f"{name}={value!r}; valid: {', '.join(choices)}")
+    return value
 
 
 def check_params(**values) -> None:

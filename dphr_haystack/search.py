@@ -27,12 +27,12 @@ from .confidence import CONFIDENCE_DEPTH, Calibration, confidence_features, copi
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
 from .index.phrase_index import PhraseIndex
 from .model.truecase import corpus_truecaser, is_all_lowercase
-from .params import check_param
+from .params import check_choice, check_param
 
 UNITS = ("phrase", "passage", "document")
 # Start and end tokens searched first, per result asked for: passages and documents gather several phrases
 # each, so their first search takes more candidates instead of re-searching the index at 2c, 4c, ... (each
-# search scans the index anew). benchmarks/bench_unit_search.py on SQuAD-open-small (1.7M vectors, top 20):
+# search scans the index anew). benchmarks/index/unit_search.py on SQuAD-open-small (1.7M vectors, top 20):
 # passages 1.05 searches a query and p50 127 ms at 8 (2.0 and 224 ms at 2), documents 1.45 and 135 ms at 16
 # (3.8 and 332 ms at 2), the same accuracy.
 FIRST_CANDIDATES_PER_RESULT = {"phrase": 1, "passage": 8, "document": 16}
@@ -92,9 +92,7 @@ def check_unit(unit: str) -> str:
 
 
 def check_passage_scoring(scoring: str) -> str:
-    if scoring not in PASSAGE_SCORINGS:
-        raise InvalidParameterError(f"passage_scoring={scoring!r}; valid: {', '.join(PASSAGE_SCORINGS)}")
-    return scoring
+    return check_choice("passage_scoring", scoring, PASSAGE_SCORINGS)
 
 
 class PhraseSearcher:
@@ -463,7 +461,7 @@ def open_searcher(index_dir, model_dir=None, **kwargs: Any) -> PhraseSearcher:
         ModelMismatchError: The model's phrase encoder is not the one the index was built with.
     """
     from .errors import ModelLoadError, ModelMismatchError
-    from .model.phrase_model import load_model
+    from .model.loading import load_model
 
     index = PhraseIndex.load(index_dir)
     model_dir = model_dir or index.manifest.get("model_path")

@@ -10,7 +10,7 @@
 # phrase index of that encoder (the benchmark's cache; the dense half is built by the benchmark itself later) →
 # query-side fine-tuning against it (cpu_converge_qsft.yaml, kept only when it validates better) → the answer
 # calibration (train.calibrate). Exporting the result as the shipped model is
-# a separate, deliberate step (benchmarks/bench_default_model.py --export), as is re-measuring it.
+# a separate, deliberate step (benchmarks/training/default_model.py --export), as is re-measuring it.
 #
 # QSFT=0 skips query-side fine-tuning (it did not validate better for the GPU-trained model) and calibrates the int8
 # phrase encoder directly. REFERENCE=<model dir> sets the model whose retrievals define the hard validation
@@ -55,11 +55,11 @@ with tempfile.TemporaryDirectory() as tmp:
 fi
 
 INDEX=$("$PY" -c "
-from benchmarks._common import SQUAD_OPEN_SMALL_CACHE, phrase_cache
+from benchmarks.common import SQUAD_OPEN_SMALL_CACHE, phrase_cache
 from dphr_haystack import PhraseModel
 print(phrase_cache(PhraseModel.load('$PHRASE'), SQUAD_OPEN_SMALL_CACHE))")
 step "SQuAD-open-small phrase index -> $INDEX (resumes; a complete one is only checked)"
-"$PY" -m benchmarks.bench_squad_open_small --model "$PHRASE" --only phrases
+"$PY" -m benchmarks.quality.squad_open_small --model "$PHRASE" --only phrases
 
 if [ "$QSFT" = 1 ] && [ ! -f "$RUN/qsft/done" ]; then
     step "query-side fine-tuning against $INDEX"
@@ -81,4 +81,4 @@ if [ ! -f "$RUN/calibrated/dphr_config.json" ]; then
     step "calibration of $CHOSEN"
     "$PY" -m train.calibrate --model "$CHOSEN" --out "$RUN/calibrated" --index "$INDEX"
 fi
-step "done: $RUN/calibrated (export: python -m benchmarks.bench_default_model --model $RUN/calibrated ... --export)"
+step "done: $RUN/calibrated (export: python -m benchmarks.training.default_model --model $RUN/calibrated ... --export)"

@@ -30,6 +30,7 @@ import numpy as np
 
 from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
 from dphr_haystack._util.atomic import write_file_atomic
+from dphr_haystack.answers import exact_match
 from dphr_haystack.confidence import (
     CONFIDENCE_DEPTH,
     auroc,
@@ -38,7 +39,7 @@ from dphr_haystack.confidence import (
     fit_calibration,
     reliability,
 )
-from dphr_haystack.evaluation import exact_match
+from dphr_haystack.encode.add import add_passages
 
 from .data import RCData, RCExample, load_squad
 from .validation import unique_questions
@@ -176,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         outside_examples: list[RCExample] = []  # a real corpus holds them: no out-of-corpus questions to ask
     else:
         index = PhraseIndex.create(model, filter_threshold=model.config.filter_threshold)
-        index.add_passages(data.passages, model, progress=True)
+        add_passages(index, model, data.passages, progress=True)
         outside_examples = outside.examples
     calibration, report = calibrate(model, data, index, args.holdout, outside=outside_examples)
     model_dir = Path(args.model)

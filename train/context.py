@@ -15,20 +15,21 @@ from dphr_haystack.model.config import PhraseModelConfig
 from dphr_haystack.model.phrase_model import PhraseModel
 
 from .data import RCData, load_squad
-from .schema import Recipe, _resolve_data
+from .schema import Recipe, resolve_data
 from .trainer import dist_info
 from .validation import Validator, build_subcorpora
 
 logger = logging.getLogger(__name__)
 
 
-def _device() -> torch.device:
+def rank_device() -> torch.device:
     """This rank's GPU when CUDA is usable (:func:`~dphr_haystack._util.device.resolve_device`), else the CPU."""
     _, local_rank, _ = dist_info()
     return torch.device("cuda", local_rank) if resolve_device("auto") == "cuda" else torch.device("cpu")
 
 
-def _is_main() -> bool:
+def is_main_rank() -> bool:
+    """Whether this process is rank 0 (or the only process)."""
     return dist_info()[0] == 0
 
 
@@ -44,7 +45,7 @@ class Context:
         d = self.recipe.data
         if (d.train if which == "train" else d.dev) == "builtin":
             return load_squad("builtin")
-        path = _resolve_data(d.train if which == "train" else d.dev)
+        path = resolve_data(d.train if which == "train" else d.dev)
         if path is None:
             if not d.fallback_builtin:
                 raise FileNotFoundError(f"{which} data not found: {d.train if which == 'train' else d.dev}")
@@ -131,7 +132,7 @@ class Context:
         if path.is_file():
             return json.loads(path.read_text())["subcorpora"]
         if reference is not None:
-            reference = reference.to(_device())
+            reference = reference.to(rank_device())
         sub = build_subcorpora(
             self.dev_data,
             reference,
@@ -151,7 +152,7 @@ class Context:
         """
         if not select_on:
             return None, None
-        if not _is_main():
+        if not is_main_rank():
             return None, f"{select_on}/em@1"
         reference = PhraseModel.load(reference_dir) if reference_dir else None
         sub = self.subcorpora(reference, reference_dir or "none")

@@ -14,8 +14,8 @@ import torch
 from dphr_haystack.index.codec import VectorCodec
 from dphr_haystack.index.phrase_index import PhraseIndex
 from dphr_haystack.index.shards import TOKEN_DTYPE, PhraseShard
-from dphr_haystack.model.config import PhraseModelConfig
-from dphr_haystack.model.phrase_model import CONFIG_FILE, PhraseModel
+from dphr_haystack.model.config import CONFIG_FILE, PhraseModelConfig
+from dphr_haystack.model.phrase_model import PhraseModel
 
 from .data import Feature, RCData, collate
 from .losses import FilterLoss

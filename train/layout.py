@@ -72,7 +72,7 @@ def to_shared_layout(
 
 def main(argv: Sequence[str] | None = None) -> int:
     from .data import load_squad
-    from .schema import DataSection, _resolve_data
+    from .schema import DataSection, resolve_data
 
     parser = argparse.ArgumentParser(prog="python -m train.layout", description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="a separate-layout model (directory or shipped name)")
@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ridge", type=float, default=1e-3)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    path = _resolve_data(args.train)
+    path = resolve_data(args.train)
     if path is None:
         parser.error(f"{args.train} not found")
     data = load_squad(path, max_questions=args.questions)

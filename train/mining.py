@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dphr_haystack._util.nofollow import open_no_follow
-from dphr_haystack.evaluation import contains_answer
+from dphr_haystack.answers import contains_answer
 from dphr_haystack.index.phrase_index import PhraseIndex
 from dphr_haystack.model.phrase_model import PhraseModel
 from dphr_haystack.search import PhraseSearcher

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dphr_haystack.evaluation import exact_match
+from dphr_haystack.answers import exact_match
 from dphr_haystack.evaluation.questions import QAExample
 from dphr_haystack.index.phrase_index import PhraseIndex
 from dphr_haystack.model.inputs import tokenize_queries

@@ -30,9 +30,9 @@ from dphr_haystack._util.atomic import write_file_atomic
 from dphr_haystack.model.phrase_model import PhraseModel, filter_head
 from dphr_haystack.model.registry import model_dir
 
-from .context import Context, _device, _is_main
+from .context import Context, is_main_rank, rank_device
 from .data import PassageWindows, build_features
-from .schema import STAGES, DataSection, RCSection, Recipe, _resolve_data, _resolve_dir, load_recipe
+from .schema import STAGES, DataSection, RCSection, Recipe, load_recipe, resolve_data, resolve_dir
 from .trainer import TrainArgs, Trainer, barrier, dist_info, init_distributed
 from .validation import Validator, build_index
 
@@ -84,7 +84,7 @@ def run_rc(ctx: Context, stage: str = "rc") -> dict[str, Any]:
     if section.teacher:
         from .teacher import CrossEncoderTeacher
 
-        teacher_dir = ctx.stage_model_dir("reader") if section.teacher == "reader" else _resolve_dir(section.teacher)
+        teacher_dir = ctx.stage_model_dir("reader") if section.teacher == "reader" else resolve_dir(section.teacher)
         if teacher_dir is None:
             raise FileNotFoundError(f"{recipe.out / 'reader'} has no reader: run the reader stage first")
         teacher = CrossEncoderTeacher.load(teacher_dir, model.tokenizer)
@@ -140,14 +140,14 @@ def run_reader(ctx: Context) -> dict[str, Any]:
     features = build_features(train, PassageWindows(model.tokenizer, model.config, train.passages))
     args = _train_args(recipe, "reader", {"freeze_word_embeddings": False, **r.train}, None)
     result = Trainer(reader, args, ReaderTask(reader, train, features, r.bucket_batches)).train()
-    if not _is_main():
+    if not is_main_rank():
         return {"rank": dist_info()[0], "steps": result.steps}
     dev_features = build_features(dev, PassageWindows(model.tokenizer, model.config, dev.passages))
-    trained = ReaderModel.load(result.final_dir).to(_device()).eval()
+    trained = ReaderModel.load(result.final_dir).to(rank_device()).eval()
     measured = {
         "reader": span_metrics(trained.teacher().logits, dev, dev_features, model.tokenizer, model.config),
         "phrase_model": span_metrics(
-            phrase_model_logits(model.to(_device()).eval()), dev, dev_features, model.tokenizer, model.config
+            phrase_model_logits(model.to(rank_device()).eval()), dev, dev_features, model.tokenizer, model.config
         ),
     }
     metrics = {
@@ -168,11 +168,11 @@ def run_mine(ctx: Context) -> dict[str, Any]:
     """Index the training corpus with the round-1 model and mine hard negatives for every training question."""
     from .mining import mine_hard_negatives, mining_stats, write_negatives
 
-    if not _is_main():  # rank 0 mines; the others wait in run_stage's barrier
+    if not is_main_rank():  # rank 0 mines; the others wait in run_stage's barrier
         return {"rank": dist_info()[0], "skipped": "mining runs on rank 0"}
     recipe, m = ctx.recipe, ctx.recipe.mine
     model, source = ctx.init_model(m.init, ("rc",))
-    model = model.to(_device())
+    model = model.to(rank_device())
     data = ctx.train_data
     index = build_index(model, data.passages, m.batch_size, faiss_factory=m.faiss_factory)
     _set_nprobe(index, m.nprobe)
@@ -191,12 +191,12 @@ def run_mine(ctx: Context) -> dict[str, Any]:
 
 
 def _set_nprobe(index: Any, nprobe: int) -> None:
-    import faiss
+    """Search ``nprobe`` lists of an IVF structure, for this run only (nothing is written to the index); other
+    structures have no lists and are left as they are."""
+    from dphr_haystack.index.structures import ivf_of
 
-    try:
-        faiss.extract_index_ivf(index.faiss_index).nprobe = nprobe
-    except RuntimeError:
-        pass  # not an IVF index
+    if index.faiss_index is not None and ivf_of(index.faiss_index) is not None:
+        index.set_search_params(persist=False, nprobe=nprobe)
 
 
 def run_filter(ctx: Context) -> dict[str, Any]:
@@ -226,14 +226,14 @@ def run_filter(ctx: Context) -> dict[str, Any]:
     train, dev = ctx.train_data, ctx.dev_data
     features = build_features(train, PassageWindows(model.tokenizer, model.config, train.passages))
     dev_features = build_features(dev, PassageWindows(model.tokenizer, model.config, dev.passages))
-    model = model.to(_device())
-    main = _is_main()
+    model = model.to(rank_device())
+    main = is_main_rank()
     before = filter_metrics(filter_scores(model, dev, dev_features, labels=f.labels)) if main else {}
     args = _train_args(recipe, "filter", {"trainable": "filter", "freeze_word_embeddings": False, **f.train}, None)
     result = Trainer(model, args, FilterTask(model, train, features, f.pos_weight, f.labels)).train()
     if not main:  # rank 0 evaluates, sweeps and writes
         return {"rank": dist_info()[0], "steps": result.steps}
-    model = PhraseModel.load(result.final_dir).to(_device())
+    model = PhraseModel.load(result.final_dir).to(rank_device())
     after = filter_metrics(filter_scores(model, dev, dev_features, labels=f.labels))
     metrics: dict[str, Any] = {
         "init": source,
@@ -276,7 +276,7 @@ def run_qsft(ctx: Context) -> dict[str, Any]:
 
     recipe, q = ctx.recipe, ctx.recipe.qsft
     model, source = ctx.init_model(q.init, ("filter", "hn", "rc"))
-    model = model.to(_device())
+    model = model.to(rank_device())
     data = ctx.train_data
     if q.index:
         from dphr_haystack.index.phrase_index import PhraseIndex
@@ -285,7 +285,7 @@ def run_qsft(ctx: Context) -> dict[str, Any]:
             raise ValueError(
                 "qsft.index: an external index's passage ids are not the training data's; use label_strategy: phrase"
             )
-        index = PhraseIndex.load(_resolve_dir(q.index), model=model)
+        index = PhraseIndex.load(resolve_dir(q.index), model=model)
     else:
         index = build_index(model, data.passages, recipe.validate.batch_size, faiss_factory=q.faiss_factory)
     _set_nprobe(index, recipe.mine.nprobe)
@@ -295,7 +295,7 @@ def run_qsft(ctx: Context) -> dict[str, Any]:
     if q.questions:
         from dphr_haystack.evaluation.questions import read_questions
 
-        questions = read_questions(_resolve_data(q.questions) or q.questions)
+        questions = read_questions(resolve_data(q.questions) or q.questions)
     task = QsftTask(
         model,
         questions,
@@ -325,7 +325,7 @@ def run_qsft(ctx: Context) -> dict[str, Any]:
 
 def run_validate(ctx: Context) -> dict[str, Any]:
     """Score each listed model (stage name or directory) on C0, R_r and H_k of the validation corpus."""
-    if not _is_main():
+    if not is_main_rank():
         return {"rank": dist_info()[0], "skipped": "validation runs on rank 0"}
     recipe, v = ctx.recipe, ctx.recipe.validate
     ref_dir = ctx.reference_dir()
@@ -344,7 +344,7 @@ def run_validate(ctx: Context) -> dict[str, Any]:
             logger.warning("validate: no model for %r, skipped", name)
             continue
         started = time.perf_counter()
-        scores = validator(PhraseModel.load(path).to(_device()))
+        scores = validator(PhraseModel.load(path).to(rank_device()))
         results["models"][name] = {"path": str(path), "seconds": time.perf_counter() - started, **scores}
     _write_json(recipe.out / "validate" / "results.json", results)
     return results
@@ -369,7 +369,7 @@ def run_stage(recipe: Recipe, stage: str, ctx: Context | None = None) -> dict[st
     init_distributed()
     recipe.out.mkdir(parents=True, exist_ok=True)
     if recipe.model.base == "tiny":  # under torchrun rank 0 builds it before any rank reads it
-        if _is_main():
+        if is_main_rank():
             ctx.tiny_base_dir()
         barrier()
     if recipe.torch_threads:
@@ -388,7 +388,7 @@ def run_all(recipe: Recipe) -> dict[str, Any]:
     """
     ctx = Context(recipe)
     path = recipe.out / "summary.json"
-    previous = json.loads(path.read_text()) if _is_main() and path.is_file() else {}
+    previous = json.loads(path.read_text()) if is_main_rank() and path.is_file() else {}
     summary: dict[str, Any] = {
         "recipe": copy.deepcopy(dataclasses.asdict(recipe)),
         "stages": previous.get("stages", {}) if isinstance(previous, dict) else {},
@@ -402,6 +402,6 @@ def run_all(recipe: Recipe) -> dict[str, Any]:
             **result,
             "recipe": copy.deepcopy(dataclasses.asdict(recipe)),
         }
-        if _is_main():
+        if is_main_rank():
             _write_json(recipe.out / "summary.json", summary)
     return summary

@@ -206,14 +206,16 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
 
 
 # ----------------------------------------------------------------------------- helpers
-def _resolve_data(path: str) -> Path | None:
+def resolve_data(path: str) -> Path | None:
+    """The data file ``path``, as given or relative to the repository root; None when neither exists."""
     for candidate in (Path(path), REPO_ROOT / path):
         if candidate.is_file():
             return candidate
     return None
 
 
-def _resolve_dir(path: str) -> Path:
+def resolve_dir(path: str) -> Path:
+    """The directory ``path``, as given or relative to the repository root; FileNotFoundError when neither exists."""
     for candidate in (Path(path), REPO_ROOT / path):
         if candidate.is_dir():
             return candidate

@@ -6,7 +6,9 @@
   whole validation corpus for each question.
 
 A model is scored on each by indexing the subcorpus with it and reporting phrase EM@1 and passage
-accuracy@k (a top-k passage contains a normalised gold answer).
+accuracy@k (a top-k passage contains a normalised gold answer). The scoring is
+:class:`dphr_haystack.evaluation.SearcherEvaluator`'s: on the same index and questions the numbers equal
+``dphr eval --index ... --top-k max(ks)``'s ``phrase_em@1`` and ``passage_acc@k``.
 """
 
 from __future__ import annotations
@@ -16,9 +18,8 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from dphr_haystack.evaluation import contains_answer, exact_match
+from dphr_haystack.encode.add import add_passages
+from dphr_haystack.evaluation import QAExample, SearcherEvaluator
 from dphr_haystack.index.phrase_index import PhraseIndex
 from dphr_haystack.model.phrase_model import PhraseModel
 from dphr_haystack.search import PhraseSearcher
@@ -37,7 +38,7 @@ def build_index(
 ) -> PhraseIndex:
     """An in-memory phrase index of ``passages`` encoded by ``model``."""
     index = PhraseIndex.create(model, faiss_factory=faiss_factory, filter_threshold=filter_threshold)
-    index.add_passages(list(passages), model, batch_size=batch_size, progress=False)
+    add_passages(index, model, list(passages), batch_size=batch_size, progress=False)
     return index
 
 
@@ -81,32 +82,21 @@ def build_subcorpora(
     return sub
 
 
+def qa_examples(examples: Sequence[RCExample]) -> list[QAExample]:
+    """Reading-comprehension examples as the evaluation's questions (gold passage kept, never used to retrieve)."""
+    return [QAExample(ex.qid, ex.question, tuple(ex.answers), gold_passage_id=ex.passage_id) for ex in examples]
+
+
 def evaluate_index(
     index: PhraseIndex, model: PhraseModel, examples: Sequence[RCExample], ks: Sequence[int] = (1, 5, 20)
 ) -> dict[str, float]:
-    """EM@1 of the top phrase and passage accuracy@k over ``examples`` on a built index."""
+    """EM@1 of the top phrase and passage accuracy@k over the distinct questions of ``examples`` on a built index,
+    scored as ``dphr eval`` scores (top ``max(ks)`` phrases and passages; see the module docstring)."""
     questions = unique_questions(examples)
     if not questions:
         return {"em@1": 0.0, **{f"acc@{k}": 0.0 for k in ks}}
-    searcher = PhraseSearcher(index, model)
-    texts = [ex.question for ex in questions]
-    q_start, q_end = model.encode_queries(texts)
-    phrases = searcher.search_vectors(q_start, q_end, unit="phrase", top_k=1, questions=texts)
-    # Passages: a fixed candidate pool (DensePhrases retrieves 2×top_k phrases for coarser units), so small
-    # subcorpora never trigger the searcher's widen-until-k-results loop over the whole index.
-    k_max = max(ks)
-    passages = searcher.search_vectors(
-        q_start, q_end, unit="passage", top_k=k_max, candidates=min(len(index), max(2 * k_max, 100))
-    )
-    em = [bool(p) and exact_match(p[0].text, ex.answers) for p, ex in zip(phrases, questions, strict=True)]
-    out = {"em@1": float(np.mean(em))}
-    for k in ks:
-        hit = [
-            any(contains_answer(h.text, ex.answers) for h in ps[:k])
-            for ps, ex in zip(passages, questions, strict=True)
-        ]
-        out[f"acc@{k}"] = float(np.mean(hit))
-    return out
+    scores = SearcherEvaluator(qa_examples(questions), ks)(PhraseSearcher(index, model))
+    return {"em@1": scores["em@1"], **{f"acc@{k}": scores[f"acc@{k}"] for k in ks}}
 
 
 class Validator:

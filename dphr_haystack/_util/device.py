@@ -40,9 +40,9 @@ def resolve_device(device: str | None = "auto") -> str:
             ordinal = int(device.split(":", 1)[1]) if ":" in device else 0
             if ordinal < torch.cuda.device_count():
                 return device
-            _fallback(f"{device} requested but only {torch.cuda.device_count()} CUDA device(s) are visible")
+            warn_cpu_fallback(f"{device} requested but only {torch.cuda.device_count()} CUDA device(s) are visible")
             return "cpu"
-        _fallback(f"{device} requested but CUDA is not available (torch {_torch_version()})")
+        warn_cpu_fallback(f"{device} requested but CUDA is not available (torch {_torch_version()})")
         return "cpu"
     raise InvalidParameterError(f"device={device!r}; valid: auto, cpu, cuda, cuda:N")
 
@@ -53,7 +53,8 @@ def _torch_version() -> str:
     return torch.__version__
 
 
-def _fallback(reason: str) -> None:
+def warn_cpu_fallback(reason: str) -> None:
+    """Log and warn (:class:`DeviceFallbackWarning`) that work asked of a GPU runs on the CPU, and why."""
     message = f"{reason}; falling back to the CPU"
     logger.warning(message)
     warnings.warn(message, DeviceFallbackWarning, stacklevel=3)

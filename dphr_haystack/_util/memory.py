@@ -2,7 +2,7 @@
 
 Encoding a chunk of passages allocates many multi-megabyte numpy and torch buffers. glibc raises its mmap
 threshold each time such a buffer is freed, so later ones come from the heap, where freed space fragments and is
-not given back: without help the peak RSS creeps up with every chunk (benchmarks/bench_memory.py measured about
+not given back: without help the peak RSS creeps up with every chunk (benchmarks/memory/indexing.py measured about
 +150 MiB per 1,000 SQuAD paragraphs with MiniLM). Returning free heap memory after each chunk
 (``malloc_trim``) keeps the peak at one chunk's working set; processes that only index (the ``dphr index``
 CLI) also pin the thresholds so large buffers are always mapped and unmapped directly.

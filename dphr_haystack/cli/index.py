@@ -55,11 +55,13 @@ def run_index(args: argparse.Namespace) -> int:
     from .._util.device import resolve_device
     from .._util.memory import pin_malloc_thresholds
     from ..corpus import CorpusStats, read_corpus
+    from ..encode.add import add_passages
     from ..errors import EmptyCorpusError
-    from ..index.phrase_index import MANIFEST, PhraseIndex
-    from ..model.phrase_model import load_model
+    from ..index.phrase_index import PhraseIndex
+    from ..index.storage import MANIFEST
+    from ..model.loading import load_model
 
-    pin_malloc_thresholds()  # this process only indexes: keep its memory flat (benchmarks/bench_memory.py)
+    pin_malloc_thresholds()  # this process only indexes: keep its memory flat (benchmarks/memory/indexing.py)
     model = load_model(args.model).to(resolve_device(args.device))
     started = time.perf_counter()
     # The corpus is opened and its first passage read before --out is touched: a mistyped or unreadable corpus
@@ -74,7 +76,7 @@ def run_index(args: argparse.Namespace) -> int:
         )
     corpus = itertools.chain([first], passages) if first is not None else iter(())
     # flat_search="mmap": indexing never searches, so a flat index keeps no in-RAM FAISS copy of its vectors and
-    # memory stays flat however large the corpus (benchmarks/bench_memory.py).
+    # memory stays flat however large the corpus (benchmarks/memory/indexing.py).
     if resuming:
         index = PhraseIndex.load(args.out, model=model, flat_search="mmap")
         index.check_settings(args.dtype, args.filter_threshold, args.faiss_factory)  # conflicts: SettingsConflictError
@@ -92,9 +94,10 @@ def run_index(args: argparse.Namespace) -> int:
         )
         index = PhraseIndex.load(args.out, model=model, flat_search="mmap")
         duplicates = "fail"
-    index.add_passages(
-        corpus,
+    add_passages(
+        index,
         model,
+        corpus,
         batch_size=args.batch_size,
         chunk_size=args.chunk_size,
         duplicates=duplicates,

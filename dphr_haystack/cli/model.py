@@ -80,7 +80,8 @@ def add_model_parser(sub: argparse._SubParsersAction) -> None:
 
 def run_model(args: argparse.Namespace) -> int:
     """Run ``dphr model …``."""
-    from ..model.phrase_model import PhraseModel, load_model
+    from ..model.loading import load_model
+    from ..model.phrase_model import PhraseModel
 
     if args.model_command == "export":
         written = load_model(args.model).save(

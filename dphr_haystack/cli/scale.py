@@ -126,7 +126,7 @@ def _factory(args: argparse.Namespace, num_vectors: int, dim: int) -> str:
 
 
 def _dump(args: argparse.Namespace) -> int:
-    from ..model.phrase_model import CONFIG_FILE
+    from ..model.config import CONFIG_FILE
 
     started = time.perf_counter()
     config_file = args.model / CONFIG_FILE  # absent for a DensePhrases checkpoint: no threshold of its own
@@ -157,7 +157,7 @@ def _dump(args: argparse.Namespace) -> int:
         return 0
     from .._util.device import resolve_device
     from ..encode.dump import dump_phrases
-    from ..model.phrase_model import load_model
+    from ..model.loading import load_model
 
     model = load_model(args.model).to(resolve_device(args.device))
     summary = dump_phrases(
@@ -180,14 +180,14 @@ def _dump(args: argparse.Namespace) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from ..index.phrase_index import PhraseIndex
+    from ..index.merge import merge_dump
     from ..index.shards import list_shards
 
     started = time.perf_counter()
     settings = json.loads((args.dump / "dump.json").read_text()) if (args.dump / "dump.json").is_file() else {}
     num_vectors = sum(json.loads((s / "shard.json").read_text())["num_vectors"] for s in list_shards(args.dump))
     factory = _factory(args, num_vectors, int(settings.get("dim", 1)))
-    index = PhraseIndex.from_dump(
+    index = merge_dump(
         args.dump,
         args.out,
         faiss_factory=factory,

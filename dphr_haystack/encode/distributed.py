@@ -4,11 +4,11 @@ Shard ``i`` holds passages ``[i·shard_size, (i+1)·shard_size)``; worker ``w`` 
 ``i % W == w`` (:func:`dphr_haystack.encode.dump.dump_phrases`), each written atomically. A worker that dies (its
 process killed, its machine lost) is retried by Ray, and a retry, like any re-run, skips the shards that are
 complete, so no work is lost or duplicated. The driver keeps ``dump-status.json``: ``running`` while workers
-run, ``complete`` with the expected shard count once all are done; :meth:`PhraseIndex.from_dump` refuses a
-dump that is not complete and checks the count.
+run, ``complete`` with the expected shard count once all are done; :func:`~dphr_haystack.index.merge.merge_dump`
+refuses a dump that is not complete and checks the count.
 
     >>> summary = dump_distributed("models/minilm-phrase", "corpus.jsonl", "dump/", num_workers=8, gpus_per_worker=1)
-    >>> index = PhraseIndex.from_dump("dump/", "my-index", faiss_factory="OPQ48,IVF4096,PQ48")
+    >>> index = merge_dump("dump/", "my-index", faiss_factory="OPQ48,IVF4096,PQ48")
 
 On a GPU worker the model runs under bf16 autocast (fp16 where bf16 is unsupported) and vectors are stored in
 fp16 (or int8). Ray needs ``pip install "dphr-haystack[distributed]"``; on a multi-machine cluster every worker
@@ -112,7 +112,7 @@ def dump_distributed(
     ray = _require_ray()
     from ..index.shards import DUMP_FORMAT_VERSION
     from ..model.phrase_model import PhraseModel
-    from .dump import _check_or_write_dump_settings
+    from .dump import check_or_write_dump_settings
 
     if num_workers < 1 or shard_size < 1:
         raise InvalidParameterError(f"num_workers and shard_size must be >= 1, got {num_workers} and {shard_size}")
@@ -130,7 +130,7 @@ def dump_distributed(
         "dim": local_model.hidden_size,
         "format_version": DUMP_FORMAT_VERSION,
     }  # as dump_phrases writes it
-    _check_or_write_dump_settings(out / "dump.json", settings)
+    check_or_write_dump_settings(out / "dump.json", settings)
     _atomic_json(out / STATUS_FILE, {"state": "running", "num_workers": num_workers, "started": time.time()})
     started_here = False
     if not ray.is_initialized():

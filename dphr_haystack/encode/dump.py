@@ -80,7 +80,8 @@ def encode_shard_stream(
     for, ``batch_size`` windows at a time for a long passage (:meth:`PhraseModel.iter_encoded_pieces`), in passage
     and row order (rows are the context tokens or, with ``passage_stride_mode="step"``, every window's tokens, as
     :meth:`PhraseModel.encode_passages` gives them). A consumer that writes each piece out before asking for the
-    next (:func:`write_shard`, ``PhraseIndex.add_passages``) holds one batch's vectors however long a passage is.
+    next (:func:`write_shard`, :func:`~dphr_haystack.encode.add.add_passages`) holds one batch's vectors however
+    long a passage is.
     """
     tokenized = model.tokenize_passages([p.text for p in passages], [p.title for p in passages])
     records = [
@@ -189,7 +190,7 @@ def dump_phrases(
         "dim": model.hidden_size,
         "format_version": DUMP_FORMAT_VERSION,
     }
-    _check_or_write_dump_settings(out / "dump.json", settings)
+    check_or_write_dump_settings(out / "dump.json", settings)
     codec: VectorCodec | None = _existing_codec(out) if dtype == "int8" else VectorCodec(dtype)
     shards, encoded, skipped, vectors = [], 0, 0, 0
     bar = tqdm(desc="phrase dump", unit="passage", disable=not progress)
@@ -232,7 +233,9 @@ def calibration_sample(
     return np.concatenate(parts) if parts else np.zeros((0, model.hidden_size), np.float32)
 
 
-def _check_or_write_dump_settings(path: Path, settings: dict[str, Any]) -> None:
+def check_or_write_dump_settings(path: Path, settings: dict[str, Any]) -> None:
+    """Write a dump's settings to ``path`` (``dump.json``), or raise ModelMismatchError when the dump already there
+    was made with other settings (model, filter threshold, dtype, shard size or dimension)."""
     if path.is_file():
         try:
             previous = json.loads(path.read_text())

@@ -7,10 +7,10 @@ Metrics (per question, then averaged):
   top-k passages), MRR@20 (1/rank of the first such passage, 0 beyond 20) and P@20 (the fraction of the
   top 20 that contain an answer, divided by 20 as in DPR-style tables).
 
-Answers match with SQuAD normalisation (lower case, no punctuation or articles), as whole words inside a
-passage; CuratedTREC answers are regular expressions, matched case-insensitively (DrQA/DPR convention).
-``answer_match="substring"`` switches passages to Haystack's own criterion (the raw answer string is a
-substring of the content), which the tests use to show that our aggregation equals Haystack's eval.
+Answers are matched by :mod:`dphr_haystack.answers` (SQuAD normalisation, whole words inside a passage, regular
+expressions for CuratedTREC); ``answer_match="substring"`` switches passages to Haystack's own criterion (the
+raw answer string is a substring of the content), which the tests use to show that our aggregation equals
+Haystack's eval. ``dphr eval``, training-time validation and the benchmarks all score through this package.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from .evaluate import (
     QuestionResult,
     check_evaluation,
     evaluate_pipeline,
-    evaluate_searcher,
     markdown_table,
     pipeline_top_k_params,
     question_metrics,
@@ -30,29 +29,45 @@ from .evaluate import (
     report_stem,
     summarize,
 )
-from .metrics import ANSWER_MATCHES, PASSAGE_KS, contains_answer, exact_match, f1_score, normalize_answer
+from .metrics import (
+    PASSAGE_KS,
+    RANKING_DEPTH,
+    accuracy_at,
+    first_hit,
+    precision_at,
+    ranking_metrics,
+    reciprocal_rank_at,
+)
 from .questions import QAExample, read_questions
+from .scoring import hit_results, mean_metrics, passage_metrics, short_metrics
+from .searcher import SearcherEvaluator, evaluate_searcher
 
 __all__ = [
-    "ANSWER_MATCHES",
     "EvalReport",
     "PASSAGE_KS",
     "QAExample",
     "QuestionResult",
+    "RANKING_DEPTH",
+    "SearcherEvaluator",
     "TABLE_COLUMNS",
+    "accuracy_at",
     "check_evaluation",
-    "contains_answer",
     "evaluate_pipeline",
     "evaluate_searcher",
-    "exact_match",
-    "f1_score",
+    "first_hit",
+    "hit_results",
     "markdown_table",
-    "normalize_answer",
+    "mean_metrics",
+    "passage_metrics",
     "pipeline_top_k_params",
+    "precision_at",
     "question_metrics",
     "question_result",
+    "ranking_metrics",
     "read_questions",
     "read_results",
     "report_stem",
+    "reciprocal_rank_at",
+    "short_metrics",
     "summarize",
 ]

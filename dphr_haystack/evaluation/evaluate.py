@@ -1,5 +1,5 @@
-"""Running a system over the questions: a :class:`~dphr_haystack.search.PhraseSearcher` or a Haystack
-pipeline, per-question results, the aggregated report and its markdown table."""
+"""Per-question results, the aggregated report and its markdown table, and running a Haystack 1.x pipeline over
+the questions (a :class:`~dphr_haystack.search.PhraseSearcher` is run by :mod:`.searcher`)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from tqdm.auto import tqdm
 
 from .._util.atomic import write_file_atomic
 from .._util.nofollow import open_no_follow
+from ..answers import ANSWER_MATCHES, contains_answer, exact_match, f1_score
 from ..errors import InvalidParameterError
-from .metrics import ANSWER_MATCHES, PASSAGE_KS, contains_answer, exact_match, f1_score
+from .metrics import PASSAGE_KS, first_hit, ranking_metrics
 from .questions import QAExample
 
 
@@ -37,7 +38,7 @@ class QuestionResult:
 
     def first_hit(self) -> int:
         """1-based rank of the first passage containing an answer; 0 when none does."""
-        return next((rank for rank, p in enumerate(self.passages, 1) if p["has_answer"]), 0)
+        return first_hit(p["has_answer"] for p in self.passages)
 
 
 @dataclass
@@ -89,9 +90,15 @@ def read_results(path: str | Path) -> list[QuestionResult]:
 
 
 def question_metrics(
-    results: Sequence[QuestionResult], top_k: int, has_answers: bool, has_passages: bool, regex: bool = False
+    results: Sequence[QuestionResult],
+    top_k: int,
+    has_answers: bool,
+    has_passages: bool,
+    regex: bool = False,
+    ks: Sequence[int] = PASSAGE_KS,
 ) -> dict[str, np.ndarray]:
-    """Each metric that :func:`summarize` averages, per question in ``results`` order (hits as 1.0 / 0.0)."""
+    """Each metric that :func:`summarize` averages, per question in ``results`` order (hits as 1.0 / 0.0);
+    ``ks`` are the depths of ``passage_acc@k``."""
     out: dict[str, np.ndarray] = {}
     if has_answers:
         em1, f11, emk = [], [], []
@@ -104,11 +111,7 @@ def question_metrics(
         out["phrase_f1@1"] = np.array(f11, dtype=float)
         out[f"phrase_em@{top_k}"] = np.array(emk, dtype=float)
     if has_passages:
-        firsts = np.array([r.first_hit() for r in results])
-        for k in PASSAGE_KS:
-            out[f"passage_acc@{k}"] = ((firsts > 0) & (firsts <= k)).astype(float)
-        out["mrr@20"] = np.where((firsts > 0) & (firsts <= 20), 1.0 / np.maximum(firsts, 1), 0.0)
-        out["p@20"] = np.array([sum(p["has_answer"] for p in r.passages[:20]) / 20 for r in results], dtype=float)
+        out.update(ranking_metrics([[p["has_answer"] for p in r.passages] for r in results], ks))
     return out
 
 
@@ -179,70 +182,7 @@ def _check_examples(examples: Sequence[QAExample], top_k: int) -> None:
         raise InvalidParameterError(f"top_k must be >= 1, got {top_k}")
 
 
-def _batches(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
-# ----------------------------------------------------------------------------- systems
-def evaluate_searcher(
-    searcher,
-    examples: Sequence[QAExample],
-    top_k: int = 20,
-    batch_size: int = 32,
-    system: str = "phrase-index",
-    answer_match: str = "squad",
-    progress: bool = True,
-) -> EvalReport:
-    """Phrase answers and phrase-ranked passages of a :class:`~dphr_haystack.search.PhraseSearcher`.
-
-    Queries are encoded once per batch; the same vectors serve the phrase and the passage search.
-    """
-    _check_examples(examples, top_k)
-    _check_answer_match(answer_match)
-    results: list[QuestionResult] = []
-    bar = tqdm(total=len(examples), desc=f"eval {system}", unit="q", disable=not progress)
-    for batch in _batches(examples, batch_size):
-        start = time.perf_counter()
-        texts = [ex.question for ex in batch]
-        q_start, q_end = searcher.model.encode_queries(texts)
-        phrases = searcher.search_vectors(q_start, q_end, unit="phrase", top_k=top_k, questions=texts)
-        passages = searcher.search_vectors(q_start, q_end, unit="passage", top_k=top_k)
-        per_question = (time.perf_counter() - start) / len(batch)
-        for ex, ph, ps in zip(batch, phrases, passages, strict=True):
-            results.append(
-                QuestionResult(
-                    ex.qid,
-                    ex.question,
-                    list(ex.answers),
-                    [
-                        {"text": h.text, "score": h.score, "passage_id": h.passage_id, "confidence": h.confidence}
-                        for h in ph
-                    ],
-                    [
-                        {
-                            "id": h.passage_id,
-                            "score": h.score,
-                            "has_answer": contains_answer(h.text, ex.answers, ex.regex, answer_match),
-                        }
-                        for h in ps
-                    ],
-                    per_question,
-                )
-            )
-        bar.update(len(batch))
-    bar.close()
-    regex = any(ex.regex for ex in examples)
-    return EvalReport(
-        system,
-        results,
-        top_k,
-        {"top_k": top_k, "answer_match": answer_match, "regex": regex},
-        has_answers=True,
-        has_passages=True,
-    )
-
-
+# ----------------------------------------------------------------------------- Haystack 1.x pipelines
 def pipeline_top_k_params(pipeline, top_k: int) -> dict[str, dict[str, Any]]:
     """``params`` that make every node of a Haystack pipeline return ``top_k`` results.
 
@@ -294,7 +234,7 @@ def evaluate_pipeline(
         )
 
     results = score_questions(examples, run, system, top_k, answer_match, progress, on_result)
-    return pipeline_report(system, results, examples, top_k, answer_match, seen["answers"], seen["documents"])
+    return eval_report(system, results, examples, top_k, answer_match, seen["answers"], seen["documents"])
 
 
 def score_questions(
@@ -320,7 +260,7 @@ def score_questions(
     return results
 
 
-def pipeline_report(
+def eval_report(
     system: str,
     results: list[QuestionResult],
     examples: Sequence[QAExample],
@@ -329,7 +269,7 @@ def pipeline_report(
     has_answers: bool,
     has_passages: bool,
 ) -> EvalReport:
-    """The :class:`EvalReport` of a pipeline's scored questions."""
+    """The :class:`EvalReport` of scored questions (a searcher's or a pipeline's)."""
     regex = any(ex.regex for ex in examples)
     return EvalReport(
         system,

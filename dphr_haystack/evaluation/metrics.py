@@ -1,64 +1,59 @@
-"""Answer matching: SQuAD normalisation, exact match, token F1, answer-in-passage."""
+"""Ranking metrics of an evaluation: where a ranked list first holds an answer, accuracy@k, MRR@k and P@k.
+
+Each function takes every question at once and returns one value per question (hits as 1.0 / 0.0), so
+reports average them and significance tests pair them. Whether one passage holds an answer is
+:func:`dphr_haystack.answers.contains_answer`'s decision.
+"""
 
 from __future__ import annotations
 
-import re
-import string
-from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+import numpy as np
+
+# The passage accuracies every report gives, and the depth of its MRR and precision.
 PASSAGE_KS = (1, 5, 20)
-ANSWER_MATCHES = ("squad", "substring")
+RANKING_DEPTH = 20
 
 
-# ----------------------------------------------------------------------------- answer matching
-_PUNCTUATION = frozenset(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
+def first_hit(has_answer: Iterable[bool]) -> int:
+    """1-based rank of the first passage holding an answer; 0 when none does."""
+    return next((rank for rank, hit in enumerate(has_answer, 1) if hit), 0)
 
 
-def normalize_answer(text: str) -> str:
-    """SQuAD v1.1 normalisation: lower case, drop punctuation and articles, collapse whitespace."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", text).split())
+def accuracy_at(first_hits: Sequence[int] | np.ndarray, k: int) -> np.ndarray:
+    """Per question: 1.0 when an answer is in the top ``k`` (its first hit is at rank 1..k), else 0.0."""
+    firsts = np.asarray(first_hits, dtype=np.int64)
+    return ((firsts > 0) & (firsts <= k)).astype(float)
 
 
-def _regex(pattern: str) -> re.Pattern[str] | None:
-    try:
-        return re.compile(pattern, flags=re.IGNORECASE | re.UNICODE | re.MULTILINE)
-    except re.error:
-        return None  # DPR skips answer patterns that do not compile; so do we
+def reciprocal_rank_at(first_hits: Sequence[int] | np.ndarray, k: int = RANKING_DEPTH) -> np.ndarray:
+    """Per question: 1 / rank of the first hit, 0.0 when it is beyond ``k`` or absent (MRR@k averages these)."""
+    firsts = np.asarray(first_hits, dtype=np.int64)
+    return np.where((firsts > 0) & (firsts <= k), 1.0 / np.maximum(firsts, 1), 0.0)
 
 
-def exact_match(prediction: str, answers: Sequence[str], regex: bool = False) -> bool:
-    """SQuAD exact match against any answer; with ``regex`` the pattern must match at the start."""
-    if regex:
-        return any(p is not None and p.match(prediction) is not None for p in map(_regex, answers))
-    norm = normalize_answer(prediction)
-    return any(norm == normalize_answer(a) for a in answers)
+def precision_at(has_answer: Sequence[Sequence[bool]], k: int = RANKING_DEPTH) -> np.ndarray:
+    """Per question: the passages holding an answer among the top ``k``, divided by ``k`` (DPR-style tables)."""
+    return np.array([sum(bool(hit) for hit in flags[:k]) / k for flags in has_answer], dtype=float)
 
 
-def f1_score(prediction: str, answers: Sequence[str], regex: bool = False) -> float:
-    """Best token-level F1 over the answers (SQuAD); regex answers have no tokens, so F1 is EM there."""
-    if regex:
-        return float(exact_match(prediction, answers, regex=True))
-    pred = normalize_answer(prediction).split()
-    best = 0.0
-    for answer in answers:
-        gold = normalize_answer(answer).split()
-        common = sum((Counter(pred) & Counter(gold)).values())
-        if not pred or not gold:
-            best = max(best, float(pred == gold))
-        elif common:
-            precision, recall = common / len(pred), common / len(gold)
-            best = max(best, 2 * precision * recall / (precision + recall))
-    return best
+def ranking_metrics(has_answer: Sequence[Sequence[bool]], ks: Sequence[int] = PASSAGE_KS) -> dict[str, np.ndarray]:
+    """Per question ``passage_acc@k`` for each k, ``mrr@20`` and ``p@20`` of ranked lists given as their
+    has-an-answer flags, best first."""
+    firsts = np.array([first_hit(flags) for flags in has_answer], dtype=np.int64)
+    out = {f"passage_acc@{k}": accuracy_at(firsts, k) for k in ks}
+    out[f"mrr@{RANKING_DEPTH}"] = reciprocal_rank_at(firsts, RANKING_DEPTH)
+    out[f"p@{RANKING_DEPTH}"] = precision_at(has_answer, RANKING_DEPTH)
+    return out
 
 
-def contains_answer(text: str, answers: Sequence[str], regex: bool = False, answer_match: str = "squad") -> bool:
-    """True when ``text`` contains a gold answer (see the module docstring for the criteria)."""
-    if regex:
-        return any(p is not None and p.search(text) is not None for p in map(_regex, answers))
-    if answer_match == "substring":
-        return any(a and a in text for a in answers)
-    haystack = f" {normalize_answer(text)} "
-    return any(norm and f" {norm} " in haystack for norm in map(normalize_answer, answers))
+__all__ = [
+    "PASSAGE_KS",
+    "RANKING_DEPTH",
+    "accuracy_at",
+    "first_hit",
+    "precision_at",
+    "ranking_metrics",
+    "reciprocal_rank_at",
+]

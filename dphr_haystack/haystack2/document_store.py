@@ -18,24 +18,28 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 from haystack import Document
 from haystack.core.serialization import default_from_dict, default_to_dict
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack.document_stores.types import DuplicatePolicy
 
-from dphr_haystack import (
-    EmptyCorpusError,
-    InvalidParameterError,
-    ModelMismatchError,
-    PhraseIndex,
-    PhraseModel,
-    PhraseSearcher,
-)
-
 from .._util.atomic import fsync_directory, write_file_atomic
 from .._util.nofollow import open_no_follow
-from ._models import fingerprint
+from ..documents.passages import (
+    PassageRule,
+    check_attachable,
+    passage_mask,
+    stale_passage_ids,
+    unencoded_passages,
+)
+from ..documents.results import hit_passage_id, pair_hits
+from ..documents.retrieval import PhraseSearchOptions, check_phrase_model, search_phrase_index
+from ..encode.add import add_passages
+from ..errors import EmptyCorpusError, InvalidParameterError
+from ..index.phrase_index import PhraseIndex
+from ..model.phrase_model import PhraseModel
+from ..params import check_choice, check_param
+from ..search import Hit
 
 logger = logging.getLogger(__name__)
 
@@ -102,8 +106,7 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         embedding_similarity_function: Literal["dot_product", "cosine"] = "dot_product",
         return_embedding: bool = True,
     ) -> None:
-        if phrase_dtype not in PHRASE_DTYPES:
-            raise InvalidParameterError(f"phrase_dtype={phrase_dtype!r}; valid: {', '.join(PHRASE_DTYPES)}")
+        check_choice("phrase_dtype", phrase_dtype, PHRASE_DTYPES)
         for name, value in (
             ("faiss_factory", faiss_factory),
             ("title_field", title_field),
@@ -129,6 +132,7 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         self.phrase_dtype = phrase_dtype
         self.title_field = title_field
         self.document_id_field = document_id_field
+        self.passage_rule = PassageRule(title_field, document_id_field)
         self.progress_bar = progress_bar
         self._lock = threading.RLock()
         self._depth = 0
@@ -235,41 +239,19 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         index = self._phrase_index
         if index is None or not ids:
             return
-        stale = [i for i in ids if index.passage_row(i) is not None and not self._encoded_as_stored(index, i)]
+        stale = stale_passage_ids(index, ids, self._stored_passage)
         if stale:
             index.delete_passages(stale)
 
-    def _encoded_as_stored(self, index: PhraseIndex, doc_id: str) -> bool:
-        """Whether the phrases of ``doc_id`` in ``index`` are those of the stored document (same text, title and
-        document id); False when it is not stored (or has no text)."""
-        doc = self.storage.get(doc_id)
-        passage = self._passage(doc) if doc is not None else None
-        record = index.passages[index.passage_row(doc_id)]
-        return passage is not None and (passage["text"], passage["title"], passage["document_id"]) == (
-            record["text"],
-            record.get("title", ""),
-            record.get("document_id", record["id"]),
-        )
+    def _passage(self, doc: Document) -> dict[str, str] | None:
+        """The phrase-index passage of a document (:class:`~dphr_haystack.documents.passages.PassageRule`), or None
+        when it has no text to encode."""
+        return self.passage_rule.passage(doc.id, doc.content, doc.meta)
 
-    def _passage(self, doc: Document) -> dict[str, Any] | None:
-        """The phrase-index record of a document, or None when it has no text to encode."""
-        text = doc.content
-        if not isinstance(text, str) or not text.strip():
-            return None
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # lone surrogates: no tokenizer takes them
-            return None
-        meta = doc.meta or {}
-        title = meta.get(self.title_field)
-        group = meta.get(self.document_id_field)
-        return {
-            "id": doc.id,
-            "text": text,
-            "title": title if isinstance(title, str) else "",
-            "document_id": str(group) if isinstance(group, (str, int)) and str(group) else doc.id,
-            "meta": {},
-        }
+    def _stored_passage(self, doc_id: str) -> dict[str, str] | None:
+        """The passage of the stored document ``doc_id`` (None: not stored, or without text)."""
+        doc = self.storage.get(doc_id)
+        return self._passage(doc) if doc is not None else None
 
     # ----------------------------------------------------------------- DocumentStore protocol (mutations)
     def write_documents(self, documents: list[Document], policy: DuplicatePolicy = DuplicatePolicy.NONE) -> int:
@@ -335,12 +317,9 @@ class PhraseDocumentStore(InMemoryDocumentStore):
     def pending_documents(self) -> list[Document]:
         """Documents with text whose phrases are not encoded yet."""
         with self._lock:
-            index = self._phrase_index
-            return [
-                doc
-                for doc in self.storage.values()
-                if (index is None or index.passage_row(doc.id) is None) and self._passage(doc) is not None
-            ]
+            passages = map(self._passage, self.storage.values())
+            pending = {p["id"] for p in unencoded_passages(self._phrase_index, passages)}
+            return [doc for doc in self.storage.values() if doc.id in pending]
 
     def update_phrases(
         self, model: PhraseModel, batch_size: int = 32, progress_bar: bool | None = None, chunk_size: int = 512
@@ -353,21 +332,24 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         Raises:
             ModelMismatchError: The store's phrases were encoded by another phrase model.
         """
-        for name, value in (("batch_size", batch_size), ("chunk_size", chunk_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidParameterError(f"{name} must be a positive integer, got {value!r}")
+        batch_size, chunk_size = check_param("batch_size", batch_size), check_param("chunk_size", chunk_size)
         with self._lock:
-            pending = self.pending_documents()
+            records = unencoded_passages(self._phrase_index, map(self._passage, self.storage.values()))
             if self._phrase_index is not None:
                 self._check_model(model)
-            if not pending:
+            if not records:
                 return 0
             index = self._phrase_index_for(model)
-            records = [self._passage(doc) for doc in pending]
             show = self.progress_bar if progress_bar is None else progress_bar
             try:
-                index.add_passages(
-                    records, model, batch_size=batch_size, chunk_size=chunk_size, duplicates="overwrite", progress=show
+                add_passages(
+                    index,
+                    model,
+                    records,
+                    batch_size=batch_size,
+                    chunk_size=chunk_size,
+                    duplicates="overwrite",
+                    progress=show,
                 )
             except EmptyCorpusError:
                 return 0
@@ -375,7 +357,7 @@ class PhraseDocumentStore(InMemoryDocumentStore):
 
     def attach_phrase_index(self, phrase_index: PhraseIndex) -> None:
         """Serve the stored documents' phrases from an index built elsewhere over the same documents (``dphr
-        index``, ``PhraseIndex.add_passages``, a Haystack 1.x store's phrase index), without encoding them again.
+        index``, ``add_passages``, a Haystack 1.x store's phrase index), without encoding them again.
 
         Every live passage of ``phrase_index`` must be a stored document of the same id, text, title and document
         id (as :meth:`update_phrases` would have encoded it); stored documents it lacks stay pending. The index
@@ -386,16 +368,8 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         Raises:
             InvalidParameterError: A passage of the index is not a stored document, or differs from it.
         """
-        if not isinstance(phrase_index, PhraseIndex):
-            raise InvalidParameterError(f"expected a PhraseIndex, got {type(phrase_index).__name__}")
         with self._lock:
-            differing = [i for i in phrase_index.live_passage_ids() if not self._encoded_as_stored(phrase_index, i)]
-            if differing:
-                raise InvalidParameterError(
-                    f"{len(differing)} passages of the phrase index are not stored documents or differ from them "
-                    f"(text, title from meta {self.title_field!r}, document id from meta {self.document_id_field!r}), "
-                    f"e.g. {differing[:3]}: write the corpus the index was built from first"
-                )
+            check_attachable(phrase_index, self._stored_passage, self.title_field, self.document_id_field)
             if self.path is not None:
                 folder = Path(self.path) / PHRASES_DIR
                 if phrase_index.path is None or phrase_index.path.resolve() != folder.resolve():
@@ -405,11 +379,12 @@ class PhraseDocumentStore(InMemoryDocumentStore):
 
     def _check_model(self, model: PhraseModel) -> None:
         assert self._phrase_index is not None
-        if self._phrase_index.model_fingerprint != fingerprint(model):
-            raise ModelMismatchError(
-                "this store's phrases were encoded by another phrase model: use that model, or a new store "
-                "(or delete_all_documents and write them again)"
-            )
+        check_phrase_model(
+            self._phrase_index,
+            model,
+            "this store's phrases were encoded by another phrase model: use that model, or a new store "
+            "(or delete_all_documents and write them again)",
+        )
 
     def _phrase_index_for(self, model: PhraseModel) -> PhraseIndex:
         if self._phrase_index is None:
@@ -435,8 +410,10 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         skip_question_copies: bool = True,
         batch_size: int = 32,
         passage_scoring: str = "max",
-    ) -> list[list[tuple[Any, Document]]]:
-        """Phrase search: per query, the core's hits (phrases, passages or documents) with their stored Document.
+        truecase: bool | None = None,
+    ) -> list[list[tuple[Hit, Document]]]:
+        """Phrase search (the store scores; its retriever resolves the options and makes this one call): per query,
+        the core's hits (phrases, passages or documents) with their stored Document.
 
         Args:
             model: The phrase model the store's phrases were encoded with.
@@ -449,7 +426,18 @@ class PhraseDocumentStore(InMemoryDocumentStore):
             skip_question_copies: Never answer with a phrase the question contains.
             batch_size: Query encoding batch size.
             passage_scoring: ``max`` (a passage or document scores its best phrase) or ``logsumexp`` (all of them).
+            truecase: Truecase all-lowercase queries (None: the model's setting).
         """
+        options = PhraseSearchOptions(
+            unit=unit,
+            top_k=top_k,
+            max_answer_length=max_answer_length,
+            whole_words=whole_words,
+            skip_question_copies=skip_question_copies,
+            truecase=truecase,
+            passage_scoring=passage_scoring,
+            query_batch_size=batch_size,
+        )
         with self._lock:
             index = self._phrase_index
             if index is None or index.num_live_passages == 0:
@@ -457,30 +445,10 @@ class PhraseDocumentStore(InMemoryDocumentStore):
                     self.filter_documents(filters)  # bad filters raise even on an empty store
                 return [[] for _ in queries]
             self._check_model(model)
-            allowed = None
-            if filters:
-                ids = {doc.id for doc in self.filter_documents(filters)}
-                allowed = np.fromiter((p["id"] in ids for p in index.passages), dtype=bool, count=index.num_passages)
-            searcher = PhraseSearcher(
-                index,
-                model,
-                max_answer_length,
-                query_batch_size=batch_size,
-                whole_words=whole_words,
-                skip_question_copies=skip_question_copies,
-                passage_scoring=passage_scoring,
-            )
-            results = searcher.search_batch(list(queries), unit, top_k, allowed)
-            out = []
-            for hits in results:
-                pairs = []
-                for hit in hits:
-                    passage_id = getattr(hit, "passage_id", None) or hit.best_passage.passage_id
-                    doc = self.storage.get(passage_id)
-                    if doc is not None:
-                        pairs.append((hit, doc))
-                out.append(pairs)
-            return out
+            allowed = passage_mask(index, {doc.id for doc in self.filter_documents(filters)}) if filters else None
+            results = search_phrase_index(index, model, list(queries), options, allowed)
+            stored = {hit_passage_id(hit): self.storage.get(hit_passage_id(hit)) for hits in results for hit in hits}
+            return [pair_hits(hits, {k: v for k, v in stored.items() if v is not None}) for hits in results]
 
 
 __all__ = ["PhraseDocumentStore"]

@@ -11,9 +11,9 @@ from typing import Any
 
 from haystack import Pipeline
 
-from dphr_haystack import InvalidParameterError
+from dphr_haystack.errors import InvalidParameterError
 from dphr_haystack.evaluation import EvalReport, QAExample, QuestionResult, check_evaluation
-from dphr_haystack.evaluation.evaluate import pipeline_report, score_questions
+from dphr_haystack.evaluation.evaluate import eval_report, score_questions
 
 
 def pipeline_inputs(pipeline: Pipeline, query: str, top_k: int) -> dict[str, dict[str, Any]]:
@@ -91,9 +91,7 @@ def evaluate_pipeline(
         )
 
     results = score_questions(examples, run, system, top_k, answer_match, progress, on_result)
-    return pipeline_report(
-        system, results, examples, top_k, answer_match, answers_of is not None, docs_from is not None
-    )
+    return eval_report(system, results, examples, top_k, answer_match, answers_of is not None, docs_from is not None)
 
 
 __all__ = ["evaluate_pipeline", "pipeline_inputs"]

@@ -8,10 +8,12 @@ from haystack import Document, component
 from haystack.core.serialization import default_from_dict, default_to_dict
 from haystack.document_stores.types import DuplicatePolicy
 
-from dphr_haystack import DEFAULT_MODEL, InvalidParameterError, PhraseModel
-from dphr_haystack.params import check_param
-
-from ._models import DEVICES, load_model
+from ..documents.retrieval import check_device, check_flag
+from ..errors import InvalidParameterError
+from ..model.cache import load_phrase_model
+from ..model.phrase_model import PhraseModel
+from ..model.registry import DEFAULT_MODEL
+from ..params import check_param
 from .document_store import PhraseDocumentStore
 
 
@@ -61,10 +63,8 @@ class PhraseIndexer:
         if not isinstance(policy, DuplicatePolicy):
             raise InvalidParameterError(f"policy must be a DuplicatePolicy, got {policy!r}")
         check_param("batch_size", batch_size)
-        if device not in DEVICES:
-            raise InvalidParameterError(f"device={device!r}; valid: {', '.join(DEVICES)}")
-        if not isinstance(progress_bar, bool):
-            raise InvalidParameterError(f"progress_bar={progress_bar!r}; valid: true or false")
+        check_device(device)
+        check_flag("progress_bar", progress_bar)
         self.document_store = document_store
         self.model = model
         self.policy = policy
@@ -76,7 +76,7 @@ class PhraseIndexer:
     def warm_up(self) -> None:
         """Loads the phrase model (once per process)."""
         if self.phrase_model is None:
-            self.phrase_model = load_model(self.model, self.device)
+            self.phrase_model = load_phrase_model(self.model, self.device)
 
     def to_dict(self) -> dict[str, Any]:
         """Serialises the component, its store included."""

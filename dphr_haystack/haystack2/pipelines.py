@@ -14,10 +14,9 @@ from haystack import Document, Pipeline
 from haystack.components.joiners import DocumentJoiner
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 
-from dphr_haystack import DEFAULT_MODEL
-from dphr_haystack._util.atomic import write_file_atomic
-from dphr_haystack.corpus import read_corpora
-
+from .._util.atomic import write_file_atomic
+from ..corpus import read_corpora
+from ..model.registry import DEFAULT_MODEL
 from .document_store import PhraseDocumentStore
 from .indexer import PhraseIndexer
 from .retriever import PhraseRetriever

@@ -3,38 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Literal
 
 from haystack import Document, component
 from haystack.core.serialization import default_from_dict, default_to_dict
 from haystack.dataclasses import ExtractedAnswer
 
-from dphr_haystack import DEFAULT_MODEL, DocumentHit, InvalidParameterError, PhraseHit, PhraseModel
-from dphr_haystack.params import check_param
-from dphr_haystack.search import check_passage_scoring
-
-from ._models import DEVICES, load_model
+from ..documents.results import RetrievedAnswer, RetrievedDocument, retrieved
+from ..documents.retrieval import check_device, check_flag, check_truecase, resolve_max_answer_length
+from ..errors import InvalidParameterError
+from ..model.cache import load_phrase_model
+from ..model.phrase_model import PhraseModel
+from ..model.registry import DEFAULT_MODEL
+from ..params import check_param
+from ..search import check_passage_scoring, check_unit
 from .document_store import PhraseDocumentStore
-
-UNITS = ("phrase", "passage", "document")
-# Raw phrase scores are sums of two inner products; scale_score maps them to (0, 1) as Haystack scales dot-product
-# similarities (expit(score / 100)), which keeps the ranking.
-_SCORE_SCALE = 100.0
-
-
-def check_top_k(top_k: Any) -> int:
-    return check_param("top_k", top_k)
-
-
-def check_unit(unit: Any) -> str:
-    if unit not in UNITS:
-        raise InvalidParameterError(f"unknown retrieval unit {unit!r}; valid units: {', '.join(UNITS)}")
-    return unit
-
-
-def _expit(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
 @component
@@ -69,6 +52,8 @@ class PhraseRetriever:
         scale_score: Map document scores (and uncalibrated answer scores) to (0, 1) with expit(score / 100).
         encode_missing: Before searching, encode the phrases of documents written without them (for example by a
             ``DocumentWriter``). Off: such documents stay invisible until a ``PhraseIndexer`` run.
+        truecase: Truecase all-lowercase queries before encoding them, from the case of the indexed passages; None
+            (default) follows the model, which turns it on for cased DensePhrases checkpoints.
     """
 
     def __init__(
@@ -86,18 +71,18 @@ class PhraseRetriever:
         device: Literal["cpu", "cuda", "auto"] = "auto",
         scale_score: bool = True,
         encode_missing: bool = True,
+        truecase: bool | None = None,
     ) -> None:
         if not isinstance(document_store, PhraseDocumentStore):
             raise InvalidParameterError(
                 f"PhraseRetriever needs a PhraseDocumentStore, got {type(document_store).__name__}"
             )
-        check_top_k(top_k)
+        check_param("top_k", top_k)
         check_unit(unit)
         check_param("batch_size", batch_size)
         if max_answer_length is not None:
             check_param("max_answer_length", max_answer_length)
-        if device not in DEVICES:
-            raise InvalidParameterError(f"device={device!r}; valid: {', '.join(DEVICES)}")
+        check_device(device)
         if filters is not None and not isinstance(filters, dict):
             raise InvalidParameterError(f"filters must be a dict or None, got {type(filters).__name__}")
         for name, flag in (
@@ -106,8 +91,8 @@ class PhraseRetriever:
             ("scale_score", scale_score),
             ("encode_missing", encode_missing),
         ):
-            if not isinstance(flag, bool):
-                raise InvalidParameterError(f"{name}={flag!r}; valid: true or false")
+            check_flag(name, flag)
+        self.truecase = check_truecase(truecase)
         self.document_store = document_store
         self.model = model
         self.top_k = top_k
@@ -126,17 +111,14 @@ class PhraseRetriever:
     def warm_up(self) -> None:
         """Loads the phrase model (once per process, shared by every component naming it)."""
         if self.phrase_model is None:
-            model = load_model(self.model, self.device)
-            longest = self.max_answer_length or model.config.max_answer_length
-            if longest > model.config.max_passage_length:
-                raise InvalidParameterError(
-                    f"max_answer_length={longest} exceeds the model's passage windows "
-                    f"({model.config.max_passage_length} subwords)"
-                )
+            model = load_phrase_model(self.model, self.device)
+            resolve_max_answer_length(model, self.max_answer_length)
             self.phrase_model = model
 
     def to_dict(self) -> dict[str, Any]:
-        """Serialises the component, its store included."""
+        """Serialises the component, its store included (``truecase`` only when set, so that pipeline files saved
+        before it existed stay as they were)."""
+        extra = {} if self.truecase is None else {"truecase": self.truecase}
         return default_to_dict(
             self,
             document_store=self.document_store.to_dict(),
@@ -152,6 +134,7 @@ class PhraseRetriever:
             device=self.device,
             scale_score=self.scale_score,
             encode_missing=self.encode_missing,
+            **extra,
         )
 
     @classmethod
@@ -184,7 +167,7 @@ class PhraseRetriever:
             InvalidQueryError: An empty query.
             haystack.errors.FilterError: Malformed filters.
         """
-        top_k = self.top_k if top_k is None else check_top_k(top_k)
+        top_k = self.top_k if top_k is None else check_param("top_k", top_k)
         unit = self.unit if unit is None else check_unit(unit)
         filters = self.filters if filters is None else filters
         self.warm_up()
@@ -203,60 +186,30 @@ class PhraseRetriever:
             skip_question_copies=self.skip_question_copies,
             batch_size=self.batch_size,
             passage_scoring=self.passage_scoring,
+            truecase=self.truecase,
         )[0]
-        documents: list[Document] = []
-        answers: list[ExtractedAnswer] = []
-        seen: set[str] = set()
-        for hit, doc in pairs:
-            phrase = _phrase_of(hit)
-            answers.append(self._answer(query, phrase, doc))
-            if doc.id in seen:
-                continue
-            seen.add(doc.id)
-            score = phrase.score if isinstance(hit, PhraseHit) else hit.score
-            meta = {
-                **doc.meta,
-                "best_phrase": phrase.text,
-                "best_phrase_start": phrase.start,
-                "best_phrase_end": phrase.end,
-                "best_phrase_score": phrase.score,
-            }
-            if isinstance(hit, DocumentHit):
-                meta["phrase_document_id"] = hit.document_id
-            documents.append(
-                dataclasses.replace(
-                    doc,
-                    meta=meta,
-                    score=self._scaled(score),
-                    embedding=doc.embedding if store.return_embedding else None,
-                )
-            )
-        return {"documents": documents, "answers": answers}
+        documents, answers = retrieved(pairs, lambda doc: doc.meta, self.scale_score)
+        return {
+            "documents": [self._document(d) for d in documents],
+            "answers": [_answer(query, a) for a in answers],
+        }
 
-    def _scaled(self, raw: float) -> float:
-        return _expit(raw / _SCORE_SCALE) if self.scale_score else float(raw)
-
-    def _answer(self, query: str, phrase: PhraseHit, doc: Document) -> ExtractedAnswer:
-        meta = {"raw_score": phrase.score, "title": phrase.title, "phrase_document_id": phrase.document_id}
-        score = self._scaled(phrase.score)
-        if phrase.confidence is not None:
-            score = meta["confidence"] = float(phrase.confidence)
-        return ExtractedAnswer(
-            query=query,
-            score=score,
-            data=phrase.text,
-            document=doc,
-            document_offset=ExtractedAnswer.Span(phrase.start, phrase.end),
-            meta=meta,
-        )
+    def _document(self, result: RetrievedDocument[Document]) -> Document:
+        doc = result.document
+        embedding = doc.embedding if self.document_store.return_embedding else None
+        return dataclasses.replace(doc, meta=result.meta, score=result.score, embedding=embedding)
 
 
-def _phrase_of(hit: Any) -> PhraseHit:
-    if isinstance(hit, PhraseHit):
-        return hit
-    if isinstance(hit, DocumentHit):
-        return hit.best_passage.best_phrase
-    return hit.best_phrase
+def _answer(query: str, result: RetrievedAnswer[Document]) -> ExtractedAnswer:
+    phrase = result.phrase
+    return ExtractedAnswer(
+        query=query,
+        score=result.score,
+        data=phrase.text,
+        document=result.document,
+        document_offset=ExtractedAnswer.Span(phrase.start, phrase.end),
+        meta=result.meta,
+    )
 
 
 __all__ = ["PhraseRetriever"]

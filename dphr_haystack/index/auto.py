@@ -23,8 +23,8 @@ logger = logging.getLogger(__name__)
 
 AUTO = "auto"
 # Vectors searched exactly; above, IVF-SQ8 with exact re-ranking. Exact search over fp16 codes takes ~72 ms per 10^6
-# vectors for one query (benchmarks/bench_exact_structures.py), so ~19 ms here: about dense FAISS passage search
-# on SQuAD-open-small (18.7 ms p50, benchmarks/bench_squad_open_small.py).
+# vectors for one query (benchmarks/index/exact_structures.py), so ~19 ms here: about dense FAISS passage search
+# on SQuAD-open-small (18.7 ms p50, benchmarks/quality/squad_open_small.py).
 EXACT_LIMIT = 262_144
 REBUILD_GROWTH = 4  # an IVF structure is trained again when the index has grown this many times past its build
 REFINE = 4  # candidates fetched per wanted token, re-ranked exactly (``refine`` search parameter)

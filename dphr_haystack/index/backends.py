@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._util.device import DeviceFallbackWarning, _fallback, cuda_available, resolve_device
+from .._util.device import DeviceFallbackWarning, cuda_available, resolve_device, warn_cpu_fallback
 from .._util.lazy import require
 from .codec import VectorCodec
 
@@ -204,11 +204,11 @@ def make_search_backend(
                 apply_search_params(gpu_index, search_params)
                 return FaissSearch(gpu_index, device)
             except RuntimeError as exc:
-                _fallback(f"FAISS cannot run this index type on the GPU ({exc})")
+                warn_cpu_fallback(f"FAISS cannot run this index type on the GPU ({exc})")
                 return FaissSearch(faiss_index, "cpu")
         if is_flat:
             return TorchFlatSearch(vectors, codec, device)
-        _fallback(
+        warn_cpu_fallback(
             "faiss-gpu is not installed, so this quantized/graph index cannot search on the GPU "
             "(pip install 'dphr-haystack[faiss-gpu]'; flat indexes use torch on the GPU without it)"
         )

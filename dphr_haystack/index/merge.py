@@ -1,4 +1,4 @@
-"""Merging a phrase dump (serial, multi-process or Ray) into one phrase index (:meth:`PhraseIndex.from_dump`)."""
+"""Merging a phrase dump (serial, multi-process or Ray) into one phrase index (:func:`merge_dump`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._util.lock import WriterLock, lock_file_for
 from .._util.nofollow import make_temp_dir, refuse_symlink
@@ -15,16 +15,13 @@ from ..errors import IndexLoadError, InvalidParameterError, ModelMismatchError
 from ..index.shards import PhraseShard, list_shards
 from .auto import AUTO, needs_rebuild
 from .codec import VectorCodec
+from .phrase_index import PhraseIndex
 from .storage import is_flat, remove_uncommitted_files
-
-if TYPE_CHECKING:
-    from .phrase_index import PhraseIndex
 
 logger = logging.getLogger(__name__)
 
 
 def merge_dump(
-    cls: type[PhraseIndex],
     dump_dir: str | Path,
     path: str | Path | None = None,
     faiss_factory: str = AUTO,
@@ -41,6 +38,9 @@ def merge_dump(
     gives the shard count; otherwise gaps in the shard numbers are detected. Vectors are appended once, the
     manifest committed once, then the FAISS structure is built from all of them (:meth:`PhraseIndex.reindex`).
     With ``path``, the index is built in a temporary sibling directory and renamed into place.
+
+    Example:
+        >>> index = merge_dump("dump/", "my-index", faiss_factory="OPQ48,IVF4096,PQ48")
     """
     from tqdm.auto import tqdm
 
@@ -51,7 +51,7 @@ def merge_dump(
     first = _read_json(shards[0] / "shard.json")
 
     def build(target: Path | None) -> PhraseIndex:
-        index = cls._create(
+        index = PhraseIndex.create_for_encoder(
             int(settings["dim"]),
             settings["model_fingerprint"],
             dict(settings["model_config"]),
@@ -62,21 +62,21 @@ def merge_dump(
             model_path=model_path,
             codec=VectorCodec(**first["codec"]),
         )
-        index._faiss, index._flat_search = None, "mmap"
+        index.structure.index, index.structure.flat_search = None, "mmap"  # built once, from all vectors
         for shard_dir in tqdm(shards, desc="merging shards", unit="shard", disable=not progress):
-            index._append_shard(PhraseShard.load(shard_dir), merging=True)
-        index._flat_search = flat_search
+            index.append_shard(PhraseShard.load(shard_dir), merging=True)
+        index.structure.flat_search = flat_search
         if faiss_factory == AUTO:
             index.manifest["structure"] = {"policy": "auto", "built_for": len(index)}
-            index._commit()
+            index.commit()
             if needs_rebuild(index.manifest, len(index)):
-                index._build_auto_structure(progress)
+                index.build_auto_structure(progress)
             else:
-                index._load_faiss()
+                index.structure.load()
             return index
-        index._commit()
+        index.commit()
         if is_flat(faiss_factory):
-            index._load_faiss()
+            index.structure.load()
         else:
             index.reindex(faiss_factory, on_disk=on_disk, progress=progress, **reindex_options)
         return index
@@ -99,7 +99,7 @@ def merge_dump(
         if path.exists():
             path.rmdir()
         os.replace(building, path)
-    return cls.load(path, flat_search=flat_search)
+    return PhraseIndex.load(path, flat_search=flat_search)
 
 
 def _read_dump(dump_dir: Path) -> tuple[dict[str, Any], list[Path]]:

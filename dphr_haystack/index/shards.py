@@ -24,10 +24,7 @@ from .._util.atomic import file_sha256
 from .._util.nofollow import make_temp_dir, open_no_follow, refuse_symlink
 from ..errors import IndexLoadError
 from .codec import VectorCodec
-from .storage import check_token_offsets
-
-TOKEN_DTYPE = np.dtype([("passage", "<i8"), ("position", "<i4"), ("char_start", "<i4"), ("char_end", "<i4")])
-
+from .storage import TOKEN_DTYPE, check_token_offsets
 
 DUMP_FORMAT_VERSION = 1
 

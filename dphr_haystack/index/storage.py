@@ -1,26 +1,49 @@
 """How a :class:`~dphr_haystack.index.phrase_index.PhraseIndex` directory is laid out and kept consistent.
 
-Append-only columns (``vectors.bin``, ``tokens.bin``, ``tombstones.bin``) whose valid length the manifest records,
-the manifest's schema check, the FAISS file write and the checksums of committed prefixes.
+Layout of an index directory::
+
+    manifest.json     format version, model fingerprint and config, dim, codec, filter threshold,
+                      FAISS factory, counts, byte lengths and SHA-256 of the metadata files
+    vectors.bin       token vectors (float16 / int8), row = FAISS id, consecutive per passage
+    tokens.bin        per token: passage, subword position, char start, char end
+    passages.jsonl    one record per passage: id, document_id, title, text, meta
+    tombstones.bin    passage rows deleted (int64)
+    faiss-N.index     the trained FAISS index (only for non-flat types; flat ones are rebuilt from vectors)
+    faiss-N.ivfdata   inverted lists kept on disk and memory-mapped (``reindex(..., on_disk=True)``, IVF types)
+
+Files are append-only and the manifest records how much of each is valid, so an add commits by
+appending, then atomically replacing ``manifest.json``; a crash before that leaves the previous state.
+:class:`IndexStorage` owns these files (or their in-memory stand-ins): the manifest, the vector codec, the
+append-only columns, the passage records and every check a load makes of them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import math
 import os
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .._util import atomic as _atomic
+from .._util import atomic
 from .._util.lazy import require
 from .._util.nofollow import is_temp_name, open_no_follow
-from ..errors import IndexLoadError, InvalidParameterError
+from ..errors import DphrError, IndexLoadError, InvalidParameterError, ModelMismatchError, SettingsConflictError
+from .auto import AUTO
 from .codec import VectorCodec
+from .columns import Column
 
 INDEX_FORMAT = "dphr-phrase-index"
+# One stored token (a row of ``tokens.bin``, of a dump shard's tokens.npy): its passage row, subword position and
+# character span in the passage's text.
+TOKEN_DTYPE = np.dtype([("passage", "<i8"), ("position", "<i4"), ("char_start", "<i4"), ("char_end", "<i4")])
 INDEX_FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 FILES = {
@@ -34,62 +57,6 @@ FILES = {
 def is_flat(factory: str) -> bool:
     """Whether a FAISS factory string is exact inner product over the stored vectors."""
     return factory.replace(" ", "") in ("Flat", "IDMap,Flat")
-
-
-class Column:
-    """An append-only array, in memory or in a raw file whose valid length the manifest records."""
-
-    def __init__(self, dtype: np.dtype, width: int | None, path: Path | None = None, length: int = 0) -> None:
-        self.dtype, self.width, self.path, self.length = np.dtype(dtype), width, path, length
-        self._parts: list[np.ndarray] = []
-        self._cache: np.ndarray | None = None
-
-    @property
-    def row_bytes(self) -> int:
-        return self.dtype.itemsize * (self.width or 1)
-
-    def append(self, values: np.ndarray) -> None:
-        values = np.ascontiguousarray(values, dtype=self.dtype)
-        if self.path is None:
-            self._parts.append(values.copy())
-        else:
-            with open_no_follow(self.path, "r+b") as handle:  # a symbolic link here is refused, not followed
-                handle.truncate(self.length * self.row_bytes)  # drop bytes of an append that never committed
-                handle.seek(self.length * self.row_bytes)
-                handle.write(values.tobytes())
-                handle.flush()
-                os.fsync(handle.fileno())
-        self.length += len(values)
-        self._cache = None
-
-    def truncate(self, length: int) -> None:
-        """Forget rows past ``length`` (an append that will not be committed); a file's bytes past it are dropped
-        by the next append, and are never read before (the manifest records the committed length)."""
-        if length >= self.length:
-            return
-        if self.path is None:
-            self._parts = [self.view()[:length].copy()]
-        self.length = length
-        self._cache = None
-
-    def view(self) -> np.ndarray:
-        if self._cache is not None:
-            return self._cache
-        shape = (self.length, self.width) if self.width else (self.length,)
-        if self.length == 0:
-            self._cache = np.zeros(shape, dtype=self.dtype)
-        elif self.path is None:
-            self._cache = np.concatenate(self._parts) if len(self._parts) > 1 else self._parts[0]
-            self._parts = [self._cache]
-        else:
-            self._cache = np.memmap(self.path, dtype=self.dtype, mode="r", shape=shape)
-        return self._cache
-
-    def write_to(self, path: Path) -> None:
-        with open_no_follow(path, "wb") as handle:
-            view = self.view()
-            for start in range(0, len(view), 1 << 20):
-                handle.write(np.ascontiguousarray(view[start : start + (1 << 20)]).tobytes())
 
 
 _MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
@@ -197,7 +164,7 @@ def remove_uncommitted_files(path: Path) -> None:
 def write_faiss(index, file: Path) -> None:
     """Write a FAISS index file atomically (fsynced, then renamed into place)."""
     faiss = require("faiss")
-    _atomic.write_file_atomic(file, lambda tmp: faiss.write_index(index, str(tmp)))
+    atomic.write_file_atomic(file, lambda tmp: faiss.write_index(index, str(tmp)))
 
 
 def sha256_prefix(file: Path, size: int | None) -> str:
@@ -214,3 +181,412 @@ def sha256_prefix(file: Path, size: int | None) -> str:
             digest.update(block)
             remaining -= len(block)
     return digest.hexdigest()
+
+
+# Stored vectors buffered before an append (an fsynced write) to the column files: the most a write holds besides one
+# piece of the passage being encoded (benchmarks/memory/long_passage.py).
+APPEND_BYTES = 16 << 20
+LOAD_ATTEMPTS = 5  # loads retried when a writer committed while they read (see PhraseIndex.load)
+
+
+def manifest_stamp(file: Path) -> tuple[int, int, int] | None:
+    """Identity of a committed manifest (every commit renames a new file into place), None when absent."""
+    try:
+        info = os.stat(file)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_mtime_ns, info.st_size)
+
+
+@contextlib.contextmanager
+def load_errors(path: Path) -> Iterator[None]:
+    """Turn any failure reading the index directory ``path`` into IndexLoadError (typed errors pass through)."""
+    try:
+        yield
+    except DphrError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, RuntimeError) as exc:
+        raise IndexLoadError(f"{path} is corrupted: {type(exc).__name__}: {exc}") from exc  # RecursionError too
+    except OSError as exc:  # unreadable files, a file a concurrent commit replaced, a directory where a file goes
+        raise IndexLoadError(f"{path}: {type(exc).__name__}: {exc}") from exc
+
+
+def new_manifest(
+    dim: int,
+    model_fingerprint: str,
+    model_config: dict[str, Any],
+    model_path: str | None,
+    codec: VectorCodec,
+    codec_calibrated: bool,
+) -> dict[str, Any]:
+    """The manifest of a new, empty index: exact search (``Flat``) without filtering until the caller says more."""
+    return {
+        "format": INDEX_FORMAT,
+        "format_version": INDEX_FORMAT_VERSION,
+        "model_fingerprint": model_fingerprint,
+        "model_path": model_path,
+        "model_config": model_config,
+        "dim": dim,
+        "codec": codec.to_dict(),
+        "codec_calibrated": codec_calibrated,
+        "filter_threshold": None,
+        "faiss_factory": "Flat",
+        "metric": "inner_product",
+        "counts": {"vectors": 0, "passages": 0, "tombstones": 0},
+        "passages_bytes": 0,
+        "faiss_file": None,
+        "checksums": {},
+        "created": time.time(),
+        "uid": uuid.uuid4().hex,
+        "structure": {"policy": "fixed"},
+    }
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The checked manifest of the index directory ``path``."""
+    manifest_path = path / MANIFEST
+    if not manifest_path.is_file():
+        raise IndexLoadError(f"{manifest_path} not found: not a phrase index directory")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise IndexLoadError(f"{manifest_path} is corrupted: {exc}") from exc
+    except RecursionError as exc:  # e.g. 100,000 nested brackets
+        raise IndexLoadError(f"{manifest_path} is corrupted: JSON nested too deeply") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != INDEX_FORMAT:
+        raise IndexLoadError(f"{manifest_path}: not a {INDEX_FORMAT} manifest")
+    if manifest.get("format_version") != INDEX_FORMAT_VERSION:
+        raise IndexLoadError(
+            f"{manifest_path}: index format version {manifest.get('format_version')!r}; "
+            f"this library reads version {INDEX_FORMAT_VERSION}: rebuild the index"
+        )
+    check_manifest(manifest, manifest_path)
+    return manifest
+
+
+def check_model(manifest: dict[str, Any], manifest_path: Path, dim: int, phrase_fingerprint: str) -> None:
+    """Raise ModelMismatchError unless a model of this dimension and phrase fingerprint made the index's vectors."""
+    if dim != manifest["dim"]:
+        raise ModelMismatchError(
+            f"{manifest_path}: the index holds {manifest['dim']}-dimensional vectors, the "
+            f"given model makes {dim}-dimensional ones"
+        )
+    if phrase_fingerprint != manifest["model_fingerprint"]:
+        raise ModelMismatchError(
+            f"{manifest_path}: the index was built with another phrase encoder (fingerprint "
+            f"{manifest['model_fingerprint'][:12]}…, given model {phrase_fingerprint[:12]}…)"
+        )
+
+
+def passage_lines(records: list[dict[str, Any]]) -> bytes:
+    """Passage records as ``passages.jsonl`` stores them: one UTF-8 JSON object a line."""
+    return b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in records)
+
+
+class IndexStorage:
+    """The manifest, codec, append-only columns and passage records of one index, on disk at ``path`` or in memory.
+
+    The manifest says how much of each file is committed; :meth:`commit` makes what was appended since durable by
+    atomically replacing it. Readers check everything they read and raise IndexLoadError on anything inconsistent.
+    """
+
+    def __init__(self, manifest: dict[str, Any], path: Path | None) -> None:
+        self.manifest = manifest
+        self.path = path
+        self.codec = VectorCodec(**manifest["codec"])
+        self.dim = int(manifest["dim"])
+        cols = manifest.get("counts", {})
+        file = (lambda key: path / FILES[key]) if path is not None else (lambda key: None)
+        self.vectors = Column(self.codec.numpy_dtype, self.dim, file("vectors"), cols.get("vectors", 0))
+        self.tokens = Column(TOKEN_DTYPE, None, file("tokens"), cols.get("vectors", 0))
+        self.tombstones = Column(np.int64, None, file("tombstones"), cols.get("tombstones", 0))
+        self.passage_bytes = int(manifest.get("passages_bytes", 0))
+
+    def file(self, key: str) -> Path:
+        """The path of one of the index's files (``vectors``, ``tokens``, ``passages``, ``tombstones``)."""
+        assert self.path is not None
+        return self.path / FILES[key]
+
+    def where(self, key: str) -> str:
+        """The file ``key`` for messages (``index`` for an in-memory index)."""
+        return str(self.file(key)) if self.path is not None else "index"
+
+    @property
+    def auto_structure(self) -> bool:
+        """Whether the index chooses its FAISS structure by size (``faiss_factory="auto"``)."""
+        return (self.manifest.get("structure") or {}).get("policy") == "auto"
+
+    def check_settings(
+        self, dtype: str | None = None, filter_threshold: float | str | None = None, faiss_factory: str | None = None
+    ) -> None:
+        """Raise SettingsConflictError when a setting asked of a resumed index differs from what it was built with.
+
+        Args:
+            dtype: Stored vector dtype (``float16``, ``int8``); None: not asked.
+            filter_threshold: Filter threshold, or ``"none"`` for no filtering; None: not asked.
+            faiss_factory: ``auto`` or a FAISS factory string; None: not asked.
+        """
+        built_factory, threshold = self.manifest["faiss_factory"], self.manifest["filter_threshold"]
+        asked: list[tuple[str, Any, Any]] = []
+        if dtype is not None:
+            asked.append(("dtype", dtype, self.codec.dtype))
+        if filter_threshold is not None:
+            wanted = None if filter_threshold == "none" else float(filter_threshold)
+            built_threshold = "none" if threshold is None else threshold
+            asked.append(("filter_threshold", "none" if wanted is None else wanted, built_threshold))
+        if faiss_factory is not None:
+            built = AUTO if self.auto_structure else built_factory
+            same = (faiss_factory == AUTO) == self.auto_structure and (
+                self.auto_structure or faiss_factory.replace(" ", "") == built_factory.replace(" ", "")
+            )
+            asked.append(("faiss_factory", faiss_factory, faiss_factory if same else built))
+        for name, wanted, built in asked:
+            if wanted != built:
+                raise SettingsConflictError(
+                    f"{self.path or 'this index'} was built with {name}={built!r}; this run asks {name}={wanted!r}. "
+                    "Resume with the index's settings (or leave the option out), or write a new index elsewhere"
+                )
+
+    # ----------------------------------------------------------------- codec
+    @property
+    def codec_calibrated(self) -> bool:
+        """False only for an int8 index whose codec is still to be fitted on its first vectors."""
+        return bool(self.manifest.get("codec_calibrated", True))
+
+    def set_codec(self, codec: VectorCodec) -> None:
+        """Record the calibrated codec (committed with the next commit)."""
+        self.codec = codec
+        self.manifest["codec"], self.manifest["codec_calibrated"] = codec.to_dict(), True
+
+    def codec_state(self) -> tuple[VectorCodec, Any, Any]:
+        """What :meth:`restore_codec` puts back (an append that fails after calibrating)."""
+        return (self.codec, self.manifest.get("codec"), self.manifest.get("codec_calibrated"))
+
+    def restore_codec(self, state: tuple[VectorCodec, Any, Any]) -> None:
+        self.codec, self.manifest["codec"] = state[:2]
+        if state[2] is not None:
+            self.manifest["codec_calibrated"] = state[2]
+
+    # ----------------------------------------------------------------- reading and checking
+    def check_files(self, verify: bool) -> None:
+        """Raise IndexLoadError when a file is shorter than the manifest says or (``verify``) its checksum differs."""
+        assert self.path is not None
+        counts = self.manifest["counts"]
+        expected = {
+            "vectors": counts["vectors"] * self.vectors.row_bytes,
+            "tokens": counts["vectors"] * self.tokens.row_bytes,
+            "passages": self.passage_bytes,
+            "tombstones": counts["tombstones"] * 8,
+        }
+        for key, size in expected.items():
+            file = self.file(key)
+            actual = file.stat().st_size if file.exists() else 0
+            if actual < size:
+                raise IndexLoadError(f"{file} is truncated: {actual} bytes, manifest says {size}")
+        if verify:
+            for key, digest in self.manifest.get("checksums", {}).items():
+                file = self.file(key)
+                if sha256_prefix(file, expected[key]) != digest:
+                    raise IndexLoadError(f"{file} is corrupted: its checksum does not match {MANIFEST}")
+
+    def read_passage_records(self, start: int, end: int) -> list[dict[str, Any]]:
+        """The passage records stored in bytes ``start:end`` of ``passages.jsonl``, checked."""
+        file = self.file("passages")
+        data = b""
+        if end > start:  # no file yet before the first passage (an index killed right after create)
+            with file.open("rb") as handle:
+                handle.seek(start)
+                data = handle.read(end - start)
+        records = []
+        for line_no, line in enumerate(data.splitlines(), 1):
+            try:
+                records.append(json.loads(line))
+            except (ValueError, RecursionError) as exc:
+                raise IndexLoadError(f"{file}:{line_no} is corrupted: {exc}") from exc
+        if not all(
+            isinstance(r, dict)
+            and all(isinstance(r.get(k), str) for k in ("id", "document_id", "text"))
+            and isinstance(r.get("title", ""), str)
+            and isinstance(r.get("meta", {}), dict)
+            for r in records
+        ):
+            raise IndexLoadError(f"{file} is corrupted: every line must be a passage object (id, document_id, text)")
+        return records
+
+    def read_passages(self) -> tuple[list[dict[str, Any]], np.ndarray]:
+        """Every committed passage record and its count of stored tokens, checked against the token file."""
+        file = self.file("passages")
+        records = self.read_passage_records(0, self.passage_bytes)
+        if len(records) != self.manifest["counts"]["passages"]:
+            raise IndexLoadError(
+                f"{file}: {len(records)} passages, manifest says {self.manifest['counts']['passages']}"
+            )
+        rows = self.tokens.view()["passage"]
+        if len(rows) and (rows[0] < 0 or rows[-1] >= len(records) or np.any(np.diff(rows) < 0)):
+            raise IndexLoadError(f"{self.file('tokens')} is corrupted: token rows are not consecutive per passage")
+        lengths = np.fromiter((len(r["text"]) for r in records), dtype=np.int64, count=len(records))
+        check_token_offsets(self.tokens.view(), lengths, self.file("tokens"))
+        counts = np.bincount(rows, minlength=len(records)) if self.vectors.length else np.zeros(len(records))
+        return records, counts[: len(records)]
+
+    def extends(self, fresh: dict[str, Any], num_passages: int) -> bool:
+        """Whether ``fresh`` is this storage's manifest with only passages and tombstones appended."""
+        mine, counts = self.manifest, fresh["counts"]
+        same = all(
+            fresh.get(key) == mine.get(key)
+            for key in ("uid", "created", "dim", "faiss_factory", "faiss_generation", "model_fingerprint")
+        )
+        return (
+            same
+            and (fresh["codec"] == mine["codec"] or self.vectors.length == 0)
+            and counts["vectors"] >= self.vectors.length
+            and counts["passages"] >= num_passages
+            and counts["tombstones"] >= self.tombstones.length
+            and fresh["passages_bytes"] >= self.passage_bytes
+        )
+
+    def catch_up(self, fresh: dict[str, Any], num_passages: int) -> tuple[list[dict[str, Any]], np.ndarray]:
+        """Take the manifest ``fresh`` (which :meth:`extends` this one) and read what other writers appended.
+
+        Returns the appended passage records and their counts of stored tokens, checked.
+        """
+        old_vectors, old_bytes = self.vectors.length, self.passage_bytes
+        counts = fresh["counts"]
+        self.manifest, self.codec = fresh, VectorCodec(**fresh["codec"])
+        self.vectors.dtype = np.dtype(self.codec.numpy_dtype)
+        for column, length in (
+            (self.vectors, counts["vectors"]),
+            (self.tokens, counts["vectors"]),
+            (self.tombstones, counts["tombstones"]),
+        ):
+            column.extend_to(length)
+        self.passage_bytes = fresh["passages_bytes"]
+        self.check_files(False)
+        records = self.read_passage_records(old_bytes, fresh["passages_bytes"])
+        rows = self.tokens.view()["passage"][old_vectors:]
+        first = num_passages
+        if len(rows) and (rows[0] < first or rows[-1] >= first + len(records) or np.any(np.diff(rows) < 0)):
+            raise IndexLoadError(f"{self.file('tokens')} is corrupted: appended token rows out of order")
+        if first + len(records) != counts["passages"]:
+            raise IndexLoadError(f"{self.file('passages')}: appended passages do not match the manifest")
+        lengths = np.zeros(first + len(records), dtype=np.int64)
+        lengths[first:] = [len(r["text"]) for r in records]
+        check_token_offsets(self.tokens.view()[old_vectors:], lengths, self.file("tokens"))
+        return records, np.bincount(rows - first, minlength=len(records))[: len(records)]
+
+    # ----------------------------------------------------------------- writing
+    def append_passage_records(self, records: list[dict[str, Any]]) -> None:
+        """Append passage records to ``passages.jsonl`` past its committed bytes (nothing for an in-memory index)."""
+        if self.path is None:
+            return
+        payload = passage_lines(records)
+        with open_no_follow(self.file("passages"), "r+b") as handle:  # a symbolic link here is refused, not followed
+            handle.truncate(self.passage_bytes)
+            handle.seek(self.passage_bytes)
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.passage_bytes += len(payload)
+
+    def append_pieces(
+        self, pieces: Iterable[Any], codec: VectorCodec, num_records: int, first_row: int, keep: bool
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Append the kept tokens of ``num_records`` new passages (rows from ``first_row``) to the columns.
+
+        ``pieces`` are :class:`~dphr_haystack.index.shards.ShardPiece` in passage and token order, their vectors
+        coded by ``codec`` (re-coded when it is not this index's; an uncalibrated int8 codec is fitted on the
+        first piece). They are buffered up to :data:`APPEND_BYTES` and appended past the committed lengths; should
+        the pieces fail (an encoding error), the columns and codec are rolled back. Returns each passage's count
+        of stored tokens and, with ``keep``, the stored vectors appended.
+        """
+        start, start_tokens = self.vectors.length, self.tokens.length
+        codec_before = self.codec_state()
+        counts = np.zeros(num_records, dtype=np.int64)
+        added: list[np.ndarray] = []
+        buffer: list[tuple[np.ndarray, np.ndarray]] = []
+
+        def flush() -> None:
+            if buffer:
+                self.vectors.append(np.concatenate([v for v, _ in buffer]))
+                self.tokens.append(np.concatenate([t for _, t in buffer]))
+                buffer.clear()
+
+        buffered = 0
+        try:
+            for piece in pieces:
+                if piece.vectors.shape[1:] != (self.dim,):
+                    raise ModelMismatchError(f"shard vectors have dim {piece.vectors.shape[1:]}, index {self.dim}")
+                if not self.codec_calibrated:
+                    self.set_codec(VectorCodec.calibrate(self.codec.dtype, codec.decode(piece.vectors[:20000])))
+                stored = piece.vectors if codec == self.codec else self.codec.encode(codec.decode(piece.vectors))
+                tokens = np.array(piece.tokens, dtype=TOKEN_DTYPE, copy=True)
+                if len(tokens) and (tokens["passage"].min() < 0 or tokens["passage"].max() >= num_records):
+                    raise InvalidParameterError("shard token rows point outside the shard's passages")
+                counts += np.bincount(tokens["passage"], minlength=num_records)
+                tokens["passage"] += first_row
+                buffer.append((stored, tokens))
+                buffered += stored.nbytes
+                if keep:
+                    added.append(stored)
+                if buffered >= APPEND_BYTES:
+                    flush()
+                    buffered = 0
+            flush()
+        except BaseException:
+            self.vectors.truncate(start)
+            self.tokens.truncate(start_tokens)
+            self.restore_codec(codec_before)
+            raise
+        return counts, added
+
+    def counts(self, num_passages: int) -> dict[str, int]:
+        return {"vectors": self.vectors.length, "passages": num_passages, "tombstones": self.tombstones.length}
+
+    def update_counts(self, num_passages: int) -> None:
+        """Record the current lengths in the manifest (in memory)."""
+        self.manifest["counts"] = self.counts(num_passages)
+        self.manifest["passages_bytes"] = self.passage_bytes
+        self.manifest["updated"] = time.time()
+
+    def commit(self, num_passages: int) -> tuple[int, int, int] | None:
+        """Checksum the committed prefixes and atomically replace the manifest; returns its :func:`manifest_stamp`."""
+        self.update_counts(num_passages)
+        if self.path is None:
+            return None
+        self.manifest["checksums"] = {
+            key: sha256_prefix(self.file(key), size)
+            for key, size in (
+                ("tokens", self.tokens.length * self.tokens.row_bytes),
+                ("passages", self.passage_bytes),
+                ("tombstones", self.tombstones.length * 8),
+            )
+        }
+        atomic.write_file_atomic(self.path / MANIFEST, json.dumps(self.manifest, indent=1))
+        return manifest_stamp(self.path / MANIFEST)
+
+    def write_copy(
+        self, tmp: Path, records: list[dict[str, Any]], write_structure: Callable[[Path, dict[str, Any]], None]
+    ) -> None:
+        """Write every file of a complete copy into the fresh, empty directory ``tmp``.
+
+        ``records`` are the passage records; ``write_structure(tmp, manifest)`` writes the FAISS files of the copy
+        and names them in its manifest.
+        """
+        self.vectors.write_to(tmp / FILES["vectors"])
+        self.tokens.write_to(tmp / FILES["tokens"])
+        self.tombstones.write_to(tmp / FILES["tombstones"])
+        payload = passage_lines(records)
+        with open_no_follow(tmp / FILES["passages"], "xb") as handle:
+            handle.write(payload)
+        manifest = json.loads(json.dumps(self.manifest))
+        manifest["uid"] = uuid.uuid4().hex  # another directory: its readers must not take it for this one
+        manifest["passages_bytes"] = len(payload)
+        manifest["counts"] = self.counts(len(records))
+        manifest["faiss_file"] = None
+        write_structure(tmp, manifest)
+        manifest["checksums"] = {
+            key: sha256_prefix(tmp / FILES[key], None) for key in ("tokens", "passages", "tombstones")
+        }
+        for file in tmp.iterdir():
+            atomic.fsync_file(file)
+        atomic.write_file_atomic(tmp / MANIFEST, json.dumps(manifest, indent=1))

@@ -166,7 +166,7 @@ def minimum_training_size(factory: str, nlist: int | None) -> int:
 
 # Exact search over the stored codes, without a float32 copy: float16 vectors in FAISS' fp16 scalar quantizer (the
 # same values, half the memory of IndexFlatIP), int8 codes in its uniform 8-bit quantizer set to decode exactly as
-# the codec does (a quarter). benchmarks/bench_exact_structures.py, 10^6 vectors: 3.8x (fp16) and 3.4x (int8) faster
+# the codec does (a quarter). benchmarks/index/exact_structures.py, 10^6 vectors: 3.8x (fp16) and 3.4x (int8) faster
 # than IndexFlatIP for one query, the same rows.
 EXACT_STRUCTURES = {"float32": "Flat", "float16": "SQfp16"}
 

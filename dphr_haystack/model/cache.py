@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import threading
-import weakref
 
 from .._util.device import resolve_device
 from ..errors import ModelLoadError
-from .phrase_model import PhraseModel, load_model
+from .loading import load_model
+from .phrase_model import PhraseModel
 from .registry import model_key
 
 _CACHE: dict[tuple[str, str], PhraseModel] = {}
-_FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
@@ -53,9 +52,5 @@ def cached_models() -> list[tuple[str, str]]:
 
 
 def model_fingerprint(model: PhraseModel) -> str:
-    """``model.phrase_fingerprint()``, computed once per model object."""
-    fingerprint = _FINGERPRINTS.get(model)
-    if fingerprint is None:
-        fingerprint = model.phrase_fingerprint()
-        _FINGERPRINTS[model] = fingerprint
-    return fingerprint
+    """``model.phrase_fingerprint()`` (kept on the model until its phrase-side weights or settings change)."""
+    return model.phrase_fingerprint()

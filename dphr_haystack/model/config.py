@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 from .._util.atomic import write_file_atomic
 from ..errors import InvalidParameterError, ModelLoadError
-from ..params import check_param
+from ..params import check_choice, check_param
+from .calibration import Calibration
 
 TOKEN_TYPE_MODES = ("all_one", "pair", "all_zero")
 STRIDE_MODES = ("overlap", "step")
@@ -19,6 +20,8 @@ QUERY_LAYOUTS = ("separate", "shared")
 # How `PhraseModel.save` can store weights (model/weights.py defines them; named here so the CLI needs no torch).
 WEIGHT_STORAGE = ("float32", "float16", "int8", "int8-phrase")
 CONFIG_FORMAT_VERSION = 1
+# The file a phrase model's config is saved to, beside its weights.
+CONFIG_FILE = "dphr_config.json"
 
 
 @dataclass
@@ -56,7 +59,7 @@ class PhraseModelConfig:
         filter_threshold: Token-filter threshold chosen by the filter training stage; ``dphr index`` keeps the
             tokens whose start or end filter logit exceeds it unless told otherwise (None: keep every token).
             Not part of :meth:`passage_side`: it changes which vectors are stored, not the vectors.
-        calibration: The phrase-answer confidence calibration (:class:`dphr_haystack.confidence.Calibration`
+        calibration: The phrase-answer confidence calibration (:class:`dphr_haystack.model.calibration.Calibration`
             as a dict), fitted by ``python -m train.calibrate``; None: answers carry no confidence.
     """
 
@@ -84,18 +87,11 @@ class PhraseModelConfig:
 
     def validate(self) -> None:
         """Raise InvalidParameterError on a setting outside its range."""
-        if self.passage_token_type not in TOKEN_TYPE_MODES:
-            raise InvalidParameterError(
-                f"passage_token_type={self.passage_token_type!r}; valid: {', '.join(TOKEN_TYPE_MODES)}"
-            )
-        if self.query_layout not in QUERY_LAYOUTS:
-            raise InvalidParameterError(f"query_layout={self.query_layout!r}; valid: {', '.join(QUERY_LAYOUTS)}")
+        check_choice("passage_token_type", self.passage_token_type, TOKEN_TYPE_MODES)
+        check_choice("query_layout", self.query_layout, QUERY_LAYOUTS)
         for name in ("max_passage_length", "passage_stride", "max_title_length", "max_query_length"):
             setattr(self, name, check_param(name, getattr(self, name)))
-        if self.passage_stride_mode not in STRIDE_MODES:
-            raise InvalidParameterError(
-                f"passage_stride_mode={self.passage_stride_mode!r}; valid: {', '.join(STRIDE_MODES)}"
-            )
+        check_choice("passage_stride_mode", self.passage_stride_mode, STRIDE_MODES)
         if self.passage_stride_mode == "overlap" and not self.passage_stride < self.max_passage_length // 2:
             raise InvalidParameterError(
                 f"passage_stride={self.passage_stride} is out of range: an integer from 0 to "
@@ -124,8 +120,6 @@ class PhraseModelConfig:
         ):
             raise InvalidParameterError(f"filter_threshold must be a finite number or None, got {threshold!r}")
         if self.calibration is not None:
-            from ..confidence import Calibration
-
             Calibration.from_dict(self.calibration)
 
     def passage_side(self) -> dict[str, Any]:

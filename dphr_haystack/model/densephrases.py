@@ -1,9 +1,9 @@
-"""Published DensePhrases checkpoints: import with DensePhrases v1.0's conventions, query-only checkpoints, casing.
+"""Published DensePhrases checkpoints: import with DensePhrases v1.0's conventions, query-only checkpoints.
 
 :meth:`PhraseModel.from_densephrases <dphr_haystack.model.phrase_model.PhraseModel.from_densephrases>` is the
-entry point; this module holds its parts: the key renames, the tokenizer's casing (:func:`apply_casing`, also
-applied by :meth:`PhraseModel.load` for a recorded ``do_lower_case``), the settings recorded at import and the
-assembly of a query-only checkpoint on an existing phrase side.
+entry point: it passes :func:`import_checkpoint` the function that builds and checks a model and the one that loads
+the phrase side it is given. This module holds the parts: the key renames, the settings recorded at import and the
+assembly of a query-only checkpoint on an existing phrase side. It never imports the model class.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import copy
 import dataclasses
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -21,11 +22,15 @@ from .._util.lazy import require
 from ..errors import InvalidParameterError, ModelLoadError, ModelMismatchError, QueryOnlyCheckpointError
 from .config import PhraseModelConfig
 from .remote_code import TRUST_REMOTE_CODE, refuse_remote_code
-
-if TYPE_CHECKING:
-    from .phrase_model import PhraseModel
+from .tokenizer import apply_casing, check_fast_tokenizer, has_tokenizer_files
 
 logger = logging.getLogger(__name__)
+
+# The weights file of a published DensePhrases checkpoint (beside its ``config.json``).
+CHECKPOINT_WEIGHTS_FILE = "pytorch_model.bin"
+# Builds a phrase model from (encoder config, tokenizer, config, state dict, source) and checks it: in practice
+# ``PhraseModel.build_checked``; the models it returns and the phrase sides given are PhraseModels.
+ModelBuilder = Callable[[Any, Any, PhraseModelConfig, dict[str, torch.Tensor], Path], Any]
 
 _DENSEPHRASES_RENAMES = {
     "bert_start.": "phrase_encoder.",
@@ -36,21 +41,25 @@ _DENSEPHRASES_PREFIXES = ("phrase_encoder.", "query_start_encoder.", "query_end_
 
 
 def import_checkpoint(
-    cls: type[PhraseModel],
+    build: ModelBuilder,
     path: str | Path,
     tokenizer: str | Path | None,
-    device: str | torch.device,
     do_lower_case: bool,
-    phrase_model: PhraseModel | str | Path | None,
+    phrase_side: Callable[[], Any] | None,
     phrase_fingerprint: str | None,
     config_overrides: dict[str, Any] | None,
-) -> PhraseModel:
-    """:meth:`PhraseModel.from_densephrases` (see there)."""
+) -> Any:
+    """:meth:`PhraseModel.from_densephrases` (see there).
+
+    ``build`` makes and checks a model (``PhraseModel.build_checked``); ``phrase_side`` returns the loaded phrase
+    model given as ``phrase_model`` (None: none given), called once the checkpoint has been read. Returns the
+    model ``build`` made, still on the CPU.
+    """
     transformers = require("transformers")
     path = Path(path)
-    weights = path / "pytorch_model.bin"
+    weights = path / CHECKPOINT_WEIGHTS_FILE
     if not weights.is_file() or not (path / "config.json").is_file():
-        raise ModelLoadError(f"{path}: a DensePhrases checkpoint needs config.json and pytorch_model.bin")
+        raise ModelLoadError(f"{path}: a DensePhrases checkpoint needs config.json and {CHECKPOINT_WEIGHTS_FILE}")
     refuse_remote_code(path)  # before transformers reads anything of it: RemoteCodeError
     if tokenizer is not None:
         refuse_remote_code(tokenizer)
@@ -69,7 +78,7 @@ def import_checkpoint(
         raise ModelLoadError(f"{weights}: expected a state dict, got {type(state).__name__}")
     state = densephrases_state(state)
     query_only = not any(k.startswith("phrase_encoder.") for k in state)
-    phrase = _phrase_side(phrase_model) if phrase_model is not None else None
+    phrase = phrase_side() if phrase_side is not None else None
     if query_only:
         if phrase is None:
             raise QueryOnlyCheckpointError(
@@ -77,7 +86,7 @@ def import_checkpoint(
                 "fine-tuning saves it so); pass phrase_model=<the phrase model or DensePhrases checkpoint "
                 "whose index it queries> (CLI: --phrase-model)"
             )
-        model = _query_side_for(cls, phrase, enc_config, state, tokenizer, weights)
+        model = _query_side_for(build, phrase, enc_config, state, tokenizer, weights)
     else:
         tok = _load_tokenizer(tokenizer if tokenizer is not None else path, path, do_lower_case)
         max_length = _max_positions(enc_config, path)
@@ -95,8 +104,8 @@ def import_checkpoint(
             "base_model": f"densephrases:{path.name}",
         }
         config = _config_with(settings, config_overrides, path)
-        model = cls._build_checked(enc_config, tok, config, state, source=weights)
-        if phrase is not None and model_fingerprint_of(phrase) != model.phrase_fingerprint():
+        model = build(enc_config, tok, config, state, weights)
+        if phrase is not None and phrase.phrase_fingerprint() != model.phrase_fingerprint():
             raise ModelMismatchError(f"{path}: its phrase encoder differs from the given phrase_model's")
     if query_only and config_overrides:
         model.config = _config_with(model.config.to_dict(), config_overrides, path)
@@ -105,12 +114,12 @@ def import_checkpoint(
             f"{path}: the phrase side's fingerprint {model.phrase_fingerprint()[:12]}… is not the expected "
             f"{str(phrase_fingerprint)[:12]}… (the index was built with another phrase encoder or settings)"
         )
-    return model.to(device).eval()
+    return model
 
 
 def _query_side_for(
-    cls: type[PhraseModel], phrase: PhraseModel, enc_config, state: dict[str, torch.Tensor], tokenizer, weights: Path
-) -> PhraseModel:
+    build: ModelBuilder, phrase: Any, enc_config: Any, state: dict[str, torch.Tensor], tokenizer: Any, weights: Path
+) -> Any:
     """A query-only checkpoint's query encoders on ``phrase``'s phrase encoder, filter and settings."""
     own = phrase.phrase_encoder.config
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "model_type"):
@@ -140,18 +149,16 @@ def _query_side_for(
             "their shared initialisation): is this the phrase model it was fine-tuned against?",
             weights.parent,
         )
-    return cls._build_checked(copy.deepcopy(own), tok, config, merged, source=weights)
+    return build(copy.deepcopy(own), tok, config, merged, weights)
 
 
-def _load_tokenizer(source: str | Path, checkpoint: Path, do_lower_case: bool | None):
+def _load_tokenizer(source: str | Path, checkpoint: Path, do_lower_case: bool | None) -> Any:
     """A fast tokenizer from ``source`` with the given casing (None: as its files say)."""
-    from .phrase_model import _check_fast, _has_tokenizer_files
-
     transformers = require("transformers")
     source = str(source)
     kwargs = {} if do_lower_case is None else {"do_lower_case": do_lower_case}
     try:
-        if Path(source).is_dir() and not _has_tokenizer_files(Path(source)):
+        if Path(source).is_dir() and not has_tokenizer_files(Path(source)):
             # transformers 5.x builds an empty tokenizer (special tokens only) from such a directory
             raise OSError(f"{source} holds no tokenizer files")
         tok = transformers.AutoTokenizer.from_pretrained(
@@ -164,57 +171,10 @@ def _load_tokenizer(source: str | Path, checkpoint: Path, do_lower_case: bool | 
             f"no tokenizer for {checkpoint}: DensePhrases checkpoints ship none; pass tokenizer=<path to the "
             f"SpanBERT/spanbert-base-cased tokenizer> ({exc})"
         ) from exc
-    _check_fast(tok, source)
+    check_fast_tokenizer(tok, source)
     if do_lower_case is not None:
         apply_casing(tok, do_lower_case, source)
     return tok
-
-
-def apply_casing(tokenizer, do_lower_case: bool, source: Any = "tokenizer") -> None:
-    """Make a fast tokenizer lower-case its input or keep case, and check that it does.
-
-    A BERT tokenizer folder without ``tokenizer_config.json`` (SpanBERT's: ``vocab.txt`` + ``config.json``)
-    lower-cases by default; DensePhrases loads it with ``do_lower_case=False``. The setting is written into the
-    tokenizer's normalizer and its saved settings, so a saved model reloads with the same casing.
-
-    Raises:
-        ModelLoadError: The tokenizer's normalizer cannot be set to that casing.
-    """
-    backend = tokenizer.backend_tokenizer
-    if _lowercases(backend) != do_lower_case:
-        state = json.loads(backend.normalizer.__getstate__()) if backend.normalizer is not None else {}
-        if state.get("type") != "BertNormalizer":
-            raise ModelLoadError(
-                f"{source}: cannot set do_lower_case={do_lower_case} on a {state.get('type')} normalizer"
-            )
-        from tokenizers.normalizers import BertNormalizer
-
-        state.pop("type")
-        state["lowercase"] = do_lower_case
-        backend.normalizer = BertNormalizer(**state)
-    if hasattr(tokenizer, "do_lower_case"):
-        tokenizer.do_lower_case = do_lower_case
-    tokenizer.init_kwargs["do_lower_case"] = do_lower_case
-    if _lowercases(backend) != do_lower_case:
-        raise ModelLoadError(f"{source}: the tokenizer ignores do_lower_case={do_lower_case}")
-
-
-def _lowercases(backend) -> bool:
-    return backend.normalizer is not None and backend.normalizer.normalize_str("Ab") == "ab"
-
-
-def _phrase_side(phrase_model: PhraseModel | str | Path) -> PhraseModel:
-    from .phrase_model import PhraseModel, load_model
-
-    if isinstance(phrase_model, PhraseModel):
-        return phrase_model
-    return load_model(phrase_model)
-
-
-def model_fingerprint_of(model: PhraseModel) -> str:
-    from .cache import model_fingerprint
-
-    return model_fingerprint(model)
 
 
 def _max_positions(enc_config, path: Path) -> int:

@@ -11,12 +11,8 @@ published checkpoint loads as is.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
-import logging
-import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,52 +22,23 @@ from torch import nn
 
 from .._util.atomic import write_file_atomic
 from .._util.lazy import require
-from .._util.nofollow import make_temp_dir, refuse_symlink
 from ..errors import ModelLoadError
 from ..params import check_param
-from .config import PhraseModelConfig
-from .densephrases import apply_casing, import_checkpoint
-from .inputs import (
-    TokenizedPassage,
-    Window,
-    build_windows,
-    count_windows,
-    pad_batch,
-    passage_windows,
-    tokenize_passages,
-    tokenize_queries,
-)
-from .registry import DEFAULT_MODEL, is_hub_id, is_minilm_alias, is_shipped_name, resolve_base, shipped_model_path
+from .config import CONFIG_FILE, PhraseModelConfig
+from .densephrases import CHECKPOINT_WEIGHTS_FILE, import_checkpoint
+from .encoding import EncodedPassage, EncodedPiece, encode_tokenized, iter_encoded_pieces
+from .fingerprint import compute_phrase_fingerprint, weights_state
+from .inputs import TokenizedPassage, Window, pad_batch, tokenize_passages, tokenize_queries
+from .registry import is_shipped_name, resolve_base, shipped_model_path
 from .remote_code import TRUST_REMOTE_CODE, refuse_remote_code
+from .sources import ModelSource, model_source
+from .tokenizer import apply_casing, check_fast_tokenizer, save_tokenizer
 from .truecase import TrueCaser
 from .weights import WEIGHTS_FILE, WEIGHTS_INDEX_FILE, read_base_state, read_weights, write_weights
 
-logger = logging.getLogger(__name__)
-
-CONFIG_FILE = "dphr_config.json"
 ENCODER_CONFIG_FILE = "encoder_config.json"
 # One attention kernel for every way of building an encoder, so save/load round trips are bit-identical.
 ATTENTION = "sdpa"
-
-
-@dataclass
-class EncodedPassage:
-    """Token vectors of one passage's context, in token order, with filter logits and char offsets."""
-
-    vectors: np.ndarray  # (n, d) float32
-    filter_logits: np.ndarray  # (n, 2) float32: start, end
-    char_offsets: np.ndarray  # (n, 2) int32
-
-
-@dataclass
-class EncodedPiece:
-    """Token vectors of a run of one passage's output rows (``positions``: the rows, as in :class:`EncodedPassage`:
-    the context token indices, except with ``passage_stride_mode="step"``, where every window's tokens are rows)."""
-
-    positions: np.ndarray  # (k,) int64, consecutive
-    vectors: np.ndarray  # (k, d) float32
-    filter_logits: np.ndarray  # (k, 2) float32: start, end
-    char_offsets: np.ndarray  # (k, 2) int32
 
 
 class PhraseModel(nn.Module):
@@ -128,7 +95,7 @@ class PhraseModel(nn.Module):
             )
         except (OSError, ValueError) as exc:  # ValueError: e.g. a hub model that needs its own code
             raise ModelLoadError(f"cannot load base model {path!r}: {exc}") from exc
-        _check_fast(tokenizer, path)
+        check_fast_tokenizer(tokenizer, path)
         max_pos = getattr(encoder.config, "max_position_embeddings", config.max_passage_length)
         config.max_passage_length = min(config.max_passage_length, max_pos)
         torch.manual_seed(seed)
@@ -151,7 +118,7 @@ class PhraseModel(nn.Module):
         path = Path(path)
         if not path.is_dir():
             raise ModelLoadError(f"model directory not found: {path}")
-        if (path / "pytorch_model.bin").is_file() and not (path / CONFIG_FILE).is_file():
+        if (path / CHECKPOINT_WEIGHTS_FILE).is_file() and not (path / CONFIG_FILE).is_file():
             return cls.from_densephrases(path, device=device)
         for name in (CONFIG_FILE, ENCODER_CONFIG_FILE):
             if not (path / name).is_file():
@@ -174,11 +141,11 @@ class PhraseModel(nn.Module):
             raise
         except BaseException as exc:
             raise ModelLoadError(f"cannot read encoder config or tokenizer in {path}: {exc}") from exc
-        _check_fast(tokenizer, path)
+        check_fast_tokenizer(tokenizer, path)
         if config.do_lower_case is not None:
             apply_casing(tokenizer, config.do_lower_case, path)
         state = read_weights(path)
-        model = cls._build_checked(enc_config, tokenizer, config, state, source=path)
+        model = cls.build_checked(enc_config, tokenizer, config, state, source=path)
         return model.to(device).eval()
 
     @classmethod
@@ -218,9 +185,29 @@ class PhraseModel(nn.Module):
             QueryOnlyCheckpointError: The checkpoint holds no phrase encoder and no ``phrase_model`` was given.
             ModelMismatchError: The phrase side differs from ``phrase_model`` / ``phrase_fingerprint``.
         """
-        return import_checkpoint(
-            cls, path, tokenizer, device, do_lower_case, phrase_model, phrase_fingerprint, config_overrides
+
+        def phrase_side() -> PhraseModel:  # loaded once the checkpoint has been read and checked
+            if isinstance(phrase_model, PhraseModel):
+                return phrase_model
+            return cls.from_source(model_source(phrase_model))
+
+        model = import_checkpoint(
+            cls.build_checked,
+            path,
+            tokenizer,
+            do_lower_case,
+            phrase_side if phrase_model is not None else None,
+            phrase_fingerprint,
+            config_overrides,
         )
+        return model.to(device).eval()
+
+    @classmethod
+    def from_source(cls, source: ModelSource) -> PhraseModel:
+        """Load a resolved model reference (:func:`~dphr_haystack.model.sources.model_source`)."""
+        if source.kind == "base":
+            return cls.from_base(source.location)
+        return cls.load(source.location)
 
     @classmethod
     def _from_encoder_config(cls, enc_config, tokenizer, config: PhraseModelConfig) -> PhraseModel:
@@ -236,8 +223,8 @@ class PhraseModel(nn.Module):
         return cls(build(), None, None, tokenizer, config, query_encoder=build())
 
     @classmethod
-    def _build_checked(
-        cls, enc_config, tokenizer, config: PhraseModelConfig, state: dict[str, torch.Tensor], source: Path
+    def build_checked(
+        cls, enc_config: Any, tokenizer: Any, config: PhraseModelConfig, state: dict[str, torch.Tensor], source: Path
     ) -> PhraseModel:
         """Build a model whose shapes match ``state``, load it and run a test forward pass.
 
@@ -339,7 +326,7 @@ class PhraseModel(nn.Module):
             base_state=base_state,
             base_model=self.config.base_model,
         )
-        _save_tokenizer(self.tokenizer, path)
+        save_tokenizer(self.tokenizer, path)
         return written
 
     # ----------------------------------------------------------------- encoders
@@ -431,78 +418,14 @@ class PhraseModel(nn.Module):
         however long the passage.
         """
         batch_size = check_param("batch_size", batch_size)
-        run: list[int] = []
-        for p_idx, tp in enumerate(tokenized):
-            if count_windows(tp, self.config) <= batch_size:
-                run.append(p_idx)
-                continue
-            yield from self._run_pieces(tokenized, run, batch_size)
-            run = []
-            yield from self._long_passage_pieces(tp, p_idx, batch_size)
-        yield from self._run_pieces(tokenized, run, batch_size)
-
-    def _run_pieces(
-        self, tokenized: Sequence[TokenizedPassage], run: list[int], batch_size: int
-    ) -> Iterator[tuple[int, EncodedPiece]]:
-        if not run:
-            return
-        encoded = self._encode_tokenized([tokenized[i] for i in run], batch_size)
-        for p_idx, enc in zip(run, encoded):
-            positions = np.arange(len(enc.vectors), dtype=np.int64)
-            yield p_idx, EncodedPiece(positions, enc.vectors, enc.filter_logits, enc.char_offsets)
-
-    def _long_passage_pieces(
-        self, tp: TokenizedPassage, p_idx: int, batch_size: int
-    ) -> Iterator[tuple[int, EncodedPiece]]:
-        # The windows' rows, in window order, are consecutive from 0 in both stride modes (model/inputs.py), so a
-        # batch of consecutive windows fills one consecutive run of rows.
-        expected = 0  # the next output row a piece must start with
-        batch: list[Window] = []
-        windows = passage_windows(self.tokenizer, tp, self.config, p_idx)
-        while True:
-            window = next(windows, None)
-            if window is not None:
-                batch.append(window)
-                if len(batch) < batch_size:
-                    continue
-            if not batch:
-                break
-            states, filt = self._encode_batch(batch)
-            rows = np.concatenate([w.rows for w in batch]).astype(np.int64, copy=False)
-            if len(rows) and (rows[0] != expected or np.any(np.diff(rows) != 1)):
-                raise RuntimeError(f"windows fill output rows out of order at row {expected}")  # never expected
-            expected += len(rows)
-            tokens = np.concatenate([w.owned_context for w in batch])
-            vectors = np.concatenate([states[row, w.owned_positions] for row, w in enumerate(batch)])
-            logits = np.concatenate([filt[row, w.owned_positions] for row, w in enumerate(batch)])
-            batch = []
-            del states, filt
-            yield p_idx, EncodedPiece(rows, vectors, logits, tp.char_offsets[tokens])
-        if self.config.passage_stride_mode == "overlap" and expected != len(tp.context_ids):
-            raise RuntimeError(f"windows own {expected} of {len(tp.context_ids)} context tokens")  # never expected
+        yield from iter_encoded_pieces(
+            self.tokenizer, self.config, self._encode_batch, self.hidden_size, tokenized, batch_size
+        )
 
     def _encode_tokenized(self, tokenized: Sequence[TokenizedPassage], batch_size: int) -> list[EncodedPassage]:
-        windows = build_windows(self.tokenizer, tokenized, self.config)
-        d = self.hidden_size
-        # Output rows per passage: one per context token, or (step windows) one per token of every window.
-        token_of_row = [np.arange(len(tp.context_ids)) for tp in tokenized]
-        if self.config.passage_stride_mode == "step":
-            token_of_row = [np.zeros(0, dtype=np.int64) for _ in tokenized]
-            for window in windows:
-                token_of_row[window.passage] = np.concatenate([token_of_row[window.passage], window.owned_context])
-        vectors = [np.zeros((len(rows), d), dtype=np.float32) for rows in token_of_row]
-        logits = [np.zeros((len(rows), 2), dtype=np.float32) for rows in token_of_row]
-        order = sorted(range(len(windows)), key=lambda i: -len(windows[i].input_ids))
-        for b in range(0, len(order), batch_size):
-            batch = [windows[i] for i in order[b : b + batch_size]]
-            states_np, filt_np = self._encode_batch(batch)
-            for row, window in enumerate(batch):
-                vectors[window.passage][window.rows] = states_np[row, window.owned_positions]
-                logits[window.passage][window.rows] = filt_np[row, window.owned_positions]
-        return [
-            EncodedPassage(v, f, tp.char_offsets[rows])
-            for v, f, tp, rows in zip(vectors, logits, tokenized, token_of_row, strict=True)
-        ]
+        return encode_tokenized(
+            self.tokenizer, self.config, self._encode_batch, self.hidden_size, tokenized, batch_size
+        )
 
     def _encode_batch(self, batch: Sequence[Window]) -> tuple[np.ndarray, np.ndarray]:
         """Phrase-encoder states and filter logits of a batch of windows: (B, L, d) and (B, L, 2) float32."""
@@ -562,17 +485,18 @@ class PhraseModel(nn.Module):
         """SHA-256 of the phrase encoder's weights and passage input settings.
 
         Everything that changes stored phrase vectors; the query side and the filter are left out, so a
-        query-side fine-tuned model still matches an index dumped with its phrase encoder.
+        query-side fine-tuned model still matches an index dumped with its phrase encoder. Computed once and kept
+        until a phrase-encoder weight, the passage settings or the tokenizer change
+        (:func:`~dphr_haystack.model.fingerprint.weights_state`).
         """
-        digest = hashlib.sha256()
-        digest.update(json.dumps(self.config.passage_side(), sort_keys=True).encode())
-        digest.update(json.dumps(self.tokenizer.get_vocab(), sort_keys=True).encode())
-        for name, tensor in sorted(self.phrase_encoder.state_dict().items()):
-            if name.endswith("position_ids"):
-                continue
-            digest.update(name.encode())
-            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-        return digest.hexdigest()
+        key = weights_state(self.config, self.tokenizer, self.phrase_encoder)
+        memo = self.__dict__.get("_phrase_fingerprint")
+        if key is not None and memo is not None and memo[0] == key:
+            return memo[2]
+        fingerprint = compute_phrase_fingerprint(self.config, self.tokenizer, self.phrase_encoder)
+        if key is not None:  # the tokenizer is kept with the key so that its id cannot be reused meanwhile
+            self.__dict__["_phrase_fingerprint"] = (key, self.tokenizer, fingerprint)
+        return fingerprint
 
 
 def filter_head(dim: int, hidden: int | None = None) -> nn.Module:
@@ -600,87 +524,3 @@ def _autocast(device: torch.device):
         dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.autocast("cuda", dtype=dtype)
     return torch.autocast("cpu", enabled=False)
-
-
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
-
-
-def _has_tokenizer_files(directory: Path) -> bool:
-    """True when ``directory`` holds a vocabulary a tokenizer can be built from."""
-    return any((directory / name).is_file() for name in TOKENIZER_FILES)
-
-
-def _check_fast(tokenizer, source) -> None:
-    if not getattr(tokenizer, "is_fast", False):
-        raise ModelLoadError(f"{source}: a fast (Rust) tokenizer is required for character offsets")
-
-
-def _save_tokenizer(tokenizer, path: Path) -> None:
-    """``tokenizer.save_pretrained`` into a fresh directory, then each file renamed into ``path`` (transformers
-    opens files by name, which would follow a symbolic link; a rename replaces a path, and links are refused)."""
-    import shutil
-
-    staging = make_temp_dir(path / "tokenizer")
-    try:
-        tokenizer.save_pretrained(str(staging))
-        for file in sorted(staging.iterdir()):
-            os.replace(file, refuse_symlink(path / file.name))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def load_model(model: str | Path) -> PhraseModel:
-    """Load a phrase model from any reference: what the CLI, the searcher and the Haystack nodes accept.
-
-    ``model`` is ``dphr-minilm-squad`` (alias ``default``, shipped), ``minilm`` (an UNTRAINED phrase model on
-    the offline all-MiniLM-L6-v2), a directory written by :meth:`PhraseModel.save`, a DensePhrases checkpoint
-    directory, a plain BERT-family encoder directory (an untrained phrase model is built on it), or a hub name
-    ``org/name``. A local directory wins over a shipped name.
-
-    Raises:
-        ModelLoadError: The path does not exist (the message names it) or the model cannot be read.
-    """
-    model = str(model)
-    if is_minilm_alias(model):
-        logger.warning(
-            "PhraseRetriever model %r: an UNTRAINED phrase model built on all-MiniLM-L6-v2; expect "
-            "arbitrary answers (the trained default is %r)",
-            model,
-            DEFAULT_MODEL,
-        )
-        return PhraseModel.from_base(model)
-    path = Path(model).expanduser()
-    if path.is_dir():
-        return _load_model_dir(path)
-    if is_shipped_name(model):
-        return PhraseModel.load(shipped_model_path(model))
-    if path.exists():
-        raise ModelLoadError(f"phrase model path is a file, expected a directory: {path.resolve()}")
-    if is_hub_id(model):
-        return _load_model_dir(_download(model))
-    raise ModelLoadError(
-        f"phrase model not found: {path.resolve()} (model={model!r}); pass a model directory, "
-        f"{DEFAULT_MODEL!r} (shipped), 'minilm', or a hub name like 'org/name'"
-    )
-
-
-def _load_model_dir(path: Path) -> PhraseModel:
-    refuse_remote_code(path)  # before any loader (and before the plain-encoder warning)
-    if (path / CONFIG_FILE).is_file():
-        return PhraseModel.load(path)
-    if (path / "pytorch_model.bin").is_file() and not (path / WEIGHTS_FILE).is_file():
-        return PhraseModel.load(path)  # a DensePhrases checkpoint
-    logger.warning("%s is a plain encoder, not a phrase model: building an UNTRAINED phrase model on it", path)
-    return PhraseModel.from_base(path)
-
-
-def _download(name: str) -> Path:
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(name))
-    except Exception as exc:
-        raise ModelLoadError(
-            f"phrase model {name!r} is not a local directory ({Path(name).resolve()} does not "
-            f"exist) and could not be fetched from the Hugging Face hub: {exc}"
-        ) from exc

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 # Letter runs, or dotted abbreviations such as "U.S." / "e.g." kept whole.
-_WORD = re.compile(r"[^\W\d_]+(?:\.[^\W\d_]+)+\.?|[^\W\d_]+")
+WORD = re.compile(r"[^\W\d_]+(?:\.[^\W\d_]+)+\.?|[^\W\d_]+")
 _SENTENCE_END = re.compile(r"[.!?]")
 UNKNOWN_OPTIONS = ("lower", "title")
 # Corpus passages a searcher reads to build its truecaser (evenly spread over the index).
@@ -125,7 +125,7 @@ class TrueCaser:
     # ----------------------------------------------------------------- truecasing
     def truecase(self, text: str) -> str:
         """``text`` with each word in its most likely case and the first word capitalised."""
-        matches = list(_WORD.finditer(text))
+        matches = list(WORD.finditer(text))
         if not matches:
             return text
         keys = [m.group().lower() for m in matches]
@@ -173,7 +173,7 @@ class TrueCaser:
 def _words(text: str) -> Iterable[tuple[str, bool]]:
     """(word, starts a sentence) for every word of ``text``: the first word, or one after a . ! or ?"""
     last = None
-    for match in _WORD.finditer(text):
+    for match in WORD.finditer(text):
         gap = text[last : match.start()] if last is not None else ""
         yield match.group(), last is None or bool(_SENTENCE_END.search(gap))
         last = match.end()

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 
+from .._util.lazy import require_haystack1
+
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+require_haystack1()  # beside haystack-ai, say where the Haystack 2 components are instead of failing inside Haystack
 
 from ..model.cache import cached_models, clear_model_cache, load_phrase_model
 from .dense import MiniLMEmbeddingRetriever

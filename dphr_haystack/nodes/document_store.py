@@ -9,17 +9,14 @@ own :class:`~dphr_haystack.PhraseIndex`; one Haystack document is one phrase-ind
 from __future__ import annotations
 
 import copy
-import functools
 import logging
 import shutil
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import pandas as pd
 from haystack.document_stores import BaseDocumentStore, KeywordDocumentStore
 from haystack.errors import DocumentStoreError
 from haystack.schema import Document, Label
@@ -27,21 +24,24 @@ from haystack.schema import Document, Label
 from .._util.atomic import replace_directory
 from .._util.lock import DEFAULT_LOCK_TIMEOUT, check_lock_timeout
 from .._util.nofollow import make_temp_dir, refuse_symlink
+from ..documents.passages import PassageRule
 from ..errors import DphrError, InvalidParameterError
 from ..index.phrase_index import PhraseIndex
-from ..params import check_param
+from ..params import check_choice, check_param
 from ._rwlock import ReadWriteLock, write_locked
 from ._schema import typed_init
-from .live import StoreDirectory, committed_bytes, op_line, parse_op, read_journal, store_read, store_write
-from .persistence import STORE_FILE, document_from_json, read_manifest, write_snapshot
-from .phrases import PhraseIndexing, PhraseIndexingStats
+from .live import StoreDirectory, op_line, store_read, store_write
+from .persistence import STORE_FILE, read_manifest, write_snapshot
+from .phrases import PhraseIndexingStats
+from .store_checks import check_bm25, checked_documents, document_line
 from .stores import make_inner_store
+from .syncing import DirectorySync
 
 logger = logging.getLogger(__name__)
 
 
 @typed_init
-class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
+class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
     """Haystack documents in an inner store, their phrase vectors in one phrase index per Haystack index.
 
     Example:
@@ -175,11 +175,8 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
         self._staged = []  # phrases encoded by an indexing pipeline's retriever, committed with their documents
         self._staging = threading.Lock()
         self._indexing = ReadWriteLock()  # its write lock: one update_embeddings per store at a time
-        if duplicate_documents not in self.duplicate_documents_options:
-            raise InvalidParameterError(
-                f"duplicate_documents={duplicate_documents!r}; valid: {', '.join(self.duplicate_documents_options)}"
-            )
-        _check_bm25(bm25_algorithm, bm25_parameters)
+        check_choice("duplicate_documents", duplicate_documents, self.duplicate_documents_options)
+        check_bm25(bm25_algorithm, bm25_parameters)
         check_param("embedding_dim", embedding_dim)
         check_param("elasticsearch_port", elasticsearch_port)
         for name, value in (
@@ -213,6 +210,7 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
         self.phrase_dtype = phrase_dtype
         self.title_field = title_field
         self.document_id_field = document_id_field
+        self.passage_rule = PassageRule(title_field, document_id_field)
         self._phrase_indexes: dict[str, PhraseIndex] = {}
         self._snapshots: set[Path] = set()  # phrase index folders of the directory this store was loaded from
         self._inner = make_inner_store(
@@ -243,17 +241,6 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
             self._restore(Path(load_path))
 
     # ----------------------------------------------------------------- inner store plumbing
-    @property
-    def in_memory(self) -> bool:
-        """True when documents live in the embedded in-memory store."""
-        return self._inner.in_memory
-
-    @property
-    def _config(self) -> dict[str, Any]:
-        """The settings :meth:`save` records: the constructor's arguments (a saved directory's settings filled in
-        for those not given, then defaults), without the paths and the Elasticsearch password."""
-        return dict(self._settings)
-
     @property
     def path(self) -> Path | None:
         """The shared store directory, or None."""
@@ -309,10 +296,10 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
         """
         index = index or self.index
         policy = duplicate_documents or self.duplicate_documents
-        documents = _checked_documents(documents, self._create_document_field_map())
+        documents = checked_documents(documents, self._create_document_field_map())
         if self._live is not None:
             for doc in documents:  # a document the journal cannot hold fails before anything is written
-                _document_line(doc, index)
+                document_line(doc, index)
         phrase_index = self._phrase_indexes.get(index)
         if phrase_index is not None and policy == "overwrite":
             stale = [doc.id for doc in documents if self._phrases_outdated(phrase_index, doc)]
@@ -587,226 +574,12 @@ class PhraseDocumentStore(PhraseIndexing, KeywordDocumentStore):
         except (TypeError, ValueError, KeyError) as exc:  # a damaged config section
             raise DocumentStoreError(f"{Path(path) / STORE_FILE}: unusable store settings ({exc})") from exc
 
-    def _restore(self, path: Path) -> None:
-        manifest = read_manifest(path)
-        for kind in ("documents", "labels"):
-            for name, file in manifest[kind].items():
-                self._replay(kind, name, path / file, 0, committed_bytes(path, manifest, file))
-        for name, folder in manifest["phrases"].items():
-            self._phrase_indexes[name] = phrase_index = PhraseIndex.load(path / folder, lock_timeout=self.lock_timeout)
-            self._snapshots.add((path / folder).resolve())
-            self._hide_orphan_phrases(name, phrase_index)
-
-    # ----------------------------------------------------------------- the shared directory (``path``)
-    def _open_shared(self, path: Path) -> None:
-        """Open (or create, under the writer lock) the shared store directory and read what it holds."""
-        self._live = StoreDirectory(path, self.lock_timeout)
-        if not self._live.exists():
-            with self._live.writing():
-                if not self._live.exists():
-                    self._live.create(self._config)
-        with self._lock.write():
-            self._catch_up()
-
-    def _follow(self) -> None:
-        """Before a read: catch up with writes other store objects or processes committed to the directory (not
-        inside a read or write this thread already holds: that one sees one state throughout)."""
-        if self._live is not None and not self._lock.held_by_me() and self._live.changed():
-            with self._lock.write():
-                if self._live.changed():
-                    self._catch_up()
-
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """One write of a shared store: hold the directory's writer lock, catch up, write, commit (the caller holds
-        the store's write lock). Without a directory, just the write."""
-        if self._live is None:
-            yield
-            return
-        with self._live.writing() as first:
-            if first:
-                if self._live.changed():
-                    self._catch_up()
-                for phrase_index in self._phrase_indexes.values():  # a crashed writer's phrases without documents
-                    hidden = phrase_index.hidden_passage_ids()
-                    if hidden:
-                        phrase_index.delete_passages(hidden)
-            yield
-            if first:
-                live = self._live
-                for name, phrase_index in self._phrase_indexes.items():
-                    assert phrase_index.path is not None and phrase_index.path.parent == live.path
-                    live.manifest["phrases"][name] = phrase_index.path.name
-                for name in [n for n in live.manifest["phrases"] if n not in self._phrase_indexes]:
-                    del live.manifest["phrases"][name]
-                live.commit()
-                live.remove_unlisted()
-
-    def _catch_up(self) -> None:
-        """Apply what other writers committed since this object last read the directory (store write lock held)."""
-        live = self._live
-        assert live is not None
-        before = live.manifest or {"documents": {}, "labels": {}, "phrases": {}}
-        manifest = live.read()
-        for kind in ("documents", "labels"):
-            for name, file in before[kind].items():
-                if manifest[kind].get(name) != file:  # deleted or replaced by a delete_index
-                    self._reset_collection(kind, name)
-                    self._journal_read.pop(file, None)
-            for name, file in manifest[kind].items():
-                start = self._journal_read.get(file, 0) if before[kind].get(name) == file else 0
-                end = committed_bytes(live.path, manifest, file)
-                if end < start:
-                    self._reset_collection(kind, name)
-                    start = 0
-                self._replay(kind, name, live.path / file, start, end)
-                self._journal_read[file] = end
-        for name in [n for n in self._phrase_indexes if n not in manifest["phrases"]]:
-            del self._phrase_indexes[name]
-        for name, folder in manifest["phrases"].items():
-            current = self._phrase_indexes.get(name)
-            if current is not None and current.path == live.path / folder:
-                current.refresh()
-            else:
-                current = PhraseIndex.load(live.path / folder, verify=False, lock_timeout=self.lock_timeout)
-                self._phrase_indexes[name] = current
-            self._hide_orphan_phrases(name, current)
-
-    def _reset_collection(self, kind: str, index: str) -> None:
-        if kind == "documents":
-            self._inner.write(index, lambda: self.inner.delete_documents(index=index))
-        else:
-            self.inner.delete_labels(index=index)
-
-    def _replay(self, kind: str, index: str, file: Path, start: int, end: int) -> None:
-        """Apply the journal lines of ``file`` in bytes ``start:end`` to the inner store."""
-        parse = document_from_json if kind == "documents" else Label.from_json
-        batch: list = []
-
-        def flush() -> None:
-            if batch and kind == "documents":
-                docs = list(batch)
-                self._inner.write(
-                    index,
-                    functools.partial(self.inner.write_documents, docs, index=index, duplicate_documents="overwrite"),
-                )
-            elif batch:
-                self.inner.write_labels(list(batch), index=index)
-            batch.clear()
-
-        for line_no, line in read_journal(file, start, end):
-            if not line.strip():
-                continue
-            try:
-                op = parse_op(line)
-                if op is None:
-                    batch.append(parse(line))
-                    continue
-                flush()
-                self._apply_op(kind, index, op)
-            except DphrError:
-                raise
-            except Exception as exc:
-                raise DocumentStoreError(
-                    f"{file}: line {line_no} after byte {start} is corrupted: {type(exc).__name__}: {exc}"
-                ) from exc
-        flush()
-
-    def _apply_op(self, kind: str, index: str, op: dict[str, Any]) -> None:
-        name = op["dphr_op"]
-        if name == "delete" and kind == "documents":
-            ids = [str(i) for i in op["ids"]]
-            self._inner.write(index, lambda: self.inner.delete_documents(index=index, ids=ids))
-        elif name == "meta" and kind == "documents":
-            if self._inner.has_document(index, op["id"]):
-                self.inner.update_document_meta(op["id"], dict(op["meta"]), index=index)
-        else:
-            raise ValueError(f"unknown journal operation {name!r}")
-
-    def _journal(self, kind: str, index: str, lines: list[str]) -> None:
-        """Stage journal lines for the commit of the current write (shared directories over the in-memory store;
-        Elasticsearch shares its documents and labels itself)."""
-        if self._live is not None and self.in_memory:
-            self._live.append(kind, index, lines)
-
-    def _journal_documents(self, index: str, ids: list[str]) -> None:
-        """Journal the stored state of these documents (after a write: what the duplicate policy kept)."""
-        if self._live is None or not self.in_memory:
-            return
-        docs = self._inner.documents_by_id(ids, index, batch_size=10_000)
-        self._journal("documents", index, [_document_line(doc, index) for doc in docs])
-
-    def _journal_labels(self, index: str) -> None:
-        """Journal all labels of ``index`` anew (labels are few; their journal is rewritten on each change)."""
-        if self._live is None or not self.in_memory:
-            return
-        self._live.forget("labels", index)
-        self._journal("labels", index, [label.to_json() for label in self.inner.get_all_labels(index=index)])
-
-
-_BM25_PARAMETERS = {
-    "BM25Okapi": ("k1", "b", "epsilon"),
-    "BM25L": ("k1", "b", "delta"),
-    "BM25Plus": ("k1", "b", "delta"),
-}
-
-
-def _check_bm25(algorithm: str, parameters: dict[str, float] | None) -> None:
-    """Fail at construction, not at the first write, on a BM25 variant or parameter rank_bm25 does not take."""
-    if algorithm not in _BM25_PARAMETERS:
-        raise InvalidParameterError(f"bm25_algorithm={algorithm!r}; valid: {', '.join(_BM25_PARAMETERS)}")
-    if parameters is None:
-        return
-    if not isinstance(parameters, dict):
-        raise InvalidParameterError(f"bm25_parameters must be a mapping, got {type(parameters).__name__}")
-    for name, value in parameters.items():
-        if name not in _BM25_PARAMETERS[algorithm]:
-            raise InvalidParameterError(
-                f"bm25_parameters: {algorithm} takes {', '.join(_BM25_PARAMETERS[algorithm])}, not {name!r}"
-            )
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InvalidParameterError(f"bm25_parameters[{name!r}] must be a number, got {value!r}")
-
 
 def _saved_settings(path: Path) -> dict[str, Any]:
     """The settings a store directory was written with (none for a directory that does not hold a store yet)."""
     if not (path / STORE_FILE).is_file():
         return {}
     return dict(read_manifest(path)["config"])
-
-
-def _document_line(doc: Document, index: str) -> str:
-    try:
-        return doc.to_json()
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise DocumentStoreError(
-            f"cannot store document {doc.id!r} of index {index!r}: its content or meta is not JSON ({exc})"
-        ) from exc
-
-
-def _checked_documents(documents, field_map: dict) -> list[Document]:
-    """Documents (dicts converted) whose content matches their content_type, else DocumentStoreError."""
-    if isinstance(documents, (str, bytes, Document, dict)) or not isinstance(documents, (list, tuple)):
-        raise DocumentStoreError(f"write_documents takes a list of Documents or dicts, got {type(documents).__name__}")
-    checked = []
-    for position, doc in enumerate(documents):
-        if isinstance(doc, dict):
-            try:
-                doc = Document.from_dict(copy.deepcopy(doc), field_map=field_map)
-            except Exception as exc:
-                raise DocumentStoreError(f"document {position} is not a valid Haystack document: {exc}") from exc
-        if not isinstance(doc, Document):
-            raise DocumentStoreError(f"document {position} is a {type(doc).__name__}, not a Document or dict")
-        if doc.content_type == "text" and not isinstance(doc.content, str):
-            raise DocumentStoreError(
-                f"document {doc.id!r}: content_type 'text' needs str content, got {type(doc.content).__name__}"
-            )
-        if doc.content_type == "table" and not isinstance(doc.content, pd.DataFrame):
-            raise DocumentStoreError(
-                f"document {doc.id!r}: content_type 'table' needs a pandas DataFrame, got {type(doc.content).__name__}"
-            )
-        checked.append(doc)
-    return checked
 
 
 __all__ = ["PhraseDocumentStore", "PhraseIndexingStats"]

@@ -22,13 +22,18 @@ from haystack.schema import Document
 
 from .._util.memory import release_free_memory
 from ..corpus import Passage
+from ..documents.encoding import PhraseEncoding
+from ..documents.passages import PassageRule, encoded_as, passage_mask, record_passage
+from ..documents.results import hit_passage_id, pair_hits
+from ..documents.retrieval import PhraseSearchOptions, check_phrase_model, search_phrase_index
 from ..encode.dump import chunked, encode_shard
 from ..errors import InvalidParameterError, ModelMismatchError
 from ..index.codec import VectorCodec
 from ..index.phrase_index import PhraseIndex
 from ..index.shards import PhraseShard
 from ..model.cache import model_fingerprint
-from ..model.inputs import is_valid_unicode
+from ..params import check_param
+from ..search import Hit
 from ._rwlock import ReadWriteLock
 from .live import StoreDirectory, store_read, store_write
 from .stores import InnerStore
@@ -50,6 +55,7 @@ class PhraseIndexing:
 
     # Provided by PhraseDocumentStore.
     index: str
+    passage_rule: PassageRule
     title_field: str
     document_id_field: str
     faiss_factory: str
@@ -102,23 +108,56 @@ class PhraseIndexing:
         phrase_index = self.get_phrase_index(index)
         if phrase_index is None:
             return None
-        allowed = self.matching_ids(filters, index)
-        return np.fromiter(
-            (p["id"] in allowed for p in phrase_index.passages), dtype=bool, count=phrase_index.num_passages
-        )
+        return passage_mask(phrase_index, self.matching_ids(filters, index))
 
     def _to_passage(self, doc: Document) -> dict[str, str] | None:
-        """The phrase-index passage of a document, or None for non-text, empty or invalid (lone surrogate) text."""
-        if doc.content_type != "text" or not isinstance(doc.content, str) or not doc.content.strip():
+        """The phrase-index passage of a document (:class:`~dphr_haystack.documents.passages.PassageRule`), or None
+        for non-text, empty or invalid (lone surrogate) text."""
+        if doc.content_type != "text":
             return None
-        meta = doc.meta if isinstance(doc.meta, dict) else {}
-        passage = {
-            "id": str(doc.id),
-            "text": doc.content,
-            "title": str(meta.get(self.title_field) or ""),
-            "document_id": str(meta.get(self.document_id_field) or doc.id),
-        }
-        return passage if all(is_valid_unicode(value) for value in passage.values()) else None
+        return self.passage_rule.passage(doc.id, doc.content, doc.meta)
+
+    def search_phrases(
+        self,
+        model: Any,
+        queries: list[str],
+        options: PhraseSearchOptions,
+        filters: dict[str, Any] | list[dict[str, Any] | None] | None = None,
+        index: str | None = None,
+        model_name: str = "",
+    ) -> list[list[tuple[Hit, Document]]]:
+        """Phrase search (the store scores, its retriever only asks): per query, the hits whose passage is a stored
+        document of ``index``, each with that document. ``filters``: one for all queries or one per query. Holds the
+        read lock throughout: writes wait until the phrase index and the documents are read.
+
+        Raises:
+            ModelMismatchError: The phrase index of ``index`` was built with another phrase encoder than ``model``.
+        """
+        with self.reading():
+            index = index or self.index
+            phrase_index = self.get_phrase_index(index)
+            if phrase_index is None or phrase_index.num_live_passages == 0:
+                if phrase_index is None and self.index_exists(index) and self.get_document_count(index=index):
+                    logger.warning(
+                        "index %r has documents but no phrases: call document_store.update_embeddings(retriever)",
+                        index,
+                    )
+                return [[] for _ in queries]
+            check_phrase_model(
+                phrase_index,
+                model,
+                f"the phrase index of {index!r} was built with another phrase encoder than {model_name!r}",
+            )
+            if isinstance(filters, list):
+                if len(filters) != len(queries):
+                    raise InvalidParameterError(f"{len(filters)} filters for {len(queries)} queries")
+                masks: Any = [self.phrase_mask(f, index) for f in filters]
+            else:
+                masks = self.phrase_mask(filters, index)
+            hits = search_phrase_index(phrase_index, model, queries, options, masks)
+            wanted = sorted({hit_passage_id(hit) for per_query in hits for hit in per_query})
+            stored = {doc.id: doc for doc in self.get_documents_by_id(wanted, index=index)}
+            return [pair_hits(per_query, stored) for per_query in hits]
 
     def update_embeddings(
         self,
@@ -136,9 +175,7 @@ class PhraseIndexing:
         Any other retriever goes to the inner store's ``update_embeddings`` (Haystack default: update all).
         """
         index = index or self.index
-        from .retriever import PhraseRetriever  # a module that imports this one
-
-        if not isinstance(retriever, PhraseRetriever):
+        if not isinstance(retriever, PhraseEncoding):
             update = True if update_existing_embeddings is None else update_existing_embeddings
             with self._lock.write(), self._transaction():
                 result = self.inner.update_embeddings(
@@ -148,8 +185,7 @@ class PhraseIndexing:
                     docs = self._inner.documents(index, filters, return_embedding=False)
                     self._journal_documents(index, [doc.id for doc in docs])
                 return result
-        if batch_size < 1:
-            raise InvalidParameterError(f"batch_size must be >= 1, got {batch_size}")
+        batch_size = check_param("batch_size", batch_size)
         with self._indexing.write():
             return self._update_phrases(retriever, index, filters, bool(update_existing_embeddings), batch_size)
 
@@ -289,7 +325,7 @@ class PhraseIndexing:
             keep = [
                 i
                 for i in mine
-                if current.get(shard.passages[i]["id"]) == _as_passage(shard.passages[i])
+                if current.get(shard.passages[i]["id"]) == record_passage(shard.passages[i])
                 and phrase_index.passage_row(shard.passages[i]["id"]) is None
             ]
             if keep:
@@ -342,15 +378,8 @@ class PhraseIndexing:
 
     def _phrases_outdated(self, phrase_index: PhraseIndex, doc: Document) -> bool:
         """True when ``doc`` has phrases encoded from another text, title or document id."""
-        row = phrase_index.passage_row(doc.id)
-        if row is None:
-            return False
-        record = phrase_index.passages[row]
-        passage = self._to_passage(doc)
-        return passage is None or (passage["text"], passage["title"], passage["document_id"]) != (
-            record["text"],
-            record.get("title", ""),
-            record.get("document_id", record["id"]),
+        return phrase_index.passage_row(doc.id) is not None and not encoded_as(
+            phrase_index, doc.id, self._to_passage(doc)
         )
 
     def _private(self, index: str) -> PhraseIndex:
@@ -396,11 +425,6 @@ class PhraseIndexing:
                 orphans[:3],
             )
             phrase_index.hide_passages(orphans)
-
-
-def _as_passage(record: dict[str, Any]) -> dict[str, str]:
-    """A shard's passage record in the form of :meth:`PhraseIndexing._to_passage`."""
-    return {key: record.get(key, "") for key in ("id", "text", "title", "document_id")}
 
 
 def _subset_shard(shard: PhraseShard, keep: list[int]) -> PhraseShard:

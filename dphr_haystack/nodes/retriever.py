@@ -2,35 +2,31 @@
 
 from __future__ import annotations
 
-import logging
-import math
 from typing import Any, Literal
 
 from haystack.document_stores import BaseDocumentStore
 from haystack.nodes import BaseRetriever
 from haystack.schema import Answer, Document, Span
 
-from ..errors import InvalidParameterError, ModelMismatchError
-from ..model.cache import load_phrase_model, model_fingerprint
+from ..documents.encoding import PhraseEncoding
+from ..documents.results import RetrievedAnswer, RetrievedDocument, retrieved
+from ..documents.retrieval import (
+    PhraseSearchOptions,
+    check_flag,
+    check_truecase,
+    resolve_max_answer_length,
+)
+from ..errors import InvalidParameterError
+from ..model.cache import load_phrase_model
 from ..model.registry import DEFAULT_MODEL
 from ..params import check_param
-from ..search import UNITS, DocumentHit, PassageHit, PhraseHit, PhraseSearcher, check_passage_scoring
+from ..search import check_passage_scoring, check_unit
 from ._schema import typed_init
 from .document_store import PhraseDocumentStore
 
-logger = logging.getLogger(__name__)
-
-# Raw phrase scores are sums of two inner products; scale_score maps them to (0, 1) the way Haystack scales
-# dot-product similarities (expit(score / 100)), which keeps the ranking.
-_SCORE_SCALE = 100.0
-
-
-def _expit(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
-
 
 @typed_init
-class PhraseRetriever(BaseRetriever):
+class PhraseRetriever(BaseRetriever, PhraseEncoding):
     """Dense phrase retrieval (DensePhrases) as a Haystack 1.x retriever.
 
     ``retrieve`` returns Documents ranked by their best phrase: ``score`` is the phrase-derived passage
@@ -95,8 +91,7 @@ class PhraseRetriever(BaseRetriever):
         return_answers: bool = True,
     ):
         super().__init__()
-        if unit not in UNITS:
-            raise InvalidParameterError(f"unit={unit!r}; valid: {', '.join(UNITS)}")
+        check_unit(unit)
         top_k, batch_size = check_param("top_k", top_k), check_param("batch_size", batch_size)
         if max_answer_length is not None:
             max_answer_length = check_param("max_answer_length", max_answer_length)
@@ -118,21 +113,10 @@ class PhraseRetriever(BaseRetriever):
         elif isinstance(filter_threshold, str) or isinstance(filter_threshold, bool):
             raise InvalidParameterError(f"filter_threshold={filter_threshold!r}; valid: 'model', a number or None")
         self.filter_threshold = filter_threshold
-        window = self.phrase_model.config.max_passage_length
-        self.max_answer_length = check_param(
-            "max_answer_length",
-            self.phrase_model.config.max_answer_length if max_answer_length is None else max_answer_length,
-            high=window,
-            why=f"the model's passage window of {window} subwords",
-        )
-        for name, flag in (("whole_words", whole_words), ("skip_question_copies", skip_question_copies)):
-            if not isinstance(flag, bool):
-                raise InvalidParameterError(f"{name}={flag!r}; valid: true or false")
-        if truecase is not None and not isinstance(truecase, bool):
-            raise InvalidParameterError(f"truecase={truecase!r}; valid: true, false or null (the model's)")
-        self.truecase = truecase
-        self.whole_words = whole_words
-        self.skip_question_copies = skip_question_copies
+        self.max_answer_length = resolve_max_answer_length(self.phrase_model, max_answer_length)
+        self.whole_words = check_flag("whole_words", whole_words)
+        self.skip_question_copies = check_flag("skip_question_copies", skip_question_copies)
+        self.truecase = check_truecase(truecase)
         self.passage_scoring = check_passage_scoring(passage_scoring)
 
     # ----------------------------------------------------------------- BaseRetriever API
@@ -217,129 +201,55 @@ class PhraseRetriever(BaseRetriever):
         document_store: BaseDocumentStore | None = None,
         batch_size: int | None = None,
     ) -> list[tuple[list[Document], list[Answer]]]:
+        """Resolve the options, make one store call (the store searches and scores), build Documents and Answers."""
         store = document_store or self.document_store
         if not isinstance(store, PhraseDocumentStore):
             raise InvalidParameterError("PhraseRetriever has no PhraseDocumentStore: pass document_store")
-        with store.reading():  # writes wait until this search has read the phrase index and the documents
-            return self._search_locked(store, queries, filters, top_k, index, scale_score, batch_size)
-
-    def _search_locked(
-        self,
-        store: PhraseDocumentStore,
-        queries: list[str],
-        filters,
-        top_k: int | None,
-        index: str | None,
-        scale_score: bool | None,
-        batch_size: int | None,
-    ) -> list[tuple[list[Document], list[Answer]]]:
         if isinstance(queries, str):
             raise InvalidParameterError("retrieve_batch takes a list of queries, not one string")
-        top_k = self.top_k if top_k is None else check_param("top_k", top_k)
-        if batch_size is not None:
-            batch_size = check_param("batch_size", batch_size)
-        index = index or store.index
-        scale = self.scale_score if scale_score is None else scale_score
-        empty: list[tuple[list[Document], list[Answer]]] = [([], []) for _ in queries]
-        phrase_index = store.get_phrase_index(index)
-        if phrase_index is None or phrase_index.num_live_passages == 0:
-            if phrase_index is None and store.index_exists(index) and store.get_document_count(index=index):
-                logger.warning(
-                    "index %r has documents but no phrases: call document_store.update_embeddings(retriever)", index
-                )
-            return empty
-        if phrase_index.model_fingerprint != model_fingerprint(self.phrase_model):
-            raise ModelMismatchError(
-                f"the phrase index of {index!r} was built with another phrase encoder than {self.model!r}"
-            )
-        searcher = PhraseSearcher(
-            phrase_index,
-            self.phrase_model,
-            self.max_answer_length,
-            query_batch_size=batch_size or self.batch_size,
+        options = PhraseSearchOptions(
+            unit=self.unit,
+            top_k=self.top_k if top_k is None else check_param("top_k", top_k),
+            max_answer_length=self.max_answer_length,
             whole_words=self.whole_words,
             skip_question_copies=self.skip_question_copies,
             truecase=self.truecase,
             passage_scoring=self.passage_scoring,
+            query_batch_size=self.batch_size if batch_size is None else check_param("batch_size", batch_size),
         )
-        if isinstance(filters, list):
-            if len(filters) != len(queries):
-                raise InvalidParameterError(f"{len(filters)} filters for {len(queries)} queries")
-            hits = [
-                searcher.search(q, self.unit, top_k, store.phrase_mask(f, index)) for q, f in zip(queries, filters)
-            ]
-        else:
-            hits = searcher.search_batch(list(queries), self.unit, top_k, store.phrase_mask(filters, index))
-        wanted = {
-            h.passage_id if isinstance(h, PhraseHit) else _passage_of(h).passage_id
-            for per_query in hits
-            for h in per_query
-        }
-        stored = {d.id: d for d in store.get_documents_by_id(sorted(wanted), index=index)}
-        return [self._convert(per_query, stored, scale) for per_query in hits]
-
-    def _score(self, raw: float, scale: bool) -> float:
-        return _expit(raw / _SCORE_SCALE) if scale else float(raw)
-
-    def _convert(self, hits, stored: dict[str, Document], scale: bool) -> tuple[list[Document], list[Answer]]:
-        documents: list[Document] = []
-        answers: list[Answer] = []
-        seen: set[str] = set()
-        for hit in hits:
-            phrase = hit if isinstance(hit, PhraseHit) else _passage_of(hit).best_phrase
-            doc = stored.get(phrase.passage_id)
-            if doc is None:  # phrases of a document no longer in the store
-                continue
-            answers.append(self._answer(phrase, doc, scale))
-            if phrase.passage_id in seen:
-                continue
-            seen.add(phrase.passage_id)
-            documents.append(self._document(hit, phrase, doc, scale))
-        return documents, answers
-
-    def _document(self, hit, phrase: PhraseHit, doc: Document, scale: bool) -> Document:
-        meta = dict(doc.meta or {})
-        meta.update(
-            {
-                "best_phrase": phrase.text,
-                "best_phrase_start": phrase.start,
-                "best_phrase_end": phrase.end,
-                "best_phrase_score": phrase.score,
-            }
-        )
-        if isinstance(hit, DocumentHit):
-            meta["phrase_document_id"] = hit.document_id
-        score = hit.score if not isinstance(hit, PhraseHit) else phrase.score
-        return Document(
-            content=doc.content,
-            content_type=doc.content_type,
-            id=doc.id,
-            meta=meta,
-            score=self._score(score, scale),
-            id_hash_keys=doc.id_hash_keys,
-        )
-
-    def _answer(self, phrase: PhraseHit, doc: Document, scale: bool) -> Answer:
-        meta = dict(doc.meta or {})
-        meta.update({"raw_score": phrase.score, "title": phrase.title, "phrase_document_id": phrase.document_id})
-        score = self._score(phrase.score, scale)
-        if phrase.confidence is not None:
-            score = meta["confidence"] = phrase.confidence
-        span = Span(start=phrase.start, end=phrase.end)
-        return Answer(
-            answer=phrase.text,
-            type="extractive",
-            score=score,
-            context=doc.content,
-            offsets_in_document=[span],
-            offsets_in_context=[Span(phrase.start, phrase.end)],
-            document_ids=[doc.id],
-            meta=meta,
-        )
+        scale = self.scale_score if scale_score is None else scale_score
+        results = store.search_phrases(self.phrase_model, list(queries), options, filters, index, self.model)
+        out = []
+        for pairs in results:
+            documents, answers = retrieved(pairs, lambda doc: doc.meta, scale)
+            out.append(([_document(d) for d in documents], [_answer(a) for a in answers]))
+        return out
 
 
-def _passage_of(hit) -> PassageHit:
-    return hit.best_passage if isinstance(hit, DocumentHit) else hit
+def _document(result: RetrievedDocument[Document]) -> Document:
+    doc = result.document
+    return Document(
+        content=doc.content,
+        content_type=doc.content_type,
+        id=doc.id,
+        meta=result.meta,
+        score=result.score,
+        id_hash_keys=doc.id_hash_keys,
+    )
+
+
+def _answer(result: RetrievedAnswer[Document]) -> Answer:
+    phrase, doc = result.phrase, result.document
+    return Answer(
+        answer=phrase.text,
+        type="extractive",
+        score=result.score,
+        context=doc.content,
+        offsets_in_document=[Span(start=phrase.start, end=phrase.end)],
+        offsets_in_context=[Span(phrase.start, phrase.end)],
+        document_ids=[doc.id],
+        meta={**(doc.meta or {}), **result.meta},
+    )
 
 
 __all__ = ["PhraseRetriever"]

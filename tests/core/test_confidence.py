@@ -12,7 +12,6 @@ from dphr_haystack import InvalidParameterError, PhraseIndex, PhraseSearcher
 from dphr_haystack.confidence import (
     CONFIDENCE_DEPTH,
     FEATURES,
-    Calibration,
     auroc,
     confidence_features,
     copies_question,
@@ -21,6 +20,8 @@ from dphr_haystack.confidence import (
     question_words,
     reliability,
 )
+from dphr_haystack.encode.add import add_passages
+from dphr_haystack.model.calibration import Calibration
 from tests.conftest import tiny_passages
 
 pytestmark = pytest.mark.unit
@@ -47,7 +48,7 @@ def test_copies_question_matches_whole_normalised_words_in_order(phrase, copied)
 @pytest.fixture
 def index(tiny_model):
     idx = PhraseIndex.create(tiny_model)
-    idx.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(idx, tiny_model, tiny_passages(), progress=False)
     return idx
 
 

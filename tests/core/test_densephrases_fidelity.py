@@ -19,6 +19,7 @@ import transformers
 from dphr_haystack import ModelMismatchError, PhraseIndex, PhraseModel, PhraseSearcher, QueryOnlyCheckpointError
 from dphr_haystack.cli import main as dphr
 from dphr_haystack.corpus import Passage
+from dphr_haystack.encode.add import add_passages
 from dphr_haystack.encode.dump import encode_shard
 from dphr_haystack.errors import InvalidParameterError
 from dphr_haystack.index.codec import VectorCodec
@@ -209,7 +210,7 @@ def test_query_only_checkpoint_queries_an_existing_index(published, imported, tm
         {"id": "b", "title": "", "text": "Nile flows north into Mediterranean Sea ."},
     ]
     index = PhraseIndex.create(imported, filter_threshold=imported.config.filter_threshold)
-    index.add_passages(passages, imported, progress=False)
+    add_passages(index, imported, passages, progress=False)
     query_model = PhraseModel.from_densephrases(
         published["query_only"],
         phrase_model=tmp_path / "phrase-model",
@@ -270,7 +271,7 @@ def _hamlet_index(model):
         {"id": "b", "title": "", "text": "Nile flows north into Mediterranean Sea ."},
     ]
     index = PhraseIndex.create(model, filter_threshold=None)
-    index.add_passages(passages, model, progress=False)
+    add_passages(index, model, passages, progress=False)
     return index
 
 

@@ -20,6 +20,7 @@ from dphr_haystack import (
     read_corpus,
 )
 from dphr_haystack.cli import main as dphr
+from dphr_haystack.encode.add import add_passages
 from dphr_haystack.index.shards import PhraseShard
 from tests.conftest import tiny_passages
 
@@ -83,7 +84,7 @@ def test_dump_is_resumable_and_builds_the_same_index(tiny_model, tmp_path):
     for shard_dir in list_shards(out):
         index.add_shard(PhraseShard.load(shard_dir))
     direct = PhraseIndex.create(tiny_model)
-    direct.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(direct, tiny_model, tiny_passages(), progress=False)
     assert np.array_equal(index.vectors(), direct.vectors())
     assert np.array_equal(index.tokens, direct.tokens)
     q = ["capital of france"]
@@ -112,7 +113,7 @@ def test_int8_dump_shards_merge_into_one_codec(tiny_model, tmp_path):
     for shard_dir in list_shards(tmp_path / "d"):
         index.add_shard(PhraseShard.load(shard_dir))
     ref = PhraseIndex.create(tiny_model)
-    ref.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(ref, tiny_model, tiny_passages(), progress=False)
     np.testing.assert_allclose(index.vectors(), ref.vectors(), atol=0.1)
 
 

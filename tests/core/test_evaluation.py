@@ -8,17 +8,27 @@ from pathlib import Path
 
 import pytest
 
+from dphr_haystack.answers import contains_answer, exact_match, f1_score, normalize_answer
+from dphr_haystack.encode.add import add_passages
 from dphr_haystack.errors import CorpusFormatError, InvalidParameterError
 from dphr_haystack.evaluation import (
     EvalReport,
+    QAExample,
     QuestionResult,
-    contains_answer,
+    SearcherEvaluator,
+    accuracy_at,
     evaluate_searcher,
-    exact_match,
-    f1_score,
+    first_hit,
+    hit_results,
     markdown_table,
-    normalize_answer,
+    mean_metrics,
+    passage_metrics,
+    precision_at,
+    question_metrics,
+    ranking_metrics,
     read_questions,
+    reciprocal_rank_at,
+    short_metrics,
     summarize,
 )
 from dphr_haystack.index.phrase_index import PhraseIndex
@@ -166,12 +176,11 @@ def test_searcher_evaluation_is_consistent_with_search(tiny_model):
     from tests.conftest import tiny_passages
 
     index = PhraseIndex.create(tiny_model)
-    index.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(index, tiny_model, tiny_passages(), progress=False)
     searcher = PhraseSearcher(index, tiny_model)
     questions = ["What is the capital of France?", "Who wrote Hamlet?", "Where is the Nile?"]
     top = [hits[0] for hits in searcher.search_batch(questions, unit="phrase", top_k=1)]
     top_passages = [hits[0] for hits in searcher.search_batch(questions, unit="passage", top_k=1)]
-    from dphr_haystack.evaluation import QAExample
 
     # Gold answers = what the index returns first: EM@1 must then be exactly 1 ...
     oracle = [QAExample(str(i), q, (hit.text,)) for i, (q, hit) in enumerate(zip(questions, top))]
@@ -183,6 +192,15 @@ def test_searcher_evaluation_is_consistent_with_search(tiny_model):
     ]
     report = evaluate_searcher(searcher, oracle, top_k=3, progress=False)
     assert report.summary["passage_acc@1"] == 1.0 and report.summary["mrr@20"] == 1.0
+    # The evaluator that training front ends call reports the same numbers under their short names.
+    evaluator = SearcherEvaluator(oracle, ks=(1, 3))
+    assert evaluator(searcher) == {
+        "em@1": report.summary["phrase_em@1"],
+        "f1@1": report.summary["phrase_f1@1"],
+        "acc@1": report.summary["passage_acc@1"],
+        "acc@3": question_metrics(report.results, 3, True, True, ks=(3,))["passage_acc@3"].mean(),
+    }
+    assert evaluator.primary_metric == "em@1" and evaluator.greater_is_better
     # An answer that occurs nowhere scores 0 everywhere.
     absent = [QAExample("n", questions[0], ("zzqx unlikely words",))]
     summary = evaluate_searcher(searcher, absent, top_k=3, progress=False).summary
@@ -200,3 +218,62 @@ def test_report_files(tmp_path):
     assert len(lines) == 1 and json.loads(lines[0])["predictions"][0]["text"] == "Paris"
     summary = json.loads((out / "my_system_1.summary.json").read_text())
     assert summary["metrics"]["passage_acc@1"] == 0.0 and summary["metrics"]["passage_acc@5"] == 1.0
+
+
+def test_ranking_metrics_against_hand_computed_values():
+    flags = [[True, False], [False, False, True], [], [False] * 25 + [True]]
+    firsts = [first_hit(f) for f in flags]
+    assert firsts == [1, 3, 0, 26]
+    assert accuracy_at(firsts, 1).tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert accuracy_at(firsts, 5).tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert reciprocal_rank_at(firsts, 20).tolist() == pytest.approx([1.0, 1 / 3, 0.0, 0.0])
+    assert precision_at(flags, 2).tolist() == [0.5, 0.0, 0.0, 0.0]
+    metrics = ranking_metrics(flags, ks=(1, 3))
+    assert list(metrics) == ["passage_acc@1", "passage_acc@3", "mrr@20", "p@20"]
+    assert metrics["passage_acc@3"].tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert metrics["p@20"].tolist() == [1 / 20, 1 / 20, 0.0, 0.0]
+
+
+def test_passage_metrics_of_given_rankings():
+    examples = [QAExample("a", "Capital of France?", ("Paris",)), QAExample("b", "Longest river?", ("the Nile",))]
+    rankings = [
+        [("x", 2.0, "Lyon is big."), ("y", 1.0, "Paris, the capital."), ("z", 0.5, None)],
+        [("u", 3.0, "Nothing here."), ("v", 1.0, "The Amazon.")],
+    ]
+    per_question = passage_metrics(examples, rankings, top_k=20)
+    assert per_question["passage_acc@1"].tolist() == [0.0, 0.0]
+    assert per_question["passage_acc@5"].tolist() == [1.0, 0.0]
+    assert mean_metrics(per_question) == {
+        "passage_acc@1": 0.0,
+        "passage_acc@5": 0.5,
+        "passage_acc@20": 0.5,
+        "mrr@20": 0.25,
+        "p@20": 1 / 40,
+    }
+    # Only the first top_k passages count.
+    assert passage_metrics(examples, rankings, top_k=1, ks=(1, 2))["passage_acc@2"].tolist() == [0.0, 0.0]
+    # Haystack's criterion: the raw answer string in the content.
+    assert passage_metrics(examples, rankings, 20, answer_match="substring")["passage_acc@5"].tolist() == [1.0, 0.0]
+
+
+def test_hit_results_and_short_metrics():
+    from dphr_haystack.search import PhraseHit
+
+    def hit(text: str, passage: str = "p") -> PhraseHit:
+        return PhraseHit(text=text, score=1.0, passage_id=passage, document_id=passage, title="", start=0, end=1)
+
+    examples = [QAExample("a", "Capital of France?", ("Paris",)), QAExample("b", "Hamlet's author?", ("Shakespeare",))]
+    phrases = [[hit("Paris"), hit("Lyon")], [hit("William Shakespeare")]]
+    passages = [[hit("Lyon, France"), hit("Paris is the capital")], [hit("Shakespeare wrote it")]]
+    results = hit_results(examples, phrases, passages, seconds=0.5)
+    assert [r.first_hit() for r in results] == [2, 1] and results[0].seconds == 0.5
+    scores = short_metrics(results, ks=(1, 2))
+    assert scores == {"em@1": 0.5, "f1@1": pytest.approx((1 + 2 / 3) / 2), "acc@1": 0.5, "acc@2": 1.0}
+    summary = summarize(results, 2, has_answers=True, has_passages=True)
+    assert (scores["em@1"], scores["acc@1"]) == (summary["phrase_em@1"], summary["passage_acc@1"])
+    # Phrases or passages not searched: only the other half is scored.
+    assert short_metrics(hit_results(examples, None, passages), ks=(1,), has_answers=False) == {"acc@1": 0.5}
+    assert short_metrics(hit_results(examples, phrases, None), has_passages=False) == {
+        "em@1": 0.5,
+        "f1@1": pytest.approx((1 + 2 / 3) / 2),
+    }

@@ -17,6 +17,7 @@ from dphr_haystack import (
     PhraseSearcher,
     VectorCodec,
 )
+from dphr_haystack.encode.add import add_passages
 from tests.conftest import tiny_passages
 
 pytestmark = pytest.mark.unit
@@ -30,7 +31,7 @@ def _top(index, model, unit="phrase", k=5):
 
 def test_save_load_gives_identical_results(tiny_model, tmp_path):
     index = PhraseIndex.create(tiny_model)
-    index.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(index, tiny_model, tiny_passages(), progress=False)
     index.save(tmp_path / "idx")
     loaded = PhraseIndex.load(tmp_path / "idx", model=tiny_model)
     assert len(loaded) == len(index) and loaded.num_passages == 6
@@ -41,11 +42,11 @@ def test_save_load_gives_identical_results(tiny_model, tmp_path):
 
 def test_incremental_add_equals_full_rebuild(tiny_model, tmp_path):
     full = PhraseIndex.create(tiny_model)
-    full.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(full, tiny_model, tiny_passages(), progress=False)
     incremental = PhraseIndex.create(tiny_model, path=tmp_path / "inc")
-    incremental.add_passages(tiny_passages()[:2], tiny_model, progress=False)
+    add_passages(incremental, tiny_model, tiny_passages()[:2], progress=False)
     incremental = PhraseIndex.load(tmp_path / "inc", model=tiny_model)  # reopen between adds
-    incremental.add_passages(tiny_passages()[2:], tiny_model, chunk_size=1, progress=False)
+    add_passages(incremental, tiny_model, tiny_passages()[2:], chunk_size=1, progress=False)
     assert np.array_equal(np.asarray(incremental.vectors()), full.vectors())
     assert _top(incremental, tiny_model) == _top(full, tiny_model)
     reopened = PhraseIndex.load(tmp_path / "inc", model=tiny_model)
@@ -54,7 +55,7 @@ def test_incremental_add_equals_full_rebuild(tiny_model, tmp_path):
 
 def test_delete_removes_phrases_and_persists(tiny_model, tmp_path):
     index = PhraseIndex.create(tiny_model, path=tmp_path / "idx")
-    index.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(index, tiny_model, tiny_passages(), progress=False)
     assert index.delete_passages(["p0", "p3", "missing"]) == 2
     for hits in _top(index, tiny_model, "passage", k=10):
         assert {h.passage_id for h in hits} == {"p1", "p2", "p4", "p5"}
@@ -67,24 +68,26 @@ def test_delete_removes_phrases_and_persists(tiny_model, tmp_path):
 
 def test_duplicate_policies(tiny_model):
     index = PhraseIndex.create(tiny_model)
-    index.add_passages(tiny_passages()[:2], tiny_model, progress=False)
+    add_passages(index, tiny_model, tiny_passages()[:2], progress=False)
     with pytest.raises(InvalidParameterError, match="p0"):
-        index.add_passages([{"id": "p0", "text": "new text"}], tiny_model, progress=False)
-    index.add_passages([{"id": "p0", "text": "new text"}], tiny_model, duplicates="skip", progress=False)
+        add_passages(index, tiny_model, [{"id": "p0", "text": "new text"}], progress=False)
+    add_passages(index, tiny_model, [{"id": "p0", "text": "new text"}], duplicates="skip", progress=False)
     assert index.passages[index.passage_row("p0")]["text"] != "new text"
-    index.add_passages([{"id": "p0", "text": "new text"}], tiny_model, duplicates="overwrite", progress=False)
+    add_passages(index, tiny_model, [{"id": "p0", "text": "new text"}], duplicates="overwrite", progress=False)
     assert index.passages[index.passage_row("p0")]["text"] == "new text" and index.num_live_passages == 2
     with pytest.raises(InvalidParameterError, match="fail, skip, overwrite"):
-        index.add_passages([{"id": "x", "text": "t"}], tiny_model, duplicates="bogus", progress=False)
+        add_passages(index, tiny_model, [{"id": "x", "text": "t"}], duplicates="bogus", progress=False)
 
 
 def test_empty_corpus_and_passages_without_text(tiny_model):
     index = PhraseIndex.create(tiny_model)
     with pytest.raises(EmptyCorpusError):
-        index.add_passages([], tiny_model, progress=False)
+        add_passages(index, tiny_model, [], progress=False)
     with pytest.raises(EmptyCorpusError, match="2 empty"):
-        index.add_passages([{"id": "a", "text": ""}, {"id": "b", "text": "  \n"}], tiny_model, progress=False)
-    stats = index.add_passages([{"id": "a", "text": ""}, {"id": "c", "text": "some text"}], tiny_model, progress=False)
+        add_passages(index, tiny_model, [{"id": "a", "text": ""}, {"id": "b", "text": "  \n"}], progress=False)
+    stats = add_passages(
+        index, tiny_model, [{"id": "a", "text": ""}, {"id": "c", "text": "some text"}], progress=False
+    )
     assert isinstance(stats, CorpusStats) and (stats.passages, stats.skipped_empty) == (1, 1)
 
 
@@ -94,13 +97,13 @@ def test_filter_threshold_shrinks_index_and_keeps_one_token(tiny_model):
     all_logits = np.concatenate([e.filter_logits.max(axis=1) for e in logits])
     threshold = float(np.median(all_logits))
     full = PhraseIndex.create(tiny_model)
-    full.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(full, tiny_model, tiny_passages(), progress=False)
     filtered = PhraseIndex.create(tiny_model, filter_threshold=threshold)
-    filtered.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(filtered, tiny_model, tiny_passages(), progress=False)
     assert len(filtered) == pytest.approx(int((all_logits > threshold).sum()), abs=6)
     assert len(filtered) < len(full)
     strict = PhraseIndex.create(tiny_model, filter_threshold=1e9)
-    strict.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(strict, tiny_model, tiny_passages(), progress=False)
     assert len(strict) == 6 and np.all(strict.tokens["position"] == 0)  # one token kept per passage
     hits = PhraseSearcher(filtered, tiny_model).search("capital", unit="phrase", top_k=3)
     assert all(h.text for h in hits)
@@ -111,10 +114,10 @@ def test_int8_codec_is_close_to_float(tiny_model):
     x = np.random.default_rng(1).normal(size=(50, 8)).astype(np.float32)
     assert np.abs(codec.decode(codec.encode(x)) - x).max() < 0.05
     index = PhraseIndex.create(tiny_model, dtype="int8")
-    index.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(index, tiny_model, tiny_passages(), progress=False)
     ref = PhraseIndex.create(tiny_model)
-    ref.add_passages(tiny_passages(), tiny_model, progress=False)
-    assert index._vectors.view().dtype == np.int8
+    add_passages(ref, tiny_model, tiny_passages(), progress=False)
+    assert index.storage.vectors.view().dtype == np.int8
     np.testing.assert_allclose(index.vectors(), ref.vectors(), atol=0.1)
 
 
@@ -123,7 +126,7 @@ def test_exact_search_keeps_the_stored_codes_and_matches_float32_flat(tiny_model
     import faiss
 
     index = PhraseIndex.create(tiny_model, path=tmp_path / dtype, dtype=dtype)
-    index.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(index, tiny_model, tiny_passages(), progress=False)
     reference = faiss.IndexFlatIP(index.dim)
     reference.add(index.vectors())
     queries = np.random.default_rng(0).standard_normal((4, index.dim)).astype(np.float32)
@@ -139,7 +142,7 @@ def test_exact_search_keeps_the_stored_codes_and_matches_float32_flat(tiny_model
 @pytest.mark.parametrize("factory", ["IVF2,Flat", "HNSW8", "SQfp16"])
 def test_other_faiss_factories(tiny_model, tmp_path, factory):
     index = PhraseIndex.create(tiny_model, path=tmp_path / "idx", faiss_factory=factory)
-    index.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(index, tiny_model, tiny_passages(), progress=False)
     if factory.startswith("IVF"):
         index.faiss_index.nprobe = 2
     hits = PhraseSearcher(index, tiny_model).search("capital", unit="passage", top_k=3)
@@ -157,7 +160,7 @@ def test_bad_factory_string(tiny_model):
 @pytest.fixture
 def saved_index(tiny_model, tmp_path):
     index = PhraseIndex.create(tiny_model)
-    index.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(index, tiny_model, tiny_passages(), progress=False)
     index.save(tmp_path / "idx")
     return tmp_path / "idx"
 
@@ -203,7 +206,7 @@ def test_save_over_existing_index_is_atomic(tiny_model, saved_index):
     index = PhraseIndex.load(saved_index)
     index.delete_passages(["p0"])
     other = PhraseIndex.create(tiny_model)
-    other.add_passages(tiny_passages()[:1], tiny_model, progress=False)
+    add_passages(other, tiny_model, tiny_passages()[:1], progress=False)
     other.save(saved_index)  # replaces the directory as a whole
     assert PhraseIndex.load(saved_index).num_passages == 1
     assert [p.name for p in saved_index.parent.glob(".idx.*")] == [".idx.lock"]  # the writer lock file stays
@@ -220,16 +223,16 @@ def test_create_refuses_non_empty_directory(tiny_model, tmp_path):
 def test_uncommitted_append_is_ignored(tiny_model, tmp_path):
     """Bytes appended after the last manifest commit (a crash mid-add) are invisible and overwritten."""
     index = PhraseIndex.create(tiny_model, path=tmp_path / "idx")
-    index.add_passages(tiny_passages()[:3], tiny_model, progress=False)
+    add_passages(index, tiny_model, tiny_passages()[:3], progress=False)
     with (tmp_path / "idx" / "vectors.bin").open("ab") as handle:
         handle.write(b"\x01" * 1000)
     with (tmp_path / "idx" / "passages.jsonl").open("ab") as handle:
         handle.write(b'{"id": "half-written"')
     reopened = PhraseIndex.load(tmp_path / "idx", model=tiny_model)
     assert reopened.num_passages == 3
-    reopened.add_passages(tiny_passages()[3:], tiny_model, progress=False)
+    add_passages(reopened, tiny_model, tiny_passages()[3:], progress=False)
     full = PhraseIndex.create(tiny_model)
-    full.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(full, tiny_model, tiny_passages(), progress=False)
     final = PhraseIndex.load(tmp_path / "idx", model=tiny_model)
     assert np.array_equal(np.asarray(final.vectors()), full.vectors())
     assert _top(final, tiny_model, "passage") == _top(full, tiny_model, "passage")
@@ -249,13 +252,13 @@ def test_auto_structure_grows_from_exact_to_a_tuned_ivf(tiny_model, tmp_path, mo
     index = PhraseIndex.create(tiny_model, path=tmp_path / "a")  # faiss_factory="auto" by default
     fixed = PhraseIndex.create(tiny_model, faiss_factory="Flat")
     for target in (index, fixed):
-        target.add_passages(_many_passages(10), tiny_model, progress=False)
+        add_passages(target, tiny_model, _many_passages(10), progress=False)
     assert index.auto_structure and index.faiss_factory == "Flat"
     limit = len(index) + 50
     monkeypatch.setattr(auto, "EXACT_LIMIT", limit)
     for passages in (_many_passages(60)[10:], tiny_passages()):
-        index.add_passages(passages, tiny_model, progress=False)
-        fixed.add_passages(passages, tiny_model, progress=False)
+        add_passages(index, tiny_model, passages, progress=False)
+        add_passages(fixed, tiny_model, passages, progress=False)
     assert len(index) > limit and index.faiss_factory.startswith("IVF") and index.faiss_factory.endswith(",SQ8")
     structure = index.manifest["structure"]
     assert structure["policy"] == "auto" and limit < structure["built_for"] <= len(index)  # later adds go in

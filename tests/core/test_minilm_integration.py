@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
+from dphr_haystack.encode.add import add_passages
 
 pytestmark = pytest.mark.integration
 
@@ -16,7 +17,7 @@ def test_minilm_phrase_index_end_to_end(minilm_available, squad_dev_paragraphs, 
     model = PhraseModel.load(tmp_path / "model")
     index = PhraseIndex.create(model, path=tmp_path / "index", model_path=str(tmp_path / "model"))
     passages = [{k: p[k] for k in ("id", "title", "text")} for p in squad_dev_paragraphs]
-    index.add_passages(passages, model, batch_size=16, progress=False)
+    add_passages(index, model, passages, batch_size=16, progress=False)
     assert index.num_passages == 20 and len(index) > 20 * 50
     index = PhraseIndex.load(tmp_path / "index", model=model)
     searcher = PhraseSearcher(index, model)

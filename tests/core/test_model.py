@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from dphr_haystack import InvalidQueryError, ModelLoadError, PhraseModel, PhraseModelConfig
+from dphr_haystack.model import phrase_model as phrase_model_module
+from dphr_haystack.model.fingerprint import compute_phrase_fingerprint, weights_state
 from dphr_haystack.model.inputs import normalize_query
 
 pytestmark = pytest.mark.unit
@@ -38,6 +40,40 @@ def test_fingerprint_ignores_query_side_but_not_phrase_side(tiny_model):
     with torch.no_grad():
         tiny_model.phrase_encoder.embeddings.word_embeddings.weight.add_(1.0)
     assert tiny_model.phrase_fingerprint() != before
+
+
+def test_phrase_fingerprint_is_kept_until_the_phrase_side_changes(tiny_model, monkeypatch):
+    model = tiny_model
+
+    def fresh() -> str:
+        return compute_phrase_fingerprint(model.config, model.tokenizer, model.phrase_encoder)
+
+    original = model.phrase_fingerprint()
+    assert original == fresh()
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    calls = []
+    monkeypatch.setattr(phrase_model_module, "compute_phrase_fingerprint", lambda *a: calls.append(a) or fresh())
+    assert model.phrase_fingerprint() == original and not calls  # kept, not recomputed
+    # A training step updates the weights in place: the fingerprint follows.
+    optimizer = torch.optim.AdamW(model.phrase_encoder.parameters(), lr=1e-2)
+    ids = torch.tensor([[2, 5, 6, 3]])
+    model.phrase_states(ids, torch.ones_like(ids), torch.zeros_like(ids)).square().mean().backward()
+    optimizer.step()
+    stepped = model.phrase_fingerprint()
+    assert stepped != original and stepped == fresh() and len(calls) == 1
+    assert model.phrase_fingerprint() == stepped and len(calls) == 1
+    with torch.no_grad():
+        model.phrase_encoder.encoder.layer[0].output.dense.bias.add_(0.5)
+    assert model.phrase_fingerprint() == fresh() != stepped
+    model.load_state_dict(saved)  # back to the original weights
+    assert model.phrase_fingerprint() == original
+    model.config.passage_stride += 1  # a passage setting is part of it too
+    assert model.phrase_fingerprint() == fresh() != original
+    model.config.passage_stride -= 1
+    assert model.phrase_fingerprint() == original
+    with torch.inference_mode():  # inference tensors track no version: no key, always computed afresh
+        layer = torch.nn.Linear(2, 2)
+    assert weights_state(model.config, model.tokenizer, layer) is None
 
 
 def test_every_context_token_gets_the_vector_of_its_max_context_window(tiny_model):

@@ -14,6 +14,7 @@ from dphr_haystack import (
     PhraseIndex,
     PhraseSearcher,
 )
+from dphr_haystack.encode.add import add_passages
 from tests.conftest import tiny_passages
 
 pytestmark = pytest.mark.unit
@@ -27,7 +28,7 @@ def index(tiny_model):
     passages = tiny_passages()
     passages[1]["document_id"] = "shared-doc"
     passages[2]["document_id"] = "shared-doc"
-    idx.add_passages(passages, tiny_model, progress=False)
+    add_passages(idx, tiny_model, passages, progress=False)
     return idx
 
 
@@ -197,7 +198,7 @@ def test_whole_words_never_pairs_a_split_word(tiny_model, whole_words):
     # 'zxqvb' and 'qwzz' are not in the tiny vocab: WordPiece splits them into 'z ##x ##q ##v ##b'.
     text = "The zxqvb code of paris was qwzz found in 1990s."
     idx = PhraseIndex.create(tiny_model)
-    idx.add_passages([{"id": "w", "title": "words", "text": text}], tiny_model, progress=False)
+    add_passages(idx, tiny_model, [{"id": "w", "title": "words", "text": text}], progress=False)
     encoded = tiny_model.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     pieces = tiny_model.tokenizer.convert_ids_to_tokens(encoded["input_ids"])
     continues = {start: piece.startswith("##") for piece, (start, _) in zip(pieces, encoded["offset_mapping"])}

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
+from dphr_haystack.answers import exact_match
+from dphr_haystack.encode.add import add_passages
 from dphr_haystack.errors import ModelLoadError
-from dphr_haystack.evaluation import exact_match
 from dphr_haystack.model import registry as shipped
 
 SIZE_BUDGET_BYTES = 40 * 10**6  # the shipped files, at most 40 MB in total
@@ -104,7 +105,7 @@ def test_shipped_model_answers_squad_questions_the_untrained_one_cannot(shipped_
 
     def em_at_1(model: PhraseModel) -> float:
         index = PhraseIndex.create(model)
-        index.add_passages(passages, model, batch_size=16, progress=False)
+        add_passages(index, model, passages, batch_size=16, progress=False)
         hits = PhraseSearcher(index, model).search_batch([q for q, _ in questions], unit="phrase", top_k=1)
         return sum(bool(h) and exact_match(h[0].text, answers) for h, (_, answers) in zip(hits, questions)) / len(
             questions

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from haystack.schema import Document
 
-from benchmarks.bench_hybrid_weights import choose, fused_scores
+from benchmarks.quality.hybrid_weights import choose
+from benchmarks.rankings import fused_scores
 from dphr_haystack.evaluation import QAExample
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.bench_passage_scoring import choose, paired_difference
+from benchmarks.quality.passage_scoring import choose
+from benchmarks.significance import paired_difference
 
 
 def test_paired_difference_is_the_mean_and_standard_error_of_per_question_differences():

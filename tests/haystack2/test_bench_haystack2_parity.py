@@ -1,5 +1,5 @@
-"""benchmarks/bench_haystack2_parity.py end to end on a tiny corpus: the 1.x build's phrase index, the 2.x pipelines,
-the comparison with a 1.x run."""
+"""benchmarks/haystack/haystack2_parity.py end to end on a tiny corpus: the 1.x build's phrase index, the 2.x
+pipelines, the comparison with a 1.x run."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks import bench_haystack2_parity as bench
-from benchmarks.bench_squad_open_small import build_phrases
+from benchmarks.common import build_phrases
+from benchmarks.haystack import haystack2_parity as bench
+from benchmarks.significance import mcnemar_p, paired, unpaired, within_noise
 from dphr_haystack.evaluation import QAExample
 from dphr_haystack.haystack2.pipelines import corpus_documents
 from dphr_haystack.model.cache import load_phrase_model
@@ -124,20 +125,21 @@ def test_comparison_pairs_questions_and_finds_parity(run, tmp_path):
 
 
 def test_statistics():
-    assert bench.mcnemar_p(0, 0) == 1.0 and bench.mcnemar_p(5, 0) == pytest.approx(2 / 32)
-    assert bench.mcnemar_p(3, 3) == 1.0
-    stats = bench.paired(np.array([1.0, 0.0, 1.0, 1.0]), np.array([1.0, 1.0, 1.0, 1.0]))
+    assert mcnemar_p(0, 0) == 1.0 and mcnemar_p(5, 0) == pytest.approx(2 / 32)
+    assert mcnemar_p(3, 3) == 1.0
+    stats = paired(np.array([1.0, 0.0, 1.0, 1.0]), np.array([1.0, 1.0, 1.0, 1.0]))
     assert stats["diff"] == 0.25 and (stats["gained"], stats["lost"]) == (1, 0) and stats["se"] == pytest.approx(0.25)
-    assert "gained" not in bench.paired(np.array([0.5, 0.2]), np.array([0.5, 0.4]))  # F1, MRR: no flips
-    assert bench.unpaired(0.5, 100, 0.5, 100)["se"] == pytest.approx(np.sqrt(0.005))
-    assert bench.within_noise(0.0, 0.0) and not bench.within_noise(0.01, 0.0)
-    assert bench.within_noise(0.05, 0.03) and not bench.within_noise(0.07, 0.03)
+    assert "gained" not in paired(np.array([0.5, 0.2]), np.array([0.5, 0.4]))  # F1, MRR: no flips
+    assert unpaired(0.5, 100, 0.5, 100)["se"] == pytest.approx(np.sqrt(0.005))
+    assert within_noise(0.0, 0.0) and not within_noise(0.01, 0.0)
+    assert within_noise(0.05, 0.03) and not within_noise(0.07, 0.03)
 
 
 def test_missing_phrase_index_says_how_to_build_it(tmp_path, tiny_model_dir, one_torch_thread):
-    from benchmarks._common import SQUAD_DEV, SQUAD_TRAIN
+    from benchmarks.common import SQUAD_DEV, SQUAD_TRAIN
 
     if not (SQUAD_DEV.is_file() and SQUAD_TRAIN.is_file()):
         pytest.skip("SQuAD data not found")
-    with pytest.raises(SystemExit, match=r"not found: build it .*bench_squad_open_small --model \S+ --only phrases"):
+    hint = r"not found: build it .*benchmarks\.quality\.squad_open_small --model \S+ --only phrases"
+    with pytest.raises(SystemExit, match=hint):
         bench.main(["--model", str(tiny_model_dir), "--cache", str(tmp_path / "cache"), "--threads", "1"])

@@ -149,22 +149,21 @@ def test_store_in_a_fresh_name_space_deserialises_empty(filled):
     assert PhraseDocumentStore.from_dict(data).count_documents() == 0
 
 
-def test_answer_score_is_the_calibrated_confidence_when_the_model_has_one(filled, tiny_model_dir):
-    from dphr_haystack import PhraseHit
+def test_answer_score_is_the_calibrated_confidence_when_the_model_has_one(filled):
+    from dphr_haystack.documents.results import retrieved_answer
+    from dphr_haystack.search import PhraseHit
 
-    retriever = PhraseRetriever(document_store=filled, model=str(tiny_model_dir))
     doc = filled.filter_documents()[0]
     plain = PhraseHit(text="Paris", score=250.0, passage_id=doc.id, document_id=doc.id, title="", start=0, end=5)
     calibrated = PhraseHit(
         text="Paris", score=250.0, passage_id=doc.id, document_id=doc.id, title="", start=0, end=5, confidence=0.42
     )
-    assert retriever._answer("q", calibrated, doc).score == 0.42
-    assert retriever._answer("q", calibrated, doc).meta == {
+    assert retrieved_answer(calibrated, doc, scale=True).score == 0.42
+    assert retrieved_answer(calibrated, doc, scale=True).meta == {
         "raw_score": 250.0,
         "title": "",
         "phrase_document_id": doc.id,
         "confidence": 0.42,
     }
-    assert 0.9 < retriever._answer("q", plain, doc).score < 1.0  # expit(250 / 100)
-    raw = PhraseRetriever(document_store=filled, model=str(tiny_model_dir), scale_score=False)
-    assert raw._answer("q", plain, doc).score == 250.0
+    assert 0.9 < retrieved_answer(plain, doc, scale=True).score < 1.0  # expit(250 / 100)
+    assert retrieved_answer(plain, doc, scale=False).score == 250.0

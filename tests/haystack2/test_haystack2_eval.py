@@ -9,7 +9,8 @@ from haystack import Pipeline
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 
 from dphr_haystack import CorpusFormatError, InvalidParameterError
-from dphr_haystack.evaluation import QAExample, contains_answer, read_results, report_stem
+from dphr_haystack.answers import contains_answer
+from dphr_haystack.evaluation import QAExample, read_results, report_stem
 from dphr_haystack.haystack2 import PIPELINES_DIR, PhraseDocumentStore, load_pipeline
 from dphr_haystack.haystack2.evaluation import evaluate_pipeline, pipeline_inputs
 from dphr_haystack.haystack2.pipelines import STORE_INDEX, corpus_documents

@@ -21,3 +21,10 @@ def test_import_dphr_haystack_beside_haystack_ai():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_haystack1_names_point_to_the_haystack2_components():
+    code = "try:\n    from dphr_haystack import PhraseRetriever\nexcept ImportError as exc:\n    print(exc)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "haystack-ai" in out.stdout and "from dphr_haystack.haystack2 import" in out.stdout

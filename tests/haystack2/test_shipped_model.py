@@ -6,6 +6,7 @@ import pytest
 from haystack import Document
 
 from dphr_haystack import DEFAULT_MODEL, PhraseIndex, PhraseModel, PhraseSearcher
+from dphr_haystack.encode.add import add_passages
 from dphr_haystack.haystack2 import PhraseDocumentStore, PhraseIndexer
 from dphr_haystack.haystack2.pipelines import phrase_qa_pipeline
 
@@ -33,7 +34,7 @@ def test_shipped_model_answers_like_the_core(minilm_available, one_torch_thread)
 
     model = PhraseModel.load(DEFAULT_MODEL)
     index = PhraseIndex.create(model, filter_threshold=model.config.filter_threshold)
-    index.add_passages([{"id": t, "title": t, "text": x} for t, x in PARAGRAPHS.items()], model, progress=False)
+    add_passages(index, model, [{"id": t, "title": t, "text": x} for t, x in PARAGRAPHS.items()], progress=False)
     searcher = PhraseSearcher(index, model)
     for question, expected in QUESTIONS.items():
         answers = pipeline.run({"retriever": {"query": question}})["retriever"]["answers"]

@@ -15,6 +15,7 @@ from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
 from dphr_haystack import DphrError, InvalidParameterError, ModelMismatchError, PhraseModel
+from dphr_haystack.encode.add import add_passages
 from dphr_haystack.haystack2 import PhraseDocumentStore
 
 pytestmark = pytest.mark.unit
@@ -147,19 +148,20 @@ def test_documents_without_text_are_stored_but_not_encoded(tiny_model, one_torch
 _KILLED_RUN = """
 import os, sys
 from haystack import Document
-from dphr_haystack import PhraseIndex, PhraseModel
+import dphr_haystack.encode.add as adding
+from dphr_haystack import PhraseModel
 from dphr_haystack.haystack2 import PhraseDocumentStore
 
-add_encoded = PhraseIndex._add_encoded  # encodes and commits one chunk (streamed into an on-disk index)
+add_encoded = adding.add_encoded  # encodes and commits one chunk (streamed into an on-disk index)
 calls = []
 
-def dying_add_encoded(self, model, passages, batch_size):
+def dying_add_encoded(index, model, passages, batch_size):
     calls.append(1)
     if len(calls) == 2:
         os._exit(17)  # killed while encoding the second chunk: after the first chunk's commit
-    add_encoded(self, model, passages, batch_size)
+    add_encoded(index, model, passages, batch_size)
 
-PhraseIndex._add_encoded = dying_add_encoded
+adding.add_encoded = dying_add_encoded
 store = PhraseDocumentStore(path=sys.argv[1], progress_bar=False)
 store.write_documents([Document(id=f"d{i}", content=f"Document number {i} is about Paris.") for i in range(6)])
 store.update_phrases(PhraseModel.load(sys.argv[2]), chunk_size=2)
@@ -184,7 +186,7 @@ def _index_built_elsewhere(model, docs, path):
 
     index = PhraseIndex.create(model, path=path, filter_threshold=model.config.filter_threshold)
     records = [{"id": d.id, "text": d.content, "title": d.meta["title"]} for d in docs]
-    index.add_passages(records, model, batch_size=4, chunk_size=4, progress=False)
+    add_passages(index, model, records, batch_size=4, chunk_size=4, progress=False)
     return index
 
 

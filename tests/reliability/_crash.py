@@ -85,10 +85,11 @@ def job_store_edit(path: str, model: str, corpus: str, delete: list[str], add_fr
 def job_index_save(model: str, corpus: str, out: str) -> int:
     """Build an in-memory phrase index and save it over an existing index directory."""
     from dphr_haystack import PhraseIndex, PhraseModel
+    from dphr_haystack.encode.add import add_passages
 
     phrase_model = PhraseModel.load(model)
     index = PhraseIndex.create(phrase_model)
-    index.add_passages(corpus, phrase_model, progress=False)
+    add_passages(index, phrase_model, corpus, progress=False)
     index.save(out)
     return 0
 

@@ -29,13 +29,14 @@ def _passages(writer: int, round_: int, per_round: int) -> list[dict]:
 def index_writer(index_dir: str, model_dir: str, writer: int, rounds: int, per_round: int) -> dict:
     """Add ``rounds`` chunks of passages to one index (a chunk per commit), deleting one passage every 3 rounds."""
     from dphr_haystack import PhraseIndex, PhraseModel
+    from dphr_haystack.encode.add import add_passages
 
     model = PhraseModel.load(model_dir)
     index = PhraseIndex.load(index_dir, model=model, lock_timeout=120)
     added, deleted = [], []
     for round_ in range(rounds):
         batch = _passages(writer, round_, per_round)
-        index.add_passages(batch, model, chunk_size=1, duplicates="fail", progress=False)
+        add_passages(index, model, batch, chunk_size=1, duplicates="fail", progress=False)
         added += [p["id"] for p in batch]
         if round_ % 3 == 2:
             index.delete_passages([batch[0]["id"]])

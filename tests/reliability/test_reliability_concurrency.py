@@ -10,6 +10,7 @@ import time
 import pytest
 
 from dphr_haystack import PhraseIndex, PhraseSearcher
+from dphr_haystack.encode.add import add_passages
 from tests.reliability._checks import assert_store_consistent, check_documents
 
 pytestmark = pytest.mark.unit
@@ -53,7 +54,7 @@ def index_and_model(_tiny_model_session, squad_passages):
 
     torch.set_num_threads(1)
     index = PhraseIndex.create(_tiny_model_session)
-    index.add_passages(squad_passages, _tiny_model_session, progress=False)
+    add_passages(index, _tiny_model_session, squad_passages, progress=False)
     return index, _tiny_model_session
 
 

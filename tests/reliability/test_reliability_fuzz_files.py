@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher, PhraseShard, dump_phrases, list_shards
+from dphr_haystack.encode.add import add_passages
 from tests.reliability import _fuzz
 from tests.reliability._checks import assert_index_consistent, check_hits, outcome_of
 
@@ -45,8 +46,8 @@ def saved_indexes(tmp_path_factory, _tiny_model_session, squad_passages):
     out = {}
     for name, factory, dtype in (("flat", "Flat", "float16"), ("ivf", "IVF4,Flat", "int8")):
         index = PhraseIndex.create(_tiny_model_session, path=root / name, faiss_factory=factory, dtype=dtype)
-        index.add_passages(squad_passages[:8], _tiny_model_session, progress=False)
-        index.add_passages(squad_passages[8:12], _tiny_model_session, progress=False)
+        add_passages(index, _tiny_model_session, squad_passages[:8], progress=False)
+        add_passages(index, _tiny_model_session, squad_passages[8:12], progress=False)
         index.delete_passages([squad_passages[0]["id"]])
         out[name] = root / name
     return out
@@ -204,7 +205,7 @@ def test_hostile_index_values(fuzz_profile, fuzz_log, saved_indexes, tiny_model,
             return
         index = loaded[0]
         assert_index_consistent(index)
-        tombstones = index._tombstones.view()
+        tombstones = index.storage.tombstones.view()
         assert ((tombstones >= 0) & (tombstones < index.num_passages)).all()
         lengths = np.array([len(p["text"]) for p in index.passages], dtype=np.int64)
         tokens = index.tokens
@@ -264,7 +265,7 @@ def test_symlinked_files(fuzz_profile, fuzz_log, saved_indexes, tiny_model, tmp_
         def write():
             index = PhraseIndex.load(folder)
             if op == "add":
-                index.add_passages(squad_passages[12:14], tiny_model, progress=False)
+                add_passages(index, tiny_model, squad_passages[12:14], progress=False)
             elif op == "delete":
                 index.delete_passages([index.live_passage_ids()[0]])
             elif op == "search_params":

@@ -31,6 +31,7 @@ pytest.importorskip("haystack")
 
 from haystack.schema import Document
 
+from dphr_haystack.encode.add import add_passages
 from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever, load_pipeline
 
 UNITS = st.sampled_from(["phrase", "passage", "document"])
@@ -46,7 +47,7 @@ def search_env(_tiny_model_session, model_dir, squad_passages):
     torch.set_num_threads(1)
     passages = squad_passages[:12]
     index = PhraseIndex.create(_tiny_model_session)
-    index.add_passages(passages, _tiny_model_session, progress=False)
+    add_passages(index, _tiny_model_session, passages, progress=False)
     store = PhraseDocumentStore(progress_bar=False)
     retriever = PhraseRetriever(document_store=store, model=str(model_dir), top_k=3, device="cpu")
     store.index_documents(
@@ -121,13 +122,13 @@ def test_corpus_records(fuzz_profile, fuzz_log, tiny_model, tmp_path):
     def run(records, chunk, duplicates):
         path = tmp_path / f"idx-{next(counter)}"
         index = PhraseIndex.create(tiny_model, path=path)
-        index.add_passages([{"id": "seed", "text": "A seed passage about Paris."}], tiny_model, progress=False)
+        add_passages(index, tiny_model, [{"id": "seed", "text": "A seed passage about Paris."}], progress=False)
         fuzz_log.example()
         fuzz_log.record(
             "add_passages",
             outcome_of(
-                lambda: index.add_passages(
-                    records, tiny_model, chunk_size=chunk, duplicates=duplicates, progress=False
+                lambda: add_passages(
+                    index, tiny_model, records, chunk_size=chunk, duplicates=duplicates, progress=False
                 )
             ),
         )

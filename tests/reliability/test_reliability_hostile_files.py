@@ -16,6 +16,7 @@ import pytest
 
 from dphr_haystack import PhraseIndex, dump_phrases
 from dphr_haystack.cli import main as dphr
+from dphr_haystack.encode.add import add_passages
 from dphr_haystack.errors import UnsafePathError
 
 pytestmark = pytest.mark.unit
@@ -116,7 +117,7 @@ def test_deleting_refuses_a_symlinked_tombstones_file(tmp_path, tiny_model):
     from tests.conftest import tiny_passages
 
     index = PhraseIndex.create(tiny_model, path=tmp_path / "index")
-    index.add_passages(tiny_passages()[:3], tiny_model, progress=False)
+    add_passages(index, tiny_model, tiny_passages()[:3], progress=False)
     index.delete_passages([tiny_passages()[0]["id"]])
     target = _outside(tmp_path, "tombstones.bin")
     _plant_link(tmp_path / "index" / "tombstones.bin", target)
@@ -130,7 +131,7 @@ def test_index_save_and_lock_refuse_links(tmp_path, tiny_model):
     from tests.conftest import tiny_passages
 
     index = PhraseIndex.create(tiny_model)
-    index.add_passages(tiny_passages()[:2], tiny_model, progress=False)
+    add_passages(index, tiny_model, tiny_passages()[:2], progress=False)
     target_dir = tmp_path / "outside-dir"
     target_dir.mkdir()
     (target_dir / "keep").write_bytes(SECRET)
@@ -367,7 +368,7 @@ def clean_index(tmp_path_factory, _tiny_model_session) -> Path:
 
     path = tmp_path_factory.mktemp("hostile-index") / "index"
     index = PhraseIndex.create(_tiny_model_session, path=path, faiss_factory="Flat")
-    index.add_passages(tiny_passages(), _tiny_model_session, progress=False)
+    add_passages(index, _tiny_model_session, tiny_passages(), progress=False)
     index.delete_passages([tiny_passages()[-1]["id"]])
     return path
 
@@ -484,7 +485,7 @@ def test_search_params_not_for_this_structure_fail_at_load(tmp_path, tiny_model)
     from tests.conftest import tiny_passages
 
     index = PhraseIndex.create(tiny_model, path=tmp_path / "hnsw", faiss_factory="HNSW8")
-    index.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(index, tiny_model, tiny_passages(), progress=False)
     manifest = json.loads((tmp_path / "hnsw" / "manifest.json").read_text())
     manifest["search_params"] = {"nprobe": 4}
     (tmp_path / "hnsw" / "manifest.json").write_text(json.dumps(manifest))

@@ -1,7 +1,7 @@
 """One long passage is encoded and written a batch of windows at a time: what a dump or an on-disk index holds while
 encoding it does not grow with its length (it used to hold the whole passage's float32 vectors, several times over:
 1.95 GiB peak RSS for a 1 MB passage), and the streamed result equals the in-memory one. The measured peak RSS is in
-benchmarks/bench_long_passage_memory.py."""
+benchmarks/memory/long_passage.py."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import tracemalloc
 import numpy as np
 import pytest
 
-import dphr_haystack.index.phrase_index as phrase_index_module
+import dphr_haystack.index.storage as index_storage_module
 from dphr_haystack import PhraseIndex, PhraseModel, PhraseModelConfig, PhraseSearcher, PhraseShard, dump_phrases
 from dphr_haystack.corpus import Passage
+from dphr_haystack.encode.add import add_passages
 from dphr_haystack.encode.dump import encode_shard, encode_shard_stream
 from dphr_haystack.index.codec import VectorCodec
 from dphr_haystack.index.shards import list_shards
@@ -173,9 +174,9 @@ def test_streamed_shard_equals_the_filtered_passages(wide_model, threshold):
 def test_dump_and_disk_index_of_a_long_passage_equal_the_in_memory_index(wide_model, tmp_path, dtype):
     passages = [*short_passages(), long_passage(4000)]
     in_memory = PhraseIndex.create(wide_model, dtype=dtype)
-    in_memory.add_passages(passages, wide_model, batch_size=4, chunk_size=3, progress=False)
+    add_passages(in_memory, wide_model, passages, batch_size=4, chunk_size=3, progress=False)
     on_disk = PhraseIndex.create(wide_model, path=tmp_path / "idx", dtype=dtype)
-    on_disk.add_passages(passages, wide_model, batch_size=4, chunk_size=3, progress=False)
+    add_passages(on_disk, wide_model, passages, batch_size=4, chunk_size=3, progress=False)
     reloaded = PhraseIndex.load(tmp_path / "idx")
     for index in (on_disk, reloaded):
         assert index.num_passages == in_memory.num_passages and len(index) == len(in_memory)
@@ -198,7 +199,7 @@ def test_dump_and_disk_index_of_a_long_passage_equal_the_in_memory_index(wide_mo
 
 def test_a_failure_while_streaming_leaves_the_index_as_it_was(wide_model, tmp_path, monkeypatch):
     index = PhraseIndex.create(wide_model, path=tmp_path / "idx")
-    index.add_passages(short_passages(), wide_model, progress=False)
+    add_passages(index, wide_model, short_passages(), progress=False)
     before = (index.num_passages, len(index), index.tokens.copy())
     calls = {"n": 0}
     original = PhraseModel._encode_batch
@@ -209,16 +210,16 @@ def test_a_failure_while_streaming_leaves_the_index_as_it_was(wide_model, tmp_pa
             raise RuntimeError("encoder failed mid-passage")
         return original(self, batch)
 
-    monkeypatch.setattr(phrase_index_module, "APPEND_BYTES", 1)  # append every piece: the failure comes after some
+    monkeypatch.setattr(index_storage_module, "APPEND_BYTES", 1)  # append every piece: the failure comes after some
     monkeypatch.setattr(PhraseModel, "_encode_batch", failing)
     with pytest.raises(RuntimeError, match="mid-passage"):
-        index.add_passages([long_passage(3000)], wide_model, batch_size=2, progress=False)
+        add_passages(index, wide_model, [long_passage(3000)], batch_size=2, progress=False)
     assert calls["n"] == 5
     assert (index.num_passages, len(index)) == before[:2] and np.array_equal(index.tokens, before[2])
     reloaded = PhraseIndex.load(tmp_path / "idx")
     assert (reloaded.num_passages, len(reloaded)) == before[:2]
     monkeypatch.setattr(PhraseModel, "_encode_batch", original)
-    index.add_passages([long_passage(3000)], wide_model, batch_size=2, progress=False)
+    add_passages(index, wide_model, [long_passage(3000)], batch_size=2, progress=False)
     reloaded = PhraseIndex.load(tmp_path / "idx", verify=True)
     assert reloaded.num_passages == before[0] + 1
     assert reloaded.passages[-1]["id"] == "long" and len(reloaded) == len(index)
@@ -227,7 +228,7 @@ def test_a_failure_while_streaming_leaves_the_index_as_it_was(wide_model, tmp_pa
 def test_memory_while_indexing_a_long_passage_does_not_grow_with_it(wide_model, tmp_path, monkeypatch):
     """Traced (numpy and Python) memory at each encoder call, above what the index held before: bounded by a batch
     and the append buffer, not by the passage. Holding the passage's float32 vectors once would exceed the bound."""
-    monkeypatch.setattr(phrase_index_module, "APPEND_BYTES", 1 << 20)
+    monkeypatch.setattr(index_storage_module, "APPEND_BYTES", 1 << 20)
     growth: dict[int, int] = {}
     original = PhraseModel._encode_batch
 
@@ -243,7 +244,7 @@ def test_memory_while_indexing_a_long_passage_does_not_grow_with_it(wide_model, 
         tracemalloc.start()
         try:
             baseline = tracemalloc.get_traced_memory()[0]
-            index.add_passages([passage], wide_model, batch_size=8, progress=False)
+            add_passages(index, wide_model, [passage], batch_size=8, progress=False)
         finally:
             tracemalloc.stop()
         sizes[key] = len(index)

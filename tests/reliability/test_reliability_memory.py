@@ -1,5 +1,5 @@
 """Bounded memory in the parts that see one passage or one shard at a time (the corpus-size curve is measured by
-benchmarks/bench_memory.py): windowing a huge passage takes memory linear in its length."""
+benchmarks/memory/indexing.py): windowing a huge passage takes memory linear in its length."""
 
 from __future__ import annotations
 

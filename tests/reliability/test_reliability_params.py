@@ -15,6 +15,7 @@ import yaml
 from dphr_haystack import InvalidParameterError, PhraseIndex, PhraseModelConfig, PhraseSearcher, dump_phrases
 from dphr_haystack.cli import _parser
 from dphr_haystack.cli import main as dphr
+from dphr_haystack.encode.add import add_passages
 from dphr_haystack.params import PARAMS, check_param
 
 pytestmark = pytest.mark.unit
@@ -151,14 +152,14 @@ def test_python_api_checks_the_same_ranges(tiny_model, squad_passages, tmp_path)
     index = PhraseIndex.create(tiny_model)
     for kwargs, name in (({"batch_size": -4}, "batch_size"), ({"chunk_size": 0}, "chunk_size")):
         with pytest.raises(InvalidParameterError, match=f"{name}="):
-            index.add_passages(squad_passages[:3], tiny_model, progress=False, **kwargs)
+            add_passages(index, tiny_model, squad_passages[:3], **kwargs, progress=False)
     assert index.num_passages == 0
     # a negative batch size used to skip every window and return all-zero vectors
     with pytest.raises(InvalidParameterError, match="batch_size=-4"):
         tiny_model.encode_passages(["Paris is the capital of France."], batch_size=-4)
     with pytest.raises(InvalidParameterError, match="batch_size=0"):
         tiny_model.encode_queries(["capital"], batch_size=0)
-    index.add_passages(squad_passages[:3], tiny_model, progress=False)
+    add_passages(index, tiny_model, squad_passages[:3], progress=False)
     for value in (0, -1, window + 1, 10**8, 2.5, True):
         with pytest.raises(InvalidParameterError, match="max_answer_length="):
             PhraseSearcher(index, tiny_model, max_answer_length=value)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from dphr_haystack import DirectoryLockedError, PhraseIndex
+from dphr_haystack.encode.add import add_passages
 from tests.conftest import tiny_passages
 
 pytestmark = pytest.mark.unit
@@ -55,7 +56,7 @@ def _results(procs: list[subprocess.Popen], timeout: float = 600) -> list[dict]:
 def index_dir(tmp_path, tiny_model) -> Path:
     path = tmp_path / "idx"
     index = PhraseIndex.create(tiny_model, path=path)
-    index.add_passages(tiny_passages()[:3], tiny_model, progress=False)
+    add_passages(index, tiny_model, tiny_passages()[:3], progress=False)
     return path
 
 
@@ -89,8 +90,8 @@ def test_a_second_writer_waits_then_fails_naming_the_holder(index_dir):
 
 def test_a_stale_writer_catches_up_before_it_writes(index_dir, tiny_model):
     first, second = PhraseIndex.load(index_dir), PhraseIndex.load(index_dir)
-    first.add_passages(tiny_passages()[3:4], tiny_model, progress=False)
-    second.add_passages(tiny_passages()[4:5], tiny_model, progress=False)  # would overwrite p3 without catching up
+    add_passages(first, tiny_model, tiny_passages()[3:4], progress=False)
+    add_passages(second, tiny_model, tiny_passages()[4:5], progress=False)  # would overwrite p3 without catching up
     second.delete_passages(["p0"])
     reloaded = PhraseIndex.load(index_dir)
     assert sorted(reloaded.live_passage_ids()) == ["p1", "p2", "p3", "p4"]
@@ -100,7 +101,7 @@ def test_a_stale_writer_catches_up_before_it_writes(index_dir, tiny_model):
 def test_refresh_reads_appends_and_deletions_incrementally_and_a_reindex_whole(index_dir, tiny_model):
     writer, reader = PhraseIndex.load(index_dir), PhraseIndex.load(index_dir)
     assert reader.refresh() is False
-    writer.add_passages(tiny_passages()[3:], tiny_model, progress=False)
+    add_passages(writer, tiny_model, tiny_passages()[3:], progress=False)
     writer.delete_passages(["p1"])
     assert reader.refresh() is True
     assert sorted(reader.live_passage_ids()) == sorted(writer.live_passage_ids())
@@ -236,7 +237,7 @@ def test_processes_share_one_store(tmp_path, model_dir):
 @pytest.mark.parametrize("run", range(3))
 def test_many_processes_share_one_index_and_one_store(tmp_path, tiny_model, model_dir, run):
     index = PhraseIndex.create(tiny_model, path=tmp_path / "idx")
-    index.add_passages(tiny_passages()[:3], tiny_model, progress=False)
+    add_passages(index, tiny_model, tiny_passages()[:3], progress=False)
     _run_index_processes(tmp_path / "idx", model_dir, writers=4, readers=2, rounds=12)
     _run_store_processes(tmp_path / "store", model_dir, writers=4, readers=2, rounds=8)
 
@@ -255,7 +256,7 @@ def test_a_crashed_writers_leftovers_are_ignored_then_cleaned(tmp_path, tiny_mod
     with journal.open("ab") as handle:
         handle.write(b'{"content": "half a docu')
     orphan = PhraseIndex.load(store.get_phrase_index().path)
-    orphan.add_passages(tiny_passages()[3:4], tiny_model, progress=False)
+    add_passages(orphan, tiny_model, tiny_passages()[3:4], progress=False)
 
     before = _tree_digest(path)
     reader = PhraseDocumentStore(path=str(path))

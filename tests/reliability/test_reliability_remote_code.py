@@ -15,7 +15,7 @@ import pytest
 from dphr_haystack import ModelLoadError, PhraseModel
 from dphr_haystack.cli import main as dphr
 from dphr_haystack.errors import RemoteCodeError
-from dphr_haystack.model.phrase_model import load_model
+from dphr_haystack.model.loading import load_model
 
 pytestmark = pytest.mark.unit
 

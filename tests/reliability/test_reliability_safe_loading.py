@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from dphr_haystack import IndexLoadError, ModelLoadError, PhraseIndex, PhraseModel, PhraseShard, dump_phrases
+from dphr_haystack.encode.add import add_passages
 from dphr_haystack.index.shards import list_shards
 
 pytestmark = pytest.mark.unit
@@ -139,7 +140,7 @@ def test_trainer_resume_state_pickle_is_refused(saved_model, tmp_path, marker, _
 def saved_ivf_index(tmp_path_factory, _tiny_model_session, squad_passages) -> Path:
     path = tmp_path_factory.mktemp("index") / "index"
     index = PhraseIndex.create(_tiny_model_session, path=path, faiss_factory="IVF4,Flat")
-    index.add_passages(squad_passages[:10], _tiny_model_session, progress=False)
+    add_passages(index, _tiny_model_session, squad_passages[:10], progress=False)
     index.delete_passages([squad_passages[0]["id"]])
     return path
 
@@ -232,7 +233,7 @@ def test_no_unsafe_loader_in_the_sources():
     """torch.load only with weights_only=True, never numpy's allow_pickle=True (its default is False), no pickle,
     only yaml.safe_load."""
     problems = []
-    for folder in ("dphr_haystack", "train", "benchmarks"):
+    for folder in ("dphr_haystack", "train", "benchmarks", "scripts"):
         for file in sorted((REPO / folder).rglob("*.py")):
             text = file.read_text(encoding="utf-8")
             for pattern, what in UNSAFE:

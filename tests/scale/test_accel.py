@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dphr_haystack import PhraseIndex, PhraseSearcher, VectorCodec
+from dphr_haystack.encode.add import add_passages
 from dphr_haystack.index.backends import DeviceFallbackWarning, TorchFlatSearch, cuda_available, resolve_device
 from tests.conftest import tiny_passages
 from tests.scale.conftest import synthetic_shard
@@ -55,9 +56,9 @@ def test_torch_top_k_pads_like_faiss_when_k_exceeds_n():
 
 def test_memory_mapped_flat_search_matches_the_in_ram_faiss_flat(tiny_model, tmp_path):
     index = PhraseIndex.create(tiny_model, path=tmp_path / "idx")
-    index.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(index, tiny_model, tiny_passages(), progress=False)
     mapped = PhraseIndex.load(tmp_path / "idx", model=tiny_model, flat_search="mmap")
-    assert mapped.faiss_index is None and isinstance(mapped._vectors.view(), np.memmap)
+    assert mapped.faiss_index is None and isinstance(mapped.storage.vectors.view(), np.memmap)
     for unit in ("phrase", "passage", "document"):
         expected = PhraseSearcher(index, tiny_model).search_batch(QUERIES, unit=unit, top_k=5)
         assert PhraseSearcher(mapped, tiny_model).search_batch(QUERIES, unit=unit, top_k=5) == expected
@@ -80,7 +81,7 @@ def test_cuda_request_without_gpu_warns_and_falls_back(monkeypatch, tiny_model):
         warnings.simplefilter("error")
         assert resolve_device("cpu") == "cpu"
     index = PhraseIndex.create(tiny_model)
-    index.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(index, tiny_model, tiny_passages(), progress=False)
     expected = PhraseSearcher(index, tiny_model).search_batch(QUERIES, unit="passage", top_k=3)
     with pytest.warns(DeviceFallbackWarning, match="falling back to the CPU"):
         index.to("cuda")
@@ -97,7 +98,7 @@ def test_quantized_index_on_gpu_without_faiss_gpu_stays_on_cpu(monkeypatch, tiny
     monkeypatch.setattr(accel, "resolve_device", lambda device="auto": "cuda")  # pretend a GPU is there
     monkeypatch.setattr(accel, "faiss_has_gpu", lambda: False)
     with pytest.warns(DeviceFallbackWarning, match="faiss-gpu is not installed"):
-        backend = accel.make_search_backend(index.faiss_index, False, index._vectors.view, index.codec, "cuda")
+        backend = accel.make_search_backend(index.faiss_index, False, index.storage.vectors.view, index.codec, "cuda")
     assert backend.device == "cpu" and backend.index is index.faiss_index
 
 
@@ -142,7 +143,7 @@ def test_gpu_dump_in_bf16_is_close_to_cpu_fp32(tiny_model):
 @gpu
 def test_index_on_gpu_returns_the_cpu_results(tiny_model):
     index = PhraseIndex.create(tiny_model)
-    index.add_passages(tiny_passages(), tiny_model, progress=False)
+    add_passages(index, tiny_model, tiny_passages(), progress=False)
     expected = PhraseSearcher(index, tiny_model).search_batch(QUERIES, unit="passage", top_k=3)
     index.to("cuda")
     assert index.search_device.startswith("cuda")
@@ -163,6 +164,6 @@ def test_faiss_gpu_ivf_when_installed(tiny_model):
     q = np.random.default_rng(2).normal(size=(4, tiny_model.hidden_size)).astype(np.float32)
     cpu_ids = index.search_tokens(q, 10)[1]
     index.to("cuda")
-    assert type(index._search.index).__name__.startswith("Gpu")
+    assert type(index.structure.backend.index).__name__.startswith("Gpu")
     gpu_ids = index.search_tokens(q, 10)[1]
     assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(gpu_ids, cpu_ids)]) > 0.9

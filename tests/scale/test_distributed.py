@@ -9,7 +9,9 @@ import pytest
 
 from dphr_haystack import IndexLoadError, PhraseIndex, PhraseSearcher, dump_phrases, list_shards
 from dphr_haystack.cli import main as dphr
+from dphr_haystack.encode.add import add_passages
 from dphr_haystack.errors import DistributedDumpError
+from dphr_haystack.index.merge import merge_dump
 from dphr_haystack.index.shards import PhraseShard
 from tests.conftest import tiny_passages
 
@@ -27,7 +29,7 @@ def _corpus(tmp_path, copies: int = 4):
 
 def _same_index(a: PhraseIndex, b: PhraseIndex) -> None:
     assert len(a) == len(b) and a.num_passages == b.num_passages
-    assert np.array_equal(np.asarray(a._vectors.view()), np.asarray(b._vectors.view()))
+    assert np.array_equal(np.asarray(a.storage.vectors.view()), np.asarray(b.storage.vectors.view()))
     assert np.array_equal(a.tokens, b.tokens)
     assert a.passages == b.passages
 
@@ -52,12 +54,12 @@ def test_ray_dump_survives_a_killed_worker_and_merges_to_the_serial_index(ray_cl
     again = dump_distributed(model_dir, corpus, out, num_workers=2, shard_size=3)
     assert again.encoded_shards == 0 and again.skipped_shards == 8  # a re-run resumes: nothing left to do
 
-    merged = PhraseIndex.from_dump(out, tmp_path / "merged", model=tiny_model)
+    merged = merge_dump(out, tmp_path / "merged", model=tiny_model)
     serial_dump = tmp_path / "serial-dump"
     dump_phrases(tiny_model, corpus, serial_dump, shard_size=3, progress=False)
-    _same_index(merged, PhraseIndex.from_dump(serial_dump))  # bit-identical to a one-process dump
+    _same_index(merged, merge_dump(serial_dump))  # bit-identical to a one-process dump
     built = PhraseIndex.create(tiny_model)
-    built.add_passages(corpus, tiny_model, progress=False)
+    add_passages(built, tiny_model, corpus, progress=False)
     assert np.array_equal(merged.tokens, built.tokens) and merged.passages == built.passages
     np.testing.assert_allclose(merged.vectors(), built.vectors(), atol=2e-3)
     search = lambda index: PhraseSearcher(index, tiny_model).search_batch(QUERIES, unit="passage", top_k=5)  # noqa: E731
@@ -72,12 +74,12 @@ def test_from_dump_refuses_gaps_and_other_models(tiny_model, tmp_path, tiny_base
     out = tmp_path / "d"
     dump_phrases(tiny_model, tiny_passages(), out, shard_size=1, progress=False, worker=1, num_workers=2)
     with pytest.raises(IndexLoadError, match=r"\[0, 2"):
-        PhraseIndex.from_dump(out)
+        merge_dump(out)
     dump_phrases(tiny_model, tiny_passages(), out, shard_size=1, progress=False, worker=0, num_workers=2)
     other = PhraseModel.from_base(tiny_base_dir, config=PhraseModelConfig(max_passage_length=40, passage_stride=8))
     with pytest.raises(ModelMismatchError):
-        PhraseIndex.from_dump(out, model=other)
-    assert PhraseIndex.from_dump(out, model=tiny_model).num_passages == 6
+        merge_dump(out, model=other)
+    assert merge_dump(out, model=tiny_model).num_passages == 6
 
 
 def test_cli_dump_by_hand_split_workers_then_merge_into_a_quantized_index(tiny_model, tmp_path, capsys):
@@ -194,4 +196,4 @@ def test_a_worker_failing_beyond_its_retries_raises_and_the_dump_stays_unmergeab
         dump_distributed(tiny_model, corpus, out, num_workers=2, shard_size=3, max_retries=0, crash_once=(1, 1))
     assert [p.name for p in list_shards(out)] == ["shard-000000", "shard-000001", "shard-000002"]
     with pytest.raises(IndexLoadError, match="not complete"):  # worker 1's second shard never got written
-        PhraseIndex.from_dump(out)
+        merge_dump(out)

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
+from dphr_haystack.encode.add import add_passages
 from train.calibrate import calibrate, write_calibrated
 from train.data import RCData, RCExample, load_squad
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.unit
 def test_calibrate_fits_reports_and_stores_the_confidence(tiny_model, tmp_path):
     sample = load_squad("builtin")
     index = PhraseIndex.create(tiny_model)
-    index.add_passages(sample.passages, tiny_model, progress=False)
+    add_passages(index, tiny_model, sample.passages, progress=False)
     searcher = PhraseSearcher(index, tiny_model, calibration=None)
     # Gold answers: the model's own top phrase for every other question, so there are right and wrong answers.
     tops = [hits[0].text for hits in searcher.search_batch([ex.question for ex in sample.examples], top_k=1)]

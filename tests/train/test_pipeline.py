@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from dphr_haystack.evaluation import contains_answer, normalize_answer
+from dphr_haystack.answers import contains_answer, normalize_answer
 from train.data import PassageWindows, build_features, collate, load_squad
 from train.filter import average_precision
 from train.recipes import load_recipe

@@ -10,6 +10,7 @@ import pytest
 import torch
 import yaml
 
+from dphr_haystack.encode.add import add_passages
 from dphr_haystack.evaluation.questions import read_questions
 from dphr_haystack.index.phrase_index import PhraseIndex
 from dphr_haystack.model.phrase_model import PhraseModel
@@ -62,7 +63,7 @@ def test_clamped_loss_with_zero_padding_matches_densephrases():
 @pytest.fixture
 def tiny_index(tiny_model):
     index = PhraseIndex.create(tiny_model, faiss_factory="Flat")
-    index.add_passages(load_squad("builtin").passages, tiny_model, progress=False)
+    add_passages(index, tiny_model, load_squad("builtin").passages, progress=False)
     return index
 
 
@@ -156,8 +157,8 @@ def _recipe(tmp_path, model_dir, index_dir, **qsft):
 def test_recipe_trains_with_densephrases_candidates_on_curatedtrec_questions(tiny_model, tmp_path):
     model_dir, index_dir = tmp_path / "model", tmp_path / "index"
     tiny_model.save(model_dir)
-    PhraseIndex.create(tiny_model, path=index_dir).add_passages(
-        load_squad("builtin").passages, tiny_model, progress=False
+    add_passages(
+        PhraseIndex.create(tiny_model, path=index_dir), tiny_model, load_squad("builtin").passages, progress=False
     )
     recipe = _recipe(tmp_path, model_dir, index_dir, candidates="densephrases", questions=str(_trec_file(tmp_path)))
     result = run_stage(recipe, "qsft")

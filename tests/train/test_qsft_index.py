@@ -6,6 +6,7 @@ import pytest
 import torch
 import yaml
 
+from dphr_haystack.encode.add import add_passages
 from dphr_haystack.errors import ModelMismatchError
 from dphr_haystack.index.phrase_index import PhraseIndex
 from dphr_haystack.model.phrase_model import PhraseModel
@@ -38,7 +39,7 @@ def model_and_index(tiny_model, tmp_path):
     model_dir, index_dir = tmp_path / "model", tmp_path / "index"
     tiny_model.save(model_dir)
     index = PhraseIndex.create(tiny_model, path=index_dir)
-    index.add_passages(load_squad("builtin").passages, tiny_model, progress=False)
+    add_passages(index, tiny_model, load_squad("builtin").passages, progress=False)
     return model_dir, index_dir
 
 

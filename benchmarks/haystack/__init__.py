@@ -1,0 +1,1 @@
+"""haystack benchmarks."""

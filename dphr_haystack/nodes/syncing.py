@@ -1,0 +1,197 @@
+"""The directories of a :class:`~dphr_haystack.nodes.PhraseDocumentStore`: restoring a snapshot written by ``save``
+and keeping a shared store directory (``path``) in step with other writers: journals replayed into the inner store,
+phrase indexes refreshed, each write committed under the directory's writer lock."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from haystack.errors import DocumentStoreError
+from haystack.schema import Label
+
+from ..errors import DphrError
+from ..index.phrase_index import PhraseIndex
+from .live import StoreDirectory, committed_bytes, parse_op, read_journal
+from .persistence import document_from_json, read_manifest
+from .phrases import PhraseIndexing
+from .store_checks import document_line
+
+
+class DirectorySync(PhraseIndexing):
+    """Snapshot restore and shared-directory catch-up, journals and commits of the store (mixed into it)."""
+
+    _journal_read: dict[str, int]
+    _settings: dict[str, Any]
+
+    @property
+    def in_memory(self) -> bool:
+        """True when documents live in the embedded in-memory store."""
+        return self._inner.in_memory
+
+    @property
+    def _config(self) -> dict[str, Any]:
+        """The settings :meth:`save` records: the constructor's arguments (a saved directory's settings filled in
+        for those not given, then defaults), without the paths and the Elasticsearch password."""
+        return dict(self._settings)
+
+    def _restore(self, path: Path) -> None:
+        manifest = read_manifest(path)
+        for kind in ("documents", "labels"):
+            for name, file in manifest[kind].items():
+                self._replay(kind, name, path / file, 0, committed_bytes(path, manifest, file))
+        for name, folder in manifest["phrases"].items():
+            self._phrase_indexes[name] = phrase_index = PhraseIndex.load(path / folder, lock_timeout=self.lock_timeout)
+            self._snapshots.add((path / folder).resolve())
+            self._hide_orphan_phrases(name, phrase_index)
+
+    def _open_shared(self, path: Path) -> None:
+        """Open (or create, under the writer lock) the shared store directory and read what it holds."""
+        self._live = StoreDirectory(path, self.lock_timeout)
+        if not self._live.exists():
+            with self._live.writing():
+                if not self._live.exists():
+                    self._live.create(self._config)
+        with self._lock.write():
+            self._catch_up()
+
+    def _follow(self) -> None:
+        """Before a read: catch up with writes other store objects or processes committed to the directory (not
+        inside a read or write this thread already holds: that one sees one state throughout)."""
+        if self._live is not None and not self._lock.held_by_me() and self._live.changed():
+            with self._lock.write():
+                if self._live.changed():
+                    self._catch_up()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One write of a shared store: hold the directory's writer lock, catch up, write, commit (the caller holds
+        the store's write lock). Without a directory, just the write."""
+        if self._live is None:
+            yield
+            return
+        with self._live.writing() as first:
+            if first:
+                if self._live.changed():
+                    self._catch_up()
+                for phrase_index in self._phrase_indexes.values():  # a crashed writer's phrases without documents
+                    hidden = phrase_index.hidden_passage_ids()
+                    if hidden:
+                        phrase_index.delete_passages(hidden)
+            yield
+            if first:
+                live = self._live
+                for name, phrase_index in self._phrase_indexes.items():
+                    assert phrase_index.path is not None and phrase_index.path.parent == live.path
+                    live.manifest["phrases"][name] = phrase_index.path.name
+                for name in [n for n in live.manifest["phrases"] if n not in self._phrase_indexes]:
+                    del live.manifest["phrases"][name]
+                live.commit()
+                live.remove_unlisted()
+
+    def _catch_up(self) -> None:
+        """Apply what other writers committed since this object last read the directory (store write lock held)."""
+        live = self._live
+        assert live is not None
+        before = live.manifest or {"documents": {}, "labels": {}, "phrases": {}}
+        manifest = live.read()
+        for kind in ("documents", "labels"):
+            for name, file in before[kind].items():
+                if manifest[kind].get(name) != file:  # deleted or replaced by a delete_index
+                    self._reset_collection(kind, name)
+                    self._journal_read.pop(file, None)
+            for name, file in manifest[kind].items():
+                start = self._journal_read.get(file, 0) if before[kind].get(name) == file else 0
+                end = committed_bytes(live.path, manifest, file)
+                if end < start:
+                    self._reset_collection(kind, name)
+                    start = 0
+                self._replay(kind, name, live.path / file, start, end)
+                self._journal_read[file] = end
+        for name in [n for n in self._phrase_indexes if n not in manifest["phrases"]]:
+            del self._phrase_indexes[name]
+        for name, folder in manifest["phrases"].items():
+            current = self._phrase_indexes.get(name)
+            if current is not None and current.path == live.path / folder:
+                current.refresh()
+            else:
+                current = PhraseIndex.load(live.path / folder, verify=False, lock_timeout=self.lock_timeout)
+                self._phrase_indexes[name] = current
+            self._hide_orphan_phrases(name, current)
+
+    def _reset_collection(self, kind: str, index: str) -> None:
+        if kind == "documents":
+            self._inner.write(index, lambda: self.inner.delete_documents(index=index))
+        else:
+            self.inner.delete_labels(index=index)
+
+    def _replay(self, kind: str, index: str, file: Path, start: int, end: int) -> None:
+        """Apply the journal lines of ``file`` in bytes ``start:end`` to the inner store."""
+        parse = document_from_json if kind == "documents" else Label.from_json
+        batch: list = []
+
+        def flush() -> None:
+            if batch and kind == "documents":
+                docs = list(batch)
+                self._inner.write(
+                    index,
+                    functools.partial(self.inner.write_documents, docs, index=index, duplicate_documents="overwrite"),
+                )
+            elif batch:
+                self.inner.write_labels(list(batch), index=index)
+            batch.clear()
+
+        for line_no, line in read_journal(file, start, end):
+            if not line.strip():
+                continue
+            try:
+                op = parse_op(line)
+                if op is None:
+                    batch.append(parse(line))
+                    continue
+                flush()
+                self._apply_op(kind, index, op)
+            except DphrError:
+                raise
+            except Exception as exc:
+                raise DocumentStoreError(
+                    f"{file}: line {line_no} after byte {start} is corrupted: {type(exc).__name__}: {exc}"
+                ) from exc
+        flush()
+
+    def _apply_op(self, kind: str, index: str, op: dict[str, Any]) -> None:
+        name = op["dphr_op"]
+        if name == "delete" and kind == "documents":
+            ids = [str(i) for i in op["ids"]]
+            self._inner.write(index, lambda: self.inner.delete_documents(index=index, ids=ids))
+        elif name == "meta" and kind == "documents":
+            if self._inner.has_document(index, op["id"]):
+                self.inner.update_document_meta(op["id"], dict(op["meta"]), index=index)
+        else:
+            raise ValueError(f"unknown journal operation {name!r}")
+
+    def _journal(self, kind: str, index: str, lines: list[str]) -> None:
+        """Stage journal lines for the commit of the current write (shared directories over the in-memory store;
+        Elasticsearch shares its documents and labels itself)."""
+        if self._live is not None and self.in_memory:
+            self._live.append(kind, index, lines)
+
+    def _journal_documents(self, index: str, ids: list[str]) -> None:
+        """Journal the stored state of these documents (after a write: what the duplicate policy kept)."""
+        if self._live is None or not self.in_memory:
+            return
+        docs = self._inner.documents_by_id(ids, index, batch_size=10_000)
+        self._journal("documents", index, [document_line(doc, index) for doc in docs])
+
+    def _journal_labels(self, index: str) -> None:
+        """Journal all labels of ``index`` anew (labels are few; their journal is rewritten on each change)."""
+        if self._live is None or not self.in_memory:
+            return
+        self._live.forget("labels", index)
+        self._journal("labels", index, [label.to_json() for label in self.inner.get_all_labels(index=index)])
+
+
+__all__ = ["DirectorySync"]

@@ -1,0 +1,1 @@
+"""Release and maintenance tools (python -m scripts.<name>)."""
