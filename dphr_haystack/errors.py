@@ -61,3 +61,21 @@ class UnsafePathError(DphrError, OSError):
 
 class SettingsConflictError(DphrError, ValueError):
     """A resumed index or dump was asked for settings other than the ones it was built with."""
+
+
+class UnsupportedFilterError(InvalidParameterError):
+    """A metadata filter uses an operator or a shape the store does not implement: refused, never ignored."""
+
+
+class InvalidDocumentError(InvalidParameterError):
+    """A document holds a value a store cannot serve back as JSON (NaN, infinity, a lone surrogate): refused before
+    anything of its write is stored."""
+
+
+class IndexWriteError(DphrError, OSError):
+    """Writing a phrase index failed (the disk is full, an I/O error): the index keeps its last committed state, in
+    memory and on disk, and the next write can succeed. ``errno`` is the failed call's."""
+
+
+class InputTooLargeError(InvalidParameterError):
+    """An input is over a size bound the server or caller set (a request body, an uploaded file, one passage)."""

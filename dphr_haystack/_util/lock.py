@@ -30,8 +30,11 @@ _POLL_SECONDS = 0.05
 
 
 def lock_file_for(directory: Path) -> Path:
-    """The lock file of ``directory``: a hidden sibling, unaffected by swapping the directory."""
-    directory = Path(directory).absolute()
+    """The lock file of ``directory``: a hidden sibling, unaffected by swapping the directory.
+
+    Symbolic links on the way are resolved, so a writer reaching the directory through a link and one reaching it
+    by its real path take the same lock."""
+    directory = Path(os.path.realpath(directory))
     return directory.with_name(f".{directory.name}.lock")
 
 
@@ -109,8 +112,11 @@ class WriterLock:
             "command": " ".join(sys.argv)[:300],
             "since": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(holder).encode(), 0)
+        try:  # who holds it is only for messages: a full disk must not keep the lock taken and its file open
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(holder).encode(), 0)
+        except OSError:
+            pass
         self._fd = fd
 
     def _release(self) -> None:

@@ -63,7 +63,8 @@ def add_passages(
 
 
 def apply_duplicate_policy(index: PhraseIndex, chunk: list[Passage], policy: str) -> list[Passage]:
-    """The passages of ``chunk`` to add under a ``duplicates`` policy (``overwrite`` deletes the stored ones)."""
+    """The passages of ``chunk`` to add under a ``duplicates`` policy (``overwrite`` deletes the stored ones in the
+    chunk's write transaction: the deletion commits with the add, or neither does)."""
     clashes = [p.id for p in chunk if index.passage_row(p.id) is not None]
     if not clashes:
         return chunk
@@ -71,7 +72,7 @@ def apply_duplicate_policy(index: PhraseIndex, chunk: list[Passage], policy: str
         raise InvalidParameterError(f"passage ids already in the index: {clashes[:5]} (duplicates='fail')")
     if policy == "skip":
         return [p for p in chunk if index.passage_row(p.id) is None]
-    index.delete_passages(clashes)
+    index.delete_passages(clashes, commit=False)  # committed with the chunk's add, or rolled back with it
     return chunk
 
 

@@ -211,7 +211,7 @@ class FaissStructure:
                 raise IndexLoadError(f"{storage.path / ivfdata} (the on-disk inverted lists of {file}) is missing")
             try:
                 self.index = index_types.read_faiss(file, ondisk=bool(ivfdata))
-            except RuntimeError as exc:
+            except (RuntimeError, MemoryError) as exc:  # MemoryError: a header declaring impossible sizes
                 raise IndexLoadError(f"cannot read FAISS index {file}: {exc}") from exc
             if self.index.ntotal != storage.vectors.length or self.index.d != storage.dim:
                 raise IndexLoadError(

@@ -61,6 +61,18 @@ class PassageTable:
         for offset, record in enumerate(records):
             self.live_by_id[record["id"]] = start + offset
 
+    def mark(self) -> tuple[int, np.ndarray, dict[str, int]]:
+        """What :meth:`roll_back` puts back: the row count, deletions and hidden passages of this moment."""
+        return (len(self.passages), self.deleted.copy(), dict(self.hidden))
+
+    def roll_back(self, mark: tuple[int, np.ndarray, dict[str, int]]) -> None:
+        """Forget the rows registered and the deletions made since :meth:`mark` (a write that failed)."""
+        rows, deleted, hidden = mark
+        del self.passages[rows:]
+        self.first_token, self.num_tokens = self.first_token[:rows], self.num_tokens[:rows]
+        self.deleted, self.hidden = deleted.copy(), dict(hidden)
+        self.live_by_id = {self.passages[row]["id"]: int(row) for row in np.flatnonzero(~deleted)}
+
     def delete(self, rows: Iterable[int] | np.ndarray) -> None:
         """Mark rows deleted and drop them from the id look-ups (a newer row with the same id stays)."""
         rows = np.asarray(rows if isinstance(rows, np.ndarray) else list(rows), dtype=np.int64)

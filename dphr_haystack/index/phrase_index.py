@@ -11,8 +11,8 @@ Encoding passages into an index is :func:`dphr_haystack.encode.add.add_passages`
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
+import logging
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -23,12 +23,13 @@ import numpy as np
 from .._util import atomic
 from .._util.lock import WriterLock
 from .._util.nofollow import make_temp_dir, refuse_symlink
-from ..errors import IndexLoadError, InvalidParameterError, ModelMismatchError
+from ..errors import IndexLoadError, IndexWriteError, InvalidParameterError, ModelMismatchError
 from . import auto
 from . import structures as index_types
 from .codec import VectorCodec
 from .faiss_structure import FaissStructure
 from .passages import PassageTable
+from .reindexing import Reindexing
 from .shards import PhraseShard, ShardPiece
 from .storage import (
     LOAD_ATTEMPTS,
@@ -36,27 +37,18 @@ from .storage import (
     IndexStorage,
     check_model,
     check_tombstones,
-    is_flat,
     load_errors,
     manifest_stamp,
     new_manifest,
     read_manifest,
     remove_uncommitted_files,
 )
+from .transaction import Transactions, write_errors, writes
+
+logger = logging.getLogger(__name__)
 
 
-def _writes(method):
-    """Method decorator: run as one write transaction of the index (see :meth:`PhraseIndex.writing`)."""
-
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        with self.writing():
-            return method(self, *args, **kwargs)
-
-    return wrapper
-
-
-class PhraseIndex:
+class PhraseIndex(Reindexing):
     """Phrase vectors of a corpus, searchable by maximum inner product.
 
     Thread safety: any number of threads may search one index at once; adding or deleting passages while
@@ -83,6 +75,7 @@ class PhraseIndex:
         self.structure = FaissStructure(self.storage)
         self._writer = WriterLock(path, lock_timeout) if path is not None else None
         self._stamp: tuple[int, int, int] | None = None  # the committed manifest this object reflects
+        self._transactions = Transactions()
 
     # ----------------------------------------------------------------- creation and loading
     @classmethod
@@ -143,7 +136,7 @@ class PhraseIndex:
         index = cls(manifest, Path(path) if path is not None else None, lock_timeout)
         index.structure.reset()
         if index._writer is not None:
-            with index._writer.hold():  # two creators of one path: the second finds it not empty
+            with write_errors(index.path), index._writer.hold():  # two creators of one path: the second waits
                 remove_uncommitted_files(index.path)  # a create killed before its first commit leaves only these
                 if index.path.exists() and any(index.path.iterdir()):
                     raise InvalidParameterError(
@@ -217,16 +210,20 @@ class PhraseIndex:
     def writing(self) -> Iterator[None]:
         """One write transaction: hold the directory's writer lock, catch up with other writers' commits, write.
 
-        In-memory indexes have no directory and no lock. Re-entrant: a write inside a write runs in the same
-        transaction.
+        Should the block fail before it commits (a full disk, an encoding error), this object is rolled back to
+        where the block began (or to its last commit) and the next write starts from the committed state; an
+        OSError is raised as :class:`~dphr_haystack.errors.IndexWriteError` (see :mod:`.transaction`). In-memory
+        indexes have no directory and no lock. Re-entrant: a write inside a write is a nested transaction.
         """
-        if self._writer is None:
-            yield
-            return
-        with self._writer.hold() as first:
+        with write_errors(self.path), self._writer.hold() if self._writer else contextlib.nullcontext(False) as first:
             if first:
                 self.refresh()
-            yield
+            with self._transactions.run(self.storage, self.table, self.structure, self._stamp):
+                try:
+                    yield
+                except BaseException:
+                    self._stamp = self._transactions.stamp
+                    raise
 
     def refresh(self) -> bool:
         """Catch up with what other writers committed to this directory since it was loaded or last refreshed.
@@ -272,8 +269,9 @@ class PhraseIndex:
     def _adopt(self, other: PhraseIndex) -> None:
         """Take over the state of a fresh load of this directory (keeping this object's lock and device)."""
         writer, device, backend = self._writer, self.structure.device, self.structure.backend
+        transactions = self._transactions
         self.__dict__.update(other.__dict__)
-        self._writer = writer
+        self._writer, self._transactions = writer, transactions
         if backend is not None or device != "cpu":
             self.to(device)
 
@@ -416,7 +414,7 @@ class PhraseIndex:
                 self.commit()
 
     # ----------------------------------------------------------------- writing
-    @_writes
+    @writes
     def add_shard(self, shard: PhraseShard) -> None:
         """Append a dumped shard (its vectors re-coded if its codec differs) and commit."""
         self.append_shard(shard)
@@ -435,9 +433,19 @@ class PhraseIndex:
         inside :meth:`writing`.
 
         Pieces are appended to the column files past their committed length as they come
-        (:meth:`IndexStorage.append_pieces`), so memory stays bounded however long a passage is; should the pieces
-        fail (an encoding error), nothing is committed. ``merging``: see :meth:`append_shard`.
+        (:meth:`IndexStorage.append_pieces`), so memory stays bounded however long a passage is. Appending,
+        registering and committing are one transaction (a nested :meth:`writing`): should any step before the
+        manifest is replaced fail (an encoding error, a full disk), the passages, vectors, FAISS structure and codec
+        are rolled back and nothing is committed. Once the manifest is replaced the passages are committed; should
+        the size's new ``auto`` structure then fail to build, it is retried at the next add. ``merging``: see
+        :meth:`append_shard`.
         """
+        with self.writing():
+            self._append_stream(passages, pieces, codec, merging)
+
+    def _append_stream(
+        self, passages: list[dict[str, Any]], pieces: Iterable[ShardPiece], codec: VectorCodec, merging: bool
+    ) -> None:
         ids = [r["id"] for r in passages]
         clashes = [pid for pid in ids if self.table.row(pid) is not None]
         if clashes or len(set(ids)) != len(ids):
@@ -463,13 +471,17 @@ class PhraseIndex:
             self.commit()
             self.structure.refresh_backend(faiss_only=True)  # a GPU copy does not see CPU adds
             if self.auto_structure and auto.needs_rebuild(self.manifest, len(self)):
-                self.build_auto_structure(progress=False)
+                try:
+                    self.build_auto_structure(progress=False)
+                except IndexWriteError as exc:  # rolled back to the committed add (see writing)
+                    logger.warning("the passages are committed; the structure for the new size is not: %s", exc)
 
-    @_writes
-    def delete_passages(self, passage_ids: Iterable[str]) -> int:
+    @writes
+    def delete_passages(self, passage_ids: Iterable[str], *, commit: bool = True) -> int:
         """Tombstone the live (or hidden) passages with these ids; their phrases vanish from results. Returns the
-        count."""
-        return self._delete_rows(self.table.rows_of_ids(passage_ids))
+        count. ``commit=False`` (inside :meth:`writing`) leaves the commit to the write that follows, so both land
+        together or, should it fail, neither (an overwrite)."""
+        return self._delete_rows(self.table.rows_of_ids(passage_ids), commit)
 
     def hide_passages(self, passage_ids: Iterable[str]) -> int:
         """Leave these live passages out of this object's results without writing anything (a reader's view of
@@ -480,116 +492,51 @@ class PhraseIndex:
         """Ids of the passages :meth:`hide_passages` left out of results."""
         return list(self.table.hidden)
 
-    @_writes
+    @writes
     def delete_documents(self, document_ids: Iterable[str]) -> int:
         """Tombstone every live passage of these documents."""
         return self._delete_rows(self.table.rows_of_documents(document_ids))
 
-    def _delete_rows(self, rows: list[int]) -> int:
+    def _delete_rows(self, rows: list[int], commit: bool = True) -> int:
         if not rows:
             return 0
         self.storage.tombstones.append(np.asarray(rows, dtype=np.int64))
         self.table.delete(rows)
-        self.commit()
-        return len(rows)
-
-    # ----------------------------------------------------------------- other FAISS structures
-    @_writes
-    def reindex(
-        self,
-        faiss_factory: str,
-        path: str | Path | None = None,
-        on_disk: bool = False,
-        train_size: int | None = None,
-        max_train: int = index_types.DEFAULT_MAX_TRAIN,
-        search_params: dict[str, Any] | None = None,
-        progress: bool = True,
-        pq_max_train: int | None = None,
-    ) -> PhraseIndex:
-        """Build another FAISS structure (any factory string) from the stored vectors, without re-encoding.
-
-        In place when ``path`` is None, else on a copy written to ``path`` (this index stays as it is); returns
-        the reindexed index. Training samples all stored vectors (``index_types.training_sample_size``, or
-        ``train_size``). ``on_disk`` (IVF types, indexes on disk) writes the inverted lists to an
-        ``.ivfdata`` file that searches memory-map, so the structure never has to fit in RAM; ``pq_max_train``
-        caps OPQ/PQ codebook training points (see ``index_types.make_faiss_index``). The swap is atomic: the new
-        FAISS file is written under a new name before the manifest points to it.
-
-        ``faiss_factory="auto"`` lets the index choose and tune its structure for its size from then on (see
-        :mod:`~dphr_haystack.index.auto`); any other factory is kept whatever the size.
-
-        Example:
-            >>> index.reindex(index_types.factory_for("opq-ivf-pq", len(index), index.dim), path="idx-opq")
-        """
-        if faiss_factory == auto.AUTO and path is None:
-            return self.build_auto_structure(progress)
-        if path is not None:
-            self.save(path)
-            copy = PhraseIndex.load(path, verify=False, flat_search="mmap")
-            return copy.reindex(
-                faiss_factory, None, on_disk, train_size, max_train, search_params, progress, pq_max_train
-            )
-        old_file, old_ivfdata = self.manifest.get("faiss_file"), self.manifest.get("faiss_ivfdata")
-        self.structure.rebuild(faiss_factory, on_disk, train_size, max_train, search_params, progress, pq_max_train)
-        if not self._building_auto:
-            self.manifest["structure"] = {"policy": "fixed"}
-        self.commit()  # writes the new FAISS file under a new name, then the manifest
-        if self.path is not None:
-            for stale in (old_file, old_ivfdata):
-                if stale and stale not in (self.manifest.get("faiss_file"), self.manifest.get("faiss_ivfdata")):
-                    (self.path / stale).unlink(missing_ok=True)
-        self.structure.backend = None
-        if self.structure.device != "cpu":
-            self.to(self.structure.device)
-        return self
-
-    _building_auto = False
-
-    def build_auto_structure(self, progress: bool = True) -> PhraseIndex:
-        """Build the structure ``auto`` picks for the current size and tune its ``nprobe`` (see ``auto``); commits.
-        Call it inside :meth:`writing`."""
-        factory = auto.auto_factory(len(self))
-        self._building_auto = True
-        try:
-            self.reindex(factory, progress=progress)
-        finally:
-            self._building_auto = False
-        structure: dict[str, Any] = {"policy": "auto", "built_for": len(self)}
-        if not is_flat(factory):
-            tuned = self.structure.tune_nprobe()
-            structure.update({key: tuned.pop(key) for key in ("probe_recall", "probe_queries", "probe_k")})
-            self.manifest["structure"] = structure
-            self.set_search_params(**tuned)  # commits
-        else:
-            self.manifest["structure"] = structure
+        if commit:
             self.commit()
-        return self
+        return len(rows)
 
     # ----------------------------------------------------------------- persistence
     def commit(self) -> None:
         """Make the in-place state durable: write the FAISS file if any, then replace the manifest. Call it inside
-        :meth:`writing` (every public write does)."""
+        :meth:`writing` (every public write does): a failure before the replacement rolls the write back; the
+        replacement is the commit point, after which only the superseded FAISS file is removed (best effort)."""
         old_faiss = self.manifest.get("faiss_file")
         self.structure.write_file()
         stamp = self.storage.commit(self.num_passages)
-        if self.path is None:
-            return
-        self._stamp = stamp  # our own commit: nothing to catch up with
-        if old_faiss and old_faiss != self.manifest.get("faiss_file"):
-            (self.path / old_faiss).unlink(missing_ok=True)
+        if self.path is not None:
+            self._stamp = stamp  # our own commit: nothing to catch up with
+        self._transactions.committed(self.storage, self.table, self.structure, self._stamp)
+        if self.path is not None and old_faiss and old_faiss != self.manifest.get("faiss_file"):
+            with contextlib.suppress(OSError):
+                (self.path / old_faiss).unlink(missing_ok=True)
 
     def save(self, path: str | Path) -> None:
-        """Write a complete copy to ``path`` atomically (temporary directory, then rename)."""
+        """Write a complete copy to ``path`` atomically (temporary directory, then rename).
+
+        Should it fail (a full disk: :class:`~dphr_haystack.errors.IndexWriteError`), ``path`` keeps what it held
+        and no temporary directory is left; this index is unchanged."""
         path = refuse_symlink(Path(path).absolute())  # a link there would be replaced through, elsewhere
         if self.path is not None and path.resolve() == self.path.resolve():
             with self.writing():
                 self.commit()
             return
-        with WriterLock(path).hold():  # the copy replaces a directory other writers may be using
+        with write_errors(path), WriterLock(path).hold():  # the copy replaces a directory other writers may use
             tmp = make_temp_dir(path)
             try:
                 self.storage.write_copy(tmp, self.passages, self.structure.write_copy)
+                atomic.replace_directory(tmp, path)
             except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
+                shutil.rmtree(tmp, ignore_errors=True)  # the new copy, or the old one an exchange swapped out
+                atomic.recover_directory(path)  # a two-rename swap that failed half-way
                 raise
-            atomic.replace_directory(tmp, path)

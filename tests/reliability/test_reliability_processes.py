@@ -88,6 +88,17 @@ def test_a_second_writer_waits_then_fails_naming_the_holder(index_dir):
     assert PhraseIndex.load(index_dir, lock_timeout=5).delete_passages(["p0"]) == 1  # a dead holder lets go
 
 
+def test_a_writer_through_a_symbolic_link_takes_the_same_lock(index_dir, tmp_path):
+    """A link to an index directory must not give its writers a lock of their own beside the link."""
+    link = tmp_path / "linked-idx"
+    link.symlink_to(index_dir, target_is_directory=True)
+    via_link, via_path = PhraseIndex.load(link, lock_timeout=0.2), PhraseIndex.load(index_dir, lock_timeout=0.2)
+    with via_link.writing():
+        with pytest.raises(DirectoryLockedError):
+            via_path.delete_passages(["p0"])
+    assert via_path.delete_passages(["p0"]) == 1
+
+
 def test_a_stale_writer_catches_up_before_it_writes(index_dir, tiny_model):
     first, second = PhraseIndex.load(index_dir), PhraseIndex.load(index_dir)
     add_passages(first, tiny_model, tiny_passages()[3:4], progress=False)
