@@ -1,4 +1,8 @@
-"""Haystack filter evaluation on document meta, with Elasticsearch's semantics for missing fields."""
+"""Haystack filter evaluation on document meta, with Elasticsearch's semantics for missing fields.
+
+Filters are checked first (:func:`dphr_haystack.documents.filters.check_legacy_filters`): an operator the store does
+not implement, which Haystack's parser would turn into "match every document", raises UnsupportedFilterError.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +16,19 @@ from haystack.document_stores.filter_utils import (
     OrOperation,
 )
 
+from ..documents.filters import check_legacy_filters
+from ..errors import UnsupportedFilterError
+
+
+def checked_filters(filters: Any) -> Any:
+    """``filters`` unchanged, once checked (UnsupportedFilterError for an operator or shape the store lacks)."""
+    check_legacy_filters(filters)
+    return filters
+
 
 def compile_filters(filters: dict[str, Any] | None):
-    """Parse Haystack filters once; None when there is nothing to filter."""
+    """Check and parse Haystack filters once; None when there is nothing to filter."""
+    check_legacy_filters(filters)
     if not filters:
         return None
     return LogicalFilterClause.parse(filters)
@@ -24,7 +38,8 @@ def matches(clause, meta: dict[str, Any]) -> bool:
     """Whether a parsed filter accepts ``meta``.
 
     Same as Haystack's in-memory evaluation except that ``$ne`` accepts documents lacking the field, as
-    Elasticsearch (``must_not term``) and ``$nin`` already do; Haystack's conformance suite expects that.
+    Elasticsearch (``must_not term``) and ``$nin`` already do; Haystack's conformance suite expects that. A range
+    comparison of values that do not compare (``{"x": {"$gt": 1}}`` on ``x="a"``) raises UnsupportedFilterError.
     """
     if clause is None:
         return True
@@ -36,4 +51,10 @@ def matches(clause, meta: dict[str, Any]) -> bool:
         return any(matches(c, meta) for c in clause.conditions)
     if isinstance(clause, NeOperation) and clause.field_name not in meta:
         return True
-    return clause.evaluate(meta)
+    try:
+        return clause.evaluate(meta)
+    except TypeError as exc:
+        raise UnsupportedFilterError(
+            f"filter on {clause.field_name!r} cannot compare {clause.comparison_value!r:.40} with the stored "
+            f"{type(meta.get(clause.field_name)).__name__} value ({exc})"
+        ) from exc

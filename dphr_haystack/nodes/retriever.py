@@ -9,6 +9,7 @@ from haystack.nodes import BaseRetriever
 from haystack.schema import Answer, Document, Span
 
 from ..documents.encoding import PhraseEncoding
+from ..documents.filters import check_legacy_filters
 from ..documents.results import RetrievedAnswer, RetrievedDocument, retrieved
 from ..documents.retrieval import (
     PhraseSearchOptions,
@@ -16,6 +17,7 @@ from ..documents.retrieval import (
     check_truecase,
     resolve_max_answer_length,
 )
+from ..documents.validation import check_storable
 from ..errors import InvalidParameterError
 from ..model.cache import load_phrase_model
 from ..model.registry import DEFAULT_MODEL
@@ -105,7 +107,7 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
         self.unit = unit
         self.batch_size = batch_size
         self.device = device
-        self.scale_score = scale_score
+        self.scale_score = check_flag("scale_score", scale_score)
         self.return_answers = return_answers
         self.phrase_model = load_phrase_model(model, device)
         if filter_threshold == "model":
@@ -187,6 +189,9 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
         store = self.document_store
         if not isinstance(store, PhraseDocumentStore):
             raise InvalidParameterError("PhraseRetriever has no PhraseDocumentStore to index into")
+        for doc in documents:  # refused before encoding: the store would refuse to write them
+            if isinstance(doc, Document):
+                check_storable(doc.id, doc.content, doc.meta)
         store.stage_phrases(documents, self)
         return {"documents": documents}, "output_1"
 
@@ -207,6 +212,8 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
             raise InvalidParameterError("PhraseRetriever has no PhraseDocumentStore: pass document_store")
         if isinstance(queries, str):
             raise InvalidParameterError("retrieve_batch takes a list of queries, not one string")
+        for one in filters if isinstance(filters, list) else [filters]:  # even where the store has nothing to search
+            check_legacy_filters(one)
         options = PhraseSearchOptions(
             unit=self.unit,
             top_k=self.top_k if top_k is None else check_param("top_k", top_k),
@@ -217,7 +224,7 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
             passage_scoring=self.passage_scoring,
             query_batch_size=self.batch_size if batch_size is None else check_param("batch_size", batch_size),
         )
-        scale = self.scale_score if scale_score is None else scale_score
+        scale = check_flag("scale_score", self.scale_score if scale_score is None else scale_score)
         results = store.search_phrases(self.phrase_model, list(queries), options, filters, index, self.model)
         out = []
         for pairs in results:

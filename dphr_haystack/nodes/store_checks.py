@@ -1,4 +1,9 @@
-"""Checks of what a :class:`~dphr_haystack.nodes.PhraseDocumentStore` is given: BM25 settings and documents."""
+"""Checks of what a :class:`~dphr_haystack.nodes.PhraseDocumentStore` is given: BM25 settings and documents.
+
+A document whose id, text or meta holds a value the store could not serve back as JSON (NaN, an infinity, a lone
+surrogate: :mod:`dphr_haystack.documents.validation`) is refused with InvalidDocumentError, before anything of its
+write is stored.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,8 @@ import pandas as pd
 from haystack.errors import DocumentStoreError
 from haystack.schema import Document
 
-from ..errors import InvalidParameterError
+from ..documents.validation import check_meta, check_storable
+from ..errors import InvalidDocumentError, InvalidParameterError
 from ..params import check_choice
 
 BM25_PARAMETERS = {
@@ -44,7 +50,8 @@ def document_line(doc: Document, index: str) -> str:
 
 
 def checked_documents(documents, field_map: dict) -> list[Document]:
-    """Documents (dicts converted) whose content matches their content_type, else DocumentStoreError."""
+    """Documents (dicts converted) whose content matches their content_type, else DocumentStoreError; a NaN, an
+    infinity or a lone surrogate in an id, a text or a meta raises InvalidDocumentError."""
     if isinstance(documents, (str, bytes, Document, dict)) or not isinstance(documents, (list, tuple)):
         raise DocumentStoreError(f"write_documents takes a list of Documents or dicts, got {type(documents).__name__}")
     checked = []
@@ -52,6 +59,10 @@ def checked_documents(documents, field_map: dict) -> list[Document]:
         if isinstance(doc, dict):
             try:
                 doc = Document.from_dict(copy.deepcopy(doc), field_map=field_map)
+            except UnicodeEncodeError as exc:  # the id hash of a text with a lone surrogate
+                raise InvalidDocumentError(
+                    f"document {position}: its content is not valid Unicode text ({exc.reason} at {exc.start})"
+                ) from exc
             except Exception as exc:
                 raise DocumentStoreError(f"document {position} is not a valid Haystack document: {exc}") from exc
         if not isinstance(doc, Document):
@@ -64,8 +75,9 @@ def checked_documents(documents, field_map: dict) -> list[Document]:
             raise DocumentStoreError(
                 f"document {doc.id!r}: content_type 'table' needs a pandas DataFrame, got {type(doc.content).__name__}"
             )
+        check_storable(doc.id, doc.content, doc.meta)
         checked.append(doc)
     return checked
 
 
-__all__ = ["BM25_PARAMETERS", "check_bm25", "checked_documents", "document_line"]
+__all__ = ["BM25_PARAMETERS", "check_bm25", "check_meta", "checked_documents", "document_line"]

@@ -3,7 +3,9 @@
 Documents, labels and BM25 live in a Haystack store. :class:`InnerStore` forwards to it unchanged (Elasticsearch:
 indexes exist on demand, filters and BM25 run in Elasticsearch). :class:`InMemoryInnerStore` fills the gaps of
 Haystack's ``InMemoryDocumentStore``: filters it ignores, reads of indexes that do not exist, BM25 over an index
-without tokens, and writes that must be all or nothing.
+without tokens, and writes that must be all or nothing. Both check every filter they are given first
+(:func:`~dphr_haystack.documents.filters.check_legacy_filters`): an operator Haystack's parser does not know would
+otherwise select every document.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from haystack.document_stores import BaseDocumentStore, InMemoryDocumentStore
 from haystack.errors import DocumentStoreError
 from haystack.schema import Document
 
-from ._filters import compile_filters, matches
+from ._filters import checked_filters, compile_filters, matches
 from ._rwlock import ReadWriteLock
 
 Filters = dict[str, Any] | None
@@ -57,7 +59,9 @@ class InnerStore:
 
     def matching_ids(self, index: str, filters: Filters) -> set[str]:
         """Ids of the documents of ``index`` that pass ``filters``."""
-        docs = self.store.get_all_documents_generator(index=index, filters=filters, return_embedding=False)
+        docs = self.store.get_all_documents_generator(
+            index=index, filters=checked_filters(filters), return_embedding=False
+        )
         return {d.id for d in docs}
 
     def documents(
@@ -65,7 +69,7 @@ class InnerStore:
     ) -> Iterable[Document]:
         """The documents of ``index`` passing ``filters`` (lazily, as the store streams them)."""
         return self.store.get_all_documents_generator(
-            index=index, filters=filters, return_embedding=return_embedding, **options
+            index=index, filters=checked_filters(filters), return_embedding=return_embedding, **options
         )
 
     def documents_by_id(self, ids: list[str], index: str, **options: Any) -> list[Document]:
@@ -75,7 +79,10 @@ class InnerStore:
     def document_count(self, index: str, filters: Filters, without_embedding: bool, **options: Any) -> int:
         """Number of documents of ``index`` passing ``filters`` (only those without a dense embedding, if asked)."""
         return self.store.get_document_count(
-            filters=filters, index=index, only_documents_without_embedding=without_embedding, **options
+            filters=checked_filters(filters),
+            index=index,
+            only_documents_without_embedding=without_embedding,
+            **options,
         )
 
     def write(self, index: str, call: Callable[[], object]) -> None:
@@ -86,7 +93,24 @@ class InnerStore:
         self, index: str, query: str | None, filters: Filters, top_k: int, scale_score: bool, **options: Any
     ) -> list[Document]:
         """BM25 in the store (``options``: Elasticsearch's custom_query, headers, all_terms_must_match)."""
+        filters = checked_filters(filters)
         return self.store.query(query, filters=filters, top_k=top_k, index=index, scale_score=scale_score, **options)
+
+    def query_by_embedding(self, query_emb: Any, filters: Filters, **options: Any) -> list[Document]:
+        """Dense search in the store, filters checked first."""
+        return self.store.query_by_embedding(query_emb, filters=checked_filters(filters), **options)
+
+    def get_embedding_count(self, filters: Filters = None, **options: Any) -> int:
+        """Number of documents with a dense embedding, filters checked first."""
+        return self.store.get_embedding_count(filters=checked_filters(filters), **options)
+
+    def get_all_labels(self, filters: Filters = None, **options: Any) -> list:
+        """Labels of the store, filters checked first."""
+        return self.store.get_all_labels(filters=checked_filters(filters), **options)
+
+    def delete_labels(self, filters: Filters = None, **options: Any) -> None:
+        """Delete labels, filters checked first (an unknown operator would otherwise select every label)."""
+        self.store.delete_labels(filters=checked_filters(filters), **options)
 
 
 class InMemoryInnerStore(InnerStore):
@@ -196,6 +220,7 @@ class InMemoryInnerStore(InnerStore):
         self, index: str, query: str | None, filters: Filters, top_k: int, scale_score: bool, **options: Any
     ) -> list[Document]:
         """BM25 with filters applied here (the in-memory store ignores them); an empty index returns nothing."""
+        checked_filters(filters)
         stored = self._docs(index)
         if query is None or not any(isinstance(d, Document) for d in stored.values()):
             return []

@@ -263,3 +263,10 @@ def test_passage_scoring_is_a_yaml_parameter_ranking_as_the_searcher(tiny_model_
     assert all(d.score >= d.meta["best_phrase_score"] - 1e-6 for d in docs)  # every phrase counts, not the best
     with pytest.raises(PipelineSchemaError):
         pipeline("sum")
+
+
+def test_scale_score_must_be_a_flag(indexed_retriever, tiny_model_dir):
+    with pytest.raises(InvalidParameterError, match="scale_score"):
+        indexed_retriever.retrieve(QUERIES[0], scale_score="x")
+    with pytest.raises(InvalidParameterError, match="scale_score"):
+        PhraseRetriever(document_store=indexed_retriever.document_store, model=str(tiny_model_dir), scale_score="no")
