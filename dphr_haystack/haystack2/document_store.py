@@ -14,17 +14,15 @@ import os
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Literal
 
 from haystack import Document
-from haystack.core.serialization import default_from_dict, default_to_dict
+from haystack.core.serialization import default_to_dict
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack.document_stores.types import DuplicatePolicy
 
-from .._util.atomic import fsync_directory, write_file_atomic
-from .._util.nofollow import open_no_follow
 from ..documents.passages import (
     PassageRule,
     check_attachable,
@@ -34,17 +32,20 @@ from ..documents.passages import (
 )
 from ..documents.results import hit_passage_id, pair_hits
 from ..documents.retrieval import PhraseSearchOptions, check_phrase_model, search_phrase_index
+from ..documents.validation import check_meta, check_storable
+from ..documents.write_errors import store_write_errors
 from ..encode.add import add_passages
-from ..errors import EmptyCorpusError, InvalidParameterError
+from ..errors import DphrError, EmptyCorpusError, InvalidParameterError
 from ..index.phrase_index import PhraseIndex
 from ..model.phrase_model import PhraseModel
 from ..params import check_choice, check_param
 from ..search import Hit
+from .filters import check_filters
+from .serialization import component_from_dict
+from .store_directory import StoreDirectory
 
 logger = logging.getLogger(__name__)
 
-DOCUMENTS_FILE = "documents.jsonl"
-PHRASES_DIR = "phrases"
 PHRASE_DTYPES = ("float16", "float32", "int8")
 
 # Stores opened in this process, by path or index name: from_dict hands back the live one, so that the components
@@ -62,11 +63,16 @@ class PhraseDocumentStore(InMemoryDocumentStore):
     too. Deleting a document, or overwriting it with another text, title or document id, removes its phrases at
     once; an overwrite with the same text keeps them.
 
-    Persistence: with ``path`` the store lives in that directory: ``documents.jsonl`` (replaced atomically after
-    every change) and ``phrases/`` (a phrase index, committed crash-safely by the core as each chunk is encoded).
-    Phrases are removed before the documents they belong to and added only for stored documents, so a process
-    killed at any point reopens to a consistent store: at worst some documents wait for their phrases again.
-    Without ``path`` everything lives in memory, like ``InMemoryDocumentStore()``.
+    Persistence: with ``path`` the store lives in that directory (:mod:`~dphr_haystack.haystack2.store_directory`):
+    ``documents.jsonl`` (replaced atomically after every change) and ``phrases/`` (a phrase index, committed
+    crash-safely by the core as each chunk is encoded). Store objects in any number of processes may share one path:
+    every write holds the directory's writer lock (another writer waits, then gets DirectoryLockedError), reads
+    what the others committed, then commits the documents first and only then deletes the phrases of deleted or
+    changed documents; reads catch up too. A process killed at any point reopens to a store whose documents have
+    their phrases (or wait for them, as after an overwrite with a new text); phrases of documents gone are left
+    out of results and deleted by the next write. Opening never writes, and refuses a directory it would damage
+    (documents file missing beside phrases, not a regular file, ``phrases/`` a symbolic link). Without ``path``
+    everything lives in memory, like ``InMemoryDocumentStore()``.
 
     Thread safety: one lock serialises writes, phrase encoding and phrase searches of a store.
 
@@ -138,6 +144,8 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         self._depth = 0
         self._touched: set[str] = set()
         self._phrase_index: PhraseIndex | None = None
+        self._dirty = False  # documents changed by the write in progress
+        self._directory = StoreDirectory(Path(self.path)) if self.path is not None else None
         key = self._registry_key()
         with _OPEN_LOCK:
             if self.path is not None and key in _OPEN:
@@ -149,7 +157,11 @@ class PhraseDocumentStore(InMemoryDocumentStore):
                 )
             _OPEN[key] = self
         if self.path is not None:
-            self._open(Path(self.path))
+            try:
+                self._open()
+            except BaseException:
+                self.close()
+                raise
 
     def close(self) -> None:
         """Forgets this store's registration, so that another instance may open its path in this process."""
@@ -182,66 +194,134 @@ class PhraseDocumentStore(InMemoryDocumentStore):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PhraseDocumentStore:
         """The store of these settings: the live one of the same path or index in this process, else a new one."""
-        params = data.get("init_parameters", {})
-        path, index = params.get("path"), params.get("index")
-        key = f"path:{Path(path).resolve()}" if path is not None else f"index:{index}" if index else None
+        params = data.get("init_parameters", {}) if isinstance(data, dict) else None
+        path, index = (params.get("path"), params.get("index")) if isinstance(params, dict) else (None, None)
+        key = None
+        if isinstance(path, str | os.PathLike):
+            key = f"path:{Path(path).resolve()}"
+        elif path is None and isinstance(index, str) and index:
+            key = f"index:{index}"
         with _OPEN_LOCK:
             live = _OPEN.get(key) if key else None
         if live is not None:
             return live
-        return default_from_dict(cls, data)
+        return component_from_dict(cls, data)  # data of the wrong shape or type: InvalidParameterError
 
     # ----------------------------------------------------------------- persistence
-    def _open(self, path: Path) -> None:
-        if path.exists() and not path.is_dir():
-            raise InvalidParameterError(f"path {path} exists and is not a directory")
-        path.mkdir(parents=True, exist_ok=True)
-        for leftover in path.glob(f".{DOCUMENTS_FILE}.tmp-*"):  # a save killed before its rename
-            leftover.unlink(missing_ok=True)
-        docs_file = path / DOCUMENTS_FILE
-        if docs_file.is_file():
-            with docs_file.open(encoding="utf-8") as handle:
-                docs = [Document.from_dict(json.loads(line)) for line in handle if line.strip()]
-            super().write_documents(docs, policy=DuplicatePolicy.OVERWRITE)
-        if (path / PHRASES_DIR / "manifest.json").is_file():
-            self._phrase_index = PhraseIndex.load(path / PHRASES_DIR)
-            with self._mutating():  # phrases of documents the directory no longer holds (a copied or edited store)
-                self._touched.update(self._phrase_index.live_passage_ids())
+    def _open(self) -> None:
+        """Read the directory (created when missing); a directory opening would damage is refused untouched."""
+        directory = self._directory
+        assert directory is not None
+        directory.check()
+        directory.path.mkdir(parents=True, exist_ok=True)
+        self._catch_up()
 
-    def _persist(self) -> None:
-        if self.path is None:
+    def _catch_up(self) -> None:
+        """Read what other writers committed (the documents file when replaced, the phrase index's new commits);
+        phrases whose document is gone or changed are left out of results until a write deletes them."""
+        directory = self._directory
+        if directory is None:
             return
-        file = Path(self.path) / DOCUMENTS_FILE
+        # Phrases before documents: a writer commits documents before their phrases, so every phrase read here
+        # belongs to a document read after it, or is truly stale (its document deleted or changed).
+        changed = False
+        if self._phrase_index is None:
+            if directory.has_phrases():
+                self._phrase_index = PhraseIndex.load(directory.phrases_dir)
+                changed = True
+        else:
+            directory.check_phrases_dir()
+            changed = self._phrase_index.refresh()
+        if directory.changed():
+            docs = [Document.from_dict(data) for data in directory.read_documents()]
+            InMemoryDocumentStore.delete_all_documents(self)
+            InMemoryDocumentStore.write_documents(self, docs, policy=DuplicatePolicy.OVERWRITE)
+            changed = True
+        if changed and self._phrase_index is not None:
+            index = self._phrase_index
+            index.hide_passages(stale_passage_ids(index, index.live_passage_ids(), self._stored_passage))
 
-        def write(tmp: Path) -> None:
-            with open_no_follow(tmp, "w", encoding="utf-8") as handle:
-                for doc in self.storage.values():
-                    handle.write(json.dumps(doc.to_dict(flatten=False), ensure_ascii=False) + "\n")
-
-        write_file_atomic(file, write)  # a fresh temporary name per call; a symbolic link at ``file`` is refused
-        fsync_directory(file.parent)
+    def _follow(self) -> None:
+        """Before a read: catch up with other writers' commits (not inside a write of this store)."""
+        if self._directory is not None:
+            with self._lock:
+                if self._depth == 0:
+                    self._catch_up()
 
     @contextmanager
     def _mutating(self) -> Iterator[None]:
-        """Group a change: on leaving the outermost one, stale phrases go, then the documents are saved."""
+        """One write: under the directory's writer lock, catch up, change, then commit: the documents file first,
+        then the deletion of phrases whose document is gone or changed (a kill in between leaves phrases the next
+        open leaves out and the next write deletes, never a stored document without its phrases)."""
         with self._lock:
-            self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
-                if self._depth == 0:
-                    touched, self._touched = self._touched, set()
-                    self._drop_stale_phrases(touched)
-                    self._persist()
+            directory = self._directory
+            with directory.lock.hold() if directory is not None else nullcontext():
+                if self._depth == 0 and directory is not None:  # a failure here changes nothing
+                    if self._phrase_index is not None and self._phrase_index.hidden_passage_ids():
+                        self._phrase_index = None  # read afresh: what is stale now, under the lock
+                    self._catch_up()
+                    directory.remove_leftovers()
+                    self._delete_hidden_phrases(strict=True)  # a killed writer's phrases without documents
+                self._depth += 1
+                try:
+                    with store_write_errors(self.path):  # a full disk says so, as a typed error
+                        try:
+                            yield
+                        except BaseException:
+                            if self._depth == 1 and directory is None:
+                                self._commit()  # in memory: what the failed write changed stands
+                            raise
+                        if self._depth == 1:
+                            self._commit()
+                except BaseException:
+                    if self._depth == 1 and directory is not None:
+                        self._roll_back()  # nothing of the write was committed: back to the directory's state
+                    raise
+                finally:
+                    self._depth -= 1
 
-    def _drop_stale_phrases(self, ids: set[str]) -> None:
+    def _roll_back(self) -> None:
+        """After a write of a store with a ``path`` failed before its commit: read the committed state afresh."""
+        assert self._directory is not None
+        self._touched, self._dirty = set(), False
+        self._phrase_index = None  # reloaded: its own commits only
+        self._directory.stamp = ("rolled back",)  # type: ignore[assignment]  # the documents file is read again
+        self._catch_up()
+
+    def _commit(self) -> None:
+        touched, self._touched = self._touched, set()
+        dirty, self._dirty = self._dirty or bool(touched), False
         index = self._phrase_index
-        if index is None or not ids:
+        if index is not None and touched:
+            index.hide_passages(stale_passage_ids(index, touched, self._stored_passage))
+        if dirty:
+            self._persist()
+        self._delete_hidden_phrases(strict=False)
+
+    def _delete_hidden_phrases(self, strict: bool) -> None:
+        """Delete the phrases left out of results; ``strict=False`` (after a commit) only warns on failure: the
+        documents are committed, and the next write deletes them."""
+        index = self._phrase_index
+        hidden = index.hidden_passage_ids() if index is not None else []
+        if not hidden:
             return
-        stale = stale_passage_ids(index, ids, self._stored_passage)
-        if stale:
-            index.delete_passages(stale)
+        if self._directory is not None:
+            self._directory.check_phrases_dir()
+        try:
+            index.delete_passages(hidden)
+        except (DphrError, OSError) as exc:
+            if self._directory is not None:  # what the index committed, its stale phrases left out again
+                self._phrase_index = None
+                self._catch_up()
+            if strict:
+                raise
+            logger.warning("phrases of %d changed documents stay on disk until the next write: %s", len(hidden), exc)
+
+    def _persist(self) -> None:
+        if self._directory is not None:
+            self._directory.write_documents(
+                json.dumps(doc.to_dict(flatten=False), ensure_ascii=False) for doc in self.storage.values()
+            )
 
     def _passage(self, doc: Document) -> dict[str, str] | None:
         """The phrase-index passage of a document (:class:`~dphr_haystack.documents.passages.PassageRule`), or None
@@ -253,12 +333,27 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         doc = self.storage.get(doc_id)
         return self._passage(doc) if doc is not None else None
 
+    # ----------------------------------------------------------------- DocumentStore protocol (reads)
+    def count_documents(self) -> int:
+        """Number of stored documents (a store with a ``path`` first reads other writers' commits)."""
+        self._follow()
+        return super().count_documents()
+
+    def filter_documents(self, filters: dict[str, Any] | None = None) -> list[Document]:
+        """``InMemoryDocumentStore.filter_documents`` (a store with a ``path`` first reads other writers' commits)."""
+        check_filters(filters)  # an operator the store lacks is refused, never skipped
+        self._follow()
+        return super().filter_documents(filters)
+
     # ----------------------------------------------------------------- DocumentStore protocol (mutations)
     def write_documents(self, documents: list[Document], policy: DuplicatePolicy = DuplicatePolicy.NONE) -> int:
         """Writes documents (``InMemoryDocumentStore`` semantics); their phrases come from :meth:`update_phrases`.
 
         An overwritten document keeps its phrases only when its text, title and document id are unchanged.
         """
+        for doc in documents if isinstance(documents, list) else ():  # NaN, lone surrogates: refused before storing
+            if isinstance(doc, Document):
+                check_storable(doc.id, doc.content, doc.meta)
         if self.path is not None and isinstance(documents, list):
             for doc in documents:
                 if isinstance(doc, Document):
@@ -271,12 +366,14 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         with self._mutating():
             if isinstance(documents, list):
                 self._touched.update(doc.id for doc in documents if isinstance(doc, Document))
+            self._dirty = True
             return super().write_documents(documents, policy=policy)
 
     def delete_documents(self, document_ids: list[str]) -> None:
         """Deletes documents and their phrases."""
         with self._mutating():
             self._touched.update(document_ids)
+            self._dirty = True
             super().delete_documents(document_ids)
 
     def delete_all_documents(self) -> None:
@@ -284,16 +381,22 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         with self._mutating():
             if self._phrase_index is not None:
                 self._touched.update(self._phrase_index.live_passage_ids())
+            self._dirty = True
             super().delete_all_documents()
 
     def delete_by_filter(self, filters: dict[str, Any]) -> int:
         """Deletes the documents matching ``filters`` and their phrases."""
+        check_filters(filters)
         with self._mutating():
+            self._dirty = True
             return super().delete_by_filter(filters)
 
     def update_by_filter(self, filters: dict[str, Any], meta: dict[str, Any]) -> int:
         """Merges ``meta`` into matching documents; a changed title or document id drops their phrases."""
+        check_filters(filters)
+        check_meta("(update_by_filter)", meta)
         with self._mutating():
+            self._dirty = True
             count = super().update_by_filter(filters, meta)
             if (
                 self._phrase_index is not None
@@ -311,11 +414,13 @@ class PhraseDocumentStore(InMemoryDocumentStore):
 
     def phrase_count(self) -> int:
         """Number of documents whose phrases are encoded."""
+        self._follow()
         with self._lock:
             return 0 if self._phrase_index is None else self._phrase_index.num_live_passages
 
     def pending_documents(self) -> list[Document]:
         """Documents with text whose phrases are not encoded yet."""
+        self._follow()
         with self._lock:
             passages = map(self._passage, self.storage.values())
             pending = {p["id"] for p in unencoded_passages(self._phrase_index, passages)}
@@ -333,7 +438,7 @@ class PhraseDocumentStore(InMemoryDocumentStore):
             ModelMismatchError: The store's phrases were encoded by another phrase model.
         """
         batch_size, chunk_size = check_param("batch_size", batch_size), check_param("chunk_size", chunk_size)
-        with self._lock:
+        with self._mutating():
             records = unencoded_passages(self._phrase_index, map(self._passage, self.storage.values()))
             if self._phrase_index is not None:
                 self._check_model(model)
@@ -368,10 +473,10 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         Raises:
             InvalidParameterError: A passage of the index is not a stored document, or differs from it.
         """
-        with self._lock:
+        with self._mutating():
             check_attachable(phrase_index, self._stored_passage, self.title_field, self.document_id_field)
-            if self.path is not None:
-                folder = Path(self.path) / PHRASES_DIR
+            if self._directory is not None:
+                folder = self._directory.check_phrases_dir()
                 if phrase_index.path is None or phrase_index.path.resolve() != folder.resolve():
                     phrase_index.save(folder)
                     phrase_index = PhraseIndex.load(folder, verify=False)
@@ -388,7 +493,7 @@ class PhraseDocumentStore(InMemoryDocumentStore):
 
     def _phrase_index_for(self, model: PhraseModel) -> PhraseIndex:
         if self._phrase_index is None:
-            folder = Path(self.path) / PHRASES_DIR if self.path is not None else None
+            folder = self._directory.check_phrases_dir() if self._directory is not None else None
             self._phrase_index = PhraseIndex.create(
                 model,
                 path=folder,
@@ -438,6 +543,7 @@ class PhraseDocumentStore(InMemoryDocumentStore):
             passage_scoring=passage_scoring,
             query_batch_size=batch_size,
         )
+        self._follow()
         with self._lock:
             index = self._phrase_index
             if index is None or index.num_live_passages == 0:

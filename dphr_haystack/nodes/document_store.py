@@ -25,6 +25,7 @@ from .._util.atomic import replace_directory
 from .._util.lock import DEFAULT_LOCK_TIMEOUT, check_lock_timeout
 from .._util.nofollow import make_temp_dir, refuse_symlink
 from ..documents.passages import PassageRule
+from ..documents.write_errors import store_write_errors
 from ..errors import DphrError, InvalidParameterError
 from ..index.phrase_index import PhraseIndex
 from ..params import check_choice, check_param
@@ -33,7 +34,7 @@ from ._schema import typed_init
 from .live import StoreDirectory, op_line, store_read, store_write
 from .persistence import STORE_FILE, read_manifest, write_snapshot
 from .phrases import PhraseIndexingStats
-from .store_checks import check_bm25, checked_documents, document_line
+from .store_checks import check_bm25, check_meta, checked_documents, document_line
 from .stores import make_inner_store
 from .syncing import DirectorySync
 
@@ -301,18 +302,17 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
             for doc in documents:  # a document the journal cannot hold fails before anything is written
                 document_line(doc, index)
         phrase_index = self._phrase_indexes.get(index)
+        stale: list[str] = []
         if phrase_index is not None and policy == "overwrite":
             stale = [doc.id for doc in documents if self._phrases_outdated(phrase_index, doc)]
-            # Phrases go first: a write failing after this leaves documents without phrases (update_embeddings
-            # encodes them again), never phrases of a text that is no longer stored.
-            if stale:
-                self._private(index).delete_passages(stale)
+        self._drop_phrases(index, stale, written=False)
         self._inner.write(
             index,
             lambda: self.inner.write_documents(
                 documents, index=index, batch_size=batch_size, duplicate_documents=policy, headers=headers
             ),
         )
+        self._drop_phrases(index, stale, written=True)
         written = list(dict.fromkeys(doc.id for doc in documents))
         if self._staged:
             self._commit_staged(index, written)
@@ -371,7 +371,7 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
     @store_read
     def get_embedding_count(self, filters: dict[str, Any] | None = None, index: str | None = None) -> int:
         """Number of documents with a dense embedding (phrase vectors are counted by :meth:`get_phrase_count`)."""
-        return self.inner.get_embedding_count(filters=filters, index=index or self.index)
+        return self._inner.get_embedding_count(filters=filters, index=index or self.index)
 
     @store_write
     def update_document_meta(self, id: str, meta: dict[str, Any], index: str | None = None):
@@ -379,17 +379,21 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
         index = index or self.index
         if not isinstance(meta, dict):
             raise DocumentStoreError(f"update_document_meta takes a dict, got {type(meta).__name__}")
+        check_meta(id, meta)  # a NaN or a lone surrogate would break every later read of this document
         if not self._inner.has_document(index, id):
             raise DocumentStoreError(f"no document with id {id!r} in index {index!r}")
         phrase_index = self._phrase_indexes.get(index)
+        stale: list[str] = []
         if phrase_index is not None and phrase_index.passage_row(id) is not None:
             current = self.get_document_by_id(id, index=index)
             if current is not None:
                 changed = copy.copy(current)
                 changed.meta = {**(current.meta or {}), **(meta or {})}
                 if self._phrases_outdated(phrase_index, changed):
-                    self._private(index).delete_passages([id])
+                    stale = [id]
+        self._drop_phrases(index, stale, written=False)
         self.inner.update_document_meta(id, meta, index=index)
+        self._drop_phrases(index, stale, written=True)
         self._journal("documents", index, [op_line("meta", id=id, meta=meta)])
 
     @store_write
@@ -419,10 +423,9 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
             targets = [i for i in targets if i in allowed] if targets is not None else sorted(allowed)
         if not targets:
             return
-        phrase_index = self._phrase_indexes.get(index)
-        if phrase_index is not None:  # phrases first (see write_documents)
-            self._private(index).delete_passages(targets)
+        self._drop_phrases(index, targets, written=False)
         self._inner.write(index, lambda: self.inner.delete_documents(index=index, ids=targets, headers=headers))
+        self._drop_phrases(index, targets, written=True)
         self._journal("documents", index, [op_line("delete", ids=targets)])
 
     @store_write
@@ -444,7 +447,7 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
     def get_all_labels(
         self, index: str | None = None, filters: dict[str, Any] | None = None, headers: dict[str, str] | None = None
     ) -> list[Label]:
-        return self.inner.get_all_labels(index=index or self.label_index, filters=filters, headers=headers)
+        return self._inner.get_all_labels(index=index or self.label_index, filters=filters, headers=headers)
 
     @store_read
     def get_label_count(self, index: str | None = None, headers: dict[str, str] | None = None) -> int:
@@ -458,7 +461,7 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
         filters: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
     ):
-        self.inner.delete_labels(index=index or self.label_index, ids=ids, filters=filters, headers=headers)
+        self._inner.delete_labels(index=index or self.label_index, ids=ids, filters=filters, headers=headers)
         self._journal_labels(index or self.label_index)
 
     # ----------------------------------------------------------------- BM25 and dense queries
@@ -522,7 +525,7 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
         index = index or self.index
         if not self._inner.has_documents(index):
             return []
-        return self.inner.query_by_embedding(
+        return self._inner.query_by_embedding(
             query_emb,
             filters=filters,
             top_k=top_k,
@@ -543,13 +546,14 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
                 ``path`` is left as it was.
         """
         path = refuse_symlink(Path(path).absolute())
-        tmp = make_temp_dir(path)
-        try:
-            manifest = write_snapshot(tmp, self._config, self._inner.saved_collections(), self._phrase_indexes)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        replace_directory(tmp, path)
+        with store_write_errors(path):  # a full disk says so; ``path`` keeps its previous copy
+            tmp = make_temp_dir(path)
+            try:
+                manifest = write_snapshot(tmp, self._config, self._inner.saved_collections(), self._phrase_indexes)
+                replace_directory(tmp, path)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
         if self._live is not None:
             return  # a shared store keeps committing to its own directory; the copy is a snapshot
         # Phrase indexes kept on disk now live in the new copy (their folder may have been renumbered): later

@@ -11,9 +11,12 @@ Same layout as a directory written by ``save()`` (``phrase_store.json``, ``docum
   atomically is the commit of a store write.
 
 A writer holds the directory's inter-process lock for one write (:class:`~dphr_haystack._util.lock.WriterLock`),
-first catching up with other writers' commits, then appends, commits the phrase indexes, and replaces the manifest
-last. A reader compares the manifest's identity before each read and, when it changed, replays the appended journal
-lines and refreshes the phrase indexes. Readers never take the lock and never write.
+first catching up with other writers' commits, then appends, commits the phrase indexes' additions, replaces the
+manifest, and only then deletes the phrases of the documents the write deleted or changed (a kill in between leaves
+phrases that readers leave out and the next write deletes, never a stored document without its phrases). A phrase
+folder that is a symbolic link is refused. A reader compares the manifest's identity before each read and, when it
+changed, replays the appended journal lines and refreshes the phrase indexes. Readers never take the lock and never
+write.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ whose locks, documents and settings it uses (declared below).
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 from collections.abc import Iterable
@@ -372,7 +373,7 @@ class PhraseIndexing:
             return None
         used = {p.path.name for p in self._phrase_indexes.values() if p.path is not None}
         n = 0
-        while f"phrases-{n}" in used or (self._live.path / f"phrases-{n}").exists():
+        while f"phrases-{n}" in used or os.path.lexists(self._live.path / f"phrases-{n}"):
             n += 1
         return self._live.path / f"phrases-{n}"
 
@@ -381,6 +382,20 @@ class PhraseIndexing:
         return phrase_index.passage_row(doc.id) is not None and not encoded_as(
             phrase_index, doc.id, self._to_passage(doc)
         )
+
+    def _drop_phrases(self, index: str, ids: list[str], written: bool) -> None:
+        """Remove the phrases of documents a write deletes or changes; called before (``written=False``) and after
+        the documents change. A shared store leaves them out of results once the documents changed and deletes
+        them after committing the documents (:meth:`_transaction`): a kill in between leaves phrases that the next
+        open leaves out and the next write deletes, never a stored document without its phrases. Other stores
+        delete them first (a failing write leaves documents to encode again, never phrases of a gone text)."""
+        phrase_index = self._phrase_indexes.get(index)
+        if phrase_index is None or not ids or written != (self._live is not None):
+            return
+        if self._live is not None:
+            phrase_index.hide_passages(ids)
+        else:
+            self._private(index).delete_passages(ids)
 
     def _private(self, index: str) -> PhraseIndex:
         """The phrase index of ``index``, first moved to a private copy when it lives in a saved directory.

@@ -5,6 +5,7 @@ phrase indexes refreshed, each write committed under the directory's writer lock
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,12 +14,16 @@ from typing import Any
 from haystack.errors import DocumentStoreError
 from haystack.schema import Label
 
+from .._util.nofollow import refuse_symlink
+from ..documents.write_errors import store_write_errors
 from ..errors import DphrError
 from ..index.phrase_index import PhraseIndex
 from .live import StoreDirectory, committed_bytes, parse_op, read_journal
 from .persistence import document_from_json, read_manifest
 from .phrases import PhraseIndexing
 from .store_checks import document_line
+
+logger = logging.getLogger("dphr_haystack.nodes.document_store")
 
 
 class DirectorySync(PhraseIndexing):
@@ -44,6 +49,7 @@ class DirectorySync(PhraseIndexing):
             for name, file in manifest[kind].items():
                 self._replay(kind, name, path / file, 0, committed_bytes(path, manifest, file))
         for name, folder in manifest["phrases"].items():
+            refuse_symlink(path / folder)  # a linked folder would take this store's phrase writes elsewhere
             self._phrase_indexes[name] = phrase_index = PhraseIndex.load(path / folder, lock_timeout=self.lock_timeout)
             self._snapshots.add((path / folder).resolve())
             self._hide_orphan_phrases(name, phrase_index)
@@ -69,7 +75,9 @@ class DirectorySync(PhraseIndexing):
     @contextmanager
     def _transaction(self) -> Iterator[None]:
         """One write of a shared store: hold the directory's writer lock, catch up, write, commit (the caller holds
-        the store's write lock). Without a directory, just the write."""
+        the store's write lock). A write that fails before its commit (a full disk included: IndexWriteError) is
+        rolled back, in memory and in the phrase indexes, to the directory's committed state. Without a directory,
+        just the write."""
         if self._live is None:
             yield
             return
@@ -77,20 +85,78 @@ class DirectorySync(PhraseIndexing):
             if first:
                 if self._live.changed():
                     self._catch_up()
-                for phrase_index in self._phrase_indexes.values():  # a crashed writer's phrases without documents
-                    hidden = phrase_index.hidden_passage_ids()
+                for name, phrase_index in list(self._phrase_indexes.items()):
+                    refuse_symlink(phrase_index.path)  # planted since the open: writes would land elsewhere
+                    if phrase_index.hidden_passage_ids():  # read afresh: what is stale now, under the lock
+                        phrase_index = self._reload_phrase_index(name, phrase_index)
+                    hidden = phrase_index.hidden_passage_ids()  # a crashed writer's phrases without documents
                     if hidden:
                         phrase_index.delete_passages(hidden)
-            yield
-            if first:
-                live = self._live
-                for name, phrase_index in self._phrase_indexes.items():
-                    assert phrase_index.path is not None and phrase_index.path.parent == live.path
-                    live.manifest["phrases"][name] = phrase_index.path.name
-                for name in [n for n in live.manifest["phrases"] if n not in self._phrase_indexes]:
-                    del live.manifest["phrases"][name]
-                live.commit()
-                live.remove_unlisted()
+            if not first:
+                yield
+                return
+            marks = {name: (p.path, len(p.passages)) for name, p in self._phrase_indexes.items()}
+            try:
+                with store_write_errors(self._live.path):  # a full disk says so, as a typed error
+                    yield
+                    live = self._live
+                    for name, phrase_index in self._phrase_indexes.items():
+                        assert phrase_index.path is not None and phrase_index.path.parent == live.path
+                        live.manifest["phrases"][name] = phrase_index.path.name
+                    for name in [n for n in live.manifest["phrases"] if n not in self._phrase_indexes]:
+                        del live.manifest["phrases"][name]
+                    live.commit()  # the documents first, then the phrases of deleted or changed ones
+            except BaseException:
+                self._roll_back(marks)  # nothing of the write was committed: back to the directory's state
+                raise
+            self._delete_hidden_phrases()
+            live.remove_unlisted()
+
+    def _roll_back(self, marks: dict[str, tuple[Path | None, int]]) -> None:
+        """After a write that failed before its commit: remove the phrases it committed to phrase indexes the
+        directory already named (best effort), then read the directory's committed state afresh, in memory."""
+        assert self._live is not None
+        for name, phrase_index in list(self._phrase_indexes.items()):
+            path, rows = marks.get(name, (None, 0))
+            if phrase_index.path is None or phrase_index.path != path or len(phrase_index.passages) <= rows:
+                continue  # a phrase index the failed write created is named by no commit: left out below
+            live_ids = set(phrase_index.live_passage_ids())
+            added = [p["id"] for p in phrase_index.passages[rows:] if p["id"] in live_ids]
+            try:
+                phrase_index.delete_passages(added)
+            except (DphrError, OSError) as exc:
+                logger.warning("phrases of %d documents of a failed write stay on disk: %s", len(added), exc)
+        for name, items in self._inner.saved_collections():
+            kind = "labels" if any(isinstance(item, Label) for item in items.values()) else "documents"
+            self._reset_collection(kind, name)
+        self._phrase_indexes = {}
+        self._journal_read = {}
+        self._live.manifest, self._live.stamp = None, None
+        self._catch_up()
+
+    def _delete_hidden_phrases(self) -> None:
+        """After a commit: delete the phrases the write left out of results (on failure they stay out of results,
+        and the next write deletes them)."""
+        assert self._live is not None
+        for name, phrase_index in list(self._phrase_indexes.items()):
+            hidden = phrase_index.hidden_passage_ids()
+            if not hidden:
+                continue
+            try:
+                phrase_index.delete_passages(hidden)
+            except (DphrError, OSError) as exc:
+                logger.warning(
+                    "phrases of %d changed documents stay on disk until the next write: %s", len(hidden), exc
+                )
+                self._reload_phrase_index(name, phrase_index)
+
+    def _reload_phrase_index(self, name: str, phrase_index: PhraseIndex) -> PhraseIndex:
+        """The committed state of a shared store's phrase index, phrases of missing or changed documents left out."""
+        assert phrase_index.path is not None
+        fresh = PhraseIndex.load(phrase_index.path, verify=False, lock_timeout=self.lock_timeout)
+        self._phrase_indexes[name] = fresh
+        self._hide_orphan_phrases(name, fresh)
+        return fresh
 
     def _catch_up(self) -> None:
         """Apply what other writers committed since this object last read the directory (store write lock held)."""
@@ -114,9 +180,10 @@ class DirectorySync(PhraseIndexing):
         for name in [n for n in self._phrase_indexes if n not in manifest["phrases"]]:
             del self._phrase_indexes[name]
         for name, folder in manifest["phrases"].items():
+            refuse_symlink(live.path / folder)  # a linked folder would take this store's phrase writes elsewhere
             current = self._phrase_indexes.get(name)
-            if current is not None and current.path == live.path / folder:
-                current.refresh()
+            if current is not None and current.path == live.path / folder and not current.hidden_passage_ids():
+                current.refresh()  # (with hidden phrases: read afresh, some may belong to documents read now)
             else:
                 current = PhraseIndex.load(live.path / folder, verify=False, lock_timeout=self.lock_timeout)
                 self._phrase_indexes[name] = current
@@ -132,6 +199,7 @@ class DirectorySync(PhraseIndexing):
         """Apply the journal lines of ``file`` in bytes ``start:end`` to the inner store."""
         parse = document_from_json if kind == "documents" else Label.from_json
         batch: list = []
+        batch_ids: set[str] = set()
 
         def flush() -> None:
             if batch and kind == "documents":
@@ -143,6 +211,7 @@ class DirectorySync(PhraseIndexing):
             elif batch:
                 self.inner.write_labels(list(batch), index=index)
             batch.clear()
+            batch_ids.clear()
 
         for line_no, line in read_journal(file, start, end):
             if not line.strip():
@@ -150,7 +219,11 @@ class DirectorySync(PhraseIndexing):
             try:
                 op = parse_op(line)
                 if op is None:
-                    batch.append(parse(line))
+                    item = parse(line)
+                    if item.id in batch_ids:  # an overwrite: Haystack keeps the first of one batch's duplicates
+                        flush()
+                    batch.append(item)
+                    batch_ids.add(item.id)
                     continue
                 flush()
                 self._apply_op(kind, index, op)

@@ -14,7 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from tests.conftest import SQUAD_DEV, load_squad_paragraphs
+from tests.conftest import SQUAD_DEV, load_squad_paragraphs, squad_passage_records
 from tests.reliability import _fuzz
 
 
@@ -33,14 +33,9 @@ def model_dir(tmp_path_factory, _tiny_model_session) -> Path:
 
 @pytest.fixture(scope="session")
 def squad_passages() -> list[dict]:
-    """40 SQuAD dev paragraphs as passages (id, title, text); without the data, 40 copies of the six tiny ones
-    under distinct ids (the crash tests count commit steps of 40 passages)."""
-    if not SQUAD_DEV.is_file():
-        from tests.conftest import tiny_passages
-
-        tiny = tiny_passages()
-        return [{**p, "id": f"{p['id']}-{i // len(tiny)}"} for i, p in enumerate(tiny * 7)][:40]
-    return [{"id": p["id"], "title": p["title"], "text": p["text"]} for p in load_squad_paragraphs(SQUAD_DEV, 40)]
+    """40 SQuAD dev paragraphs as passages; without the data, copies of the six tiny ones under distinct ids (the
+    crash tests count commit steps of 40 passages)."""
+    return squad_passage_records(40)
 
 
 @pytest.fixture(scope="session")

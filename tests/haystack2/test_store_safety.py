@@ -1,0 +1,265 @@
+"""The Haystack 2 store's directory is never lost: two processes on one path, kills during delete and overwrite,
+damaged or planted entries in the directory (refused at open, nothing changed on disk)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+import pytest
+from haystack import Document
+from haystack.document_stores.types import DuplicatePolicy
+
+from dphr_haystack.documents.passages import encoded_as
+from dphr_haystack.errors import IndexLoadError, UnsafePathError
+from dphr_haystack.haystack2 import PhraseDocumentStore
+
+pytestmark = [pytest.mark.unit, pytest.mark.skipif(not hasattr(os, "fork"), reason="forks child processes")]
+
+REPO = Path(__file__).resolve().parents[2]
+
+_WRITER = """
+import json, sys
+from haystack import Document
+from dphr_haystack.haystack2 import PhraseDocumentStore
+path, name, count, model_dir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+model = None
+if model_dir:
+    import torch
+    torch.set_num_threads(1)
+    from dphr_haystack import PhraseModel
+    model = PhraseModel.load(model_dir)
+import os, pathlib, time
+store = PhraseDocumentStore(path=path, progress_bar=False)
+ready = pathlib.Path(path).parent
+(ready / f"ready-{name}").touch()
+while len(list(ready.glob("ready-*"))) < 2:  # both writers start together
+    time.sleep(0.01)
+done = []
+for i in range(count):
+    doc_id = f"{name}-{i}"
+    store.write_documents([Document(id=doc_id, content=f"Writer {name} wrote document {i} about Paris.")])
+    if model is not None:
+        store.update_phrases(model)
+    done.append(doc_id)  # acknowledged
+print(json.dumps(done))
+"""
+
+
+def _snapshot(folder: Path) -> dict[str, object]:
+    """Every entry under ``folder`` (and its lock file beside it): kind and bytes."""
+    out: dict[str, object] = {}
+    for entry in sorted([folder, *folder.rglob("*")]):
+        if entry.is_symlink():
+            out[str(entry)] = ("link", os.readlink(entry))
+        elif entry.is_fifo():
+            out[str(entry)] = "fifo"
+        elif entry.is_dir():
+            out[str(entry)] = "dir"
+        else:
+            out[str(entry)] = entry.read_bytes()
+    return out
+
+
+def _run_writers(path: Path, count: int, model_dir: str) -> list[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(path), name, str(count), model_dir],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
+    acknowledged = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        acknowledged += json.loads(out.strip().splitlines()[-1])
+    return acknowledged
+
+
+def test_two_processes_on_one_path_lose_no_acknowledged_write(tmp_path):
+    path = tmp_path / "store"
+    acknowledged = _run_writers(path, 40, "")
+    assert len(acknowledged) == 80
+    third = PhraseDocumentStore(path=str(path), progress_bar=False)
+    assert sorted(d.id for d in third.filter_documents()) == sorted(acknowledged)
+
+
+def test_two_processes_encoding_phrases_lose_no_acknowledged_write(tmp_path, tiny_model_dir, tiny_model):
+    path = tmp_path / "store"
+    acknowledged = _run_writers(path, 40, str(tiny_model_dir))
+    third = PhraseDocumentStore(path=str(path), progress_bar=False)
+    assert sorted(d.id for d in third.filter_documents()) == sorted(acknowledged)
+    assert third.pending_documents() == [] and third.phrase_count() == 80
+    hits = third.search_phrases(tiny_model, ["Paris"], unit="passage", top_k=80)[0]
+    assert len(hits) == 80
+
+
+def _store_with_phrases(path: Path, model, docs) -> None:
+    store = PhraseDocumentStore(path=str(path), progress_bar=False)
+    store.write_documents(docs)
+    store.update_phrases(model)
+    assert store.phrase_count() == len(docs)
+    store.close()
+
+
+@pytest.mark.parametrize("damage", ["missing", "fifo", "directory"])
+def test_opening_a_store_without_its_documents_file_changes_nothing(tmp_path, tiny_model, hs2_docs, damage):
+    path = tmp_path / "store"
+    _store_with_phrases(path, tiny_model, hs2_docs)
+    (path / "documents.jsonl").unlink()
+    if damage == "fifo":
+        os.mkfifo(path / "documents.jsonl")
+    elif damage == "directory":
+        (path / "documents.jsonl").mkdir()
+    before = _snapshot(tmp_path)
+    with pytest.raises(IndexLoadError, match="documents.jsonl"):
+        PhraseDocumentStore(path=str(path), progress_bar=False)
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_linked_phrases_directory_is_refused_at_open_and_at_write(tmp_path, tiny_model, hs2_docs):
+    victim = tmp_path / "victim"
+    _store_with_phrases(victim, tiny_model, hs2_docs[:3])
+    path = tmp_path / "store"
+    _store_with_phrases(path, tiny_model, hs2_docs[3:])
+    shutil.rmtree(path / "phrases")
+    (path / "phrases").symlink_to(victim / "phrases")
+    before = _snapshot(victim)
+    with pytest.raises(UnsafePathError, match="phrases"):
+        PhraseDocumentStore(path=str(path), progress_bar=False)
+    # planted after opening (the store had no phrases yet): every write refuses, the victim is untouched
+    (path / "phrases").unlink()
+    store = PhraseDocumentStore(path=str(path), progress_bar=False)
+    (path / "phrases").symlink_to(victim / "phrases")
+    with pytest.raises(UnsafePathError, match="phrases"):
+        store.update_phrases(tiny_model)
+    with pytest.raises(UnsafePathError, match="phrases"):
+        store.delete_documents(["p3"])
+    assert _snapshot(victim) == before
+
+
+# ----------------------------------------------------------------- kills during delete and overwrite
+def _arm(kill_at: int, counter: list[int]) -> None:
+    """SIGKILL this process just before its ``kill_at``-th durability step (fsync, rename, directory exchange)."""
+    from dphr_haystack._util import atomic
+
+    def wrap(owner, name):
+        original = getattr(owner, name)
+
+        def step(*args, **kwargs):
+            counter[0] += 1
+            if counter[0] == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return original(*args, **kwargs)
+
+        setattr(owner, name, step)
+
+    for owner, name in ((os, "fsync"), (os, "replace"), (os, "rename"), (shutil, "rmtree"), (atomic, "exchange")):
+        wrap(owner, name)
+
+
+def _forked(job, path: Path, kill_at: int) -> tuple[int | None, int]:
+    """Run ``job(store)`` on a store opened at ``path`` in a forked child killed at ``kill_at`` (0: never);
+    returns (the signal that ended it, its durability steps)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        os.close(read)
+        counter, code = [0], 3
+        try:
+            store = PhraseDocumentStore(path=str(path), progress_bar=False)
+            _arm(kill_at, counter)
+            job(store)
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+            code = 4
+        os.write(write, str(counter[0]).encode())
+        os._exit(code)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    steps = os.read(read, 64)
+    os.close(read)
+    assert not os.WIFEXITED(status) or os.WEXITSTATUS(status) == 0, status
+    return (os.WTERMSIG(status) if os.WIFSIGNALED(status) else None), int(steps or 0)
+
+
+def _assert_answerable(path: Path, model) -> PhraseDocumentStore:
+    """Every stored document has its phrases (as stored), and no phrase answers for a document not stored."""
+    store = PhraseDocumentStore(path=str(path), progress_bar=False)
+    docs = {d.id: d for d in store.filter_documents()}
+    index = store.phrase_index
+    for doc in docs.values():
+        assert encoded_as(index, doc.id, store.passage_rule.passage(doc.id, doc.content, doc.meta)), doc.id
+    assert sorted(index.live_passage_ids()) == sorted(docs)
+    hits = store.search_phrases(model, ["Paris Hamlet river"], unit="passage", top_k=20)[0]
+    assert {doc.id for _, doc in hits} <= set(docs)
+    return store
+
+
+JOBS = {
+    "delete": lambda store: store.delete_documents(["p0", "p4"]),
+    "overwrite": lambda store: store.write_documents(
+        [Document(id="p1", content="Quokkas live on Rottnest Island.", meta={"title": "Quokka"})],
+        DuplicatePolicy.OVERWRITE,
+    ),
+}
+
+
+@pytest.mark.parametrize("operation", ["delete", "overwrite"])
+def test_kills_during_delete_and_overwrite_leave_every_document_answerable(
+    tmp_path, tiny_model, hs2_docs, operation, one_torch_thread
+):
+    import faiss
+
+    faiss.omp_set_num_threads(1)  # the children are forked from this process
+    clean = tmp_path / "clean"
+    _store_with_phrases(clean, tiny_model, hs2_docs)
+    probe = tmp_path / "probe"
+    shutil.copytree(clean, probe)
+    _, steps = _forked(JOBS[operation], probe, 0)
+    assert steps > 0
+    outcomes = {"old": 0, "new": 0}
+    for kill_at in range(1, steps + 1):
+        path = tmp_path / f"killed-at-{kill_at}"
+        shutil.copytree(clean, path)
+        assert _forked(JOBS[operation], path, kill_at)[0] == signal.SIGKILL
+        store = PhraseDocumentStore(path=str(path), progress_bar=False)
+        docs = {d.id: d for d in store.filter_documents()}
+        new = "p0" not in docs if operation == "delete" else docs["p1"].content.startswith("Quokkas")
+        outcomes["new" if new else "old"] += 1
+        if new and operation == "overwrite":
+            assert [d.id for d in store.pending_documents()] == ["p1"]  # its old phrases gone, new ones due
+            assert store.update_phrases(tiny_model) == 1
+        store.close()
+        store = _assert_answerable(path, tiny_model)
+        store.write_documents([Document(id="later", content="A later write about Paris.")])  # the next write works
+        store.update_phrases(tiny_model)
+        store.close()
+        _assert_answerable(path, tiny_model).close()
+    print(f"{operation}: {steps} kill points, outcomes {outcomes}")
+    assert outcomes["old"] >= 1 and outcomes["new"] >= 1
+
+
+def test_a_documents_file_removed_under_an_open_store_is_refused_not_emptied(tmp_path, hs2_docs):
+    path = tmp_path / "store"
+    store = PhraseDocumentStore(path=str(path), progress_bar=False)
+    store.write_documents(hs2_docs)
+    (path / "documents.jsonl").rename(tmp_path / "moved.jsonl")
+    with pytest.raises(IndexLoadError, match="documents.jsonl"):
+        store.write_documents([Document(id="x", content="A new document.")])
+    assert not (path / "documents.jsonl").exists()
+    (tmp_path / "moved.jsonl").rename(path / "documents.jsonl")
+    store.write_documents([Document(id="x", content="A new document.")])
+    assert store.count_documents() == 7
