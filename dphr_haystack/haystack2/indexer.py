@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from haystack import Document, component
-from haystack.core.serialization import default_from_dict, default_to_dict
+from haystack.core.serialization import default_to_dict
 from haystack.document_stores.types import DuplicatePolicy
 
 from ..documents.retrieval import check_device, check_flag
@@ -15,6 +15,7 @@ from ..model.phrase_model import PhraseModel
 from ..model.registry import DEFAULT_MODEL
 from ..params import check_param
 from .document_store import PhraseDocumentStore
+from .serialization import check_model_reference, component_from_dict
 
 
 @component
@@ -66,7 +67,7 @@ class PhraseIndexer:
         check_device(device)
         check_flag("progress_bar", progress_bar)
         self.document_store = document_store
-        self.model = model
+        self.model = check_model_reference(model)
         self.policy = policy
         self.batch_size = batch_size
         self.device = device
@@ -93,13 +94,7 @@ class PhraseIndexer:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PhraseIndexer:
         """Deserialises the component (its store: the live one of the same path or index, if any)."""
-        data = {**data, "init_parameters": dict(data.get("init_parameters", {}))}
-        params = data["init_parameters"]
-        if isinstance(params.get("document_store"), dict):
-            params["document_store"] = PhraseDocumentStore.from_dict(params["document_store"])
-        if isinstance(params.get("policy"), str):
-            params["policy"] = DuplicatePolicy[params["policy"]]
-        return default_from_dict(cls, data)
+        return component_from_dict(cls, data, _deserialised_params)
 
     @component.output_types(documents_written=int, phrases_encoded=int)
     def run(self, documents: list[Document], policy: DuplicatePolicy | None = None) -> dict[str, int]:
@@ -116,6 +111,14 @@ class PhraseIndexer:
             self.phrase_model, batch_size=self.batch_size, progress_bar=self.progress_bar
         )
         return {"documents_written": written, "phrases_encoded": encoded}
+
+
+def _deserialised_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Init parameters with a serialised store replaced by the store; the policy stays a name (``__init__``
+    resolves and checks it)."""
+    if isinstance(params.get("document_store"), dict):
+        params["document_store"] = PhraseDocumentStore.from_dict(params["document_store"])
+    return params
 
 
 __all__ = ["PhraseIndexer"]

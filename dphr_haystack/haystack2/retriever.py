@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any, Literal
 
 from haystack import Document, component
-from haystack.core.serialization import default_from_dict, default_to_dict
+from haystack.core.serialization import default_to_dict
 from haystack.dataclasses import ExtractedAnswer
 
 from ..documents.results import RetrievedAnswer, RetrievedDocument, retrieved
@@ -18,6 +18,8 @@ from ..model.registry import DEFAULT_MODEL
 from ..params import check_param
 from ..search import check_passage_scoring, check_unit
 from .document_store import PhraseDocumentStore
+from .filters import check_filters
+from .serialization import check_model_reference, component_from_dict
 
 
 @component
@@ -85,6 +87,7 @@ class PhraseRetriever:
         check_device(device)
         if filters is not None and not isinstance(filters, dict):
             raise InvalidParameterError(f"filters must be a dict or None, got {type(filters).__name__}")
+        check_filters(filters)
         for name, flag in (
             ("whole_words", whole_words),
             ("skip_question_copies", skip_question_copies),
@@ -94,7 +97,7 @@ class PhraseRetriever:
             check_flag(name, flag)
         self.truecase = check_truecase(truecase)
         self.document_store = document_store
-        self.model = model
+        self.model = check_model_reference(model)
         self.top_k = top_k
         self.unit = unit
         self.filters = filters
@@ -140,11 +143,7 @@ class PhraseRetriever:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PhraseRetriever:
         """Deserialises the component (its store: the live one of the same path or index, if any)."""
-        data = {**data, "init_parameters": dict(data.get("init_parameters", {}))}
-        store = data["init_parameters"].get("document_store")
-        if isinstance(store, dict):
-            data["init_parameters"]["document_store"] = PhraseDocumentStore.from_dict(store)
-        return default_from_dict(cls, data)
+        return component_from_dict(cls, data, _deserialised_store)
 
     @component.output_types(documents=list[Document], answers=list[ExtractedAnswer])
     def run(
@@ -170,6 +169,7 @@ class PhraseRetriever:
         top_k = self.top_k if top_k is None else check_param("top_k", top_k)
         unit = self.unit if unit is None else check_unit(unit)
         filters = self.filters if filters is None else filters
+        check_filters(filters)  # before anything is encoded
         self.warm_up()
         assert self.phrase_model is not None
         store = self.document_store
@@ -210,6 +210,13 @@ def _answer(query: str, result: RetrievedAnswer[Document]) -> ExtractedAnswer:
         document_offset=ExtractedAnswer.Span(phrase.start, phrase.end),
         meta=result.meta,
     )
+
+
+def _deserialised_store(params: dict[str, Any]) -> dict[str, Any]:
+    """Init parameters with a serialised store replaced by the store (the live one of the same path or index)."""
+    if isinstance(params.get("document_store"), dict):
+        params["document_store"] = PhraseDocumentStore.from_dict(params["document_store"])
+    return params
 
 
 __all__ = ["PhraseRetriever"]

@@ -148,8 +148,8 @@ class PhraseModelConfig:
         path = Path(path)
         try:
             data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"cannot read model config {path}: {exc}") from exc
+        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deeply
+            raise ModelLoadError(f"cannot read model config {path}: {type(exc).__name__}: {exc}") from exc
         if not isinstance(data, dict):
             raise ModelLoadError(f"{path}: expected a JSON object, got {type(data).__name__}")
         version = data.pop("format_version", None)
