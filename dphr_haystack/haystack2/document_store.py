@@ -23,6 +23,7 @@ from haystack.core.serialization import default_to_dict
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack.document_stores.types import DuplicatePolicy
 
+from .._util.write_errors import write_errors
 from ..documents.passages import (
     PassageRule,
     check_attachable,
@@ -33,7 +34,6 @@ from ..documents.passages import (
 from ..documents.results import hit_passage_id, pair_hits
 from ..documents.retrieval import PhraseSearchOptions, check_phrase_model, search_phrase_index
 from ..documents.validation import check_meta, check_storable
-from ..documents.write_errors import store_write_errors
 from ..encode.add import add_passages
 from ..errors import DphrError, EmptyCorpusError, InvalidParameterError
 from ..index.phrase_index import PhraseIndex
@@ -264,7 +264,7 @@ class PhraseDocumentStore(InMemoryDocumentStore):
                     self._delete_hidden_phrases(strict=True)  # a killed writer's phrases without documents
                 self._depth += 1
                 try:
-                    with store_write_errors(self.path):  # a full disk says so, as a typed error
+                    with write_errors("document store", self.path):  # a full disk says so, as a typed error
                         try:
                             yield
                         except BaseException:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import errno
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,36 +22,16 @@ from typing import Any
 import numpy as np
 
 from .._util.lazy import require
-from ..errors import DphrError, IndexWriteError
+from .._util.write_errors import write_errors as disk_write_errors
 from . import structures as index_types
 from .faiss_structure import FaissStructure
 from .passages import PassageTable
 from .storage import FILES, IndexStorage
 
-_FULL = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk is full (disk quota exceeded)"}
 
-
-def write_error(exc: OSError, path: Path | None) -> IndexWriteError:
-    """A typed error for a failed write of the index at ``path`` (the disk is full, an I/O error, ...)."""
-    reason = _FULL.get(exc.errno or 0)
-    detail = f"{reason} ({exc.strerror or exc})" if reason else f"{type(exc).__name__}: {exc}"
-    error = IndexWriteError(
-        f"cannot write the phrase index {path or '(in memory)'}: {detail}; it keeps its last committed state"
-        + (": free some space and retry" if reason else "")
-    )
-    error.errno = exc.errno
-    return error
-
-
-@contextlib.contextmanager
-def write_errors(path: Path | None) -> Iterator[None]:
-    """Raise any untyped OSError of the block as :class:`IndexWriteError` (typed errors pass through)."""
-    try:
-        yield
-    except DphrError:
-        raise
-    except OSError as exc:
-        raise write_error(exc, path) from exc
+def write_errors(path: Path | None) -> contextlib.AbstractContextManager[None]:
+    """Raise any untyped OSError of the block as :class:`IndexWriteError` naming the index (typed errors pass)."""
+    return disk_write_errors("phrase index", path)
 
 
 @dataclass

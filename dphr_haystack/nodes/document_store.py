@@ -24,8 +24,8 @@ from haystack.schema import Document, Label
 from .._util.atomic import replace_directory
 from .._util.lock import DEFAULT_LOCK_TIMEOUT, check_lock_timeout
 from .._util.nofollow import make_temp_dir, refuse_symlink
+from .._util.write_errors import write_errors
 from ..documents.passages import PassageRule
-from ..documents.write_errors import store_write_errors
 from ..errors import DphrError, InvalidParameterError
 from ..index.phrase_index import PhraseIndex
 from ..params import check_choice, check_param
@@ -546,7 +546,7 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
                 ``path`` is left as it was.
         """
         path = refuse_symlink(Path(path).absolute())
-        with store_write_errors(path):  # a full disk says so; ``path`` keeps its previous copy
+        with write_errors("document store", path):  # a full disk says so; ``path`` keeps its previous copy
             tmp = make_temp_dir(path)
             try:
                 manifest = write_snapshot(tmp, self._config, self._inner.saved_collections(), self._phrase_indexes)

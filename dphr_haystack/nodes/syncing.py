@@ -15,7 +15,7 @@ from haystack.errors import DocumentStoreError
 from haystack.schema import Label
 
 from .._util.nofollow import refuse_symlink
-from ..documents.write_errors import store_write_errors
+from .._util.write_errors import write_errors
 from ..errors import DphrError
 from ..index.phrase_index import PhraseIndex
 from .live import StoreDirectory, committed_bytes, parse_op, read_journal
@@ -97,7 +97,7 @@ class DirectorySync(PhraseIndexing):
                 return
             marks = {name: (p.path, len(p.passages)) for name, p in self._phrase_indexes.items()}
             try:
-                with store_write_errors(self._live.path):  # a full disk says so, as a typed error
+                with write_errors("document store", self._live.path):  # a full disk says so, as a typed error
                     yield
                     live = self._live
                     for name, phrase_index in self._phrase_indexes.items():

@@ -1,4 +1,4 @@
-"""Typed write errors of a document store directory (both Haystack layers): a full disk says so."""
+"""Typed write errors of a directory this package keeps (a phrase index, a document store): a full disk says so."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ from ..errors import DphrError, IndexWriteError
 _FULL = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk is full (disk quota exceeded)"}
 
 
-def store_write_error(exc: OSError, path: Path | None) -> IndexWriteError:
-    """A typed error for a failed write of the document store at ``path`` (the disk is full, an I/O error, ...)."""
+def write_error(exc: OSError, what: str, path: Path | None) -> IndexWriteError:
+    """A typed error for a failed write of ``what`` (e.g. "phrase index") at ``path``: the disk is full, an I/O
+    error, ...; it keeps ``exc``'s errno."""
     reason = _FULL.get(exc.errno or 0)
     detail = f"{reason} ({exc.strerror or exc})" if reason else f"{type(exc).__name__}: {exc}"
     error = IndexWriteError(
-        f"cannot write the document store {path or '(in memory)'}: {detail}; it keeps its last committed state"
+        f"cannot write the {what} {path or '(in memory)'}: {detail}; it keeps its last committed state"
         + (": free some space and retry" if reason else "")
     )
     error.errno = exc.errno
@@ -25,12 +26,12 @@ def store_write_error(exc: OSError, path: Path | None) -> IndexWriteError:
 
 
 @contextlib.contextmanager
-def store_write_errors(path: Path | None) -> Iterator[None]:
+def write_errors(what: str, path: Path | None) -> Iterator[None]:
     """Raise any untyped OSError of the block as :class:`~dphr_haystack.errors.IndexWriteError` (typed errors, such
-    as a phrase index's own write error, pass through)."""
+    as a phrase index's own write error inside a store's write, pass through)."""
     try:
         yield
     except DphrError:
         raise
     except OSError as exc:
-        raise store_write_error(exc, path) from exc
+        raise write_error(exc, what, path) from exc
