@@ -42,30 +42,34 @@ def copies_question(phrase: str, words: Sequence[str]) -> bool:
     return any(list(words[i : i + n]) == needle for i in range(len(words) - n + 1))
 
 
-def confidence_features(scores: Sequence[float], texts: Sequence[str]) -> np.ndarray:
+def confidence_features(
+    scores: Sequence[float], texts: Sequence[str], rows: Sequence[int] | None = None
+) -> np.ndarray:
     """Features of each candidate phrase within its query's ranked candidates: (n, len(FEATURES)).
 
     ``scores`` are the candidates' raw scores in descending order and ``texts`` their texts. The first
     :data:`CONFIDENCE_DEPTH` candidates are the reference list. Per candidate: its raw score; its log-softmax
     against the reference list; the log of the softmax mass of the reference candidates with its normalised
     text (how much the list agrees on this answer); and the margin to the best reference candidate with another
-    text (for the top candidate: how far ahead it is; 10 when the whole list agrees).
+    text (for the top candidate: how far ahead it is; 10 when the whole list agrees). ``rows`` (positions in
+    the list) asks for those candidates' features only, the same as the full table's rows.
     """
     s = np.asarray(scores, dtype=np.float64)
     n = len(s)
-    if n == 0:
+    wanted = list(range(n)) if rows is None else [int(i) for i in rows]
+    if n == 0 or not wanted:
         return np.zeros((0, len(FEATURES)))
     depth = min(n, CONFIDENCE_DEPTH)
-    keys = [normalize_answer(t) for t in texts[:n]]
+    keys = {i: normalize_answer(texts[i]) for i in (*range(depth), *wanted)}
     log_z = s[:depth].max() + np.log(np.exp(s[:depth] - s[:depth].max()).sum())
     p = np.exp(s - log_z)
-    out = np.empty((n, len(FEATURES)))
-    for i in range(n):
+    out = np.empty((len(wanted), len(FEATURES)))
+    for row, i in enumerate(wanted):
         same = np.array([keys[j] == keys[i] for j in range(depth)])
         mass = float(p[:depth][same].sum()) + (float(p[i]) if i >= depth else 0.0)
         others = s[:depth][~same]
         margin = s[i] - others.max() if len(others) else 10.0
-        out[i] = (s[i], s[i] - log_z, math.log(max(mass, 1e-12)), margin)
+        out[row] = (s[i], s[i] - log_z, math.log(max(mass, 1e-12)), margin)
     return out
 
 

@@ -57,11 +57,14 @@ class PhraseHit:
     end_token: int = 0
     passage_row: int = field(default=0, compare=False, repr=False)
     confidence: float | None = field(default=None, compare=False)  # P(correct), from the model's calibration
+    # True only for the best phrase of a passage whose every retrieved phrase copies the question: no answer
+    copies_question: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
 class PassageHit:
-    """A passage ranked by its best phrase."""
+    """A passage ranked by its best phrase; ``best_phrase`` is its answer, the best of its phrases that does not
+    copy the question (see :class:`PhraseSearcher`)."""
 
     passage_id: str
     document_id: str
@@ -101,11 +104,15 @@ class PhraseSearcher:
     Thread safe: one searcher may serve many threads; each gets exactly the results of a serial search.
 
     ``skip_question_copies`` drops phrase answers that the question contains (normalised whole words, see
-    :func:`dphr_haystack.confidence.copies_question`); passage and document rankings are unchanged by it.
+    :func:`dphr_haystack.confidence.copies_question`): a passage or document then answers with its best phrase
+    that is no copy (flagged ``copies_question`` when all its retrieved phrases are copies); passage and document
+    rankings and scores are unchanged by it.
     ``passage_scoring`` ranks passages and documents by their best phrase (``"max"``, default) or by the
     log-sum-exp of all their retrieved phrases' scores (``"logsumexp"``).
     ``calibration`` gives phrase answers a confidence: ``"model"`` (default) takes the model's stored
-    calibration (none: no confidence), ``None`` turns it off, or pass a :class:`Calibration`.
+    calibration (none: no confidence), ``None`` turns it off, or pass a :class:`Calibration`. Every unit's answers
+    get it: a passage's or document's best phrase has the confidence it has among the ranked phrase answers of
+    the same search, as with ``unit="phrase"``.
     ``max_answer_length`` (the longest phrase in subwords; default the model's) is 1 to 512 and at most the model's
     passage window; it and every other count are range-checked by :mod:`dphr_haystack.params`
     (InvalidParameterError naming the parameter and its range).
@@ -220,13 +227,13 @@ class PhraseSearcher:
         if questions is not None and len(questions) != n_queries:
             raise InvalidParameterError(f"{len(questions)} question texts for {n_queries} query vectors")
         words = (
-            [question_words(q) for q in questions]
-            if (questions is not None and self.skip_question_copies and unit == "phrase")
-            else None
+            [question_words(q) for q in questions] if (questions is not None and self.skip_question_copies) else None
         )
-        calibration = self.calibration if unit == "phrase" else None
+        calibration = self.calibration
         first = top_k * FIRST_CANDIDATES_PER_RESULT[unit]
-        if calibration is not None:  # confidences look at a fixed number of candidates, whatever top_k is
+        # confidences look at a fixed number of candidates, whatever top_k is (passages and documents keep
+        # their own candidates, so that their ranking does not depend on the calibration)
+        if calibration is not None and unit == "phrase":
             first = max(first, CONFIDENCE_DEPTH)
         c = min(candidates or first, total)
         pending = np.arange(n_queries)
@@ -238,7 +245,15 @@ class PhraseSearcher:
                 if unit == "phrase":
                     hits = _phrase_answers(self.index, phrases, top_k, words[qi] if words else None, calibration)
                 else:
-                    hits = _aggregate(self.index, phrases, unit, top_k, self.passage_scoring)
+                    hits = _aggregate(
+                        self.index,
+                        phrases,
+                        unit,
+                        top_k,
+                        self.passage_scoring,
+                        words[qi] if words else None,
+                        calibration,
+                    )
                 results[qi] = hits
                 if len(hits) < top_k and c < total and candidates is None:
                     still.append(qi)
@@ -417,11 +432,17 @@ def _aggregate(
     unit: str,
     top_k: int,
     scoring: str = "max",
+    words: Sequence[str] | None = None,
+    calibration: Calibration | None = None,
 ) -> list[Hit]:
     """The top-k passages or documents: each scored by its best phrase (``max``) or the log-sum-exp of all of its
-    phrases' scores (``logsumexp``), carrying its best phrase; ties broken deterministically."""
+    phrases' scores (``logsumexp``), carrying as its answer its best phrase that does not copy the question
+    (``words``), with the confidence that phrase has among the ranked phrase answers (:func:`_phrase_answers`);
+    ties broken deterministically."""
     tokens = index.tokens
     best: dict[str, tuple] = {}  # key -> its best phrase (the first in the deterministic phrase order)
+    answer: dict[str, int] = {}  # passage id -> position in ``answers`` of its best phrase that is no copy
+    answers: list[PhraseHit] = []  # the phrase answers, ranked: the phrases that do not copy the question
     scores: dict[str, list[float]] = {}
     for p in _ranked(index, phrases):
         row = int(tokens["passage"][p[1]])
@@ -429,22 +450,40 @@ def _aggregate(
         key = passage["id"] if unit == "passage" else passage["document_id"]
         best.setdefault(key, p)
         scores.setdefault(key, []).append(p[0])
+        needed = passage["id"] not in answer or (calibration is not None and len(answers) < CONFIDENCE_DEPTH)
+        if needed and (words is not None or calibration is not None):
+            hit = _make_phrase(index, *p)
+            if words is None or not copies_question(hit.text, words):
+                answer.setdefault(passage["id"], len(answers))
+                answers.append(hit)
     if scoring == "logsumexp":
         totals = {key: float(np.logaddexp.reduce(np.asarray(v, dtype=np.float64))) for key, v in scores.items()}
     else:
         totals = {key: v[0] for key, v in scores.items()}
-    order = sorted(best, key=lambda key: -totals[key])  # stable: equal scores keep the best phrases' order
+    order = sorted(best, key=lambda key: -totals[key])[:top_k]  # stable: ties keep the best phrases' order
+    # a document answers from its best passage, the passage of its best phrase
+    answering = {key: index.passages[int(tokens["passage"][best[key][1]])]["id"] for key in order}
+    confidence: dict[int, float] = {}
+    if calibration is not None and answers:
+        at = sorted({answer[pid] for pid in answering.values() if pid in answer})
+        features = confidence_features([h.score for h in answers], [h.text for h in answers], at)
+        confidence = dict(zip(at, calibration.confidence(features).tolist(), strict=True))
     out: list[Hit] = []
-    for key in order[:top_k]:
-        p = best[key]
-        passage = index.passages[int(tokens["passage"][p[1]])]
+    for key in order:
+        if answering[key] in answer:
+            at_key = answer[answering[key]]
+            phrase = replace(answers[at_key], confidence=confidence.get(at_key))
+        else:  # every retrieved phrase of it copies the question (or no answers were asked for)
+            phrase = _make_phrase(index, *best[key])
+            phrase = replace(phrase, copies_question=words is not None)
+        passage = index.passages[phrase.passage_row]
         hit = PassageHit(
             passage["id"],
             passage["document_id"],
             passage.get("title", ""),
             passage["text"],
             totals[key],
-            _make_phrase(index, *p),
+            phrase,
             dict(passage.get("meta") or {}),
         )
         if unit == "document":

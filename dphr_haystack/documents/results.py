@@ -59,7 +59,8 @@ class RetrievedDocument(Generic[StoredDocument]):
 @dataclass(frozen=True)
 class RetrievedAnswer(Generic[StoredDocument]):
     """A phrase answer in a stored document; ``meta`` holds what the phrase adds (raw score, title, group,
-    confidence), ``score`` the calibrated confidence when the model has one, else the (scaled) phrase score."""
+    confidence), ``score`` the calibrated confidence (in [0, 1]) when the model has one, in every unit, else the
+    (scaled) phrase score as before: in [0, 1] only when scaled."""
 
     phrase: PhraseHit
     document: StoredDocument
@@ -113,13 +114,19 @@ def retrieved(
     meta_of: Callable[[StoredDocument], Mapping[str, Any] | None],
     scale: bool,
 ) -> tuple[list[RetrievedDocument], list[RetrievedAnswer]]:
-    """Documents (each stored document once, at its best rank) and answers (one per hit) of a ranked hit list."""
+    """Documents (each stored document once, at its best rank) and answers (one per hit) of a ranked hit list.
+
+    A passage or document hit answers with its best phrase that does not copy the question; one whose retrieved
+    phrases all copy it (:attr:`~dphr_haystack.search.PhraseHit.copies_question`) still ranks as a document but
+    gives no answer.
+    """
     documents: list[RetrievedDocument] = []
     answers: list[RetrievedAnswer] = []
     seen: set[str] = set()
     for hit, document in pairs:
         phrase = best_phrase(hit)
-        answers.append(retrieved_answer(phrase, document, scale))
+        if not phrase.copies_question:
+            answers.append(retrieved_answer(phrase, document, scale))
         if phrase.passage_id in seen:
             continue
         seen.add(phrase.passage_id)

@@ -30,8 +30,10 @@ class PhraseRetriever:
     ``"document"``: the best passage of each document group; ``"phrase"``: the passages of the top phrases),
     each with ``meta["best_phrase"]``, ``best_phrase_start``/``best_phrase_end`` (char offsets in ``content``) and
     ``best_phrase_score`` (raw); and ``answers``, the phrases as ``ExtractedAnswer``s with their document and
-    offsets. An answer's ``score`` is the model's calibrated confidence (P(correct)) when the model carries a
-    calibration, else the scaled (or raw) phrase score; ``meta["raw_score"]`` keeps the raw one.
+    offsets (in every unit a passage answers with its best phrase that is no copy of the question, none when all
+    its retrieved phrases are copies). An answer's ``score``, in every unit, is the model's calibrated confidence
+    (P(correct), in [0, 1]) when the model carries a calibration, else the scaled (or raw) phrase score as
+    before; ``meta["raw_score"]`` keeps the raw one.
 
     Example:
         >>> retriever = PhraseRetriever(document_store=store)      # the shipped dphr-minilm-squad model

@@ -34,7 +34,8 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
     ``retrieve`` returns Documents ranked by their best phrase: ``score`` is the phrase-derived passage
     (or document) score and ``meta`` gains ``best_phrase``, ``best_phrase_start``/``best_phrase_end``
     (char offsets in ``content``) and ``best_phrase_score`` (raw). In a pipeline, ``run`` also returns the
-    phrases as extractive ``Answer``s.
+    phrases as extractive ``Answer``s: in every unit a passage answers with its best phrase that is no copy of
+    the question (none when all its retrieved phrases are copies).
 
     Example:
         >>> store = PhraseDocumentStore()
@@ -55,7 +56,7 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
             the model's).
         whole_words: Phrases start and end on word boundaries (never inside a WordPiece-split word).
         skip_question_copies: Never answer with a phrase the question itself contains ("Who won Super Bowl
-            50?" → "Super Bowl 50"); passage and document rankings are unchanged by it.
+            50?" → "Super Bowl 50"), in every unit; passage and document rankings and scores are unchanged by it.
         passage_scoring: How passages and documents score their retrieved phrases: ``max`` (the best one, Lee et
             al. 2021b) or ``logsumexp`` (all of them).
         filter_threshold: Token-filter threshold used when this retriever creates a phrase index: ``"model"``
@@ -68,7 +69,8 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
         device: ``cpu``, ``cuda`` or ``auto``.
         scale_score: Map scores to (0, 1) with expit(score / 100); raw scores otherwise. A phrase answer of a
             model with a stored calibration always has its calibrated confidence (P(correct), in [0, 1]) as
-            ``Answer.score``, and ``meta["confidence"]`` too; its raw score stays in ``meta["raw_score"]``.
+            ``Answer.score``, in every unit, and ``meta["confidence"]`` too; its raw score stays in
+            ``meta["raw_score"]``. Without a calibration ``Answer.score`` is the phrase score, scaled or raw.
         return_answers: Emit ``answers`` besides ``documents`` in ``run``. Turn off for Haystack's SAS
             evaluation, which cannot handle a node that emits both.
     """

@@ -72,9 +72,13 @@ def test_searcher_skips_phrases_the_question_contains(tiny_model, index):
     # Off: the copy comes back; passages are ranked the same either way.
     again = plain.search_vectors(q_start, q_end, unit="phrase", top_k=1, questions=[question])[0]
     assert again[0].text == copied
-    assert skipping.search_vectors(
-        q_start, q_end, unit="passage", top_k=3, questions=[question]
-    ) == plain.search_vectors(q_start, q_end, unit="passage", top_k=3, questions=[question])
+    assert [
+        (h.passage_id, h.score)
+        for h in skipping.search_vectors(q_start, q_end, unit="passage", top_k=3, questions=[question])[0]
+    ] == [
+        (h.passage_id, h.score)
+        for h in plain.search_vectors(q_start, q_end, unit="passage", top_k=3, questions=[question])[0]
+    ]
 
 
 def test_question_texts_must_match_the_query_vectors(tiny_model, index):
@@ -177,7 +181,7 @@ def test_model_calibration_gives_confidences_independent_of_top_k(tiny_model, in
             "capital of france", unit="phrase", top_k=3 * CONFIDENCE_DEPTH
         )
     ]
-    assert searcher.search("capital of france", unit="passage", top_k=2)[0].best_phrase.confidence is None
+    assert searcher.search("capital of france", unit="passage", top_k=2)[0].best_phrase.confidence is not None
     assert PhraseSearcher(index, loaded, calibration=None).search("capital of france", top_k=1)[0].confidence is None
     with pytest.raises(InvalidParameterError):
         PhraseSearcher(index, loaded, calibration="best")

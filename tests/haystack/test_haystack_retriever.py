@@ -40,7 +40,8 @@ def test_passage_documents_carry_the_best_phrase(indexed_retriever):
     for doc in docs:
         start, end = doc.meta["best_phrase_start"], doc.meta["best_phrase_end"]
         assert doc.content[start:end] == doc.meta["best_phrase"]
-        assert doc.score == pytest.approx(doc.meta["best_phrase_score"])  # passage score = best phrase score
+        # passage score = its best phrase's score; its answer (best_phrase) may score below a copy of the question
+        assert doc.score >= doc.meta["best_phrase_score"] - 1e-4
         assert doc.meta["title"]  # the stored meta is kept
     assert [d.score for d in docs] == sorted((d.score for d in docs), reverse=True)
     out, _ = indexed_retriever.run_query(QUERIES[1], top_k=6)

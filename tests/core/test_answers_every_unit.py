@@ -1,0 +1,116 @@
+"""Every retrieval unit answers with phrases that do not copy the question, scored by the calibrated confidence."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from dphr_haystack import PhraseIndex, PhraseSearcher
+from dphr_haystack.answers import normalize_answer
+from dphr_haystack.confidence import copies_question, question_words
+from dphr_haystack.documents.results import best_phrase, retrieved
+from dphr_haystack.encode.add import add_passages
+from dphr_haystack.model.calibration import Calibration
+from tests.conftest import tiny_passages
+
+pytestmark = pytest.mark.unit
+
+# A question whose words the untrained tiny model's top phrases copy ("of"), with real words in it.
+QUESTION = "What is the capital of France?"
+# A calibration that uses every feature (values chosen so confidences spread over (0, 1)).
+CALIBRATION = Calibration((0.8, 1.2, 0.6, 0.9), -0.3, (0.0, -2.0, -1.0, 0.5), (5.0, 1.0, 1.0, 1.0))
+
+
+def calibrated(model):
+    """``model`` (a per-test copy) carrying :data:`CALIBRATION` in its config."""
+    model.config = dataclasses.replace(model.config, calibration=CALIBRATION.to_dict())
+    return model
+
+
+def real_copies(texts, question: str) -> list[str]:
+    """The texts that copy ``question`` and have words of their own (not an article or punctuation only)."""
+    words = question_words(question)
+    return [t for t in texts if normalize_answer(t).split() and copies_question(t, words)]
+
+
+@pytest.fixture
+def index(tiny_model):
+    idx = PhraseIndex.create(tiny_model)
+    add_passages(idx, tiny_model, tiny_passages(), progress=False)
+    return idx
+
+
+def _key(phrase):
+    return (phrase.passage_id, phrase.start, phrase.end)
+
+
+def answers_of(hits):
+    """The answers the Haystack layers build from ``hits`` (:func:`dphr_haystack.documents.results.retrieved`)."""
+    stored = {p["id"]: p for p in tiny_passages()}
+    return retrieved([(h, stored[best_phrase(h).passage_id]) for h in hits], lambda doc: {}, True)[1]
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "document"])
+def test_no_answer_of_any_unit_copies_the_question(tiny_model, index, unit):
+    plain = PhraseSearcher(index, tiny_model, skip_question_copies=False, calibration=None)
+    before = [a.phrase.text for a in answers_of(plain.search(QUESTION, unit=unit, top_k=6))]
+    assert real_copies(before, QUESTION), "the question must contain a top phrase for this test to mean anything"
+    answers = answers_of(PhraseSearcher(index, tiny_model, calibration=None).search(QUESTION, unit=unit, top_k=6))
+    words = question_words(QUESTION)
+    assert answers and all(not copies_question(a.phrase.text, words) for a in answers)
+
+
+@pytest.mark.parametrize("unit", ["passage", "document"])
+@pytest.mark.parametrize("scoring", ["max", "logsumexp"])
+def test_passage_and_document_ranking_and_scores_do_not_change(tiny_model, index, unit, scoring):
+    q_start, q_end = tiny_model.encode_queries([QUESTION])
+    plain = PhraseSearcher(index, tiny_model, skip_question_copies=False, calibration=None, passage_scoring=scoring)
+    skipping = PhraseSearcher(index, calibrated(tiny_model), passage_scoring=scoring)
+    before = plain.search_vectors(q_start, q_end, unit=unit, top_k=6, questions=[QUESTION])[0]
+    after = skipping.search_vectors(q_start, q_end, unit=unit, top_k=6, questions=[QUESTION])[0]
+    ids = "passage_id" if unit == "passage" else "document_id"
+    assert [(getattr(h, ids), h.score) for h in after] == [(getattr(h, ids), h.score) for h in before]
+
+
+@pytest.mark.parametrize("unit", ["passage", "document"])
+def test_answer_confidence_equals_the_phrase_units(tiny_model, index, unit):
+    """Over one candidate pool (the whole tiny index), a passage's or document's answer has the confidence the
+    same phrase has as a phrase answer."""
+    searcher = PhraseSearcher(index, calibrated(tiny_model))
+    q_start, q_end = tiny_model.encode_queries([QUESTION])
+    every = len(index)
+    phrases = searcher.search_vectors(
+        q_start, q_end, unit="phrase", top_k=10 * every, candidates=every, questions=[QUESTION]
+    )[0]
+    confidence = {_key(h): h.confidence for h in phrases}
+    hits = searcher.search_vectors(q_start, q_end, unit=unit, top_k=6, candidates=every, questions=[QUESTION])[0]
+    assert len(hits) >= 3
+    for hit in hits:
+        phrase = best_phrase(hit)
+        assert phrase.confidence is not None and 0.0 <= phrase.confidence <= 1.0
+        assert phrase.confidence == pytest.approx(confidence[_key(phrase)], abs=1e-12)
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "document"])
+@pytest.mark.parametrize("scale", [True, False])
+def test_retrieved_answer_scores_are_the_calibrated_confidences(tiny_model, index, unit, scale):
+    searcher = PhraseSearcher(index, calibrated(tiny_model))
+    hits = searcher.search(QUESTION, unit=unit, top_k=6)
+    stored = {p["id"]: p for p in tiny_passages()}
+    pairs = [(h, stored[best_phrase(h).passage_id]) for h in hits]
+    _, answers = retrieved(pairs, lambda doc: {}, scale)
+    assert answers
+    words = question_words(QUESTION)
+    for answer in answers:
+        assert not copies_question(answer.phrase.text, words)
+        assert 0.0 <= answer.score <= 1.0 and answer.score == answer.phrase.confidence
+        assert answer.meta["confidence"] == answer.score
+
+
+def test_without_a_calibration_answers_keep_the_scaled_score(tiny_model, index):
+    hits = PhraseSearcher(index, tiny_model).search(QUESTION, unit="passage", top_k=6)
+    stored = {p["id"]: p for p in tiny_passages()}
+    _, answers = retrieved([(h, stored[h.passage_id]) for h in hits], lambda doc: {}, True)
+    assert answers and all(a.phrase.confidence is None and "confidence" not in a.meta for a in answers)
+    assert all(0.0 < a.score < 1.0 for a in answers)
