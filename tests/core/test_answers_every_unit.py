@@ -28,6 +28,16 @@ def calibrated(model):
     return model
 
 
+# top_k large enough that every unit's search sees every token of the tiny index: one candidate pool for all
+EVERY = {"phrase": 1000, "passage": 20, "document": 20}
+
+
+def save_calibrated(model, path):
+    """A model directory of ``model`` with :data:`CALIBRATION` stored (what the Haystack retrievers load)."""
+    calibrated(model).save(path)
+    return path
+
+
 def real_copies(texts, question: str) -> list[str]:
     """The texts that copy ``question`` and have words of their own (not an article or punctuation only)."""
     words = question_words(question)

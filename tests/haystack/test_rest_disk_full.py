@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import pytest
 
 from tests.conftest import tiny_passages
 from tests.haystack.test_rest_errors import _env, _serve
+from tests.reliability._disk_full import small_tmpfs
 
 pytest.importorskip("rest_api", reason="Haystack's REST API 1.26 is not installed (scripts/setup.sh installs it)")
 requests = pytest.importorskip("requests")
@@ -37,15 +36,8 @@ QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "Which river
 @pytest.fixture
 def small_fs(tmp_path):
     """An 8 MiB tmpfs for the store (needs root and mount permission; skipped otherwise)."""
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a small tmpfs needs root")
-    mount = tmp_path / "small-fs"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    with small_tmpfs(tmp_path, "8m") as mount:
+        yield mount
 
 
 def _fill(mount: Path) -> Path:

@@ -7,19 +7,14 @@ import pytest
 
 from dphr_haystack.confidence import copies_question, question_words
 from dphr_haystack.haystack2 import PhraseDocumentStore, PhraseIndexer, PhraseRetriever
-from tests.core.test_answers_every_unit import CALIBRATION, QUESTION, calibrated, real_copies
+from tests.core.test_answers_every_unit import CALIBRATION, EVERY, QUESTION, real_copies, save_calibrated
 
 pytestmark = pytest.mark.unit
-
-# top_k large enough that every unit's search sees every token of the tiny index: one candidate pool for all
-EVERY = {"phrase": 1000, "passage": 20, "document": 20}
 
 
 @pytest.fixture
 def calibrated_dir(tiny_model, tmp_path):
-    path = tmp_path / "calibrated-model"
-    calibrated(tiny_model).save(path)
-    return path
+    return save_calibrated(tiny_model, tmp_path / "calibrated-model")
 
 
 def _retriever(model_dir, docs, **kwargs) -> PhraseRetriever:

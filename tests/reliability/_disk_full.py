@@ -11,6 +11,7 @@ import contextlib
 import errno
 import os
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -196,3 +197,22 @@ def assert_store_state(got: dict, want: dict, what: str) -> None:
         )
     for doc_id in got["phrases"]:  # every phrase belongs to a stored document, encoded from its text
         assert doc_id in got["documents"], f"{what}: phrases of {doc_id!r}, which the store does not hold"
+
+
+@contextlib.contextmanager
+def small_tmpfs(parent: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``2m``, ``8m``) mounted under ``parent`` for the block; the test is skipped where mounting
+    is not permitted (it needs root)."""
+    import pytest
+
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small tmpfs needs root")
+    mount = parent / "small-fs"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

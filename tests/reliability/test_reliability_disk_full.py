@@ -12,7 +12,6 @@ import errno
 import json
 import os
 import shutil
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 from dphr_haystack import DphrError, PhraseIndex
 from dphr_haystack.encode.add import add_passages
 from tests.reliability._checks import assert_index_consistent
-from tests.reliability._disk_full import DiskFull, assert_same_state, copy_index, index_state
+from tests.reliability._disk_full import DiskFull, assert_same_state, copy_index, index_state, small_tmpfs
 
 VARIANTS = {  # name: (faiss_factory, dtype, passages in the base index)
     "flat": ("auto", "float16", 6),
@@ -312,15 +311,8 @@ def test_dphr_index_on_a_full_disk_exits_with_a_one_line_error(disk, tmp_path, m
 @pytest.fixture
 def small_fs(tmp_path):
     """A 2 MiB tmpfs (needs root and mount permission; skipped otherwise)."""
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a small tmpfs needs root")
-    mount = tmp_path / "small-fs"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    with small_tmpfs(tmp_path, "2m") as mount:
+        yield mount
 
 
 def _free_bytes(path: Path) -> int:
