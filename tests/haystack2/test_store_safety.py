@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import traceback
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from haystack.document_stores.types import DuplicatePolicy
 from dphr_haystack.documents.passages import encoded_as
 from dphr_haystack.errors import IndexLoadError, UnsafePathError
 from dphr_haystack.haystack2 import PhraseDocumentStore
+from tests.reliability._crash import run_forked
 
 pytestmark = [pytest.mark.unit, pytest.mark.skipif(not hasattr(os, "fork"), reason="forks child processes")]
 
@@ -150,51 +150,6 @@ def test_a_linked_phrases_directory_is_refused_at_open_and_at_write(tmp_path, ti
 
 
 # ----------------------------------------------------------------- kills during delete and overwrite
-def _arm(kill_at: int, counter: list[int]) -> None:
-    """SIGKILL this process just before its ``kill_at``-th durability step (fsync, rename, directory exchange)."""
-    from dphr_haystack._util import atomic
-
-    def wrap(owner, name):
-        original = getattr(owner, name)
-
-        def step(*args, **kwargs):
-            counter[0] += 1
-            if counter[0] == kill_at:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return original(*args, **kwargs)
-
-        setattr(owner, name, step)
-
-    for owner, name in ((os, "fsync"), (os, "replace"), (os, "rename"), (shutil, "rmtree"), (atomic, "exchange")):
-        wrap(owner, name)
-
-
-def _forked(job, path: Path, kill_at: int) -> tuple[int | None, int]:
-    """Run ``job(store)`` on a store opened at ``path`` in a forked child killed at ``kill_at`` (0: never);
-    returns (the signal that ended it, its durability steps)."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover (the child)
-        os.close(read)
-        counter, code = [0], 3
-        try:
-            store = PhraseDocumentStore(path=str(path), progress_bar=False)
-            _arm(kill_at, counter)
-            job(store)
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-            code = 4
-        os.write(write, str(counter[0]).encode())
-        os._exit(code)
-    os.close(write)
-    _, status = os.waitpid(pid, 0)
-    steps = os.read(read, 64)
-    os.close(read)
-    assert not os.WIFEXITED(status) or os.WEXITSTATUS(status) == 0, status
-    return (os.WTERMSIG(status) if os.WIFSIGNALED(status) else None), int(steps or 0)
-
-
 def _assert_answerable(path: Path, model) -> PhraseDocumentStore:
     """Every stored document has its phrases (as stored), and no phrase answers for a document not stored."""
     store = PhraseDocumentStore(path=str(path), progress_bar=False)
@@ -215,6 +170,10 @@ JOBS = {
         DuplicatePolicy.OVERWRITE,
     ),
 }
+
+
+def _forked(job, path: Path, kill_at: int) -> tuple[int | None, int]:
+    return run_forked(lambda: PhraseDocumentStore(path=str(path), progress_bar=False), job, kill_at)
 
 
 @pytest.mark.parametrize("operation", ["delete", "overwrite"])

@@ -123,6 +123,32 @@ def _arm(kill_at: int | None, counter: list[int]) -> None:
         wrap(owner, name)
 
 
+def run_forked(open_store, job, kill_at: int) -> tuple[int | None, int]:
+    """Run ``job(open_store())`` in a forked child SIGKILLed just before its ``kill_at``-th durability step (0:
+    never); returns (the signal that ended the child, its durability steps)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        os.close(read)
+        counter, code = [0], 3
+        try:
+            store = open_store()
+            _arm(kill_at or None, counter)
+            job(store)
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+            code = 4
+        os.write(write, str(counter[0]).encode())
+        os._exit(code)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    steps = os.read(read, 64)
+    os.close(read)
+    assert not os.WIFEXITED(status) or os.WEXITSTATUS(status) == 0, status
+    return (os.WTERMSIG(status) if os.WIFSIGNALED(status) else None), int(steps or 0)
+
+
 def _child(job: dict) -> None:
     log = os.open(job.get("log", os.devnull), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)

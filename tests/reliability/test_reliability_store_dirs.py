@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import traceback
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from dphr_haystack.documents.passages import encoded_as
 from dphr_haystack.errors import UnsafePathError
 from tests.conftest import tiny_documents
+from tests.reliability._crash import run_forked
 
 pytestmark = [pytest.mark.unit, pytest.mark.skipif(not hasattr(os, "fork"), reason="forks child processes")]
 pytest.importorskip("haystack.schema")
@@ -66,33 +66,14 @@ def test_a_linked_phrase_folder_is_refused_at_open_and_at_write(tmp_path, model_
 
 # ----------------------------------------------------------------- kills during delete and overwrite
 def _forked(job, path: Path, kill_at: int) -> tuple[int | None, int]:
-    """Run ``job(store)`` on the shared store at ``path`` in a forked child SIGKILLed just before its
-    ``kill_at``-th durability step (0: never, see ``tests/reliability/_crash.py``); returns (signal, steps)."""
-    from tests.reliability._crash import _arm
+    """``job`` on the shared 1.x store at ``path`` in a child killed at ``kill_at`` (``_crash.run_forked``)."""
 
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover (the child)
-        os.close(read)
-        counter, code = [0], 3
-        try:
-            from dphr_haystack.nodes import PhraseDocumentStore
+    def open_store():
+        from dphr_haystack.nodes import PhraseDocumentStore
 
-            store = PhraseDocumentStore(path=str(path), progress_bar=False)
-            _arm(kill_at or None, counter)
-            job(store)
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-            code = 4
-        os.write(write, str(counter[0]).encode())
-        os._exit(code)
-    os.close(write)
-    _, status = os.waitpid(pid, 0)
-    steps = os.read(read, 64)
-    os.close(read)
-    assert not os.WIFEXITED(status) or os.WEXITSTATUS(status) == 0, status
-    return (os.WTERMSIG(status) if os.WIFSIGNALED(status) else None), int(steps or 0)
+        return PhraseDocumentStore(path=str(path), progress_bar=False)
+
+    return run_forked(open_store, job, kill_at)
 
 
 def _assert_answerable(path: Path, model_dir: Path):
