@@ -219,14 +219,27 @@ def threshold_sweep(
         index = PhraseIndex.create(model, filter_threshold=th)
         index.add_shard(shard)
         metrics = evaluate_index(index, model, examples, ks)
-        rows.append({"threshold": th, "vectors": len(index), "kept_fraction": len(index) / max(1, total), **metrics})
+        rows.append(
+            {
+                "threshold": th,
+                "vectors": len(index),
+                "kept_fraction": len(index) / max(1, total),
+                "vectors_per_passage": len(index) / max(1, len(passages)),
+                **metrics,
+            }
+        )
     return rows
 
 
-def choose_threshold(rows: Sequence[dict[str, Any]], metric: str = "em@1", max_drop: float = 0.01) -> dict[str, Any]:
-    """Pick the filter threshold of a sweep: the smallest index whose accuracy is within ``max_drop`` of no filtering.
+def choose_threshold(
+    rows: Sequence[dict[str, Any]],
+    metric: str = "em@1",
+    max_drop: float = 0.01,
+    vector_budget: float | None = None,
+) -> dict[str, Any]:
+    """Pick the filter threshold of a sweep.
 
-    The rule:
+    Without ``vector_budget``, the smallest index whose accuracy is within ``max_drop`` of no filtering:
 
     1. the reference is the unfiltered row (threshold None) or, when it was not swept, the row keeping the
        most vectors;
@@ -236,12 +249,17 @@ def choose_threshold(rows: Sequence[dict[str, Any]], metric: str = "em@1", max_d
        token) when no filtering threshold keeps the accuracy;
     4. when the reference scores 0 the sweep carries no signal and the choice is None (no filtering).
 
+    With ``vector_budget`` (stored vectors per passage; rows need ``vectors_per_passage``), the most accurate index
+    within the budget: among the rows keeping at most ``vector_budget`` vectors per passage, the one with the
+    highest ``metric`` (ties: fewer vectors, then higher threshold). When no row fits the budget, the smallest
+    index. ``max_drop`` is not used.
+
     Kim et al. (2022, App. A) note that filtering can even raise accuracy and that the best threshold moves
     with the corpus size: the rule is applied on the validation subcorpus the sweep ran on.
 
     Returns:
-        ``threshold``, the ``metric`` and ``max_drop`` used, ``reference`` and ``chosen`` metric values,
-        ``kept_fraction`` of the chosen row and a one-line ``rule``.
+        ``threshold``, the ``metric``, ``max_drop`` and ``vector_budget`` used, ``reference`` and ``chosen`` metric
+        values, ``kept_fraction`` (and ``vectors_per_passage`` when swept) of the chosen row and a one-line ``rule``.
     """
     if not rows:
         raise ValueError("choose_threshold: the sweep has no rows")
@@ -250,28 +268,47 @@ def choose_threshold(rows: Sequence[dict[str, Any]], metric: str = "em@1", max_d
         raise ValueError(f"choose_threshold: metric {metric!r} not in the sweep; valid: {', '.join(valid)}")
     if max_drop < 0:
         raise ValueError(f"choose_threshold: max_drop must be >= 0, got {max_drop}")
+    if vector_budget is not None and not vector_budget > 0:
+        raise ValueError(f"choose_threshold: vector_budget must be > 0 vectors per passage, got {vector_budget}")
+    if vector_budget is not None and any("vectors_per_passage" not in r for r in rows):
+        raise ValueError("choose_threshold: vector_budget needs 'vectors_per_passage' in every row of the sweep")
     unfiltered = [r for r in rows if r["threshold"] is None]
     reference = unfiltered[0] if unfiltered else max(rows, key=lambda r: r["vectors"])
-    floor = reference[metric] - max_drop
-    acceptable = [r for r in rows if r[metric] >= floor - 1e-12] if reference[metric] > 0 else [reference]
-    # min over (size, -accuracy, -threshold); no filtering counts as the lowest threshold
-    chosen = min(
-        acceptable, key=lambda r: (r["vectors"], -r[metric], math.inf if r["threshold"] is None else -r["threshold"])
-    )
-    return {
+
+    def higher_threshold_first(row: dict[str, Any]) -> float:  # no filtering counts as the lowest threshold
+        return math.inf if row["threshold"] is None else -row["threshold"]
+
+    if vector_budget is not None:
+        within = [r for r in rows if r["vectors_per_passage"] <= vector_budget + 1e-12]
+        if within:
+            chosen = min(within, key=lambda r: (-r[metric], r["vectors"], higher_threshold_first(r)))
+            rule = f"highest {metric} with <= {vector_budget:g} vectors per passage"
+        else:
+            chosen = min(rows, key=lambda r: (r["vectors"], -r[metric], higher_threshold_first(r)))
+            rule = f"no threshold keeps <= {vector_budget:g} vectors per passage: the smallest index"
+    else:
+        floor = reference[metric] - max_drop
+        acceptable = [r for r in rows if r[metric] >= floor - 1e-12] if reference[metric] > 0 else [reference]
+        chosen = min(acceptable, key=lambda r: (r["vectors"], -r[metric], higher_threshold_first(r)))
+        rule = (
+            f"fewest vectors with {metric} >= {metric}(no filter) - {max_drop:g}"
+            if reference[metric] > 0
+            else f"{metric}(no filter) = 0: no signal, no filtering"
+        )
+    choice = {
         "threshold": chosen["threshold"],
         "metric": metric,
         "max_drop": max_drop,
+        "vector_budget": vector_budget,
         "reference": reference[metric],
         "reference_threshold": reference["threshold"],
         "chosen": chosen[metric],
         "kept_fraction": chosen["kept_fraction"],
-        "rule": (
-            f"fewest vectors with {metric} >= {metric}(no filter) - {max_drop:g}"
-            if reference[metric] > 0
-            else f"{metric}(no filter) = 0: no signal, no filtering"
-        ),
+        "rule": rule,
     }
+    if "vectors_per_passage" in chosen:
+        choice["vectors_per_passage"] = chosen["vectors_per_passage"]
+    return choice
 
 
 def store_filter_threshold(model_dir: str | Path, threshold: float | None) -> None:

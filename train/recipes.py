@@ -259,7 +259,7 @@ def run_filter(ctx: Context) -> dict[str, Any]:
             recipe.validate.batch_size,
             recipe.validate.ks,
         )
-        choice = choose_threshold(rows, f.choose_metric, f.max_drop)
+        choice = choose_threshold(rows, f.choose_metric, f.max_drop, f.vector_budget)
         for directory in {result.final_dir, result.best_dir}:
             store_filter_threshold(directory, choice["threshold"])
         _write_json(out / "sweep.json", {"subcorpus": name, "rows": rows, "choice": choice})

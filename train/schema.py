@@ -79,6 +79,8 @@ class FilterSection:
     sweep_subcorpus: str = "C0"
     choose_metric: str = "em@1"  # the threshold rule: see train.filter.choose_threshold
     max_drop: float = 0.01
+    # stored vectors per passage: when set, the rule is "highest choose_metric within this budget" (max_drop unused)
+    vector_budget: float | None = None
     train: dict[str, Any] = field(default_factory=dict)
 
 
@@ -201,6 +203,10 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
         raise ValueError(
             f"{path}: filter.choose_metric {recipe.filter.choose_metric!r} is not swept; valid: "
             f"{', '.join(metrics)} (validate.ks)"
+        )
+    if recipe.filter.vector_budget is not None and not recipe.filter.vector_budget > 0:
+        raise ValueError(
+            f"{path}: filter.vector_budget must be > 0 vectors per passage, got {recipe.filter.vector_budget}"
         )
     return recipe
 

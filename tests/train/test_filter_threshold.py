@@ -53,6 +53,47 @@ def test_reference_without_an_unfiltered_row_and_ties():
         choose_threshold(rows, "acc@7")
 
 
+def _budget_row(threshold, per_passage, em):
+    return {**_row(threshold, int(per_passage * 100), em), "vectors_per_passage": per_passage}
+
+
+# the shipped model's sweep shape: threshold 1.0 is the smallest within 1 EM point, 0.5 reads better
+BUDGET_SWEEP = [
+    _budget_row(None, 120.0, 0.310),
+    _budget_row(0.0, 60.0, 0.312),
+    _budget_row(0.5, 39.5, 0.305),
+    _budget_row(0.75, 38.4, 0.305),
+    _budget_row(1.0, 34.0, 0.300),
+    _budget_row(2.0, 20.0, 0.240),
+]
+
+
+def test_vector_budget_picks_the_most_accurate_index_within_the_budget():
+    assert choose_threshold(BUDGET_SWEEP, "em@1", max_drop=0.01)["threshold"] == 1.0  # the old rule
+    choice = choose_threshold(BUDGET_SWEEP, "em@1", vector_budget=40)
+    # 0.5 and 0.75 tie on EM: the smaller index wins
+    assert choice["threshold"] == 0.75 and choice["chosen"] == 0.305 and choice["vectors_per_passage"] == 38.4
+    assert "<= 40 vectors per passage" in choice["rule"] and choice["vector_budget"] == 40
+    assert choose_threshold(BUDGET_SWEEP, "em@1", vector_budget=1000)["threshold"] == 0.0  # filtering may help
+    assert choose_threshold(BUDGET_SWEEP, "em@1", vector_budget=30)["threshold"] == 2.0
+
+
+def test_vector_budget_nothing_fits_or_rows_lack_the_count():
+    choice = choose_threshold(BUDGET_SWEEP, "em@1", vector_budget=5)
+    assert choice["threshold"] == 2.0 and "smallest index" in choice["rule"]
+    with pytest.raises(ValueError, match="vectors_per_passage"):
+        choose_threshold(SWEEP, "em@1", vector_budget=40)
+    with pytest.raises(ValueError, match="vector_budget must be > 0"):
+        choose_threshold(BUDGET_SWEEP, "em@1", vector_budget=0)
+
+
+def test_recipe_rejects_a_non_positive_vector_budget(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("filter: {vector_budget: -1}\n")
+    with pytest.raises(ValueError, match="vector_budget"):
+        load_recipe(bad)
+
+
 def test_recipe_rejects_a_metric_the_sweep_does_not_report(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("filter: {choose_metric: acc@3}\nvalidate: {ks: [1, 5]}\n")

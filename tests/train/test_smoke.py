@@ -56,6 +56,7 @@ def test_smoke_recipe_runs_every_stage(tmp_path):
     sweep = json.loads((out / "filter" / "sweep.json").read_text())
     chosen = sweep["choice"]["threshold"]
     assert chosen in [r["threshold"] for r in sweep["rows"]] and chosen == filt["filter_threshold"]
+    assert all(r["vectors_per_passage"] > 0 for r in sweep["rows"])
     for stage in ("filter", "qsft"):  # stored with the model; QSFT starts from the filter model and keeps it
         config = json.loads((out / stage / "final" / "dphr_config.json").read_text())
         assert config["filter_threshold"] == chosen
