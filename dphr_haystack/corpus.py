@@ -1,9 +1,12 @@
-"""Passages in, from SQuAD JSON, JSONL ``{id, title, text}`` or Python objects (streamed, never all in memory)."""
+"""Passages in, from SQuAD JSON, JSONL ``{id, title, text}``, a folder of text files, a shipped dataset's name or
+Python objects (streamed, never all in memory)."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -11,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ._util.io import numbered_lines
-from .errors import CorpusFormatError
+from .datasets import resolve_data_file, shipped_dataset_names
+from .errors import CorpusFormatError, EmptyCorpusError
 
 logger = logging.getLogger(__name__)
 
@@ -33,10 +37,13 @@ class Passage:
 
 @dataclass
 class CorpusStats:
-    """What a reader saw: passages yielded and passages skipped for having no text."""
+    """What a reader saw: passages yielded, passages skipped for having no text and, for a folder, the text files
+    read and those skipped as binary or not UTF-8."""
 
     passages: int = 0
     skipped_empty: int = 0
+    files: int = 0
+    skipped_files: int = 0
 
 
 def squad_passage_id(title: str, article: int, paragraph: int) -> str:
@@ -88,22 +95,27 @@ def _json_object(line: str, path: Path, line_no: int) -> dict[str, Any]:
 
 
 def read_corpus(source: str | Path | Iterable[Any], stats: CorpusStats | None = None) -> Iterator[Passage]:
-    """Stream passages from a file path or from Python objects.
+    """Stream passages from a file, a folder, a shipped dataset's name or Python objects.
 
     Files: SQuAD-format JSON (``{"data": [{"title", "paragraphs": [{"context"}]}]}``, passage ids
     ``title-article-paragraph``, document id = title) or JSON lines ``{"id", "title", "text"}`` (optional
-    ``document_id``, ``meta``), in UTF-8 (a byte-order mark is accepted); ``.gz`` is read transparently. Objects:
-    :class:`Passage`, mappings with the JSONL keys, or plain strings (ids are their position). Passages without
-    text are skipped and counted in ``stats.skipped_empty``.
+    ``document_id``, ``meta``; Haystack's serialised documents ``{"id", "content", "meta": {"title"}}`` keep their
+    title and ``document_id`` from ``meta``), or a JSON list of such records, in UTF-8 (a byte-order mark is
+    accepted); ``.gz`` is read transparently. A folder: its ``.txt`` and ``.md`` files (:func:`read_text_folder`).
+    A name of :func:`~dphr_haystack.datasets.shipped_dataset_names` (``squad-dev``) reads that shipped file.
+    Objects: :class:`Passage`, mappings with the JSONL keys, or plain strings (ids are their position). Passages
+    without text are skipped and counted in ``stats.skipped_empty``.
 
     Raises:
         CorpusFormatError: The file is missing, unreadable (not gzip, truncated, not UTF-8), in neither format, or a
             record is unusable or repeats an earlier passage id; the message names the file and line (JSON lines),
             the SQuAD paragraph or the item.
+        EmptyCorpusError: A folder holds no ``.txt`` or ``.md`` file.
     """
     stats = stats if stats is not None else CorpusStats()
     if isinstance(source, (str, Path)):
-        located: Iterable[tuple[str, Any]] = _read_file(Path(source))
+        path = resolve_data_file(source)
+        located: Iterable[tuple[str, Any]] = read_text_folder(path, stats) if path.is_dir() else _read_file(path)
     else:
         located = ((f"record {position}", record) for position, record in enumerate(source))
     seen_ids: set[str] = set()
@@ -140,7 +152,10 @@ def read_corpora(corpora: Iterable[str | Path]) -> list[Passage]:
 def _read_file(path: Path) -> Iterator[tuple[str, Any]]:
     """``(where, record)`` of each record of a corpus file; ``where`` names the file and line (or paragraph)."""
     if not path.is_file():
-        raise CorpusFormatError(f"corpus file not found: {path}")
+        raise CorpusFormatError(
+            f"corpus file not found: {path} (give a SQuAD JSON or JSON lines file, a folder of .txt/.md files, or a "
+            f"shipped corpus: {', '.join(shipped_dataset_names())})"
+        )
     lines = numbered_lines(path, CorpusFormatError)
     head: list[str] = []
     first_line_no = 0
@@ -194,11 +209,11 @@ def _to_passage(record: Any, position: int, where: str) -> Passage:
         meta = record.get("meta", {}) or {}
         if not isinstance(meta, Mapping):
             raise CorpusFormatError(f"{where}: meta must be a mapping, got {type(meta).__name__}")
-        passage = Passage(
+        passage = Passage(  # Haystack's serialised documents carry the title and group in meta
             id=str(record.get("id", position)),
             text=text or "",
-            title=str(record.get("title", "") or ""),
-            document_id=str(record.get("document_id", "") or ""),
+            title=str(record.get("title") or meta.get("title") or ""),
+            document_id=str(record.get("document_id") or meta.get("document_id") or ""),
             meta=dict(meta),
         )
         _check_storable(passage, where)
@@ -219,3 +234,192 @@ def _check_storable(passage: Passage, where: str) -> None:
         ).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as exc:  # non-JSON meta values, lone surrogates in the text
         raise CorpusFormatError(f"{where} (id {passage.id[:60]!r}) cannot be stored: {exc}") from exc
+
+
+# ----------------------------------------------------------------------------- folders of text files
+TEXT_SUFFIXES = (".txt", ".md", ".markdown")
+MARKDOWN_SUFFIXES = (".md", ".markdown")
+MAX_PASSAGE_WORDS = 150
+_BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_ATX = re.compile(r" {0,3}(#{1,6})[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*")  # a heading line: its level and its text
+_LINK = re.compile(r"!?\[([^\]\n]*)\]\([^)\n]*\)")
+_CODE = re.compile(r"`+([^`\n]+?)`+")
+_BOLD = re.compile(r"\*\*(\S(?:.*?\S)?)\*\*")
+_FENCE = re.compile(r" {0,3}(?:```|~~~)")
+_FRONT_MATTER = re.compile(r"---[ \t]*\n(.*?\n)---[ \t]*(?:\n|$)", re.DOTALL)
+_FRONT_TITLE = re.compile(r"^title:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
+
+
+def text_files(folder: Path) -> list[Path]:
+    """The ``.txt`` and ``.md`` files under ``folder``, recursively, ordered by their relative paths; hidden files
+    and folders (names starting with a dot) are left out, symbolic links to folders are not followed."""
+    found: list[Path] = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found.extend(Path(root) / f for f in files if not f.startswith(".") and f.lower().endswith(TEXT_SUFFIXES))
+    return sorted(found, key=lambda p: p.relative_to(folder).parts)
+
+
+def read_text_folder(folder: str | Path, stats: CorpusStats | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(where, passage record)`` of every passage of the ``.txt`` and ``.md`` files of a folder.
+
+    Files are read in :func:`text_files` order and split by :func:`split_passages`. A passage's id is the file's
+    path relative to ``folder`` and its number in the file (``guide/install.md#0``), its document id that path,
+    its title the file's first ``# heading`` (Markdown; else a front-matter ``title:``) or the file name without
+    its extension, and its ``meta`` ``{"name": relative path}``. Binary files and files that are not UTF-8 are
+    skipped and counted in ``stats.skipped_files`` (one warning names a few of them).
+
+    Raises:
+        EmptyCorpusError: The folder holds no ``.txt`` or ``.md`` file.
+        CorpusFormatError: A file cannot be read.
+    """
+    folder = Path(folder)
+    stats = stats if stats is not None else CorpusStats()
+    files = text_files(folder)
+    if not files:
+        raise EmptyCorpusError(
+            f"{folder}: no .txt or .md files in this folder or below it (hidden files and folders are skipped)"
+        )
+    skipped: list[str] = []
+    for path in files:
+        relative = path.relative_to(folder).as_posix()
+        text = _decode_text(path)
+        if text is None:
+            skipped.append(relative)
+            stats.skipped_files += 1
+            continue
+        stats.files += 1
+        markdown = path.suffix.lower() in MARKDOWN_SUFFIXES
+        title = ""
+        if markdown:
+            text, title = _front_matter(text)
+            title = markdown_title(text) or title
+        for number, passage in enumerate(split_passages(text, markdown=markdown)):
+            record = {
+                "id": f"{relative}#{number}",
+                "document_id": relative,
+                "title": title or path.stem,
+                "text": passage,
+                "meta": {"name": relative},
+            }
+            yield f"{path}: passage {number}", record
+    if skipped:
+        logger.warning("skipped %d files that are binary or not UTF-8 text, e.g. %s", len(skipped), skipped[:3])
+
+
+def split_passages(text: str, max_words: int = MAX_PASSAGE_WORDS, markdown: bool = False) -> list[str]:
+    """``text`` as passages of at most ``max_words`` words, cut at blank lines, then at sentence ends.
+
+    Paragraphs (text between blank lines) are packed together while the passage stays within ``max_words``; a
+    longer paragraph is cut at sentence ends (``.``, ``!`` or ``?`` and a space), and a longer sentence every
+    ``max_words`` words. Paragraphs of one passage are joined by a blank line, sentences of one paragraph by a
+    space. With ``markdown`` the text is read as Markdown (:func:`markdown_blocks`): a heading starts a new passage.
+
+    Example:
+        >>> split_passages("One two.\\n\\nThree four five. Six.", max_words=3)
+        ['One two.', 'Three four five.', 'Six.']
+    """
+    if markdown:
+        blocks = markdown_blocks(text)
+    else:
+        blocks = [(block.strip(), False) for block in _BLANK_LINE.split(text) if block.strip()]
+    passages: list[str] = []
+    current: list[list[str]] = []  # paragraphs of the passage being built, each a list of sentences
+    count = 0
+    for block, new_section in blocks:
+        new_paragraph = True
+        for piece in _pieces(block, max_words):
+            words = len(piece.split())
+            if current and (new_section or count + words > max_words):
+                passages.append(_join(current))
+                current, count = [], 0
+            if new_paragraph or not current:
+                current.append([piece])
+            else:
+                current[-1].append(piece)
+            count += words
+            new_section = new_paragraph = False
+    if current:
+        passages.append(_join(current))
+    return passages
+
+
+def markdown_blocks(text: str) -> list[tuple[str, bool]]:
+    """The paragraphs of a Markdown text as plain text, each with whether it starts with a heading.
+
+    A heading keeps its words without the ``#`` marks; links and images keep their text, inline code and bold
+    lose their marks. Fenced code blocks (between ``` or ~~~ lines) stay one block, as written, without the fence
+    lines.
+    """
+    blocks: list[tuple[str, bool]] = []
+    lines: list[str] = []
+    heading = fenced = False
+    for line in [*text.split("\n"), ""]:
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        if fenced:
+            lines.append(line)
+            continue
+        match = _ATX.fullmatch(line.rstrip())
+        if match or not line.strip():  # a heading or a blank line ends the block before it
+            block = "\n".join(lines).strip()
+            if block:
+                blocks.append((block, heading))
+            lines, heading = [], match is not None
+            if match is None:
+                continue
+            line = match.group(2)
+        lines.append(_BOLD.sub(r"\1", _CODE.sub(r"\1", _LINK.sub(r"\1", line))))
+    return blocks
+
+
+def markdown_title(text: str) -> str:
+    """The text of the first level-1 ``# heading`` of a Markdown text (not inside a fenced code block), or ""."""
+    fenced = False
+    for line in text.split("\n"):
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif not fenced and (match := _ATX.fullmatch(line.rstrip())) and match.group(1) == "#":
+            return match.group(2).strip()
+    return ""
+
+
+def _front_matter(text: str) -> tuple[str, str]:
+    """A Markdown text without its leading YAML front matter (``---`` lines), and the ``title:`` it gave ("")."""
+    match = _FRONT_MATTER.match(text)
+    if match is None:
+        return text, ""
+    title = _FRONT_TITLE.search(match.group(1))
+    return text[match.end() :], title.group(1).strip("\"' ") if title else ""
+
+
+def _pieces(block: str, max_words: int) -> list[str]:
+    """A paragraph as itself when short enough, else as its sentences, each cut every ``max_words`` words."""
+    if len(block.split()) <= max_words:
+        return [block]
+    pieces: list[str] = []
+    for sentence in _SENTENCE_END.split(block):
+        words = sentence.split()
+        pieces.extend(" ".join(words[i : i + max_words]) for i in range(0, len(words), max_words))
+    return pieces
+
+
+def _join(paragraphs: list[list[str]]) -> str:
+    return "\n\n".join(" ".join(sentences) for sentences in paragraphs)
+
+
+def _decode_text(path: Path) -> str | None:
+    """A file's text with ``\\n`` line ends (a byte-order mark dropped), or None for a binary or non-UTF-8 file."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CorpusFormatError(f"{path}: cannot read the file ({exc})") from exc
+    if b"\0" in data:
+        return None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+    return text.replace("\r\n", "\n").replace("\r", "\n")

@@ -1,4 +1,9 @@
-"""``dphr index``: encode a corpus into a phrase index, resumably."""
+"""``dphr index``: encode a corpus into a phrase index, resumably.
+
+dphr index --corpus squad-dev --out squad-index        # the SQuAD dev paragraphs shipped with the package
+dphr index --corpus corpus.jsonl --out my-index        # SQuAD JSON or JSON lines {id, title, text}; .gz ok
+dphr index --corpus docs/ --out docs-index             # a folder of .txt/.md files, split into passages
+"""
 
 from __future__ import annotations
 
@@ -21,7 +26,13 @@ def add_index_parser(sub: argparse._SubParsersAction) -> None:
         default=Path(DEFAULT_MODEL),
         help=f"model directory or shipped name (default: {DEFAULT_MODEL}, trained, offline)",
     )
-    index.add_argument("--corpus", required=True, type=Path, help="SQuAD JSON or JSON lines {id, title, text}; .gz ok")
+    index.add_argument(
+        "--corpus",
+        required=True,
+        type=Path,
+        help="SQuAD JSON or JSON lines {id, title, text} (.gz ok); a folder of .txt/.md files (read recursively, "
+        "split into passages of at most ~150 words); or squad-dev, the SQuAD dev paragraphs shipped with the package",
+    )
     index.add_argument("--out", required=True, type=Path)
     index.add_argument(
         "--filter-threshold",
@@ -72,7 +83,8 @@ def run_index(args: argparse.Namespace) -> int:
     resuming = (args.out / MANIFEST).is_file()
     if first is None and not resuming:
         raise EmptyCorpusError(
-            f"{args.corpus}: the corpus has no passage with text ({stats.skipped_empty} empty ones skipped)"
+            f"{args.corpus}: the corpus has no passage with text ({stats.skipped_empty} empty ones skipped"
+            + (f", {stats.skipped_files} binary or non-UTF-8 files skipped)" if stats.skipped_files else ")")
         )
     corpus = itertools.chain([first], passages) if first is not None else iter(())
     # flat_search="mmap": indexing never searches, so a flat index keeps no in-RAM FAISS copy of its vectors and
@@ -104,6 +116,8 @@ def run_index(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     )
     elapsed = time.perf_counter() - started
+    if stats.files or stats.skipped_files:
+        print(f"read {stats.files} text files; skipped {stats.skipped_files} binary or non-UTF-8 files")
     print(
         f"indexed {index.num_passages} passages ({len(index)} phrase vectors, "
         f"{len(index) / max(index.num_passages, 1):.1f} per passage) in {elapsed:.1f}s; "

@@ -13,6 +13,7 @@ from typing import IO, Any
 
 from .._util.io import open_text
 from ..corpus import squad_passage_id
+from ..datasets import resolve_data_file, shipped_dataset_names
 from ..errors import CorpusFormatError
 
 
@@ -103,17 +104,24 @@ def read_questions(
 
     Args:
         path: SQuAD JSON, DensePhrases JSON ``{data: [{id, question, answers}]}``, NQ-open JSONL
-            ``{question, answer}`` or a DPR ``.qa.csv`` (tab-separated, answers as a list literal); ``.gz`` ok.
+            ``{question, answer}`` or a DPR ``.qa.csv`` (tab-separated, answers as a list literal); ``.gz`` ok. A
+            shipped dataset's name (``squad-dev``, see :mod:`dphr_haystack.datasets`) reads its checked file.
         regex: Answers are regular expressions; by default True for files named like CuratedTREC.
         limit: Keep this many questions: the first ones, or a random sample when ``seed`` is given.
         exclude_titles: SQuAD article titles whose questions are left out (e.g. a held-out validation split).
         seed: Sample ``limit`` questions with this seed instead of taking the first ones.
 
     Questions without any answer or with an empty text are skipped.
+
+    Raises:
+        FileNotFoundError: No such file (nor shipped dataset).
+        CorpusFormatError: The file is not in one of these formats, or a shipped dataset's file is damaged.
     """
-    path = Path(path)
+    path = resolve_data_file(path)
     if not path.is_file():
-        raise FileNotFoundError(f"question file not found: {path}")
+        raise FileNotFoundError(
+            f"question file not found: {path} (or give a shipped dataset: {', '.join(shipped_dataset_names())})"
+        )
     regex = "trec" in path.name.lower() if regex is None else regex
     kind = _format_of(path)
     with open_text(path) as handle:
