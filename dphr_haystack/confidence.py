@@ -8,6 +8,10 @@ Raw phrase scores (q_s·h_i + q_e·h_j) rank phrases but do not say how likely a
 candidate list to P(correct) with a logistic regression fitted on questions with known answers
 (:func:`fit_calibration`); it is stored in the model's ``dphr_config.json`` (``calibration``) so every index
 searched with the model reports the same confidences.
+
+A ranked list of passages or documents scores each by its answer's confidence, made monotone along the ranking
+(:func:`ranked_confidences`): the ranking is by raw score, and a confidence also weighs how its phrase compares
+with the other candidates, so a passage's answer can be more confident than the answer of one ranked above it.
 """
 
 from __future__ import annotations
@@ -70,6 +74,31 @@ def confidence_features(
         others = s[:depth][~same]
         margin = s[i] - others.max() if len(others) else 10.0
         out[row] = (s[i], s[i] - log_z, math.log(max(mass, 1e-12)), margin)
+    return out
+
+
+def ranked_confidences(confidences: Sequence[float | None]) -> list[float]:
+    """Scores in [0, 1] for ranked results from their answers' confidences (None: the result gives no answer).
+
+    Result i scores the lowest confidence among the answers of results 1..i, so scores never rise down the
+    ranking and a threshold t keeps a prefix of it in which every answer has confidence >= t; a score equals its
+    own answer's confidence unless an answer ranked above it is less confident. A result without an answer takes
+    the score of the result above it (of the first one below it that has an answer, when none above has one);
+    when no result has an answer, every score is 0.
+
+    Example:
+        >>> ranked_confidences([0.6, 0.7, None, 0.2, 0.4])
+        [0.6, 0.6, 0.6, 0.2, 0.2]
+    """
+    known = [float(c) for c in confidences if c is not None]
+    if not known:
+        return [0.0] * len(confidences)
+    low = known[0]
+    out = []
+    for c in confidences:
+        if c is not None:
+            low = min(low, float(c))
+        out.append(low)
     return out
 
 

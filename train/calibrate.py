@@ -73,7 +73,7 @@ def calibrate(
     outside: Sequence[RCExample] = (),
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Fit on ``data``'s questions against ``index``; returns (the calibration dict, a report)."""
-    searcher = PhraseSearcher(index, model, calibration=None)
+    searcher = PhraseSearcher(index, model, calibration=None, tidy_answers=False)  # features as search computes them
     questions = unique_questions(data.examples)
     features, labels = top_answers(searcher, questions)
     order = list(range(len(labels)))

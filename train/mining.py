@@ -26,7 +26,7 @@ def mine_hard_negatives(
     Retrieves the top-k phrases per question from ``index`` (built with ``model`` over ``data.passages``),
     keeps their passages, and drops the gold passage and any passage containing a normalised gold answer.
     """
-    searcher = PhraseSearcher(index, model)
+    searcher = PhraseSearcher(index, model, tidy_answers=False)  # every raw span: its passages are the candidates
     text = {p["id"]: p["text"] for p in data.passages}
     out: dict[str, list[str]] = {}
     examples = data.examples

@@ -130,7 +130,7 @@ class QsftTask:
         self.tokenizer, self.config = model.tokenizer, model.config
         self.examples = [ex for ex in qsft_questions(data) if ex.question.strip()]
         self.index = index
-        self.searcher = PhraseSearcher(index, model)
+        self.searcher = PhraseSearcher(index, model, tidy_answers=False)  # raw spans, as the labels are
         self.top_k = top_k
         self.candidate_scheme = candidates
         self.answer_match = answer_match

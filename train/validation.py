@@ -73,7 +73,9 @@ def build_subcorpora(
     if reference is not None and hard_k:
         index = build_index(reference, data.passages, batch_size)
         questions = [ex.question for ex in unique_questions(data.examples)]
-        hits = PhraseSearcher(index, reference).search_batch(questions, unit="phrase", top_k=max(hard_k))
+        hits = PhraseSearcher(index, reference, tidy_answers=False).search_batch(
+            questions, unit="phrase", top_k=max(hard_k)
+        )  # the raw top phrases pick the hard passages, as before answers were folded
         for k in hard_k:
             hard = set(c0)
             for per_query in hits:

@@ -1,4 +1,10 @@
-"""``dphr search``: phrases, passages or documents for questions, from a saved phrase index."""
+"""``dphr search``: phrases, passages or documents for questions, from a saved phrase index.
+
+Each result shows its confidence: for a phrase, P(the answer is right) from the model's calibration; for a passage
+or document, its answer's confidence capped by those ranked above it (the score the Haystack retrievers give, see
+:mod:`dphr_haystack.documents.results`). Raw scores (inner products) show with ``--raw-scores`` and in ``--json``;
+a model without a calibration shows them instead.
+"""
 
 from __future__ import annotations
 
@@ -45,6 +51,9 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="truecase all-lowercase questions (default: the model's setting, on for cased DensePhrases models)",
     )
+    search.add_argument(
+        "--raw-scores", action="store_true", help="also print the raw phrase scores (always in --json output)"
+    )
     search.add_argument("--json", action="store_true", help="print results as JSON lines")
     search.add_argument("query", nargs="+", help="one or more questions")
 
@@ -65,17 +74,32 @@ def run_search(args: argparse.Namespace) -> int:
     )
     results = searcher.search_batch(args.query, unit=args.unit, top_k=args.top_k)
     for query, hits in zip(args.query, results):
+        confidences = _confidences(hits)
         if args.json:
-            print(
-                json.dumps(
-                    {"query": query, "unit": args.unit, "results": [_jsonable(h) for h in hits]}, ensure_ascii=False
-                )
-            )
+            rows = [{**_jsonable(h), "confidence": c} for h, c in zip(hits, confidences, strict=True)]
+            print(json.dumps({"query": query, "unit": args.unit, "results": rows}, ensure_ascii=False))
             continue
         print(f"Q: {query}")
-        for rank, hit in enumerate(hits, 1):
-            print(f"  {rank:>2}. {_describe(hit)}")
+        if hits and confidences[0] is None:
+            print("  (the model has no calibration: raw phrase scores, no confidence)")
+        for rank, (hit, confidence) in enumerate(zip(hits, confidences, strict=True), 1):
+            print(f"  {rank:>2}. {_describe(hit, confidence, args.raw_scores)}")
     return 0
+
+
+def _confidences(hits) -> list[float | None]:
+    """Each hit's confidence: a phrase's own; a passage's or document's answer confidence made monotone along the
+    ranking (:func:`~dphr_haystack.confidence.ranked_confidences`); None without a calibration."""
+    from ..confidence import ranked_confidences
+    from ..documents.results import best_phrase
+    from ..search import PhraseHit
+
+    phrases = [best_phrase(hit) for hit in hits]
+    if not any(p.confidence is not None for p in phrases):
+        return [None] * len(hits)
+    if all(isinstance(hit, PhraseHit) for hit in hits):
+        return [p.confidence for p in phrases]
+    return list(ranked_confidences([None if p.copies_question else p.confidence for p in phrases]))
 
 
 def _jsonable(hit) -> dict:
@@ -89,13 +113,22 @@ def _jsonable(hit) -> dict:
     return data
 
 
-def _describe(hit) -> str:
+def _describe(hit, confidence: float | None, raw: bool) -> str:
+    """One result line: the confidence (the raw score without one), the answer, where it is."""
     from ..search import DocumentHit, PassageHit
 
+    score = f"{confidence:.2f}" if confidence is not None else f"[raw {hit.score:.2f}]"
+    extra = f"  [raw {hit.score:.2f}]" if raw and confidence is not None else ""
     if isinstance(hit, DocumentHit):
-        return f"[{hit.score:.2f}] document {hit.document_id!r}: {hit.best_passage.best_phrase.text!r}"
+        answer = hit.best_passage.best_phrase
+        return f"{score}  document {hit.document_id!r}: {_answer(answer)}{extra}"
     if isinstance(hit, PassageHit):
         snippet = hit.text[:100].replace("\n", " ")
-        return f"[{hit.score:.2f}] {hit.passage_id} ({hit.best_phrase.text!r}): {snippet}…"
-    confidence = f", confidence {hit.confidence:.2f}" if hit.confidence is not None else ""
-    return f"[{hit.score:.2f}] {hit.text!r}  ({hit.passage_id}, chars {hit.start}-{hit.end}{confidence})"
+        return f"{score}  {hit.passage_id} ({_answer(hit.best_phrase)}): {snippet}…{extra}"
+    title = f"{hit.title}, " if hit.title else ""
+    return f"{score}  {hit.text!r}  ({title}{hit.passage_id}, chars {hit.start}-{hit.end}){extra}"
+
+
+def _answer(phrase) -> str:
+    """A passage's answer, or a note that all its phrases copy the question."""
+    return "no answer: its phrases repeat the question" if phrase.copies_question else repr(phrase.text)

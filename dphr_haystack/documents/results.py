@@ -1,7 +1,21 @@
-"""Search hits as the values of retrieved documents and phrase answers: best phrase, meta, scaled score.
+"""Search hits as the values of retrieved documents and phrase answers: best phrase, meta, score.
 
 Each Haystack layer builds its own ``Document`` / ``Answer`` objects from :class:`RetrievedDocument` and
 :class:`RetrievedAnswer`; what goes into them is decided here once.
+
+Scores (``scale_score=True``, the default, with a model that has a calibration, as the shipped one does):
+
+- an answer scores its calibrated confidence: P(the answer is right), in [0, 1];
+- a document (passage, or document group) scores its answer's confidence made monotone along the ranking
+  (:func:`dphr_haystack.confidence.ranked_confidences`): the lowest answer confidence among it and the documents
+  ranked above it, in [0, 1]; a threshold t keeps the documents ranked above the first answer less confident
+  than t. The ranking is the raw one, unchanged; a document whose every retrieved phrase copies the question has
+  no answer and keeps the score of the one above it.
+
+The raw phrase score (an inner product: about 600 to 960 for the shipped model on SQuAD) stays in
+``meta["phrase_score"]`` (documents; ``meta["best_phrase_score"]`` is its answer's) and ``meta["raw_score"]``
+(answers). Without a calibration, or with ``scale_score=False``, scores are as before: ``expit(raw / 100)`` (a
+monotone squash with no probability meaning) or the raw score.
 """
 
 from __future__ import annotations
@@ -11,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from ..confidence import ranked_confidences
 from ..search import DocumentHit, Hit, PassageHit, PhraseHit
 
 StoredDocument = TypeVar("StoredDocument")
@@ -68,11 +83,28 @@ class RetrievedAnswer(Generic[StoredDocument]):
     score: float
 
 
+def raw_score(hit: Hit) -> float:
+    """The raw score a hit is ranked by: its phrase's, or its passage's or document's (best or summed phrases)."""
+    return float(hit.score)
+
+
+def document_scores(hits: Sequence[Hit], scale: bool) -> list[float]:
+    """The scores of ranked hits as documents: with ``scale`` and confidences (a calibrated model) their answers'
+    confidences made monotone along the ranking (:func:`~dphr_haystack.confidence.ranked_confidences`); with
+    ``scale`` and no confidences ``expit(raw / 100)``; else the raw scores. Never reorders the hits."""
+    phrases = [best_phrase(hit) for hit in hits]
+    if scale and any(phrase.confidence is not None for phrase in phrases):
+        return ranked_confidences([None if p.copies_question else p.confidence for p in phrases])
+    return [scaled_score(raw_score(hit), scale) for hit in hits]
+
+
 def retrieved_document(
-    hit: Hit, document_meta: Mapping[str, Any] | None, document: Any, scale: bool
+    hit: Hit, document_meta: Mapping[str, Any] | None, document: Any, scale: bool, score: float | None = None
 ) -> RetrievedDocument:
-    """The document of a hit: ``meta`` gains ``best_phrase``, its offsets and raw score (and
-    ``phrase_document_id`` for a document hit); ``score`` is the hit's (scaled) score."""
+    """The document of a hit: ``meta`` gains ``best_phrase``, its offsets, raw score and confidence (when it has
+    one), the raw score the hit ranks by (``phrase_score``) and, for a document hit, ``phrase_document_id``;
+    ``score`` is ``score`` when given (:func:`document_scores` of the ranked list), else the hit's (scaled) raw
+    score."""
     phrase = best_phrase(hit)
     meta = dict(document_meta or {})
     meta.update(
@@ -81,17 +113,25 @@ def retrieved_document(
             "best_phrase_start": phrase.start,
             "best_phrase_end": phrase.end,
             "best_phrase_score": phrase.score,
+            "phrase_score": raw_score(hit),
         }
     )
+    if phrase.confidence is not None:
+        meta["best_phrase_confidence"] = float(phrase.confidence)
     if isinstance(hit, DocumentHit):
         meta["phrase_document_id"] = hit.document_id
-    raw = phrase.score if isinstance(hit, PhraseHit) else hit.score
-    return RetrievedDocument(document, meta, scaled_score(raw, scale))
+    return RetrievedDocument(document, meta, scaled_score(raw_score(hit), scale) if score is None else score)
 
 
-def retrieved_answer(phrase: PhraseHit, document: Any, scale: bool) -> RetrievedAnswer:
-    """The answer of a phrase (see :class:`RetrievedAnswer`)."""
-    meta: dict[str, Any] = {"raw_score": phrase.score, "title": phrase.title, "phrase_document_id": phrase.document_id}
+def retrieved_answer(
+    phrase: PhraseHit, document: Any, scale: bool, document_meta: Mapping[str, Any] | None = None
+) -> RetrievedAnswer:
+    """The answer of a phrase (see :class:`RetrievedAnswer`): ``meta["title"]`` is the passage's title (the one
+    encoded with it, else ``document_meta``'s ``title``), left out when there is none."""
+    meta: dict[str, Any] = {"raw_score": phrase.score, "phrase_document_id": phrase.document_id}
+    title = phrase.title or (document_meta or {}).get("title")
+    if title:
+        meta["title"] = str(title)
     score = scaled_score(phrase.score, scale)
     if phrase.confidence is not None:
         score = meta["confidence"] = float(phrase.confidence)
@@ -118,19 +158,24 @@ def retrieved(
 
     A passage or document hit answers with its best phrase that does not copy the question; one whose retrieved
     phrases all copy it (:attr:`~dphr_haystack.search.PhraseHit.copies_question`) still ranks as a document but
-    gives no answer.
+    gives no answer. Document scores are :func:`document_scores` of the documents, in their order.
     """
-    documents: list[RetrievedDocument] = []
     answers: list[RetrievedAnswer] = []
+    firsts: list[tuple[Hit, StoredDocument]] = []
     seen: set[str] = set()
     for hit, document in pairs:
         phrase = best_phrase(hit)
         if not phrase.copies_question:
-            answers.append(retrieved_answer(phrase, document, scale))
+            answers.append(retrieved_answer(phrase, document, scale, meta_of(document)))
         if phrase.passage_id in seen:
             continue
         seen.add(phrase.passage_id)
-        documents.append(retrieved_document(hit, meta_of(document), document, scale))
+        firsts.append((hit, document))
+    scores = document_scores([hit for hit, _ in firsts], scale)
+    documents = [
+        retrieved_document(hit, meta_of(document), document, scale, score)
+        for (hit, document), score in zip(firsts, scores, strict=True)
+    ]
     return documents, answers
 
 
@@ -140,9 +185,11 @@ __all__ = [
     "RetrievedDocument",
     "best_passage",
     "best_phrase",
+    "document_scores",
     "expit",
     "hit_passage_id",
     "pair_hits",
+    "raw_score",
     "retrieved",
     "retrieved_answer",
     "retrieved_document",

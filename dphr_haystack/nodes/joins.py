@@ -1,25 +1,27 @@
 """Join nodes for hybrids: DPR-style linear score fusion, and one node emitting phrase answers plus fused documents.
 
-Score normalisation of :class:`LinearFusionJoin`: **min-max per query and per input list**. Each input's
-scores are mapped to [0, 1] (best = 1, worst returned = 0; a single result or a tie = 1), then summed with the
-weights; a document missing from a list gets 0 from it, the floor of that list. Why min-max: BM25 scores
-(0–30 raw, or squashed by Haystack's expit(score/8)) and phrase scores (raw inner products in the tens or
-hundreds) have unrelated ranges, so raw DPR-style sums (BM25 + λ·dense, Karpukhin et al. 2020) would let one
-retriever dominate; min-max makes λ a relative weight on a common [0, 1] scale and, unlike z-scores, does not
-depend on the spread of a short top-k list or give missing documents an arbitrary value. Feed raw scores
-(``scale_score: false`` on both retrievers) so that expit squashing does not distort the spacing.
+Score normalisation of :class:`LinearFusionJoin`: **min-max per query and per input list**. Each input's scores are
+mapped to [0, 1] (best = 1, worst returned = 0; a single result or a tie = 1), then averaged with the weights (Σ w_i
+· minmax_i / Σ w_i, so the fused score is in [0, 1]: 1 = ranked first by every input; the ranking is that of the
+weighted sum); a document missing from a list gets 0 from it, the floor of that list. Why min-max: BM25 scores (0–30
+raw, or squashed by Haystack's expit(score/8)) and phrase scores (raw inner products in the tens or hundreds) have
+unrelated ranges, so raw DPR-style sums (BM25 + λ·dense, Karpukhin et al. 2020) would let one retriever dominate;
+min-max makes λ a relative weight on a common [0, 1] scale and, unlike z-scores, does not depend on the spread of a
+short top-k list or give missing documents an arbitrary value. Feed raw scores (``scale_score: false`` on both
+retrievers) so that expit squashing does not distort the spacing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from haystack.nodes.other.join import JoinNode
 from haystack.schema import Answer, Document
 
 from ..errors import InvalidParameterError
 from ..params import check_param
+from ..spans import AnswerFolder
 from ._schema import typed_init
 
 RRF_K = 60  # Cormack et al. 2009
@@ -63,8 +65,13 @@ def minmax(scores: Sequence[float]) -> list[float]:
 def fuse_linear(
     lists: Sequence[Sequence[Document]], weights: list[float] | None = None, normalization: str = "minmax"
 ) -> list[Document]:
-    """Σ_i w_i · norm_i(score) per document id (missing → 0), best first; input Documents are not modified."""
+    """Σ_i w_i · norm_i(score) per document id (missing → 0), best first; input Documents are not modified.
+
+    With ``minmax`` the sum is divided by Σ_i w_i (non-negative weights): a score in [0, 1], 1 for a document
+    ranked first by every input. With ``none`` it is the raw weighted sum."""
     weights = _check_weights(weights, len(lists))
+    total = sum(weights)
+    divide = total if normalization == "minmax" and total > 0 and min(weights) >= 0 else 1.0
     fused: dict[str, float] = {}
     first: dict[str, Document] = {}
     for weight, docs in zip(weights, lists):
@@ -78,7 +85,7 @@ def fuse_linear(
             first.setdefault(doc.id, doc)
             fused[doc.id] = fused.get(doc.id, 0.0) + weight * score
     order = sorted(fused, key=lambda i: (-fused[i], i))
-    return [_copy(first[i], fused[i]) for i in order]
+    return [_copy(first[i], fused[i] / divide) for i in order]
 
 
 def fuse_rrf(
@@ -102,22 +109,25 @@ def fuse_rrf(
 
 
 def dedupe_answers(answers: Sequence[Answer], top_k: int | None = None) -> list[Answer]:
-    """Answers best first, keeping one per (text, documents, offsets)."""
-    best: dict[tuple[Any, ...], Answer] = {}
-    for answer in answers:
-        offsets = tuple((s.start, s.end) for s in (answer.offsets_in_document or []))
-        key = (answer.answer, tuple(answer.document_ids or []), offsets)
-        if key not in best or (answer.score or 0.0) > (best[key].score or 0.0):
-            best[key] = answer
-    ranked = sorted(best.values(), key=lambda a: -(a.score or 0.0))
-    return ranked[:top_k] if top_k else ranked
+    """Answers best first, each folded into a better one with the same normalised text or an overlapping span in
+    the same document (:class:`dphr_haystack.spans.AnswerFolder`, as the phrase search folds its own)."""
+    folder = AnswerFolder()
+    kept: list[Answer] = []
+    for answer in sorted(answers, key=lambda a: -(a.score or 0.0)):  # stable: ties keep their input order
+        spans = answer.offsets_in_document or []
+        where = tuple(answer.document_ids or [])
+        start, end = (spans[0].start, spans[0].end) if spans and where else (0, 0)  # (0, 0) overlaps nothing
+        if folder.keep(str(answer.answer or ""), where, start, end):
+            kept.append(answer)
+    return kept[:top_k] if top_k else kept
 
 
 @typed_init
 class LinearFusionJoin(JoinNode):
-    """DPR-style hybrid: ``Σ_i weight_i · minmax(score_i)`` over the joined retrievers, in ``inputs`` order.
+    """DPR-style hybrid: ``Σ_i weight_i · minmax(score_i) / Σ_i weight_i`` over the joined retrievers, in ``inputs``
+    order: a score in [0, 1], 1 for a document ranked first by every input.
 
-    With ``inputs: [BM25, Phrase]`` and ``weights: [1.0, 1.1]`` this is BM25 + λ·phrase with λ = 1.1, the
+    With ``inputs: [BM25, Phrase]`` and ``weights: [1.0, 1.1]`` this ranks as BM25 + λ·phrase with λ = 1.1, the
     combination of Karpukhin et al. (2020). The normalisation is described in this module's docstring.
 
     Args:
@@ -161,10 +171,12 @@ class PhraseHybridJoin(JoinNode):
     one node that emits answers and ranked documents together.
 
     Args:
-        join_mode: ``reciprocal_rank_fusion`` or ``linear`` (min-max normalised, see :class:`LinearFusionJoin`).
+        join_mode: ``reciprocal_rank_fusion`` (Σ_i w_i / (60 + rank_i), divided by its value for a document ranked
+            first everywhere: in [0, 1]) or ``linear`` (min-max normalised, in [0, 1], see
+            :class:`LinearFusionJoin`).
         weights: One weight per input, in ``inputs`` order (default: all 1.0).
         top_k_join: Documents kept after fusion (None: all).
-        top_k_answers: Answers kept, deduplicated and best first (None: all).
+        top_k_answers: Answers kept, best first, duplicates folded (:func:`dedupe_answers`) (None: all).
     """
 
     outgoing_edges = 1

@@ -54,11 +54,12 @@ def index(tiny_model):
 
 def test_searcher_skips_phrases_the_question_contains(tiny_model, index):
     q_start, q_end = tiny_model.encode_queries(["capital of france"])
-    plain = PhraseSearcher(index, tiny_model, skip_question_copies=False, calibration=None)
+    # raw spans: folding after skipping copies is tested in tests/core/test_answer_text.py
+    plain = PhraseSearcher(index, tiny_model, skip_question_copies=False, calibration=None, tidy_answers=False)
     ranked = plain.search_vectors(q_start, q_end, unit="phrase", top_k=8)[0]
     copied = ranked[0].text
     question = f"What does {copied} mean?"
-    skipping = PhraseSearcher(index, tiny_model, calibration=None)
+    skipping = PhraseSearcher(index, tiny_model, calibration=None, tidy_answers=False)
     got = skipping.search_vectors(q_start, q_end, unit="phrase", top_k=5, questions=[question])[0]
     words = question_words(question)
     assert all(not copies_question(h.text, words) for h in got)
@@ -167,7 +168,7 @@ def test_model_calibration_gives_confidences_independent_of_top_k(tiny_model, in
 
     loaded = PhraseModel.load(tmp_path / "calibrated")
     assert Calibration.from_dict(loaded.config.calibration) == calibration
-    searcher = PhraseSearcher(index, loaded)
+    searcher = PhraseSearcher(index, loaded, tidy_answers=False)  # 30 answers: more than the tiny index has, folded
     one = searcher.search("capital of france", unit="phrase", top_k=1)[0]
     five = searcher.search("capital of france", unit="phrase", top_k=5)
     assert one.confidence is not None and 0.0 <= one.confidence <= 1.0
@@ -177,7 +178,7 @@ def test_model_calibration_gives_confidences_independent_of_top_k(tiny_model, in
     assert len(many) == 3 * CONFIDENCE_DEPTH and all(h.confidence is not None for h in many)
     assert [h.text for h in many] == [
         h.text
-        for h in PhraseSearcher(index, loaded, calibration=None).search(
+        for h in PhraseSearcher(index, loaded, calibration=None, tidy_answers=False).search(
             "capital of france", unit="phrase", top_k=3 * CONFIDENCE_DEPTH
         )
     ]

@@ -69,7 +69,8 @@ def _row_of(index, hit: PhraseHit) -> tuple[int, int]:
 
 @pytest.mark.parametrize("L", [1, 3, 10])
 def test_exhaustive_search_equals_brute_force(index, tiny_model, L):
-    searcher = PhraseSearcher(index, tiny_model, max_answer_length=L)
+    # the raw spans of the search (tidy answers trim and fold them: tests/core/test_answer_text.py)
+    searcher = PhraseSearcher(index, tiny_model, max_answer_length=L, tidy_answers=False)
     qs, qe = tiny_model.encode_queries(QUERIES)
     results = searcher.search_vectors(qs, qe, "phrase", top_k=len(index) * 2, candidates=len(index))
     for q in range(len(QUERIES)):
@@ -111,7 +112,7 @@ def test_answer_text_is_the_passage_slice(index, tiny_model, unit):
 
 
 def test_units_aggregate_by_max(index, tiny_model):
-    searcher = PhraseSearcher(index, tiny_model)
+    searcher = PhraseSearcher(index, tiny_model, tidy_answers=False)  # every phrase, none folded
     qs, qe = tiny_model.encode_queries(["capital of germany"])
     phrases = searcher.search_vectors(qs, qe, "phrase", top_k=1000, candidates=len(index))[0]
     passages = searcher.search_vectors(qs, qe, "passage", top_k=10, candidates=len(index))[0]
@@ -131,7 +132,9 @@ def test_units_aggregate_by_max(index, tiny_model):
 
 
 def test_logsumexp_scoring_sums_every_retrieved_phrase(index, tiny_model):
-    searcher = PhraseSearcher(index, tiny_model, skip_question_copies=False, passage_scoring="logsumexp")
+    searcher = PhraseSearcher(
+        index, tiny_model, skip_question_copies=False, passage_scoring="logsumexp", tidy_answers=False
+    )
     qs, qe = tiny_model.encode_queries(["capital of germany"])
     phrases = searcher.search_vectors(qs, qe, "phrase", top_k=1000, candidates=len(index))[0]
     by_passage: dict[str, list[PhraseHit]] = {}
@@ -207,7 +210,7 @@ def test_whole_words_never_pairs_a_split_word(tiny_model, whole_words):
     char_start = {row: int(tokens["char_start"][row]) for row in range(len(idx))}
     next_continues = {row: continues.get(int(tokens["char_end"][row]), False) for row in range(len(idx))}
     L = 4
-    searcher = PhraseSearcher(idx, tiny_model, max_answer_length=L, whole_words=whole_words)
+    searcher = PhraseSearcher(idx, tiny_model, max_answer_length=L, whole_words=whole_words, tidy_answers=False)
     qs, qe = tiny_model.encode_queries(QUERIES)
     results = searcher.search_vectors(qs, qe, "phrase", top_k=len(idx) * 2, candidates=len(idx))
     for q in range(len(QUERIES)):

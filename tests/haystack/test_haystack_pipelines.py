@@ -133,7 +133,8 @@ def test_hybrid_dpr_fuses_minmax_bm25_plus_1_1_phrase(tiny_model_dir, haystack_d
     phrase = {d.id: d.score for d in out["_debug"]["Retriever"]["output"]["documents"]}
     nb = dict(zip(bm25, minmax(list(bm25.values()))))
     npr = dict(zip(phrase, minmax(list(phrase.values()))))
-    expected = {i: nb.get(i, 0.0) + 1.1 * npr.get(i, 0.0) for i in set(bm25) | set(phrase)}
+    # the weighted mean (BM25 + 1.1 phrase) / 2.1: in [0, 1], ranked as the DPR sum
+    expected = {i: (nb.get(i, 0.0) + 1.1 * npr.get(i, 0.0)) / 2.1 for i in set(bm25) | set(phrase)}
     got = {d.id: d.score for d in out["documents"]}
     assert got == pytest.approx(expected)
     assert [d.score for d in out["documents"]] == sorted(got.values(), reverse=True)
@@ -242,7 +243,7 @@ def test_fusion_helpers():
     a, b, c = Document("a", id="a", score=10.0), Document("b", id="b", score=5.0), Document("c", id="c", score=0.0)
     assert minmax([3.0, 3.0]) == [1.0, 1.0] and minmax([]) == []
     fused = fuse_linear([[a, b, c], [Document("c", id="c", score=2.0), Document("a", id="a", score=1.0)]], [1.0, 1.1])
-    assert {d.id: d.score for d in fused} == pytest.approx({"a": 1.0, "b": 0.5, "c": 1.1})
+    assert {d.id: d.score for d in fused} == pytest.approx({"a": 1.0 / 2.1, "b": 0.5 / 2.1, "c": 1.1 / 2.1})
     assert [d.id for d in fused] == ["c", "a", "b"]
     assert a.score == 10.0  # inputs are not mutated
     rrf = fuse_rrf([[a, b], [a, c]])

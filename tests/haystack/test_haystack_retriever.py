@@ -158,7 +158,9 @@ def test_answers_skip_question_copies_and_carry_the_calibrated_confidence(tiny_m
     import json
     import shutil
 
+    from dphr_haystack import PhraseSearcher
     from dphr_haystack.confidence import FEATURES, copies_question, question_words
+    from dphr_haystack.spans import AnswerFolder, trim_span
 
     calibrated = tmp_path / "calibrated"
     shutil.copytree(tiny_model_dir, calibrated)
@@ -181,11 +183,20 @@ def test_answers_skip_question_copies_and_carry_the_calibrated_confidence(tiny_m
     seeds = [a.answer for a in plain.run_query("capital city", top_k=5)[0]["answers"]]
     question = f"Which {' '.join(seeds)} is it?"
     words = question_words(question)
-    plain.top_k = 500
-    unfiltered = [a.answer for a in plain.run_query(question)[0]["answers"]]
-    assert any(copies_question(a, words) for a in unfiltered)
+    # the raw spans, best first: copies are skipped first, then the answers trimmed and folded (dphr_haystack.spans)
+    spans = PhraseSearcher(
+        store.get_phrase_index(), plain.phrase_model, skip_question_copies=False, calibration=None, tidy_answers=False
+    ).search(question, unit="phrase", top_k=500)
+    assert any(copies_question(h.text, words) for h in spans)
+    content = {d.id: d.content for d in haystack_docs}
+    folder, expected = AnswerFolder(), []
+    for h in spans:
+        start, end = trim_span(content[h.passage_id], h.start, h.end)
+        text = content[h.passage_id][start:end]
+        if not copies_question(text, words) and folder.keep(text, h.passage_id, start, end):
+            expected.append(text)
     answers = retriever.run_query(question, top_k=5)[0]["answers"]
-    assert [a.answer for a in answers] == [a for a in unfiltered if not copies_question(a, words)][:5]
+    assert [a.answer for a in answers] == expected[:5]
     for answer in answers:
         assert answer.score == answer.meta["confidence"] and 0.0 <= answer.score <= 1.0
     with pytest.raises(InvalidParameterError, match="skip_question_copies"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
@@ -159,11 +160,12 @@ def test_answer_score_is_the_calibrated_confidence_when_the_model_has_one(filled
         text="Paris", score=250.0, passage_id=doc.id, document_id=doc.id, title="", start=0, end=5, confidence=0.42
     )
     assert retrieved_answer(calibrated, doc, scale=True).score == 0.42
-    assert retrieved_answer(calibrated, doc, scale=True).meta == {
+    assert retrieved_answer(calibrated, doc, scale=True).meta == {  # no title: none to give
         "raw_score": 250.0,
-        "title": "",
         "phrase_document_id": doc.id,
         "confidence": 0.42,
     }
+    titled = retrieved_answer(dataclasses.replace(calibrated, title="Paris (city)"), doc, scale=True)
+    assert titled.meta["title"] == "Paris (city)"
     assert 0.9 < retrieved_answer(plain, doc, scale=True).score < 1.0  # expit(250 / 100)
     assert retrieved_answer(plain, doc, scale=False).score == 250.0

@@ -1,0 +1,269 @@
+"""Answer spans a user reads: markup and unpaired punctuation trimmed from a phrase's edges, duplicates folded.
+
+A phrase is a span of subword tokens, so on markdown or other punctuated text its edges often carry what is no
+part of the answer: code and emphasis markup (`` ` ``, ``*``, ``_``, ``#``), a quote or bracket whose partner
+lies outside the span, a trailing ``,`` ``;`` ``:`` or full stop. :func:`trim_span` moves a span's edges inward
+past them (``passage[start:end]`` is still the text) and keeps what is balanced within the span: ``(1889)``,
+``"Hamlet"``, ``Washington (state)``, ``U.S.``, ``3.14``. A span wrapped in one code span (`` `top_k` ``) loses
+the backticks and nothing more: what is inside a code span is literal.
+
+:class:`AnswerFolder` folds duplicates the way extractive readers do: an answer whose SQuAD-normalised text
+equals that of a better one, or whose span overlaps a better one's in the same passage, is folded into it
+(``100``, `` `100` `` and ``100` by default`` are one answer).
+
+Example:
+    >>> text = "Set `HETZNER_API_KEY`, then run it."
+    >>> start, end = trim_span(text, 4, 22)   # the phrase "`HETZNER_API_KEY`,"
+    >>> text[start:end]
+    'HETZNER_API_KEY'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable
+
+from .answers import normalize_answer
+
+# Characters dropped from an edge wherever they are (outside a code span).
+_LEADING_ALWAYS = frozenset(",;:|…—–")
+_TRAILING_ALWAYS = frozenset(",;:|…—–")
+# Emphasis markup: runs of these are dropped from an edge (``_`` only in pairs or detached: see _underscores).
+_EMPHASIS = frozenset("*~")
+# Brackets and directional quotes: an edge one is kept only when its partner is within the span.
+_OPENERS = {"(": ")", "[": "]", "{": "}", "“": "”", "‘": "’", "«": "»"}
+_CLOSERS = {close: open_ for open_, close in _OPENERS.items()}
+# Straight quotes have no direction: an edge one is kept when the span holds an even number of them.
+_STRAIGHT_QUOTES = frozenset("\"'")
+# A full stop that ends one of these words ends an abbreviation, not a sentence.
+_ABBREVIATIONS = frozenset(
+    "inc ltd co corp jr sr st dr mr mrs ms prof etc vs mt ft approx dept univ gen gov sen rep lt col capt sgt rev "
+    "bros".split()
+)
+_DOTTED = re.compile(r"^(?:[A-Za-z]{1,3}\.){2,}$")  # U.S., e.g., i.e., Ph.D., a.m.
+_INITIAL = re.compile(r"^[A-Z]\.$")  # J.
+
+
+def trim_span(text: str, start: int, end: int) -> tuple[int, int]:
+    """``(start, end)`` moved inward past markup and unpaired punctuation at the edges of ``text[start:end]``.
+
+    The result always lies within the span and ``text[new_start:new_end]`` is the trimmed answer; the span comes
+    back unchanged when trimming would leave nothing with a letter or digit in it.
+
+    Raises:
+        ValueError: The span does not lie within ``text``.
+    """
+    if not 0 <= start <= end <= len(text):
+        raise ValueError(f"span ({start}, {end}) outside a text of {len(text)} characters")
+    s, e, literal = start, end, False
+    while not literal:
+        while s < e and text[s].isspace():
+            s += 1
+        while e > s and text[e - 1].isspace():
+            e -= 1
+        if s >= e:
+            return start, end
+        new_s, new_e, literal = _trim_once(text, s, e)
+        if (new_s, new_e) == (s, e):
+            break
+        s, e = new_s, new_e
+    while s < e and text[s].isspace():
+        s += 1
+    while e > s and text[e - 1].isspace():
+        e -= 1
+    if not any(ch.isalnum() for ch in text[s:e]):
+        return start, end
+    return s, e
+
+
+def _trim_once(text: str, s: int, e: int) -> tuple[int, int, bool]:
+    """One step of trimming ``text[s:e]``: the span with one edge character (or run) dropped, or unchanged when
+    nothing is to be dropped; True when what is left is the inside of a code span (literal: trimming stops)."""
+    span = text[s:e]
+    first, last = span[0], span[-1]
+    if first in _LEADING_ALWAYS:
+        return s + 1, e, False
+    if last in _TRAILING_ALWAYS:
+        return s, e - 1, False
+    if first == "`" or last == "`":
+        lead, trail, literal = _backticks(span)
+        if lead or trail:
+            return s + lead, e - trail, literal
+    if first in _EMPHASIS:
+        return s + _run(span, 0), e, False
+    if last in _EMPHASIS:
+        return s, e - _run(span, len(span) - 1), False
+    if first == "_" or last == "_":
+        lead, trail = _underscores(span)
+        if lead or trail:
+            return s + lead, e - trail, False
+    if first == "#":
+        return s + _run(span, 0), e, False
+    if last == "#" and _run(span, len(span) - 1) < len(span) and span[-1 - _run(span, len(span) - 1)].isspace():
+        return s, e - _run(span, len(span) - 1), False  # a closing heading marker ("## Setup ##"), not C#
+    if first in "->+" and len(span) > 1 and span[1].isspace():  # a list bullet or a blockquote marker
+        return s + 1, e, False
+    if last in "-+" and len(span) > 1 and span[-2].isspace():
+        return s, e - 1, False
+    if first == "." and not (len(span) > 1 and _word_char(span[1])):  # ".NET" and ".5" keep theirs
+        return s + 1, e, False
+    if last == "." and not _keeps_full_stop(text, s, e):
+        return s, e - 1, False
+    if (first in _CLOSERS and not _apostrophe(span, 0)) or (first in _OPENERS and _partner_forward(span, 0) is None):
+        return s + 1, e, False
+    if last in _OPENERS or (
+        last in _CLOSERS and not _apostrophe(span, len(span) - 1) and _partner_backward(span, len(span) - 1) is None
+    ):
+        return s, e - 1, False
+    if first in _STRAIGHT_QUOTES or last in _STRAIGHT_QUOTES:
+        new_s, new_e = _straight_quotes(span, s, e)
+        return new_s, new_e, False
+    return s, e, False
+
+
+def _word_char(ch: str) -> bool:
+    return ch.isalnum()
+
+
+def _run(span: str, at: int) -> int:
+    """Length of the run of ``span[at]`` that starts (at 0) or ends (at the last index) at ``at``."""
+    ch, n = span[at], 1
+    step = 1 if at == 0 else -1
+    while 0 <= at + step * n < len(span) and span[at + step * n] == ch:
+        n += 1
+    return min(n, len(span))
+
+
+def _backtick_runs(span: str) -> list[tuple[int, int]]:
+    """(start, length) of each run of backticks in ``span``."""
+    return [(m.start(), len(m.group())) for m in re.finditer(r"`+", span)]
+
+
+def _code_pairs(span: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Backtick runs paired into code spans as markdown reads them: left to right, equal lengths."""
+    runs, pairs, i = _backtick_runs(span), [], 0
+    while i < len(runs):
+        closer = next((j for j in range(i + 1, len(runs)) if runs[j][1] == runs[i][1]), None)
+        if closer is None:
+            i += 1
+            continue
+        pairs.append((runs[i], runs[closer]))
+        i = closer + 1
+    return pairs
+
+
+def _backticks(span: str) -> tuple[int, int, bool]:
+    """Backticks to drop from the edges: (leading, trailing, literal). A span that is exactly one code span loses
+    both runs and is literal; an edge run that pairs with no other run is dropped; an edge run closing or opening
+    a code span within the span is kept."""
+    pairs = _code_pairs(span)
+    for (o_start, o_len), (c_start, c_len) in pairs:
+        if o_start == 0 and c_start + c_len == len(span):
+            return o_len, c_len, True
+    paired = {run for pair in pairs for run in pair}
+    lead = _run(span, 0) if span[0] == "`" and not any(run[0] == 0 for run in paired) else 0
+    trail = _run(span, len(span) - 1) if span[-1] == "`" and not any(sum(run) == len(span) for run in paired) else 0
+    if lead and lead == len(span):
+        trail = 0
+    return lead, trail, False
+
+
+def _underscores(span: str) -> tuple[int, int]:
+    """Underscores to drop from the edges (leading, trailing): ``_`` emphasis, a run at both edges (``_word_``,
+    ``__word__``) or a run detached from the text it would emphasise (``_ word``); a run attached to one word only
+    (``_private``) is kept."""
+    lead = _run(span, 0) if span[0] == "_" else 0
+    trail = _run(span, len(span) - 1) if span[-1] == "_" else 0
+    if lead and trail and lead == trail and lead + trail < len(span):
+        return lead, trail
+    if lead and (lead == len(span) or span[lead].isspace()):
+        return lead, 0
+    if trail and (trail == len(span) or span[-1 - trail].isspace()):
+        return 0, trail
+    return 0, 0
+
+
+def _apostrophe(span: str, at: int) -> bool:
+    """Is ``span[at]`` a ’ inside a word (Earth’s), not a quote?"""
+    return span[at] == "’" and 0 < at < len(span) - 1 and _word_char(span[at - 1]) and _word_char(span[at + 1])
+
+
+def _partner_forward(span: str, at: int) -> int | None:
+    """Index of the bracket or quote closing ``span[at]`` within the span, or None."""
+    opener, closer, depth = span[at], _OPENERS[span[at]], 0
+    for i in range(at, len(span)):
+        if span[i] == closer and not _apostrophe(span, i):
+            depth -= 1
+            if depth == 0:
+                return i
+        elif span[i] == opener:
+            depth += 1
+    return None
+
+
+def _partner_backward(span: str, at: int) -> int | None:
+    """Index of the bracket or quote opening ``span[at]`` within the span, or None."""
+    closer, opener, depth = span[at], _CLOSERS[span[at]], 0
+    for i in range(at, -1, -1):
+        if span[i] == opener:
+            depth -= 1
+            if depth == 0:
+                return i
+        elif span[i] == closer and not _apostrophe(span, i):
+            depth += 1
+    return None
+
+
+def _quote_marks(span: str, ch: str) -> list[int]:
+    """Positions of the straight quote ``ch`` in ``span`` that are quote marks (not ``'`` inside a word)."""
+    inside = [0 < i < len(span) - 1 and _word_char(span[i - 1]) and _word_char(span[i + 1]) for i in range(len(span))]
+    return [i for i, c in enumerate(span) if c == ch and not (ch == "'" and inside[i])]
+
+
+def _straight_quotes(span: str, s: int, e: int) -> tuple[int, int]:
+    """An edge straight quote is dropped when the span holds an odd number of them (the trailing one first)."""
+    last, first = span[-1], span[0]
+    if last in _STRAIGHT_QUOTES and len(_quote_marks(span, last)) % 2:
+        return s, e - 1
+    if first in _STRAIGHT_QUOTES and len(_quote_marks(span, first)) % 2:
+        return s + 1, e
+    return s, e
+
+
+def _keeps_full_stop(text: str, s: int, e: int) -> bool:
+    """Is the full stop ending ``text[s:e]`` part of the answer: inside a number or name cut by the span (3.14),
+    or ending an abbreviation (U.S., e.g., Inc., J.)?"""
+    if e < len(text) and _word_char(text[e]):
+        return True
+    word = text[s:e].split()[-1].lstrip("([{“‘«\"'")
+    return bool(_DOTTED.match(word) or _INITIAL.match(word) or word[:-1].lower() in _ABBREVIATIONS)
+
+
+class AnswerFolder:
+    """Decides, for answers offered best first, which are new and which fold into a better one kept before.
+
+    An answer folds when its SQuAD-normalised text equals a kept answer's, or when its character span overlaps a
+    kept answer's span in the same passage.
+
+    Example:
+        >>> folder = AnswerFolder()
+        >>> folder.keep("100", "p1", 10, 13), folder.keep("`100`", "p2", 4, 9), folder.keep("100 by", "p1", 10, 16)
+        (True, False, False)
+    """
+
+    def __init__(self) -> None:
+        self._texts: set[str] = set()
+        self._spans: dict[Hashable, list[tuple[int, int]]] = {}
+
+    def keep(self, text: str, passage: Hashable, start: int, end: int) -> bool:
+        """True (and remembered) when the answer is new; False when it folds into one kept before."""
+        key = normalize_answer(text)
+        spans = self._spans.setdefault(passage, [])
+        if key in self._texts or any(start < kept_end and kept_start < end for kept_start, kept_end in spans):
+            return False
+        self._texts.add(key)
+        spans.append((start, end))
+        return True
+
+
+__all__ = ["AnswerFolder", "trim_span"]

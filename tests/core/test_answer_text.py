@@ -1,0 +1,220 @@
+"""Answers that read well: markup and unpaired punctuation trimmed from span edges, duplicate answers folded."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from dphr_haystack import InvalidParameterError, PhraseIndex, PhraseSearcher
+from dphr_haystack.answers import normalize_answer
+from dphr_haystack.confidence import copies_question, question_words
+from dphr_haystack.encode.add import add_passages
+from dphr_haystack.spans import AnswerFolder, trim_span
+from tests.conftest import tiny_passages
+from tests.core.test_answers_every_unit import CALIBRATION
+
+pytestmark = pytest.mark.unit
+
+# Markdown as in a project's documentation: code spans, emphasis, links, headings, quotes and brackets.
+MARKDOWN = [
+    ("Setup", "Set `HETZNER_API_KEY` before you run the **deploy** script (see [the guide](setup.md))."),
+    ("Retriever", "The default `top_k` is `100` by default; set it to `10` for speed, or `5`."),
+    ("Install", "# Installation\n\nRun `pip install farm-haystack[all]` to get every extra, or `pip install it`."),
+    ("Hamlet", '"Hamlet" (1603) is a tragedy; see _Hamlet_, Act 1, by *Shakespeare*, U.S. edition.'),
+]
+
+
+@pytest.mark.parametrize(
+    ("span", "expected"),
+    [
+        ("`HETZNER_API_KEY`,", "HETZNER_API_KEY"),  # a code span and a trailing comma
+        ("HETZNER_API_KEY`", "HETZNER_API_KEY"),  # an unpaired backtick
+        ("`100`", "100"),
+        ("``code``", "code"),
+        ("`__init__`", "__init__"),  # inside a code span nothing more is trimmed
+        ("`a` and `b`", "`a` and `b`"),  # two code spans: both kept whole
+        ("**bold**", "bold"),
+        ("*Note", "Note"),
+        ("_Hamlet_", "Hamlet"),
+        ("_private", "_private"),  # an underscore attached to one word is part of it
+        ("# Installation", "Installation"),
+        ("## Setup ##", "Setup"),
+        ("C#", "C#"),
+        ("- item", "item"),
+        ("top_k:", "top_k"),
+        ("Paris;", "Paris"),
+        ("Paris.", "Paris"),
+        ("3.5.", "3.5"),
+        ("etc...", "etc."),
+        (". Paris", "Paris"),
+        (".NET", ".NET"),
+        ("(1889)", "(1889)"),  # balanced pairs stay
+        ('"Hamlet"', '"Hamlet"'),
+        ("'Hamlet'", "'Hamlet'"),
+        ("“quoted”", "“quoted”"),
+        ("Washington (state)", "Washington (state)"),
+        ("[link](url)", "[link](url)"),
+        ("(1889", "1889"),  # unpaired ones go
+        ("1889)", "1889"),
+        ('"Hamlet', "Hamlet"),
+        ('Hamlet"', "Hamlet"),
+        ("“quoted", "quoted"),
+        ("[link", "link"),
+        ("x}", "x"),
+        ("(a) b)", "(a) b"),
+        ('"a" b"', '"a" b'),
+        ("players'", "players"),
+        ("Earth's", "Earth's"),  # an apostrophe inside a word is no quote
+        ("Earth’s", "Earth’s"),
+        ("U.S.", "U.S."),  # abbreviations keep their full stop
+        ("e.g.", "e.g."),
+        ("Inc.", "Inc."),
+        ("J.", "J."),
+        ("—Paris—", "Paris"),
+        ("**`foo`**", "foo"),
+        ("`top_k` (default 10).", "`top_k` (default 10)"),
+    ],
+)
+def test_trim_span_cases(span, expected):
+    passage = f"Before {span} after"
+    start, end = trim_span(passage, 7, 7 + len(span))
+    assert passage[start:end] == expected
+    assert 7 <= start <= end <= 7 + len(span)
+
+
+@pytest.mark.parametrize("span", ["(", "`", "**", "...", ",", "''"])
+def test_trim_span_never_leaves_an_empty_answer(span):
+    assert trim_span(f"a {span} b", 2, 2 + len(span)) == (2, 2 + len(span))
+
+
+def test_trim_span_keeps_a_full_stop_inside_a_number_the_span_cuts():
+    text = "pi is 3.14 here"
+    assert trim_span(text, 6, 8) == (6, 8)  # "3." of "3.14"
+    with pytest.raises(ValueError, match="outside"):
+        trim_span(text, 5, 99)
+
+
+def test_answer_folder_folds_equal_texts_and_overlapping_spans():
+    folder = AnswerFolder()
+    assert folder.keep("100", "p1", 10, 13)
+    assert not folder.keep("`100`", "p2", 4, 9)  # the same normalised text, another passage
+    assert not folder.keep("The 100", "p3", 0, 7)  # articles and punctuation do not count
+    assert not folder.keep("100` by default", "p1", 10, 25)  # overlaps the kept span
+    assert not folder.keep("x 100", "p1", 8, 11)
+    assert folder.keep("by default", "p1", 13, 23)  # touches, does not overlap
+    assert folder.keep("other", "p2", 10, 15)  # the same offsets in another passage
+
+
+@pytest.fixture
+def model_and_index(tiny_model):
+    index = PhraseIndex.create(tiny_model)
+    passages = tiny_passages() + [{"id": f"m{i}", "title": t, "text": x} for i, (t, x) in enumerate(MARKDOWN)]
+    add_passages(index, tiny_model, passages, progress=False)
+    return tiny_model, index
+
+
+QUESTIONS = ["What is the default top_k?", "Which key must be set?", "Who wrote Hamlet?"]
+
+
+def _key(hit) -> tuple[int, int, int]:
+    return hit.passage_row, hit.start_token, hit.end_token
+
+
+def _expected(index, raw_hits, words, top_k: int) -> list[tuple[str, tuple[int, int, int]]]:
+    """The raw ranked spans trimmed, copies of the question skipped, then folded greedily: what tidy answers are."""
+    folder, out = AnswerFolder(), []
+    for hit in raw_hits:
+        text = index.passages[hit.passage_row]["text"]
+        start, end = trim_span(text, hit.start, hit.end)
+        if words is not None and copies_question(text[start:end], words):
+            continue
+        if folder.keep(text[start:end], hit.passage_row, start, end):
+            out.append((text[start:end], _key(hit)))
+    return out[:top_k]
+
+
+def test_phrase_answers_are_the_trimmed_spans_folded_best_first(model_and_index):
+    model, index = model_and_index
+    every = len(index)
+    raw = PhraseSearcher(index, model, skip_question_copies=False, tidy_answers=False)
+    tidy = PhraseSearcher(index, model)
+    q_start, q_end = model.encode_queries(QUESTIONS)
+    raw_hits = raw.search_vectors(q_start, q_end, top_k=10 * every, candidates=every, questions=QUESTIONS)
+    tidy_hits = tidy.search_vectors(q_start, q_end, top_k=60, candidates=every, questions=QUESTIONS)
+    changed = 0
+    for question, raws, hits in zip(QUESTIONS, raw_hits, tidy_hits, strict=True):
+        assert [(h.text, _key(h)) for h in hits] == _expected(index, raws, question_words(question), 60)
+        by_key = {_key(h): h for h in raws}
+        for hit in hits:
+            assert hit.text == index.passages[hit.passage_row]["text"][hit.start : hit.end]
+            span = by_key[_key(hit)]
+            assert span.start <= hit.start <= hit.end <= span.end and hit.score == span.score
+            changed += hit.text != span.text
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        assert len({normalize_answer(h.text) for h in hits}) == len(hits)
+        for a in hits:
+            for b in hits:
+                if a is not b and a.passage_row == b.passage_row:
+                    assert a.end <= b.start or b.end <= a.start  # no two answers overlap
+    assert changed, "some answer must have been trimmed for this test to mean anything"
+
+
+def test_top_k_returns_k_different_answers(model_and_index):
+    model, index = model_and_index
+    raw = PhraseSearcher(index, model, tidy_answers=False).search(QUESTIONS[0], top_k=10)
+    folder = AnswerFolder()
+    assert not all(folder.keep(h.text, h.passage_row, h.start, h.end) for h in raw), "raw top 10 has duplicates"
+    for top_k in (1, 5, 10, 20):
+        hits = PhraseSearcher(index, model).search(QUESTIONS[0], top_k=top_k)
+        assert len(hits) == top_k  # the search went on until it had k different answers
+        assert len({normalize_answer(h.text) for h in hits}) == top_k
+    assert PhraseSearcher(index, model).search(QUESTIONS[0], top_k=5)[0].score == raw[0].score
+
+
+def test_fewer_different_answers_than_asked_returns_all_there_are(tiny_model):
+    index = PhraseIndex.create(tiny_model)
+    add_passages(index, tiny_model, [{"id": "a", "title": "", "text": "Paris, Paris, Paris."}], progress=False)
+    hits = PhraseSearcher(index, tiny_model, skip_question_copies=False).search("where?", top_k=10)
+    assert 1 <= len(hits) < 10 and len({normalize_answer(h.text) for h in hits}) == len(hits)
+
+
+@pytest.mark.parametrize("unit", ["passage", "document"])
+def test_passage_and_document_answers_are_trimmed_and_rankings_unchanged(model_and_index, unit):
+    model, index = model_and_index
+    raw = PhraseSearcher(index, model, tidy_answers=False).search_batch(QUESTIONS, unit=unit, top_k=8)
+    tidy = PhraseSearcher(index, model).search_batch(QUESTIONS, unit=unit, top_k=8)
+    for raws, hits in zip(raw, tidy, strict=True):
+        assert [(h.title, h.score) for h in hits] == [(h.title, h.score) for h in raws]
+        for r, h in zip(raws, hits, strict=True):
+            rp = r.best_phrase if unit == "passage" else r.best_passage.best_phrase
+            hp = h.best_phrase if unit == "passage" else h.best_passage.best_phrase
+            text = index.passages[hp.passage_row]["text"]
+            assert (hp.start, hp.end) == trim_span(text, rp.start, rp.end) and hp.text == text[hp.start : hp.end]
+
+
+def test_confidences_are_those_of_the_unfolded_candidates(model_and_index):
+    """Folding leaves the calibrated confidence of each answer as it was: the features see every candidate."""
+    model, index = model_and_index
+    model.config = dataclasses.replace(model.config, calibration=CALIBRATION.to_dict())
+    every = len(index)
+    q_start, q_end = model.encode_queries(QUESTIONS[:1])
+    raw = PhraseSearcher(index, model, tidy_answers=False)
+    tidy = PhraseSearcher(index, model)
+    confidence = {
+        _key(h): h.confidence
+        for h in raw.search_vectors(q_start, q_end, top_k=10 * every, candidates=every, questions=QUESTIONS[:1])[0]
+    }
+    hits = tidy.search_vectors(q_start, q_end, top_k=10, candidates=every, questions=QUESTIONS[:1])[0]
+    assert len(hits) == 10
+    for hit in hits:
+        assert hit.confidence == pytest.approx(confidence[_key(hit)], abs=1e-9)
+    assert tidy.search(QUESTIONS[0], top_k=1)[0].confidence == pytest.approx(
+        tidy.search(QUESTIONS[0], top_k=5)[0].confidence
+    )
+
+
+def test_tidy_answers_must_be_a_flag(model_and_index):
+    model, index = model_and_index
+    with pytest.raises(InvalidParameterError, match="tidy_answers"):
+        PhraseSearcher(index, model, tidy_answers="yes")
