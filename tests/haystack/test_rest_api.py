@@ -1,6 +1,6 @@
-"""Haystack's REST API (rest_api 1.26, vendored) serving pipelines/rest_api.yml over real HTTP: a text file uploaded
-through /file-upload becomes answerable through /query, filters apply, a delete by filter persists, and concurrent
-queries all succeed. Skipped when the REST API is not installed."""
+"""The REST app (``dphr_haystack.nodes.rest_api:app``, Haystack 1.x's REST endpoints) serving pipelines/rest_api.yml
+over real HTTP: a text file uploaded through /file-upload becomes answerable through /query, filters apply, a delete
+by filter persists, and concurrent queries all succeed. Skipped without the serve extra (FastAPI)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import tiny_passages
 from tests.haystack.conftest import PIPELINES, REPO
 
-pytest.importorskip("rest_api", reason="Haystack's REST API 1.26 is not installed (scripts/setup.sh installs it)")
+pytest.importorskip("fastapi", reason='the serve extra is not installed (pip install "dphr-haystack[serve]")')
 requests = pytest.importorskip("requests")
 
 pytestmark = pytest.mark.unit

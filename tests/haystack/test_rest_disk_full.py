@@ -19,7 +19,7 @@ from tests.conftest import tiny_passages
 from tests.haystack.test_rest_errors import _env, _serve
 from tests.reliability._disk_full import small_tmpfs
 
-pytest.importorskip("rest_api", reason="Haystack's REST API 1.26 is not installed (scripts/setup.sh installs it)")
+pytest.importorskip("fastapi", reason='the serve extra is not installed (pip install "dphr-haystack[serve]")')
 requests = pytest.importorskip("requests")
 
 pytestmark = pytest.mark.unit

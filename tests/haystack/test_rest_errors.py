@@ -23,7 +23,7 @@ import pytest
 from tests.conftest import tiny_passages
 from tests.haystack.conftest import PIPELINES, REPO
 
-pytest.importorskip("rest_api", reason="Haystack's REST API 1.26 is not installed (scripts/setup.sh installs it)")
+pytest.importorskip("fastapi", reason='the serve extra is not installed (pip install "dphr-haystack[serve]")')
 requests = pytest.importorskip("requests")
 
 pytestmark = pytest.mark.unit

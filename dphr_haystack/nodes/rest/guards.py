@@ -1,11 +1,14 @@
-"""What stands between Haystack's REST app and a hostile request: a bound on the body and JSON errors.
+"""What stands between the REST app and a hostile request: a bound on the body, and JSON errors.
 
-:class:`RestGuard` is ASGI middleware. It refuses a request body over ``max_body_bytes`` with 413 (from the
-declared ``Content-Length`` at once, else as the body arrives, before it is parsed or spooled), and turns an
-exception that escapes an endpoint into Haystack's REST error body, ``{"errors": [message]}``, with no traceback:
-a typed :class:`~dphr_haystack.errors.DphrError` anywhere in the exception's chain (Haystack wraps node failures
-in a plain ``Exception``) decides the status (:func:`error_status`); anything else is a 500 whose traceback goes
-to the server log only.
+Every error answer is ``{"errors": [message]}`` (Haystack's REST error shape), never a traceback:
+
+* :class:`RestGuard` (ASGI middleware) refuses a request body over ``max_body_bytes`` with 413 (from the declared
+  ``Content-Length`` at once, else as the body arrives, before it is parsed or spooled), and turns an exception that
+  escapes an endpoint into an error answer: a typed :class:`~dphr_haystack.errors.DphrError` anywhere in the
+  exception's chain (Haystack wraps node failures in a plain ``Exception``) decides the status
+  (:func:`error_status`); anything else is a 500 whose traceback goes to the server log only.
+* :func:`install_error_handlers`: an ``HTTPException`` keeps its status; a request that does not match the
+  endpoint's schema is 422, with FastAPI's ``detail`` list beside the readable ``errors``.
 """
 
 from __future__ import annotations
@@ -13,40 +16,26 @@ from __future__ import annotations
 import errno
 import json
 import logging
-import os
 from typing import Any
 
-from fastapi import HTTPException
+from fastapi import FastAPI, HTTPException
+from fastapi.exceptions import RequestValidationError
 from haystack.errors import FilterError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 
-from ..errors import (
+from ...errors import (
     DirectoryLockedError,
     DphrError,
     IndexLoadError,
     IndexWriteError,
     InputTooLargeError,
-    InvalidParameterError,
     ModelLoadError,
 )
+from .settings import MAX_UPLOAD_BYTES_ENV
 
 logger = logging.getLogger(__name__)
-
-MAX_UPLOAD_BYTES_ENV = "DPHR_MAX_UPLOAD_BYTES"
-DEFAULT_MAX_UPLOAD_BYTES = 5 * 1024 * 1024
-
-
-def env_limit(name: str, default: int) -> int:
-    """A positive integer bound from the environment variable ``name`` (``default`` when unset)."""
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise InvalidParameterError(f"{name}={text!r}: expected a positive whole number")
-    return value
 
 
 def typed_cause(exc: BaseException) -> BaseException | None:
@@ -92,9 +81,9 @@ async def send_json(send: Any, status: int, body: Any) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-class _BodyTooLarge(HTTPException):
+class BodyTooLarge(HTTPException):
     """Raised from ``receive`` when the body passes the bound (an HTTPException: FastAPI's body parsing passes it
-    on to Haystack's handler unchanged, where any other exception would become a 400)."""
+    on to the HTTPException handler unchanged, where any other exception would become a 400)."""
 
     def __init__(self, limit: int) -> None:
         super().__init__(413, f"request body over {limit} bytes (the server's {MAX_UPLOAD_BYTES_ENV})")
@@ -108,7 +97,7 @@ class RestGuard:
         self.max_body_bytes = max_body_bytes
 
     def _too_large(self) -> dict[str, list[str]]:
-        return {"errors": [_BodyTooLarge(self.max_body_bytes).detail]}
+        return {"errors": [BodyTooLarge(self.max_body_bytes).detail]}
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -127,7 +116,7 @@ class RestGuard:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_body_bytes:
-                    raise _BodyTooLarge(self.max_body_bytes)
+                    raise BodyTooLarge(self.max_body_bytes)
             return message
 
         async def watched_send(message: dict) -> None:
@@ -141,7 +130,7 @@ class RestGuard:
         except Exception as exc:
             if started:
                 raise
-            if isinstance(exc, _BodyTooLarge) or isinstance(exc.__cause__, _BodyTooLarge):
+            if isinstance(exc, BodyTooLarge) or isinstance(exc.__cause__, BodyTooLarge):
                 await send_json(send, 413, self._too_large())
                 return
             status = error_status(exc)
@@ -150,12 +139,32 @@ class RestGuard:
             await send_json(send, status, {"errors": [error_message(exc)]})
 
 
+def _location(error: dict[str, Any]) -> str:
+    return ".".join(str(part) for part in error.get("loc", ()) if part != "body") or "body"
+
+
+async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    return JSONResponse({"errors": [str(exc.detail)]}, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    details = exc.errors()
+    messages = [f"{_location(e)}: {e.get('msg', 'invalid')}" for e in details] or ["invalid request"]
+    return JSONResponse({"errors": messages, "detail": json.loads(json.dumps(details, default=str))}, status_code=422)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer HTTPExceptions and schema mismatches with the JSON error body (see the module docstring)."""
+    app.add_exception_handler(StarletteHTTPException, _http_error)  # FastAPI's and the router's 404/405
+    app.add_exception_handler(RequestValidationError, _validation_error)
+
+
 __all__ = [
-    "DEFAULT_MAX_UPLOAD_BYTES",
-    "MAX_UPLOAD_BYTES_ENV",
+    "BodyTooLarge",
     "RestGuard",
-    "env_limit",
     "error_message",
     "error_status",
+    "install_error_handlers",
+    "send_json",
     "typed_cause",
 ]

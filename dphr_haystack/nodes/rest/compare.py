@@ -1,0 +1,127 @@
+"""``POST /compare``: one question through four retrieval pipelines on the served store, side by side.
+
+The columns are the shipped pipelines, each loaded on the served document store with the served phrase model
+(and device): phrase answers (``phrase_qa.yml``), BM25 (``bm25.yml``), passages ranked by their best phrase
+(``phrase_passages.yml``) and the BM25 + phrase hybrid fused by reciprocal rank (``hybrid_rrf.yml``). They run one
+after another; each column reports its own latency in milliseconds. ``{"query", "top_k", "filters"}`` →
+``{"query", "top_k", "columns": [{"name", "title", "pipeline", "ms", "answers", "documents"}]}``. Needs a
+PhraseDocumentStore (501 otherwise).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, HTTPException
+from haystack import Pipeline
+
+from ...model.registry import DEFAULT_MODEL
+from ..pipeline import PIPELINES_DIR, load_pipeline
+from .schema import CompareRequest, CompareResponse
+from .search import RequestLimiter, check_query
+from .served import ServedPipelines
+
+HYBRID_CANDIDATES = 20  # each retriever's list before fusion, as in hybrid_rrf.yml
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    title: str
+    pipeline_file: str
+
+    def params(self, top_k: int) -> dict[str, Any]:
+        """The per-node params that make the column return ``top_k`` results."""
+        if self.name == "bm25":
+            return {"BM25": {"top_k": top_k}}
+        if self.name == "hybrid":
+            candidates = max(HYBRID_CANDIDATES, top_k)
+            return {"BM25": {"top_k": candidates}, "Retriever": {"top_k": candidates}, "Join": {"top_k_join": top_k}}
+        return {"Retriever": {"top_k": top_k}}
+
+
+COLUMNS = (
+    Column("answers", "Phrase answers", "phrase_qa.yml"),
+    Column("bm25", "BM25", "bm25.yml"),
+    Column("passages", "Phrase passages", "phrase_passages.yml"),
+    Column("hybrid", "BM25 + phrase (RRF)", "hybrid_rrf.yml"),
+)
+
+
+class Comparison:
+    """The four column pipelines on the served store, built at the first request."""
+
+    def __init__(self, served: ServedPipelines) -> None:
+        self.served = served
+        self._pipelines: dict[str, Pipeline] | None = None
+        self._building = threading.Lock()
+
+    @property
+    def available(self) -> bool:
+        return self.served.phrase_store() is not None
+
+    def pipelines(self) -> dict[str, Pipeline]:
+        with self._building:
+            if self._pipelines is None:
+                store = self.served.phrase_store()
+                if store is None:
+                    raise HTTPException(status_code=501, detail="/compare needs a PhraseDocumentStore")
+                retriever = self.served.phrase_retriever()
+                model = {
+                    "model": retriever.model if retriever is not None else DEFAULT_MODEL,
+                    "device": retriever.device if retriever is not None else "auto",
+                }
+                self._pipelines = {
+                    column.name: load_pipeline(
+                        PIPELINES_DIR / column.pipeline_file,
+                        overrides={"Retriever": model} if column.name != "bm25" else None,
+                        overwrite_with_env_variables=False,
+                        components={"DocumentStore": store},
+                    )
+                    for column in COLUMNS
+                }
+        return self._pipelines
+
+    def run(self, query: str, top_k: int, filters: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """Each column's answers, documents and latency for ``query``."""
+        pipelines = self.pipelines()
+        columns = []
+        for column in COLUMNS:
+            params = column.params(top_k)
+            if filters:
+                params["filters"] = filters
+            started = time.perf_counter()
+            result = pipelines[column.name].run(query=query, params=params)
+            elapsed = (time.perf_counter() - started) * 1000
+            documents = list(result.get("documents") or [])
+            for doc in documents:
+                doc.embedding = None
+            columns.append(
+                {
+                    "name": column.name,
+                    "title": column.title,
+                    "pipeline": column.pipeline_file,
+                    "ms": round(elapsed, 1),
+                    "answers": result.get("answers") or [],
+                    "documents": documents,
+                }
+            )
+        return columns
+
+
+def add_compare_route(app: FastAPI, comparison: Comparison, limiter: RequestLimiter) -> None:
+    """Add ``POST /compare`` (see the module docstring) to ``app``."""
+
+    @app.post("/compare", response_model=CompareResponse, response_model_exclude_none=True, tags=["search"])
+    def compare(request: CompareRequest) -> dict[str, Any]:
+        """Phrase answers, BM25, phrase passages and the hybrid for one query, with each one's latency in ms."""
+        check_query(request.query)
+        with limiter.run():
+            columns = comparison.run(request.query, request.top_k, request.filters)
+        return {"query": request.query, "top_k": request.top_k, "columns": columns}
+
+
+__all__ = ["COLUMNS", "Comparison", "add_compare_route"]

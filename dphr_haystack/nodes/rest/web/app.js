@@ -1,0 +1,246 @@
+// The dphr web page: asks POST compare and POST file-upload of the same server and shows the answers.
+// Every piece of document text becomes a text node (textContent / append of strings), never markup.
+"use strict";
+
+(function () {
+  const RADIUS = 150; // characters of context shown on each side of a highlighted phrase (until clicked)
+  const STOPWORDS = new Set(
+    ("a an and are as at be by did do does for from had has have how in into is it its of on or the to was " +
+      "were what when where which who whom whose why with").split(" ")
+  );
+
+  const byId = (id) => document.getElementById(id);
+
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  async function call(path, options) {
+    const response = await fetch(path, options);
+    let body = null;
+    try {
+      body = await response.json();
+    } catch (ignored) {
+      body = null;
+    }
+    if (!response.ok) {
+      const errors = body && Array.isArray(body.errors) ? body.errors.join("; ") : "";
+      throw new Error(errors || `the server answered ${response.status}`);
+    }
+    return body;
+  }
+
+  function showError(message) {
+    const box = byId("error");
+    box.textContent = message || "";
+    box.hidden = !message;
+  }
+
+  function latency(ms) {
+    return `${ms < 10 ? ms.toFixed(1) : Math.round(ms)} ms`;
+  }
+
+  function queryTerms(question) {
+    const words = (question.toLowerCase().match(/[\p{L}\p{N}]+/gu) || []).filter(
+      (w) => w.length > 2 && !STOPWORDS.has(w)
+    );
+    return Array.from(new Set(words));
+  }
+
+  function escapeRegExp(text) {
+    return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  }
+
+  // Append ``text`` to ``parent``, underlining the question's words.
+  function appendWithTerms(parent, text, terms) {
+    if (!terms.length || !text) {
+      parent.append(text);
+      return;
+    }
+    const pattern = new RegExp(`(?<![\\p{L}\\p{N}])(${terms.map(escapeRegExp).join("|")})(?![\\p{L}\\p{N}])`, "giu");
+    let last = 0;
+    for (const match of text.matchAll(pattern)) {
+      parent.append(text.slice(last, match.index));
+      parent.append(el("span", "term", match[0]));
+      last = match.index + match[0].length;
+    }
+    parent.append(text.slice(last));
+  }
+
+  // A passage with the phrase [start, end) (code point offsets, as Python counts them) highlighted; a window of
+  // RADIUS characters around it until clicked, then the whole passage.
+  function passage(content, start, end, terms) {
+    const chars = Array.from(content || "");
+    const hasPhrase = Number.isInteger(start) && Number.isInteger(end) && start >= 0 && end > start && end <= chars.length;
+    const node = el("p", "passage");
+    function render(whole) {
+      node.replaceChildren();
+      let from = whole ? 0 : Math.max(0, (hasPhrase ? start : 0) - RADIUS);
+      let to = whole ? chars.length : Math.min(chars.length, (hasPhrase ? end : 0) + (hasPhrase ? RADIUS : 2 * RADIUS));
+      while (from > 0 && from < (hasPhrase ? start : to) && !/\s/.test(chars[from - 1])) from += 1; // whole words
+      while (to < chars.length && to > (hasPhrase ? end : from) && !/\s/.test(chars[to])) to -= 1;
+      if (from > 0) node.append("… ");
+      if (hasPhrase) {
+        appendWithTerms(node, chars.slice(from, start).join(""), terms);
+        node.append(el("mark", "phrase", chars.slice(start, end).join("")));
+        appendWithTerms(node, chars.slice(end, to).join(""), terms);
+      } else {
+        appendWithTerms(node, chars.slice(from, to).join(""), terms);
+      }
+      if (to < chars.length) node.append(" …");
+      node.classList.toggle("expanded", whole || (from === 0 && to === chars.length));
+      node.title = node.classList.contains("expanded") ? "" : "Click to show the whole passage";
+    }
+    render(false);
+    node.addEventListener("click", () => render(true));
+    return node;
+  }
+
+  function scoreText(score) {
+    if (typeof score !== "number") return "";
+    return `score ${score !== 0 && Math.abs(score) < 0.001 ? score.toPrecision(2) : score.toFixed(3)}`;
+  }
+
+  function sourceLine(meta) {
+    const parts = [];
+    if (meta && meta.title) parts.push(String(meta.title).replace(/_/g, " "));
+    if (meta && meta.name && meta.name !== meta.title) parts.push(meta.name);
+    return el("div", "source", parts.join(" · "));
+  }
+
+  function confidenceBadge(answer) {
+    const meta = answer.meta || {};
+    const calibrated = typeof meta.confidence === "number";
+    const value = calibrated ? meta.confidence : answer.score;
+    const level = !calibrated ? "" : value >= 0.5 ? " high" : value >= 0.2 ? " mid" : "";
+    const badge = el("span", `confidence${level}`);
+    const meter = el("span", "meter");
+    const fill = el("span");
+    fill.style.width = `${Math.round(Math.max(0, Math.min(1, value || 0)) * 100)}%`;
+    meter.append(fill);
+    const percent = value < 0.005 ? "<1" : String(Math.round(value * 100));
+    const label = calibrated
+      ? `${percent}% confidence`
+      : `score ${typeof value === "number" ? value.toFixed(2) : "?"}`;
+    badge.append(meter, el("span", "confidence-label", label));
+    badge.title = calibrated ? "calibrated probability that this answer is right" : "phrase score (no calibration)";
+    return badge;
+  }
+
+  function renderAnswers(column) {
+    const list = byId("answer-list");
+    list.replaceChildren();
+    byId("answers-latency").textContent = latency(column.ms);
+    if (!column.answers.length) {
+      list.append(el("li", "empty", "No phrase answer."));
+    }
+    for (const answer of column.answers) {
+      const item = el("li", "answer");
+      const head = el("div", "answer-head");
+      head.append(el("span", "answer-text", answer.answer), confidenceBadge(answer));
+      const span = (answer.offsets_in_context || [])[0] || {};
+      item.append(head, passage(answer.context, span.start, span.end, []), sourceLine(answer.meta));
+      list.append(item);
+    }
+    byId("answers").hidden = false;
+  }
+
+  function renderColumn(column, terms) {
+    const panel = el("section", "panel column");
+    panel.dataset.name = column.name;
+    const head = el("header", "panel-head");
+    const name = el("div", "column-name");
+    name.append(el("h3", "", column.title), el("span", "pipeline", column.pipeline));
+    head.append(name, el("span", "latency", latency(column.ms)));
+    const list = el("ol", "results");
+    if (!column.documents.length) list.append(el("li", "empty", "No results."));
+    column.documents.forEach((doc, i) => {
+      const meta = doc.meta || {};
+      const item = el("li", "result");
+      const top = el("div", "result-head");
+      top.append(el("span", "rank", `#${i + 1}`), el("span", "score", scoreText(doc.score)));
+      item.append(top, passage(doc.content, meta.best_phrase_start, meta.best_phrase_end, terms), sourceLine(meta));
+      list.append(item);
+    });
+    panel.append(head, list);
+    return panel;
+  }
+
+  async function refreshStore() {
+    try {
+      const info = await call("store");
+      const phrases = typeof info.phrase_documents === "number" ? ` (${info.phrase_documents} with phrases)` : "";
+      byId("store").textContent = `${info.documents} passages in the store${phrases} · Haystack ${info.hs_version}`;
+    } catch (error) {
+      byId("store").textContent = "";
+    }
+  }
+
+  async function ask(event) {
+    event.preventDefault();
+    const question = byId("question").value.trim();
+    if (!question) return;
+    const button = byId("ask-button");
+    button.disabled = true;
+    button.textContent = "Searching…";
+    showError("");
+    try {
+      const result = await call("compare", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ query: question, top_k: Number(byId("top-k").value) }),
+      });
+      const terms = queryTerms(question);
+      const columns = byId("columns");
+      columns.replaceChildren();
+      for (const column of result.columns) {
+        if (column.name === "answers") renderAnswers(column);
+        else columns.append(renderColumn(column, column.name === "bm25" ? terms : []));
+      }
+      columns.hidden = false;
+    } catch (error) {
+      showError(error.message);
+    } finally {
+      button.disabled = false;
+      button.textContent = "Ask";
+    }
+  }
+
+  async function upload(event) {
+    event.preventDefault();
+    const input = byId("files");
+    const status = byId("upload-status");
+    if (!input.files.length) {
+      status.className = "status failed";
+      status.textContent = "Choose one or more text files first.";
+      return;
+    }
+    const form = new FormData();
+    for (const file of input.files) form.append("files", file, file.name);
+    const button = byId("upload-button");
+    button.disabled = true;
+    status.className = "status";
+    status.textContent = "Indexing…";
+    try {
+      const result = await call("file-upload", { method: "POST", body: form });
+      const added = result.documents_added;
+      status.textContent =
+        `Added ${added} passage${added === 1 ? "" : "s"} from ${result.files.join(", ")}; ` +
+        `${result.documents_total} in the store.`;
+      input.value = "";
+      refreshStore();
+    } catch (error) {
+      status.className = "status failed";
+      status.textContent = `Upload failed: ${error.message}`;
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  byId("ask").addEventListener("submit", ask);
+  byId("upload").addEventListener("submit", upload);
+  refreshStore();
+})();
