@@ -2,8 +2,12 @@
 
     dphr eval --index my-index --questions NQ-open.dev.jsonl.gz --out eval/phrase
     dphr eval --pipeline pipelines/bm25.yml --corpus corpus.jsonl --questions dev.json.gz --out eval/bm25
-    dphr eval --pipeline pipelines/hybrid_rrf.yml --store saved-store --questions trec.jsonl --set Retriever.model=DIR
+    dphr eval --pipeline phrase_qa.yml --corpus corpus.jsonl --store my-store --questions dev.json.gz
+    dphr eval --pipeline hybrid_rrf.yml --store my-index --questions trec.jsonl   # an index built by `dphr index`
 
+``--store DIR`` is reused across runs: a store directory (created when missing, from ``--corpus``) commits its
+documents, phrases and embeddings as they are indexed, so the next run opens it and encodes only what is missing;
+a phrase index directory built by ``dphr index`` gives the documents (its passages) and their phrases as they are.
 Writes ``<system>.predictions.jsonl``, ``<system>.summary.json`` and ``table.md`` into ``--out``.
 """
 
@@ -37,8 +41,15 @@ def add_eval_parser(sub) -> None:
         default=[],
         help="with --pipeline: corpus file(s) to index into its store first (repeatable)",
     )
-    ev.add_argument("--store", type=Path, help="with --pipeline: a saved PhraseDocumentStore directory to load")
-    ev.add_argument("--save-store", type=Path, help="with --pipeline: save the indexed store here for reuse")
+    ev.add_argument(
+        "--store",
+        type=Path,
+        help="with --pipeline: a store directory reused across runs (created when missing; documents, phrases and "
+        "embeddings are committed there as they are indexed, so a later run encodes only what is missing), or a "
+        "phrase index directory built by `dphr index` (its passages are the documents, its phrases are used as they "
+        "are, the directory is not written)",
+    )
+    ev.add_argument("--save-store", type=Path, help="with --pipeline: also save the indexed store here (a snapshot)")
     ev.add_argument(
         "--set",
         action="append",
@@ -85,6 +96,58 @@ def parse_overrides(items: list[str]) -> dict[str, dict]:
     return overrides
 
 
+def store_source(store: Path, has_corpus: bool) -> dict[str, str]:
+    """The ``PhraseDocumentStore`` parameter that opens ``--store``: ``phrase_index`` for a phrase index directory
+    (``dphr index --out``), else ``path``, a store directory shared across runs (created when missing).
+
+    Raises:
+        InvalidParameterError: ``store`` is missing and there is no corpus to build it from, is not a directory, or
+            is a directory holding something else than a store or a phrase index.
+    """
+    from .._util.lock import directory_entries
+    from ..index.storage import MANIFEST
+    from ..nodes.persistence import STORE_FILE
+
+    if (store / MANIFEST).is_file() and not (store / STORE_FILE).is_file():
+        return {"phrase_index": str(store)}
+    if store.exists() and not store.is_dir():
+        raise InvalidParameterError(f"--store {store} is not a directory")
+    if not store.exists() or not directory_entries(store):
+        if not has_corpus:
+            raise InvalidParameterError(
+                f"--store {store} holds no store yet: give --corpus to build it there (it is then reused by later "
+                "runs), or a phrase index directory built by `dphr index`"
+            )
+    elif not (store / STORE_FILE).is_file():
+        raise InvalidParameterError(
+            f"--store {store} is neither a store directory ({STORE_FILE}) nor a phrase index ({MANIFEST}): choose a "
+            "new directory for the store"
+        )
+    return {"path": str(store)}
+
+
+def index_stored(pipeline, documents: list, store: Path | None) -> dict:
+    """``index_corpus`` with the model of a reused ``--store`` named when a retriever's model differs from it."""
+    from ..errors import ModelMismatchError
+    from ..nodes import index_corpus
+
+    try:
+        return index_corpus(pipeline, documents)
+    except ModelMismatchError as exc:
+        phrase_index = getattr(pipeline.get_document_store(), "get_phrase_index", lambda: None)()
+        if store is None or phrase_index is None:
+            raise
+        built_with = phrase_index.manifest.get("model_path") or "another model"
+        raise ModelMismatchError(
+            f"--store {store} holds phrases encoded by {built_with}: evaluate with that model (--set "
+            f"Retriever.model=...) or give another --store ({exc})"
+        ) from exc
+
+
+def _same_path(first: Path, second: Path | None) -> bool:
+    return second is not None and first.resolve() == second.resolve()
+
+
 def run_eval(args: argparse.Namespace) -> int:
     from ..evaluation import evaluate_pipeline, evaluate_searcher, markdown_table, read_questions
 
@@ -106,21 +169,26 @@ def run_eval(args: argparse.Namespace) -> int:
     else:
         if args.truecase is not None:
             raise InvalidParameterError("--truecase applies to --index; in a pipeline set PhraseRetriever.truecase")
-        from ..nodes import corpus_documents, index_corpus, load_pipeline
+        from ..nodes import corpus_documents, load_pipeline
 
         overrides = parse_overrides(args.set)
         if args.store is not None:
-            overrides.setdefault("DocumentStore", {})["load_path"] = str(args.store)
+            overrides.setdefault("DocumentStore", {}).update(store_source(args.store, bool(args.corpus)))
         pipeline = load_pipeline(args.pipeline, overrides=overrides or None)
         # Also with --store only: retrievers whose phrases/embeddings are missing for some documents get them.
-        timings = index_corpus(pipeline, corpus_documents(args.corpus))
+        timings = index_stored(pipeline, corpus_documents(args.corpus), args.store)
         if timings:
             print("indexed: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
         store = pipeline.get_document_store()
         if store is None or store.get_document_count() == 0:
             raise InvalidParameterError("the pipeline's document store is empty: give --corpus or --store")
-        if args.save_store is not None:
-            store.save(args.save_store)
+        if args.store is not None and hasattr(store, "get_phrase_document_count"):
+            print(
+                f"store {args.store}: {store.get_document_count()} documents, "
+                f"{store.get_phrase_document_count()} with phrases"
+            )
+        if args.save_store is not None and not _same_path(args.save_store, args.store):
+            store.save(args.save_store)  # (--store itself is committed as it goes)
         report = evaluate_pipeline(
             pipeline,
             examples,
@@ -137,4 +205,4 @@ def run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_eval_parser", "parse_overrides", "run_eval"]
+__all__ = ["add_eval_parser", "index_stored", "parse_overrides", "run_eval", "store_source"]

@@ -12,10 +12,8 @@ import numpy as np
 from ..errors import InvalidParameterError, ModelMismatchError
 from ..index.phrase_index import PhraseIndex
 from ..model.cache import model_fingerprint
-from ..params import check_choice, check_param
+from ..params import check_param
 from ..search import Hit, PhraseSearcher, check_passage_scoring, check_unit
-
-DEVICES = ("cpu", "cuda", "auto")
 
 
 def check_flag(name: str, value: Any) -> bool:
@@ -30,11 +28,6 @@ def check_truecase(value: Any) -> bool | None:
     if value is not None and not isinstance(value, bool):
         raise InvalidParameterError(f"truecase={value!r}; valid: true, false or null (the model's)")
     return value
-
-
-def check_device(device: Any) -> str:
-    """A Haystack component's ``device`` option: ``cpu``, ``cuda`` or ``auto``."""
-    return check_choice("device", device, DEVICES)
 
 
 def resolve_max_answer_length(model: Any, value: int | None) -> int:
@@ -117,9 +110,7 @@ def search_phrase_index(
 
 
 __all__ = [
-    "DEVICES",
     "PhraseSearchOptions",
-    "check_device",
     "check_flag",
     "check_phrase_model",
     "check_truecase",

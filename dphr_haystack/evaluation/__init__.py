@@ -28,13 +28,16 @@ from .evaluate import (
     read_results,
     report_stem,
     summarize,
+    table_columns,
 )
 from .metrics import (
     PASSAGE_KS,
     RANKING_DEPTH,
     accuracy_at,
     first_hit,
+    passage_ks,
     precision_at,
+    ranking_depth,
     ranking_metrics,
     reciprocal_rank_at,
 )
@@ -58,11 +61,13 @@ __all__ = [
     "hit_results",
     "markdown_table",
     "mean_metrics",
+    "passage_ks",
     "passage_metrics",
     "pipeline_top_k_params",
     "precision_at",
     "question_metrics",
     "question_result",
+    "ranking_depth",
     "ranking_metrics",
     "read_questions",
     "read_results",
@@ -70,4 +75,5 @@ __all__ = [
     "reciprocal_rank_at",
     "short_metrics",
     "summarize",
+    "table_columns",
 ]

@@ -20,7 +20,7 @@ from .._util.atomic import write_file_atomic
 from .._util.nofollow import open_no_follow
 from ..answers import ANSWER_MATCHES, contains_answer, exact_match, f1_score
 from ..errors import InvalidParameterError
-from .metrics import PASSAGE_KS, first_hit, ranking_metrics
+from .metrics import first_hit, passage_ks, ranking_depth, ranking_metrics
 from .questions import QAExample
 
 
@@ -95,10 +95,14 @@ def question_metrics(
     has_answers: bool,
     has_passages: bool,
     regex: bool = False,
-    ks: Sequence[int] = PASSAGE_KS,
+    ks: Sequence[int] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Each metric that :func:`summarize` averages, per question in ``results`` order (hits as 1.0 / 0.0);
-    ``ks`` are the depths of ``passage_acc@k``."""
+    """Each metric that :func:`summarize` averages, per question in ``results`` order (hits as 1.0 / 0.0).
+
+    The names follow what an evaluation of the top ``top_k`` results measures: ``phrase_em@<top_k>``,
+    ``passage_acc@k`` for each of ``ks`` (default :func:`~.metrics.passage_ks`: 1, 5 and 20 as far as ``top_k``
+    reaches, and ``top_k``), ``mrr@<d>`` and ``p@<d>`` with d = :func:`~.metrics.ranking_depth` (20, or ``top_k``
+    when smaller)."""
     out: dict[str, np.ndarray] = {}
     if has_answers:
         em1, f11, emk = [], [], []
@@ -111,7 +115,8 @@ def question_metrics(
         out["phrase_f1@1"] = np.array(f11, dtype=float)
         out[f"phrase_em@{top_k}"] = np.array(emk, dtype=float)
     if has_passages:
-        out.update(ranking_metrics([[p["has_answer"] for p in r.passages] for r in results], ks))
+        flags = [[p["has_answer"] for p in r.passages] for r in results]
+        out.update(ranking_metrics(flags, passage_ks(top_k) if ks is None else ks, ranking_depth(top_k)))
     return out
 
 
@@ -289,6 +294,7 @@ def _finite(value: Any) -> float | None:
 TABLE_COLUMNS = (
     "phrase_em@1",
     "phrase_f1@1",
+    "phrase_em@20",
     "passage_acc@1",
     "passage_acc@5",
     "passage_acc@20",
@@ -296,10 +302,31 @@ TABLE_COLUMNS = (
     "p@20",
     "ms_per_question",
 )
+_COLUMN_ORDER = ("phrase_em@1", "phrase_f1@1", "phrase_em@", "passage_acc@", "mrr@", "p@", "ms_per_question")
 
 
-def markdown_table(reports: Sequence[EvalReport], columns: Sequence[str] = TABLE_COLUMNS) -> str:
-    """One row per system; metrics a system does not produce show as '–'. Accuracies in percent."""
+def table_columns(reports: Sequence[EvalReport]) -> list[str]:
+    """The metrics of ``reports``' summaries, each once, in table order: phrase EM@1, F1@1 and EM@k, passage
+    accuracy@k, MRR and P (k ascending within each), milliseconds per question. Names carry the depths each
+    report evaluated (``passage_acc@5`` and ``mrr@5`` for a top-5 evaluation, never ``passage_acc@20``)."""
+
+    def order(name: str) -> tuple[int, int]:
+        for rank, prefix in enumerate(_COLUMN_ORDER):
+            if name == prefix or (prefix.endswith("@") and name.startswith(prefix)):
+                depth = name.rpartition("@")[2]
+                return rank, int(depth) if depth.isdigit() else 0
+        return len(_COLUMN_ORDER), 0
+
+    names = {name for report in reports for name in report.summary if name != "questions"}
+    return sorted(names, key=lambda name: (*order(name), name))
+
+
+def markdown_table(reports: Sequence[EvalReport], columns: Sequence[str] | None = None) -> str:
+    """One row per system; metrics a system does not produce show as '–'. Accuracies in percent.
+
+    ``columns``: the metrics to show (default :func:`table_columns`: every metric the reports measured, labelled
+    with the depths they were evaluated at)."""
+    columns = table_columns(reports) if columns is None else list(columns)
     header = "| system | questions | " + " | ".join(columns) + " |"
     rule = "|---|---:|" + "---:|" * len(columns)
     rows = [header, rule]

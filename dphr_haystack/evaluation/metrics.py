@@ -11,9 +11,23 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-# The passage accuracies every report gives, and the depth of its MRR and precision.
+# The passage accuracies a report gives, and the depth of its MRR and precision (top-k evaluations below 20 give
+# those up to k: see passage_ks and ranking_depth).
 PASSAGE_KS = (1, 5, 20)
 RANKING_DEPTH = 20
+
+
+def passage_ks(top_k: int) -> tuple[int, ...]:
+    """The depths of ``passage_acc@k`` an evaluation of the top ``top_k`` passages gives: those of
+    :data:`PASSAGE_KS` it reaches, and ``top_k`` itself (``5`` → ``(1, 5)``, ``3`` → ``(1, 3)``, ``100`` →
+    ``(1, 5, 20, 100)``)."""
+    return tuple(sorted({k for k in PASSAGE_KS if k <= top_k} | {top_k}))
+
+
+def ranking_depth(top_k: int) -> int:
+    """The depth of MRR and P of an evaluation of the top ``top_k`` passages: :data:`RANKING_DEPTH`, or ``top_k``
+    when fewer passages were retrieved (P@20 of 5 passages would divide by passages never asked for)."""
+    return min(RANKING_DEPTH, top_k)
 
 
 def first_hit(has_answer: Iterable[bool]) -> int:
@@ -38,13 +52,15 @@ def precision_at(has_answer: Sequence[Sequence[bool]], k: int = RANKING_DEPTH) -
     return np.array([sum(bool(hit) for hit in flags[:k]) / k for flags in has_answer], dtype=float)
 
 
-def ranking_metrics(has_answer: Sequence[Sequence[bool]], ks: Sequence[int] = PASSAGE_KS) -> dict[str, np.ndarray]:
-    """Per question ``passage_acc@k`` for each k, ``mrr@20`` and ``p@20`` of ranked lists given as their
-    has-an-answer flags, best first."""
+def ranking_metrics(
+    has_answer: Sequence[Sequence[bool]], ks: Sequence[int] = PASSAGE_KS, depth: int = RANKING_DEPTH
+) -> dict[str, np.ndarray]:
+    """Per question ``passage_acc@k`` for each k, ``mrr@<depth>`` and ``p@<depth>`` (default 20) of ranked lists given
+    as their has-an-answer flags, best first."""
     firsts = np.array([first_hit(flags) for flags in has_answer], dtype=np.int64)
     out = {f"passage_acc@{k}": accuracy_at(firsts, k) for k in ks}
-    out[f"mrr@{RANKING_DEPTH}"] = reciprocal_rank_at(firsts, RANKING_DEPTH)
-    out[f"p@{RANKING_DEPTH}"] = precision_at(has_answer, RANKING_DEPTH)
+    out[f"mrr@{depth}"] = reciprocal_rank_at(firsts, depth)
+    out[f"p@{depth}"] = precision_at(has_answer, depth)
     return out
 
 
@@ -53,7 +69,9 @@ __all__ = [
     "RANKING_DEPTH",
     "accuracy_at",
     "first_hit",
+    "passage_ks",
     "precision_at",
+    "ranking_depth",
     "ranking_metrics",
     "reciprocal_rank_at",
 ]

@@ -61,11 +61,12 @@ def passage_metrics(
     examples: Sequence[QAExample],
     rankings: Sequence[Iterable[tuple[str, Any, str | None]]],
     top_k: int,
-    ks: Sequence[int] = PASSAGE_KS,
+    ks: Sequence[int] | None = None,
     answer_match: str = "squad",
 ) -> dict[str, np.ndarray]:
-    """Per question ``passage_acc@k`` (each of ``ks``), ``mrr@20`` and ``p@20`` of one ranked passage list per
-    question, given as ``(id, score, content)`` tuples best first; the first ``top_k`` count.
+    """Per question ``passage_acc@k`` (each of ``ks``; default: 1, 5 and 20 as far as ``top_k`` reaches, and
+    ``top_k``), ``mrr@20`` and ``p@20`` (``@top_k`` when ``top_k`` < 20) of one ranked passage list per question,
+    given as ``(id, score, content)`` tuples best first; the first ``top_k`` count.
 
     Example:
         >>> rankings = [[(d.id, d.score, d.content) for d in docs] for docs in ranked_documents]

@@ -13,8 +13,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,19 +22,17 @@ from haystack.core.serialization import default_to_dict
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack.document_stores.types import DuplicatePolicy
 
-from .._util.write_errors import write_errors
 from ..documents.passages import (
     PassageRule,
     check_attachable,
     passage_mask,
-    stale_passage_ids,
     unencoded_passages,
 )
 from ..documents.results import hit_passage_id, pair_hits
 from ..documents.retrieval import PhraseSearchOptions, check_phrase_model, search_phrase_index
 from ..documents.validation import check_meta, check_storable
 from ..encode.add import add_passages
-from ..errors import DphrError, EmptyCorpusError, InvalidParameterError
+from ..errors import EmptyCorpusError, InvalidParameterError
 from ..index.phrase_index import PhraseIndex
 from ..model.phrase_model import PhraseModel
 from ..params import check_choice, check_param
@@ -43,6 +40,7 @@ from ..search import Hit
 from .filters import check_filters
 from .serialization import component_from_dict
 from .store_directory import StoreDirectory
+from .syncing import StoreSync
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +52,7 @@ _OPEN: weakref.WeakValueDictionary[str, PhraseDocumentStore] = weakref.WeakValue
 _OPEN_LOCK = threading.Lock()
 
 
-class PhraseDocumentStore(InMemoryDocumentStore):
+class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
     """An ``InMemoryDocumentStore`` whose documents are also searchable by phrase.
 
     ``write_documents`` stores documents only (no model is needed, nothing is encoded); their phrases are encoded
@@ -95,6 +93,11 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         bm25_parameters: As in ``InMemoryDocumentStore``.
         embedding_similarity_function: As in ``InMemoryDocumentStore``.
         return_embedding: As in ``InMemoryDocumentStore``.
+        phrase_index: A phrase index directory (``dphr index --out``, a Haystack 1.x or 2.x store's phrase folder):
+            its passage table gives the store's documents (same ids, text and meta; title and document id in
+            ``title_field`` / ``document_id_field``) and the index serves their phrases, nothing encoded again
+            (:meth:`from_index`). The directory is never written: the store's first phrase change (new documents
+            encoded, documents deleted or overwritten) moves its phrases to a private copy. Not with ``path``.
     """
 
     def __init__(
@@ -111,8 +114,14 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         bm25_parameters: dict | None = None,
         embedding_similarity_function: Literal["dot_product", "cosine"] = "dot_product",
         return_embedding: bool = True,
+        phrase_index: str | None = None,
     ) -> None:
         check_choice("phrase_dtype", phrase_dtype, PHRASE_DTYPES)
+        if phrase_index is not None and (path is not None or not isinstance(phrase_index, str | os.PathLike)):
+            raise InvalidParameterError(
+                "phrase_index must be a phrase index directory, and it cannot be combined with path (to keep such a "
+                f"store in a directory, write its documents and attach the index there), got {phrase_index!r:.60}"
+            )
         for name, value in (
             ("faiss_factory", faiss_factory),
             ("title_field", title_field),
@@ -144,6 +153,8 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         self._depth = 0
         self._touched: set[str] = set()
         self._phrase_index: PhraseIndex | None = None
+        self._read_only = False
+        self.phrase_index_source = str(phrase_index) if phrase_index is not None else None
         self._dirty = False  # documents changed by the write in progress
         self._directory = StoreDirectory(Path(self.path)) if self.path is not None else None
         key = self._registry_key()
@@ -156,18 +167,31 @@ class PhraseDocumentStore(InMemoryDocumentStore):
                     "use that instance (PhraseDocumentStore.from_dict returns it)"
                 )
             _OPEN[key] = self
-        if self.path is not None:
-            try:
+        try:
+            if self.path is not None:
                 self._open()
-            except BaseException:
-                self.close()
-                raise
+            elif phrase_index is not None:
+                self._open_index(Path(phrase_index))
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         """Forgets this store's registration, so that another instance may open its path in this process."""
         with _OPEN_LOCK:
             if _OPEN.get(self._registry_key()) is self:
                 del _OPEN[self._registry_key()]
+
+    @classmethod
+    def from_index(cls, phrase_index: str | os.PathLike, **settings: Any) -> PhraseDocumentStore:
+        """A store whose documents and phrases come from a phrase index directory (``dphr index --out IDX``), with
+        any other constructor ``settings``; the same as ``PhraseDocumentStore(phrase_index=IDX, ...)``.
+
+        Example:
+            >>> store = PhraseDocumentStore.from_index("my-index")
+            >>> PhraseRetriever(document_store=store).run(query="Who wrote Hamlet?")   # the index's model
+        """
+        return cls(phrase_index=str(phrase_index), **settings)
 
     # ----------------------------------------------------------------- serialisation
     def _registry_key(self) -> str:
@@ -189,6 +213,7 @@ class PhraseDocumentStore(InMemoryDocumentStore):
             bm25_parameters=dict(self.bm25_parameters),
             embedding_similarity_function=self.embedding_similarity_function,
             return_embedding=self.return_embedding,
+            **({} if self.phrase_index_source is None else {"phrase_index": self.phrase_index_source}),
         )
 
     @classmethod
@@ -206,122 +231,6 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         if live is not None:
             return live
         return component_from_dict(cls, data)  # data of the wrong shape or type: InvalidParameterError
-
-    # ----------------------------------------------------------------- persistence
-    def _open(self) -> None:
-        """Read the directory (created when missing); a directory opening would damage is refused untouched."""
-        directory = self._directory
-        assert directory is not None
-        directory.check()
-        directory.path.mkdir(parents=True, exist_ok=True)
-        self._catch_up()
-
-    def _catch_up(self) -> None:
-        """Read what other writers committed (the documents file when replaced, the phrase index's new commits);
-        phrases whose document is gone or changed are left out of results until a write deletes them."""
-        directory = self._directory
-        if directory is None:
-            return
-        # Phrases before documents: a writer commits documents before their phrases, so every phrase read here
-        # belongs to a document read after it, or is truly stale (its document deleted or changed).
-        changed = False
-        if self._phrase_index is None:
-            if directory.has_phrases():
-                self._phrase_index = PhraseIndex.load(directory.phrases_dir)
-                changed = True
-        else:
-            directory.check_phrases_dir()
-            changed = self._phrase_index.refresh()
-        if directory.changed():
-            docs = [Document.from_dict(data) for data in directory.read_documents()]
-            InMemoryDocumentStore.delete_all_documents(self)
-            InMemoryDocumentStore.write_documents(self, docs, policy=DuplicatePolicy.OVERWRITE)
-            changed = True
-        if changed and self._phrase_index is not None:
-            index = self._phrase_index
-            index.hide_passages(stale_passage_ids(index, index.live_passage_ids(), self._stored_passage))
-
-    def _follow(self) -> None:
-        """Before a read: catch up with other writers' commits (not inside a write of this store)."""
-        if self._directory is not None:
-            with self._lock:
-                if self._depth == 0:
-                    self._catch_up()
-
-    @contextmanager
-    def _mutating(self) -> Iterator[None]:
-        """One write: under the directory's writer lock, catch up, change, then commit: the documents file first,
-        then the deletion of phrases whose document is gone or changed (a kill in between leaves phrases the next
-        open leaves out and the next write deletes, never a stored document without its phrases)."""
-        with self._lock:
-            directory = self._directory
-            with directory.lock.hold() if directory is not None else nullcontext():
-                if self._depth == 0 and directory is not None:  # a failure here changes nothing
-                    if self._phrase_index is not None and self._phrase_index.hidden_passage_ids():
-                        self._phrase_index = None  # read afresh: what is stale now, under the lock
-                    self._catch_up()
-                    directory.remove_leftovers()
-                    self._delete_hidden_phrases(strict=True)  # a killed writer's phrases without documents
-                self._depth += 1
-                try:
-                    with write_errors("document store", self.path):  # a full disk says so, as a typed error
-                        try:
-                            yield
-                        except BaseException:
-                            if self._depth == 1 and directory is None:
-                                self._commit()  # in memory: what the failed write changed stands
-                            raise
-                        if self._depth == 1:
-                            self._commit()
-                except BaseException:
-                    if self._depth == 1 and directory is not None:
-                        self._roll_back()  # nothing of the write was committed: back to the directory's state
-                    raise
-                finally:
-                    self._depth -= 1
-
-    def _roll_back(self) -> None:
-        """After a write of a store with a ``path`` failed before its commit: read the committed state afresh."""
-        assert self._directory is not None
-        self._touched, self._dirty = set(), False
-        self._phrase_index = None  # reloaded: its own commits only
-        self._directory.stamp = ("rolled back",)  # type: ignore[assignment]  # the documents file is read again
-        self._catch_up()
-
-    def _commit(self) -> None:
-        touched, self._touched = self._touched, set()
-        dirty, self._dirty = self._dirty or bool(touched), False
-        index = self._phrase_index
-        if index is not None and touched:
-            index.hide_passages(stale_passage_ids(index, touched, self._stored_passage))
-        if dirty:
-            self._persist()
-        self._delete_hidden_phrases(strict=False)
-
-    def _delete_hidden_phrases(self, strict: bool) -> None:
-        """Delete the phrases left out of results; ``strict=False`` (after a commit) only warns on failure: the
-        documents are committed, and the next write deletes them."""
-        index = self._phrase_index
-        hidden = index.hidden_passage_ids() if index is not None else []
-        if not hidden:
-            return
-        if self._directory is not None:
-            self._directory.check_phrases_dir()
-        try:
-            index.delete_passages(hidden)
-        except (DphrError, OSError) as exc:
-            if self._directory is not None:  # what the index committed, its stale phrases left out again
-                self._phrase_index = None
-                self._catch_up()
-            if strict:
-                raise
-            logger.warning("phrases of %d changed documents stay on disk until the next write: %s", len(hidden), exc)
-
-    def _persist(self) -> None:
-        if self._directory is not None:
-            self._directory.write_documents(
-                json.dumps(doc.to_dict(flatten=False), ensure_ascii=False) for doc in self.storage.values()
-            )
 
     def _passage(self, doc: Document) -> dict[str, str] | None:
         """The phrase-index passage of a document (:class:`~dphr_haystack.documents.passages.PassageRule`), or None
@@ -444,7 +353,9 @@ class PhraseDocumentStore(InMemoryDocumentStore):
                 self._check_model(model)
             if not records:
                 return 0
-            index = self._phrase_index_for(model)
+            self._phrase_index_for(model)
+            index = self._writable_index()  # an index the store was opened from is copied first
+            assert index is not None
             show = self.progress_bar if progress_bar is None else progress_bar
             try:
                 add_passages(
@@ -480,7 +391,7 @@ class PhraseDocumentStore(InMemoryDocumentStore):
                 if phrase_index.path is None or phrase_index.path.resolve() != folder.resolve():
                     phrase_index.save(folder)
                     phrase_index = PhraseIndex.load(folder, verify=False)
-            self._phrase_index = phrase_index
+            self._phrase_index, self._read_only = phrase_index, False
 
     def _check_model(self, model: PhraseModel) -> None:
         assert self._phrase_index is not None

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from haystack import Document, component
 from haystack.core.serialization import default_to_dict
 from haystack.document_stores.types import DuplicatePolicy
+from haystack.utils import ComponentDevice
 
-from ..documents.retrieval import check_device, check_flag
+from ..documents.retrieval import check_flag
 from ..errors import InvalidParameterError
 from ..model.cache import load_phrase_model
 from ..model.phrase_model import PhraseModel
 from ..model.registry import DEFAULT_MODEL
 from ..params import check_param
 from .document_store import PhraseDocumentStore
-from .serialization import check_model_reference, component_from_dict
+from .serialization import (
+    check_model_reference,
+    component_device,
+    component_from_dict,
+    serialised_device,
+    torch_device,
+)
 
 
 @component
@@ -37,7 +44,8 @@ class PhraseIndexer:
             ``PhraseRetriever`` of the store must use the same model.
         policy: Duplicate policy for ids already stored (``NONE`` means ``FAIL``, as in ``InMemoryDocumentStore``).
         batch_size: Passage encoding batch size.
-        device: ``cpu``, ``cuda`` or ``auto``.
+        device: A ``haystack.utils.ComponentDevice``, or ``cpu``, ``cuda``, ``cuda:N``; None or ``auto`` (default):
+            CUDA when available, else the CPU.
         progress_bar: Show a progress bar while encoding.
     """
 
@@ -47,7 +55,7 @@ class PhraseIndexer:
         model: str = DEFAULT_MODEL,
         policy: DuplicatePolicy = DuplicatePolicy.OVERWRITE,
         batch_size: int = 32,
-        device: Literal["cpu", "cuda", "auto"] = "auto",
+        device: ComponentDevice | str | None = None,
         progress_bar: bool = True,
     ) -> None:
         if not isinstance(document_store, PhraseDocumentStore):
@@ -64,20 +72,19 @@ class PhraseIndexer:
         if not isinstance(policy, DuplicatePolicy):
             raise InvalidParameterError(f"policy must be a DuplicatePolicy, got {policy!r}")
         check_param("batch_size", batch_size)
-        check_device(device)
+        self.device = component_device(device)
         check_flag("progress_bar", progress_bar)
         self.document_store = document_store
         self.model = check_model_reference(model)
         self.policy = policy
         self.batch_size = batch_size
-        self.device = device
         self.progress_bar = progress_bar
         self.phrase_model: PhraseModel | None = None
 
     def warm_up(self) -> None:
         """Loads the phrase model (once per process)."""
         if self.phrase_model is None:
-            self.phrase_model = load_phrase_model(self.model, self.device)
+            self.phrase_model = load_phrase_model(self.model, torch_device(self.device))
 
     def to_dict(self) -> dict[str, Any]:
         """Serialises the component, its store included."""
@@ -87,7 +94,7 @@ class PhraseIndexer:
             model=self.model,
             policy=self.policy.name,
             batch_size=self.batch_size,
-            device=self.device,
+            device=serialised_device(self.device),
             progress_bar=self.progress_bar,
         )
 

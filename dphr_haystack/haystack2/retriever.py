@@ -8,9 +8,11 @@ from typing import Any, Literal
 from haystack import Document, component
 from haystack.core.serialization import default_to_dict
 from haystack.dataclasses import ExtractedAnswer
+from haystack.document_stores.types import FilterPolicy, apply_filter_policy
+from haystack.utils import ComponentDevice
 
 from ..documents.results import RetrievedAnswer, RetrievedDocument, retrieved
-from ..documents.retrieval import check_device, check_flag, check_truecase, resolve_max_answer_length
+from ..documents.retrieval import check_flag, check_truecase, resolve_max_answer_length
 from ..errors import InvalidParameterError
 from ..model.cache import load_phrase_model
 from ..model.phrase_model import PhraseModel
@@ -19,7 +21,14 @@ from ..params import check_param
 from ..search import check_passage_scoring, check_unit
 from .document_store import PhraseDocumentStore
 from .filters import check_filters
-from .serialization import check_model_reference, component_from_dict
+from .serialization import (
+    check_model_reference,
+    component_device,
+    component_from_dict,
+    serialised_device,
+    torch_device,
+)
+from .serialization import filter_policy as checked_filter_policy
 
 
 @component
@@ -45,19 +54,24 @@ class PhraseRetriever:
         model: ``dphr-minilm-squad`` (shipped, trained), ``minilm`` (untrained) or a phrase model directory.
         top_k: Results per query (overridable in ``run``).
         unit: ``phrase``, ``passage`` or ``document`` (overridable in ``run``).
-        filters: Haystack 2 filters applied when ``run`` gets none.
+        filters: Haystack 2 filters of every search (see ``filter_policy``).
         max_answer_length: Longest phrase in subwords (default: the model's).
         whole_words: Phrases start and end on word boundaries.
         skip_question_copies: Never answer with a phrase the question itself contains.
         passage_scoring: How passages and documents score their retrieved phrases: ``max`` (the best one) or
             ``logsumexp`` (all of them).
         batch_size: Batch size for query and phrase encoding.
-        device: ``cpu``, ``cuda`` or ``auto``.
-        scale_score: Map document scores (and uncalibrated answer scores) to (0, 1) with expit(score / 100).
+        device: A ``haystack.utils.ComponentDevice`` (one CPU or CUDA device), or ``cpu``, ``cuda``, ``cuda:N``;
+            None or ``auto`` (default): CUDA when available, else the CPU. Serialised as Haystack components do.
+        scale_score: Scores in [0, 1] (default) or raw phrase scores (for min-max fusion). With a calibrated model
+            (the shipped one) an answer scores its confidence and a document its answer's confidence capped by
+            those ranked above it (raw score in ``meta["phrase_score"]``); without one, expit(score / 100).
         encode_missing: Before searching, encode the phrases of documents written without them (for example by a
             ``DocumentWriter``). Off: such documents stay invisible until a ``PhraseIndexer`` run.
         truecase: Truecase all-lowercase queries before encoding them, from the case of the indexed passages; None
             (default) follows the model, which turns it on for cased DensePhrases checkpoints.
+        filter_policy: How ``run``'s filters combine with ``filters``: ``REPLACE`` (default: they replace them) or
+            ``MERGE`` (both apply), as in Haystack's retrievers; a ``FilterPolicy`` or its name.
     """
 
     def __init__(
@@ -72,10 +86,11 @@ class PhraseRetriever:
         skip_question_copies: bool = True,
         passage_scoring: Literal["max", "logsumexp"] = "max",
         batch_size: int = 32,
-        device: Literal["cpu", "cuda", "auto"] = "auto",
+        device: ComponentDevice | str | None = None,
         scale_score: bool = True,
         encode_missing: bool = True,
         truecase: bool | None = None,
+        filter_policy: FilterPolicy | str = FilterPolicy.REPLACE,
     ) -> None:
         if not isinstance(document_store, PhraseDocumentStore):
             raise InvalidParameterError(
@@ -86,7 +101,8 @@ class PhraseRetriever:
         check_param("batch_size", batch_size)
         if max_answer_length is not None:
             check_param("max_answer_length", max_answer_length)
-        check_device(device)
+        self.device = component_device(device)
+        self.filter_policy = checked_filter_policy(filter_policy)
         if filters is not None and not isinstance(filters, dict):
             raise InvalidParameterError(f"filters must be a dict or None, got {type(filters).__name__}")
         check_filters(filters)
@@ -108,7 +124,6 @@ class PhraseRetriever:
         self.skip_question_copies = skip_question_copies
         self.passage_scoring = check_passage_scoring(passage_scoring)
         self.batch_size = batch_size
-        self.device = device
         self.scale_score = scale_score
         self.encode_missing = encode_missing
         self.phrase_model: PhraseModel | None = None
@@ -116,13 +131,13 @@ class PhraseRetriever:
     def warm_up(self) -> None:
         """Loads the phrase model (once per process, shared by every component naming it)."""
         if self.phrase_model is None:
-            model = load_phrase_model(self.model, self.device)
+            model = load_phrase_model(self.model, torch_device(self.device))
             resolve_max_answer_length(model, self.max_answer_length)
             self.phrase_model = model
 
     def to_dict(self) -> dict[str, Any]:
         """Serialises the component, its store included (``truecase`` only when set, so that pipeline files saved
-        before it existed stay as they were)."""
+        before it existed stay as they were; ``device`` as ``ComponentDevice.to_dict``, None for auto)."""
         extra = {} if self.truecase is None else {"truecase": self.truecase}
         return default_to_dict(
             self,
@@ -136,9 +151,10 @@ class PhraseRetriever:
             skip_question_copies=self.skip_question_copies,
             passage_scoring=self.passage_scoring,
             batch_size=self.batch_size,
-            device=self.device,
+            device=serialised_device(self.device),
             scale_score=self.scale_score,
             encode_missing=self.encode_missing,
+            filter_policy=self.filter_policy.value,
             **extra,
         )
 
@@ -159,7 +175,8 @@ class PhraseRetriever:
 
         Args:
             query: The question.
-            filters: Haystack 2 filters (replace the init ones); only matching documents are searched.
+            filters: Haystack 2 filters; only matching documents are searched. They replace the init ``filters`` or
+                are merged with them, per ``filter_policy``.
             top_k: Results (default: the init value).
             unit: ``phrase``, ``passage`` or ``document`` (default: the init value).
 
@@ -170,7 +187,8 @@ class PhraseRetriever:
         """
         top_k = self.top_k if top_k is None else check_param("top_k", top_k)
         unit = self.unit if unit is None else check_unit(unit)
-        filters = self.filters if filters is None else filters
+        check_filters(filters)
+        filters = apply_filter_policy(self.filter_policy, self.filters, filters)
         check_filters(filters)  # before anything is encoded
         self.warm_up()
         assert self.phrase_model is not None

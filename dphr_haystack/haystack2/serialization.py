@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 
 from haystack.core.errors import DeserializationError
 from haystack.core.serialization import default_from_dict
+from haystack.document_stores.types import FilterPolicy
+from haystack.utils import ComponentDevice
 
 from ..errors import DphrError, InvalidParameterError
 
@@ -26,6 +28,56 @@ def check_model_reference(model: Any) -> str:
     if not isinstance(model, str) or not model.strip():
         raise InvalidParameterError(f"model must be a non-empty model name or directory, got {model!r:.60}")
     return model
+
+
+def component_device(device: Any) -> ComponentDevice | None:
+    """A component's ``device`` as Haystack components take it: a ``ComponentDevice`` (one CPU or CUDA device), its
+    serialised dict, or the strings these components took before: ``auto`` (or None: the best device available when
+    the model loads; kept as None), ``cpu``, ``cuda`` or ``cuda:N``.
+
+    Raises:
+        InvalidParameterError: Another device type (``mps``, a device map) or a value that is no device.
+    """
+    if device is None or (isinstance(device, str) and device.strip().lower() == "auto"):
+        return None
+    try:
+        if isinstance(device, str):
+            device = ComponentDevice.from_str(device.strip().lower())
+        elif isinstance(device, dict):
+            device = ComponentDevice.from_dict(device)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidParameterError(f"device={device!r:.60}: {exc}; valid: auto, cpu, cuda, cuda:N") from exc
+    if not isinstance(device, ComponentDevice):
+        raise InvalidParameterError(
+            f"device must be a ComponentDevice or one of auto, cpu, cuda, cuda:N, got {type(device).__name__}"
+        )
+    if device.has_multiple_devices:
+        raise InvalidParameterError("device: a device map is not supported; give one device")
+    if device.to_torch_str().split(":")[0] not in ("cpu", "cuda"):
+        raise InvalidParameterError(f"device={device.to_torch_str()!r}; valid: auto, cpu, cuda, cuda:N")
+    return device
+
+
+def torch_device(device: ComponentDevice | None) -> str:
+    """The device string the model loader takes (``auto`` for None)."""
+    return "auto" if device is None else device.to_torch_str()
+
+
+def serialised_device(device: ComponentDevice | None) -> dict[str, Any] | None:
+    """``device`` as Haystack components serialise it (``ComponentDevice.to_dict``; None stays None: auto)."""
+    return None if device is None else device.to_dict()
+
+
+def filter_policy(policy: Any) -> FilterPolicy:
+    """A retriever's ``filter_policy``: a ``FilterPolicy`` or its name (``replace``, ``merge``), as serialised."""
+    if isinstance(policy, FilterPolicy):
+        return policy
+    if isinstance(policy, str):
+        try:
+            return FilterPolicy.from_str(policy)
+        except ValueError as exc:
+            raise InvalidParameterError(f"filter_policy={policy!r}; valid: replace, merge") from exc
+    raise InvalidParameterError(f"filter_policy must be a FilterPolicy or its name, got {type(policy).__name__}")
 
 
 def component_from_dict(
@@ -53,4 +105,11 @@ def component_from_dict(
         raise InvalidParameterError(f"cannot deserialise {name}: {type(exc).__name__}: {exc}") from exc
 
 
-__all__ = ["check_model_reference", "component_from_dict"]
+__all__ = [
+    "check_model_reference",
+    "component_device",
+    "component_from_dict",
+    "filter_policy",
+    "serialised_device",
+    "torch_device",
+]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-from .._util.lock import WriterLock, lock_file_for
+from .._util.atomic import replace_directory
+from .._util.lock import WriterLock, directory_entries
 from .._util.nofollow import make_temp_dir, refuse_symlink
 from ..errors import IndexLoadError, InvalidParameterError, ModelMismatchError
 from ..index.shards import PhraseShard, list_shards
@@ -84,21 +84,19 @@ def merge_dump(
     if path is None:
         return build(None)
     path = refuse_symlink(Path(path))
-    with WriterLock(path).hold():  # another writer of ``path`` (a second merge, an add) waits or fails
+    lock = WriterLock(path)
+    with lock.hold():  # another writer of ``path`` (a second merge, an add) waits or fails
         remove_uncommitted_files(path)  # a create killed before its first commit leaves only these
-        if path.exists() and any(path.iterdir()):
+        if directory_entries(path):
             raise InvalidParameterError(f"{path} exists and is not empty; choose another path")
         building = make_temp_dir(path, "building")
         try:
             build(building)
+            lock.lock_replacement(building)  # the index swapped in stays locked until the merge lets go
+            replace_directory(building, path)
         except BaseException:
             shutil.rmtree(building, ignore_errors=True)
             raise
-        finally:
-            lock_file_for(building).unlink(missing_ok=True)
-        if path.exists():
-            path.rmdir()
-        os.replace(building, path)
     return PhraseIndex.load(path, flat_search=flat_search)
 
 

@@ -34,6 +34,7 @@ import numpy as np
 
 from .._util import atomic
 from .._util.lazy import require
+from .._util.lock import directory_entries
 from .._util.nofollow import is_temp_name, open_no_follow
 from ..errors import DphrError, IndexLoadError, InvalidParameterError, ModelMismatchError, SettingsConflictError
 from .auto import AUTO
@@ -155,7 +156,7 @@ def check_token_offsets(tokens: np.ndarray, text_lengths: np.ndarray, file: Path
 def remove_uncommitted_files(path: Path) -> None:
     """Delete a directory's temporary files when it holds nothing else (what a killed create() leaves)."""
     if path.is_dir():
-        entries = list(path.iterdir())
+        entries = directory_entries(path)  # the writer lock file is the lock's, not the index's
         if entries and all(e.is_file() and (e.name.endswith(".tmp") or is_temp_name(e.name)) for e in entries):
             for entry in entries:
                 entry.unlink(missing_ok=True)

@@ -10,21 +10,17 @@ from __future__ import annotations
 
 import copy
 import logging
-import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 from haystack.document_stores import BaseDocumentStore, KeywordDocumentStore
 from haystack.errors import DocumentStoreError
 from haystack.schema import Document, Label
 
-from .._util.atomic import replace_directory
-from .._util.lock import DEFAULT_LOCK_TIMEOUT, check_lock_timeout
-from .._util.nofollow import make_temp_dir, refuse_symlink
-from .._util.write_errors import write_errors
+from .._util.lock import DEFAULT_LOCK_TIMEOUT, WriterLock, check_lock_timeout
+from .._util.nofollow import refuse_symlink
 from ..documents.passages import PassageRule
 from ..errors import DphrError, InvalidParameterError
 from ..index.phrase_index import PhraseIndex
@@ -32,17 +28,17 @@ from ..params import check_choice, check_param
 from ._rwlock import ReadWriteLock, write_locked
 from ._schema import typed_init
 from .live import StoreDirectory, op_line, store_read, store_write
-from .persistence import STORE_FILE, read_manifest, write_snapshot
+from .persistence import STORE_FILE, read_manifest, save_store
 from .phrases import PhraseIndexingStats
 from .store_checks import check_bm25, check_meta, checked_documents, document_line
-from .stores import make_inner_store
+from .stores import InnerQueries, make_inner_store
 from .syncing import DirectorySync
 
 logger = logging.getLogger(__name__)
 
 
 @typed_init
-class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
+class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
     """Haystack documents in an inner store, their phrase vectors in one phrase index per Haystack index.
 
     Example:
@@ -100,6 +96,11 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
             objects and processes on the same path see it (see above). Its settings are used for every argument
             not given. A directory written by :meth:`save` opens as a shared directory too.
         lock_timeout: Seconds a write to ``path`` (or to a phrase index directory) waits for another writer.
+        phrase_index: A phrase index directory (``dphr index --out``, or another store's phrase folder): its passage
+            table gives the documents of ``index`` (same ids, text and meta; title and document id in
+            ``title_field`` / ``document_id_field``) and the index serves their phrases, nothing encoded again
+            (:meth:`from_index`). The directory is never written: the first phrase change moves the store's phrases
+            to a private copy; :meth:`save` keeps it all.
         elasticsearch_host: When set, documents live in Elasticsearch at this host instead of in memory.
         elasticsearch_port: Elasticsearch port.
         elasticsearch_scheme: ``http`` or ``https``.
@@ -131,11 +132,15 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
         elasticsearch_password: str = "",
         path: str | None = None,
         lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        phrase_index: str | None = None,
     ):
         super().__init__()
         settings = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
-        if path and load_path:
-            raise InvalidParameterError("give path (a shared store directory) or load_path (a snapshot), not both")
+        if sum(bool(source) for source in (path, load_path, phrase_index)) > 1:
+            raise InvalidParameterError(
+                "give one of path (a shared store directory), load_path (a snapshot) and phrase_index (a phrase "
+                "index directory); to keep a store opened from a phrase index, save() it"
+            )
         saved = _saved_settings(Path(path or load_path)) if (path or load_path) else {}
         passed = self._component_config.get("params", {})
         settings.update({name: value for name, value in saved.items() if name not in passed and name in settings})
@@ -165,12 +170,13 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
         elasticsearch_password: str,
         path: str | None,
         lock_timeout: float,
+        phrase_index: str | None,
     ) -> None:
         """The constructor, with the settings a saved directory supplies filled in."""
         self._settings = {
             name: value
             for name, value in locals().items()
-            if name not in ("self", "load_path", "path", "elasticsearch_password")
+            if name not in ("self", "load_path", "path", "phrase_index", "elasticsearch_password")
         }
         self._lock = ReadWriteLock()
         self._staged = []  # phrases encoded by an indexing pipeline's retriever, committed with their documents
@@ -214,6 +220,7 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
         self.passage_rule = PassageRule(title_field, document_id_field)
         self._phrase_indexes: dict[str, PhraseIndex] = {}
         self._snapshots: set[Path] = set()  # phrase index folders of the directory this store was loaded from
+        self._read_only: set[Path] = set()  # phrase index directories it was opened from (never written)
         self._inner = make_inner_store(
             index,
             label_index,
@@ -240,6 +247,8 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
             self._open_shared(Path(path))
         elif load_path:
             self._restore(Path(load_path))
+        elif phrase_index:
+            self._open_index(Path(phrase_index))
 
     # ----------------------------------------------------------------- inner store plumbing
     @property
@@ -306,6 +315,8 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
         if phrase_index is not None and policy == "overwrite":
             stale = [doc.id for doc in documents if self._phrases_outdated(phrase_index, doc)]
         self._drop_phrases(index, stale, written=False)
+        # Under "skip", stored documents stay as they are: only the new ones go to the journal.
+        kept = {doc.id for doc in documents if self._inner.has_document(index, doc.id)} if policy == "skip" else set()
         self._inner.write(
             index,
             lambda: self.inner.write_documents(
@@ -316,7 +327,7 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
         written = list(dict.fromkeys(doc.id for doc in documents))
         if self._staged:
             self._commit_staged(index, written)
-        self._journal_documents(index, written)
+        self._journal_documents(index, [i for i in written if i not in kept])
 
     def get_all_documents(
         self,
@@ -364,14 +375,11 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
         only_documents_without_embedding: bool = False,
         headers: dict[str, str] | None = None,
     ) -> int:
-        return self._inner.document_count(
-            index or self.index, filters, only_documents_without_embedding, headers=headers
-        )
-
-    @store_read
-    def get_embedding_count(self, filters: dict[str, Any] | None = None, index: str | None = None) -> int:
-        """Number of documents with a dense embedding (phrase vectors are counted by :meth:`get_phrase_count`)."""
-        return self._inner.get_embedding_count(filters=filters, index=index or self.index)
+        """Number of documents; ``only_documents_without_embedding``: those with neither phrases nor a dense
+        embedding (the complement of :meth:`get_embedding_count`)."""
+        index = index or self.index
+        count = self._inner.document_count(index, filters, False, headers=headers)
+        return count - len(self._embedded_ids(index, filters)) if only_documents_without_embedding else count
 
     @store_write
     def update_document_meta(self, id: str, meta: dict[str, Any], index: str | None = None):
@@ -464,96 +472,21 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
         self._inner.delete_labels(index=index or self.label_index, ids=ids, filters=filters, headers=headers)
         self._journal_labels(index or self.label_index)
 
-    # ----------------------------------------------------------------- BM25 and dense queries
-    @store_read
-    def query(
-        self,
-        query: str | None,
-        filters: dict[str, Any] | None = None,
-        top_k: int = 10,
-        custom_query: str | None = None,
-        index: str | None = None,
-        headers: dict[str, str] | None = None,
-        all_terms_must_match: bool = False,
-        scale_score: bool = True,
-    ) -> list[Document]:
-        """BM25 over the inner store. In memory, filters are applied here (the in-memory store ignores them)
-        and an empty index returns no documents."""
-        return self._inner.query(
-            index or self.index,
-            query,
-            filters,
-            top_k,
-            scale_score,
-            custom_query=custom_query,
-            headers=headers,
-            all_terms_must_match=all_terms_must_match,
-        )
-
-    @store_read
-    def query_batch(
-        self,
-        queries: list[str],
-        filters: dict[str, Any] | list[dict[str, Any] | None] | None = None,
-        top_k: int = 10,
-        custom_query: str | None = None,
-        index: str | None = None,
-        headers: dict[str, str] | None = None,
-        all_terms_must_match: bool = False,
-        scale_score: bool = True,
-    ) -> list[list[Document]]:
-        per_query = filters if isinstance(filters, list) else [filters] * len(queries)
-        if len(per_query) != len(queries):
-            raise InvalidParameterError(f"{len(per_query)} filters for {len(queries)} queries")
-        return [
-            self.query(q, f, top_k, custom_query, index, headers, all_terms_must_match, scale_score)
-            for q, f in zip(queries, per_query)
-        ]
-
-    @store_read
-    def query_by_embedding(
-        self,
-        query_emb: np.ndarray,
-        filters: dict[str, Any] | None = None,
-        top_k: int = 10,
-        index: str | None = None,
-        return_embedding: bool | None = None,
-        headers: dict[str, str] | None = None,
-        scale_score: bool = True,
-    ) -> list[Document]:
-        """Dense search over the inner store's document embeddings (for ``EmbeddingRetriever``)."""
-        index = index or self.index
-        if not self._inner.has_documents(index):
-            return []
-        return self._inner.query_by_embedding(
-            query_emb,
-            filters=filters,
-            top_k=top_k,
-            index=index,
-            return_embedding=return_embedding,
-            headers=headers,
-            scale_score=scale_score,
-        )
-
     # ----------------------------------------------------------------- persistence
     @write_locked
     def save(self, path: str | Path) -> None:
         """Write documents, labels (in-memory store only; Elasticsearch keeps its own) and phrase indexes to
-        ``path``, atomically: a complete temporary directory, fsynced, then swapped with ``path``.
+        ``path``, atomically: a complete temporary directory, fsynced, then swapped with ``path`` under its writer
+        lock (other writers of ``path`` wait).
 
         Raises:
             DocumentStoreError: A document or label cannot be written as JSON (e.g. a ``set`` in its meta);
                 ``path`` is left as it was.
         """
         path = refuse_symlink(Path(path).absolute())
-        with write_errors("document store", path):  # a full disk says so; ``path`` keeps its previous copy
-            tmp = make_temp_dir(path)
-            try:
-                manifest = write_snapshot(tmp, self._config, self._inner.saved_collections(), self._phrase_indexes)
-                replace_directory(tmp, path)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
+        own = self._live is not None and path.resolve() == self._live.path.resolve()
+        lock = self._live.lock if own else WriterLock(path, self.lock_timeout)  # type: ignore[union-attr]
+        manifest = save_store(path, self._config, self._inner.saved_collections(), self._phrase_indexes, lock)
         if self._live is not None:
             return  # a shared store keeps committing to its own directory; the copy is a snapshot
         # Phrase indexes kept on disk now live in the new copy (their folder may have been renumbered): later
@@ -577,6 +510,17 @@ class PhraseDocumentStore(DirectorySync, KeywordDocumentStore):
             raise
         except (TypeError, ValueError, KeyError) as exc:  # a damaged config section
             raise DocumentStoreError(f"{Path(path) / STORE_FILE}: unusable store settings ({exc})") from exc
+
+    @classmethod
+    def from_index(cls, phrase_index: str | Path, **settings: Any) -> PhraseDocumentStore:
+        """A store whose documents and phrases come from a phrase index directory (``dphr index --out IDX``), with
+        any other constructor ``settings``; the same as ``PhraseDocumentStore(phrase_index=IDX, ...)``.
+
+        Example:
+            >>> store = PhraseDocumentStore.from_index("my-index")
+            >>> retriever = PhraseRetriever(document_store=store)   # the model the index was built with
+        """
+        return cls(phrase_index=str(phrase_index), **settings)
 
 
 def _saved_settings(path: Path) -> dict[str, Any]:

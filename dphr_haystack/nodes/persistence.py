@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,37 @@ import numpy as np
 from haystack.errors import DocumentStoreError
 from haystack.schema import Document, Label
 
-from .._util.atomic import fsync_directory, recover_directory
-from .._util.nofollow import open_no_follow
+from .._util.atomic import fsync_directory, recover_directory, replace_directory
+from .._util.lock import WriterLock
+from .._util.nofollow import make_temp_dir, open_no_follow
+from .._util.write_errors import write_errors
 from ..index.phrase_index import PhraseIndex
 
 STORE_FILE = "phrase_store.json"
 STORE_FORMAT = "dphr-phrase-document-store"
 STORE_FORMAT_VERSION = 1
+
+
+def save_store(
+    path: Path,
+    config: dict[str, Any],
+    collections: list[tuple[str, dict[str, Any]]],
+    phrase_indexes: dict[str, PhraseIndex],
+    lock: WriterLock,
+) -> dict[str, Any]:
+    """Replace ``path`` with a complete snapshot (:func:`write_snapshot` into a fresh sibling, then swapped in), under
+    ``lock``, the writer lock of ``path``: other writers of the directory wait, and the copy swapped in stays locked
+    until the save ends. A failure leaves ``path`` as it was (a full disk: IndexWriteError). Returns the manifest."""
+    with write_errors("document store", path), lock.hold():
+        tmp = make_temp_dir(path)
+        try:
+            manifest = write_snapshot(tmp, config, collections, phrase_indexes)
+            lock.lock_replacement(tmp)
+            replace_directory(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return manifest
 
 
 def write_snapshot(
@@ -111,6 +136,23 @@ def read_manifest(path: Path) -> dict[str, Any]:
         ):
             raise DocumentStoreError(f"{file} is corrupted: {kind} must map index names to files of {path}")
     return manifest
+
+
+def index_passages(
+    phrase_index: PhraseIndex, title_field: str, document_id_field: str
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """``(passage record, document meta)`` of each live passage of a phrase index: the record's own meta with its
+    title and document id under the store's meta fields (the documents :class:`~dphr_haystack.documents.passages.
+    PassageRule` turns back into the same passages)."""
+    live = set(phrase_index.live_passage_ids())
+    out = []
+    for record in phrase_index.passages:
+        if record["id"] in live:
+            meta = dict(record.get("meta") or {})
+            meta[title_field] = record.get("title", "")
+            meta[document_id_field] = record.get("document_id", record["id"])
+            out.append((record, meta))
+    return out
 
 
 def document_from_json(line: str) -> Document:

@@ -68,6 +68,7 @@ class PhraseIndexing:
     _indexing: ReadWriteLock
     _phrase_indexes: dict[str, PhraseIndex]
     _snapshots: set[Path]
+    _read_only: set[Path]
     _live: StoreDirectory | None
     _staged: list[tuple[Any, PhraseShard]]
     _staging: threading.Lock
@@ -94,6 +95,21 @@ class PhraseIndexing:
         """Number of phrase vectors (the start/end token vectors kept by the filter) of the live documents."""
         phrase_index = self.get_phrase_index(index)
         return 0 if phrase_index is None else phrase_index.num_live_vectors
+
+    @store_read
+    def get_embedding_count(self, filters: dict[str, Any] | None = None, index: str | None = None) -> int:
+        """Number of documents with an embedding, as Haystack's stores count them (documents, not vectors): those with
+        phrase vectors (``PhraseRetriever``) or a dense embedding (``EmbeddingRetriever``), among the documents of
+        ``index`` passing ``filters``. The phrase vectors themselves: :meth:`get_phrase_count`."""
+        return len(self._embedded_ids(index or self.index, filters))
+
+    def _embedded_ids(self, index: str, filters: dict[str, Any] | None) -> set[str]:
+        """Ids of the documents of ``index`` passing ``filters`` that have phrases or a dense embedding."""
+        ids = self._inner.embedded_ids(index, filters)
+        phrase_index = self._phrase_indexes.get(index)
+        if phrase_index is not None and phrase_index.num_live_passages:
+            ids |= set(phrase_index.live_passage_ids()) & self._inner.matching_ids(index, filters)
+        return ids
 
     @store_read
     def get_phrase_document_count(self, index: str | None = None) -> int:
@@ -179,12 +195,26 @@ class PhraseIndexing:
         if not isinstance(retriever, PhraseEncoding):
             update = True if update_existing_embeddings is None else update_existing_embeddings
             with self._lock.write(), self._transaction():
-                result = self.inner.update_embeddings(
-                    retriever, index=index, filters=filters, update_existing_embeddings=update, batch_size=batch_size
-                )
-                if self._inner.index_exists(index):
+                exists = self._inner.index_exists(index)
+                kept = set() if update or not exists else self._inner.embedded_ids(index, filters)
+                shown = self.inner.return_embedding
+                if self._inner.in_memory and not update:
+                    # Haystack's in-memory store takes the embeddings off its working copies when return_embedding
+                    # is off, and would then embed every document again.
+                    self.inner.return_embedding = True
+                try:
+                    result = self.inner.update_embeddings(
+                        retriever,
+                        index=index,
+                        filters=filters,
+                        update_existing_embeddings=update,
+                        batch_size=batch_size,
+                    )
+                finally:
+                    self.inner.return_embedding = shown
+                if exists:  # the documents whose embedding changed (a reused store keeps its journal short)
                     docs = self._inner.documents(index, filters, return_embedding=False)
-                    self._journal_documents(index, [doc.id for doc in docs])
+                    self._journal_documents(index, [doc.id for doc in docs if doc.id not in kept])
                 return result
         batch_size = check_param("batch_size", batch_size)
         with self._indexing.write():
@@ -247,6 +277,7 @@ class PhraseIndexing:
                     phrase_index.delete_passages([chunk[i]["id"] for i in keep])
                 keep = [i for i in keep if phrase_index.passage_row(chunk[i]["id"]) is None]
                 if keep:
+                    phrase_index = self._private(index, adding=True)
                     phrase_index.add_shard(_subset_shard(shard, keep))
                 stats.encoded += len(keep)
             del shard
@@ -330,7 +361,7 @@ class PhraseIndexing:
                 and phrase_index.passage_row(shard.passages[i]["id"]) is None
             ]
             if keep:
-                phrase_index.add_shard(_subset_shard(shard, keep))
+                self._private(index, adding=True).add_shard(_subset_shard(shard, keep))
         with self._staging:
             self._staged = left[-64:] + self._staged  # shards of documents not written (yet): a bounded few
 
@@ -397,23 +428,20 @@ class PhraseIndexing:
         else:
             self._private(index).delete_passages(ids)
 
-    def _private(self, index: str) -> PhraseIndex:
-        """The phrase index of ``index``, first moved to a private copy when it lives in a saved directory.
+    def _private(self, index: str, adding: bool = False) -> PhraseIndex:
+        """The phrase index of ``index`` for a phrase write, first moved to a private copy when it lives in a saved
+        directory (a deletion, not an ``adding`` write) or is a phrase index directory the store was opened from
+        (``phrase_index``: never written).
 
-        Phrase additions are committed in place (they only extend the saved index, and load() drops those whose
-        document the directory does not hold), but a deletion would remove phrases of documents the saved
-        directory still holds; so the saved directory only loses phrases through save().
+        Phrase additions to a saved directory are committed in place (they only extend the saved index, and load()
+        drops those whose document the directory does not hold), but a deletion would remove phrases of documents
+        the saved directory still holds; so the saved directory only loses phrases through save().
         """
-        import tempfile
-        import weakref
-
         phrase_index = self._phrase_indexes[index]
-        if phrase_index.path is None or phrase_index.path.resolve() not in self._snapshots:
+        where = phrase_index.path.resolve() if phrase_index.path is not None else None
+        if where is None or not (where in self._read_only or (where in self._snapshots and not adding)):
             return phrase_index
-        folder = Path(tempfile.mkdtemp(prefix="dphr-phrases-"))
-        phrase_index.save(folder / "index")
-        private = PhraseIndex.load(folder / "index", verify=False)
-        weakref.finalize(private, shutil.rmtree, folder, True)
+        private = private_copy(phrase_index)
         self._phrase_indexes[index] = private
         logger.info("phrase index %r moved from %s to a private copy until the next save()", index, phrase_index.path)
         return private
@@ -440,6 +468,18 @@ class PhraseIndexing:
                 orphans[:3],
             )
             phrase_index.hide_passages(orphans)
+
+
+def private_copy(phrase_index: PhraseIndex) -> PhraseIndex:
+    """A copy of an on-disk phrase index in a temporary directory, removed once the copy is garbage."""
+    import tempfile
+    import weakref
+
+    folder = Path(tempfile.mkdtemp(prefix="dphr-phrases-"))
+    phrase_index.save(folder / "index")
+    private = PhraseIndex.load(folder / "index", verify=False)
+    weakref.finalize(private, shutil.rmtree, folder, True)
+    return private
 
 
 def _subset_shard(shard: PhraseShard, keep: list[int]) -> PhraseShard:

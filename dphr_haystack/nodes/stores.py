@@ -14,12 +14,15 @@ import copy
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
 from haystack.document_stores import BaseDocumentStore, InMemoryDocumentStore
 from haystack.errors import DocumentStoreError
 from haystack.schema import Document
 
+from ..errors import InvalidParameterError
 from ._filters import checked_filters, compile_filters, matches
 from ._rwlock import ReadWriteLock
+from .live import store_read
 
 Filters = dict[str, Any] | None
 
@@ -100,9 +103,12 @@ class InnerStore:
         """Dense search in the store, filters checked first."""
         return self.store.query_by_embedding(query_emb, filters=checked_filters(filters), **options)
 
-    def get_embedding_count(self, filters: Filters = None, **options: Any) -> int:
-        """Number of documents with a dense embedding, filters checked first."""
-        return self.store.get_embedding_count(filters=checked_filters(filters), **options)
+    def embedded_ids(self, index: str, filters: Filters) -> set[str]:
+        """Ids of the documents of ``index`` passing ``filters`` that have a dense embedding."""
+        docs = self.store.get_all_documents_generator(
+            index=index, filters=checked_filters(filters), return_embedding=True
+        )
+        return {d.id for d in docs if d.embedding is not None}
 
     def get_all_labels(self, filters: Filters = None, **options: Any) -> list:
         """Labels of the store, filters checked first."""
@@ -152,6 +158,15 @@ class InMemoryInnerStore(InnerStore):
     def matching_ids(self, index: str, filters: Filters) -> set[str]:
         clause = compile_filters(filters)
         return {d.id for d in self._docs(index).values() if isinstance(d, Document) and matches(clause, d.meta)}
+
+    def embedded_ids(self, index: str, filters: Filters) -> set[str]:
+        self.check_index(index)
+        clause = compile_filters(filters)
+        return {
+            d.id
+            for d in self._docs(index).values()
+            if isinstance(d, Document) and d.embedding is not None and matches(clause, d.meta)
+        }
 
     def documents(self, index: str, filters: Filters, return_embedding: bool | None, **options: Any) -> list[Document]:
         """A snapshot (copies) of the documents of ``index`` passing ``filters``."""
@@ -235,6 +250,84 @@ class InMemoryInnerStore(InnerStore):
         with self._bm25_mutex.write():
             ranked = self.store.query(query, top_k=len(stored), index=index, scale_score=scale_score)
         return [d for d in ranked if d.id in allowed][:top_k]
+
+
+class InnerQueries:
+    """BM25 and dense queries of :class:`~dphr_haystack.nodes.PhraseDocumentStore`, answered by its inner store under
+    the store's read lock (mixed into the store)."""
+
+    index: str
+    _inner: InnerStore
+
+    @store_read
+    def query(
+        self,
+        query: str | None,
+        filters: dict[str, Any] | None = None,
+        top_k: int = 10,
+        custom_query: str | None = None,
+        index: str | None = None,
+        headers: dict[str, str] | None = None,
+        all_terms_must_match: bool = False,
+        scale_score: bool = True,
+    ) -> list[Document]:
+        """BM25 over the inner store. In memory, filters are applied here (the in-memory store ignores them)
+        and an empty index returns no documents."""
+        return self._inner.query(
+            index or self.index,
+            query,
+            filters,
+            top_k,
+            scale_score,
+            custom_query=custom_query,
+            headers=headers,
+            all_terms_must_match=all_terms_must_match,
+        )
+
+    @store_read
+    def query_batch(
+        self,
+        queries: list[str],
+        filters: dict[str, Any] | list[dict[str, Any] | None] | None = None,
+        top_k: int = 10,
+        custom_query: str | None = None,
+        index: str | None = None,
+        headers: dict[str, str] | None = None,
+        all_terms_must_match: bool = False,
+        scale_score: bool = True,
+    ) -> list[list[Document]]:
+        per_query = filters if isinstance(filters, list) else [filters] * len(queries)
+        if len(per_query) != len(queries):
+            raise InvalidParameterError(f"{len(per_query)} filters for {len(queries)} queries")
+        return [
+            self.query(q, f, top_k, custom_query, index, headers, all_terms_must_match, scale_score)
+            for q, f in zip(queries, per_query)
+        ]
+
+    @store_read
+    def query_by_embedding(
+        self,
+        query_emb: np.ndarray,
+        filters: dict[str, Any] | None = None,
+        top_k: int = 10,
+        index: str | None = None,
+        return_embedding: bool | None = None,
+        headers: dict[str, str] | None = None,
+        scale_score: bool = True,
+    ) -> list[Document]:
+        """Dense search over the inner store's document embeddings (for ``EmbeddingRetriever``)."""
+        index = index or self.index
+        if not self._inner.has_documents(index):
+            return []
+        return self._inner.query_by_embedding(
+            query_emb,
+            filters=filters,
+            top_k=top_k,
+            index=index,
+            return_embedding=return_embedding,
+            headers=headers,
+            scale_score=scale_score,
+        )
 
 
 def make_inner_store(

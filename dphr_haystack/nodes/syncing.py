@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from haystack.errors import DocumentStoreError
-from haystack.schema import Label
+from haystack.schema import Document, Label
 
 from .._util.nofollow import refuse_symlink
 from .._util.write_errors import write_errors
 from ..errors import DphrError
 from ..index.phrase_index import PhraseIndex
 from .live import StoreDirectory, committed_bytes, parse_op, read_journal
-from .persistence import document_from_json, read_manifest
+from .persistence import document_from_json, index_passages, read_manifest
 from .phrases import PhraseIndexing
 from .store_checks import document_line
 
@@ -53,6 +53,23 @@ class DirectorySync(PhraseIndexing):
             self._phrase_indexes[name] = phrase_index = PhraseIndex.load(path / folder, lock_timeout=self.lock_timeout)
             self._snapshots.add((path / folder).resolve())
             self._hide_orphan_phrases(name, phrase_index)
+
+    def _open_index(self, path: Path) -> None:
+        """Documents and phrases from a phrase index directory (``dphr index --out``, another store's phrase index):
+        each live passage of its passage table becomes a document of the default index (same id, text and meta, the
+        title and document id in the ``title_field`` and ``document_id_field`` meta fields), served by the index. The
+        directory is never written: the store's first phrase change moves its phrases to a private copy."""
+        phrase_index = PhraseIndex.load(path, lock_timeout=self.lock_timeout)
+        docs = [
+            Document(content=record["text"], id=record["id"], meta=meta)
+            for record, meta in index_passages(phrase_index, self.title_field, self.document_id_field)
+        ]
+        index = self.index
+        if docs:
+            self._inner.write(index, lambda: self.inner.write_documents(docs, index=index, duplicate_documents="fail"))
+        assert phrase_index.path is not None
+        self._phrase_indexes[index] = phrase_index
+        self._read_only.add(phrase_index.path.resolve())
 
     def _open_shared(self, path: Path) -> None:
         """Open (or create, under the writer lock) the shared store directory and read what it holds."""

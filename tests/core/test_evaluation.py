@@ -22,6 +22,7 @@ from dphr_haystack.evaluation import (
     hit_results,
     markdown_table,
     mean_metrics,
+    passage_ks,
     passage_metrics,
     precision_at,
     question_metrics,
@@ -30,6 +31,7 @@ from dphr_haystack.evaluation import (
     reciprocal_rank_at,
     short_metrics,
     summarize,
+    table_columns,
 )
 from dphr_haystack.index.phrase_index import PhraseIndex
 from dphr_haystack.search import PhraseSearcher
@@ -158,18 +160,78 @@ def test_summary_against_hand_computed_values():
         _result(0),
         _result(25, n=30, predictions=["Lyon", "paris"]),
     ]
-    s = summarize(results, top_k=2, has_answers=True, has_passages=True)
-    assert s["phrase_em@1"] == 0.25 and s["phrase_em@2"] == 0.5
+    s = summarize(results, top_k=20, has_answers=True, has_passages=True)
+    assert s["phrase_em@1"] == 0.25 and s["phrase_em@20"] == 0.5
     assert s["phrase_f1@1"] == pytest.approx((1 + 2 * (1 / 3) * 1 / (1 / 3 + 1)) / 4)
     assert (s["passage_acc@1"], s["passage_acc@5"], s["passage_acc@20"]) == (0.25, 0.5, 0.5)
     assert s["mrr@20"] == pytest.approx((1 + 1 / 3) / 4)
     # hits in the top 20: rank 1 and ranks 5..20 (16) → 17; rank 3 and 7..20 (14) → 15; none; none.
     assert s["p@20"] == pytest.approx((17 + 15) / 20 / 4)
     assert s["ms_per_question"] == pytest.approx(10.0)
-    only_passages = summarize(results, 2, has_answers=False, has_passages=True)
+    only_passages = summarize(results, 20, has_answers=False, has_passages=True)
     assert "phrase_em@1" not in only_passages
-    table = markdown_table([EvalReport("sys", results, 2, has_answers=False, has_passages=True)])
-    assert "| sys | 4 | – | – | 25.0 | 50.0 | 50.0 |" in table
+    table = markdown_table([EvalReport("sys", results, 20, has_answers=False, has_passages=True)])
+    assert table.splitlines()[0] == (
+        "| system | questions | passage_acc@1 | passage_acc@5 | passage_acc@20 | mrr@20 | p@20 | ms_per_question |"
+    )
+    assert "| sys | 4 | 25.0 | 50.0 | 50.0 |" in table
+
+
+def test_metric_names_follow_the_depth_evaluated():
+    """A top-5 evaluation reports @5 (and @1), never @20 under its own numbers, and its table shows every metric."""
+    results = [_result(1, n=5, predictions=["x", "Paris"]), _result(4, n=5, predictions=["Paris"]), _result(0, n=5)]
+    s = summarize(results, top_k=5, has_answers=True, has_passages=True)
+    assert sorted(s) == sorted(
+        [
+            "questions",
+            "phrase_em@1",
+            "phrase_f1@1",
+            "phrase_em@5",
+            "passage_acc@1",
+            "passage_acc@5",
+            "mrr@5",
+            "p@5",
+            "ms_per_question",
+        ]
+    )
+    assert (s["phrase_em@1"], s["phrase_em@5"]) == (pytest.approx(1 / 3), pytest.approx(2 / 3))
+    assert (s["passage_acc@1"], s["passage_acc@5"]) == (pytest.approx(1 / 3), pytest.approx(2 / 3))
+    assert s["mrr@5"] == pytest.approx((1 + 1 / 4) / 3)
+    # rank 1 and ranks 5.. (1) → 2 of 5; rank 4 → 1 of 5 (its extra hits start at rank 8, beyond 5); none
+    assert s["p@5"] == pytest.approx((2 / 5 + 1 / 5) / 3)
+    report = EvalReport("top5", results, 5, has_answers=True, has_passages=True)
+    header, _, row = markdown_table([report]).splitlines()
+    assert header == (
+        "| system | questions | phrase_em@1 | phrase_f1@1 | phrase_em@5 | passage_acc@1 | passage_acc@5 | mrr@5 | p@5 "
+        "| ms_per_question |"
+    )
+    assert row.startswith("| top5 | 3 | 33.3 | 33.3 | 66.7 | 33.3 | 66.7 | 41.7 | 20.0 |")
+    # Depths beyond 20 add their own accuracy; MRR and P stay @20. Reports of other depths share one table.
+    deep = summarize([_result(25, n=30)], top_k=30, has_answers=False, has_passages=True)
+    assert [k for k in deep if k.startswith(("passage", "mrr", "p@"))] == [
+        "passage_acc@1",
+        "passage_acc@5",
+        "passage_acc@20",
+        "passage_acc@30",
+        "mrr@20",
+        "p@20",
+    ]
+    both = EvalReport("top30", [_result(25, n=30)], 30, has_answers=False, has_passages=True)
+    assert table_columns([report, both]) == [
+        "phrase_em@1",
+        "phrase_f1@1",
+        "phrase_em@5",
+        "passage_acc@1",
+        "passage_acc@5",
+        "passage_acc@20",
+        "passage_acc@30",
+        "mrr@5",
+        "mrr@20",
+        "p@5",
+        "p@20",
+        "ms_per_question",
+    ]
+    assert passage_ks(3) == (1, 3) and passage_ks(1) == (1,) and passage_ks(20) == (1, 5, 20)
 
 
 def test_searcher_evaluation_is_consistent_with_search(tiny_model):
@@ -191,7 +253,7 @@ def test_searcher_evaluation_is_consistent_with_search(tiny_model):
         for i, (q, hit) in enumerate(zip(questions, top_passages))
     ]
     report = evaluate_searcher(searcher, oracle, top_k=3, progress=False)
-    assert report.summary["passage_acc@1"] == 1.0 and report.summary["mrr@20"] == 1.0
+    assert report.summary["passage_acc@1"] == 1.0 and report.summary["mrr@3"] == 1.0
     # The evaluator that training front ends call reports the same numbers under their short names.
     evaluator = SearcherEvaluator(oracle, ks=(1, 3))
     assert evaluator(searcher) == {
@@ -204,7 +266,7 @@ def test_searcher_evaluation_is_consistent_with_search(tiny_model):
     # An answer that occurs nowhere scores 0 everywhere.
     absent = [QAExample("n", questions[0], ("zzqx unlikely words",))]
     summary = evaluate_searcher(searcher, absent, top_k=3, progress=False).summary
-    assert summary["phrase_em@1"] == 0.0 and summary["passage_acc@20"] == 0.0
+    assert summary["phrase_em@1"] == 0.0 and summary["passage_acc@3"] == 0.0 and "passage_acc@20" not in summary
     with pytest.raises(InvalidParameterError):
         evaluate_searcher(searcher, [], progress=False)
     with pytest.raises(InvalidParameterError, match="answer_match"):

@@ -209,7 +209,8 @@ def test_save_over_existing_index_is_atomic(tiny_model, saved_index):
     add_passages(other, tiny_model, tiny_passages()[:1], progress=False)
     other.save(saved_index)  # replaces the directory as a whole
     assert PhraseIndex.load(saved_index).num_passages == 1
-    assert [p.name for p in saved_index.parent.glob(".idx.*")] == [".idx.lock"]  # the writer lock file stays
+    assert [p.name for p in saved_index.parent.glob(".idx*")] == []  # no lock or temporary file beside it
+    assert (saved_index / ".dphr.lock").is_file()  # the writer lock file lives inside
 
 
 def test_create_refuses_non_empty_directory(tiny_model, tmp_path):

@@ -143,8 +143,9 @@ def test_dphr_eval_on_a_pipeline_and_on_an_index(tmp_path, tiny_model_dir, capsy
         == 0
     )
     summary = json.loads((out / "bm25.summary.json").read_text())
-    assert summary["questions"] == 2 and summary["metrics"]["passage_acc@5"] == 1.0  # BM25 finds both
+    assert summary["questions"] == 2 and summary["metrics"]["passage_acc@3"] == 1.0  # BM25 finds both
     assert "| bm25 | 2 |" in (out / "table.md").read_text()
+    assert "passage_acc@5" not in summary["metrics"]  # only 3 passages were retrieved
 
     out = tmp_path / "eval-phrase"
     assert (
@@ -208,3 +209,98 @@ def test_dphr_eval_on_a_pipeline_and_on_an_index(tmp_path, tiny_model_dir, capsy
     assert dphr(["eval", "--pipeline", "bm25.yml", "--questions", str(questions), "--out", str(tmp_path / "e")]) == 2
     assert "document store is empty" in capsys.readouterr().err
     assert dphr(["eval", "--pipeline", "bm25.yml", "--set", "oops", "--questions", str(questions)]) == 2
+
+
+def _write_inputs(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(p) + "\n" for p in tiny_passages()))
+    questions = tmp_path / "q.jsonl"
+    asked = [("What is the capital of France?", "Paris"), ("Who wrote Hamlet?", "Shakespeare")]
+    questions.write_text("".join(json.dumps({"question": q, "answer": [a]}) + "\n" for q, a in asked))
+    return corpus, questions
+
+
+def _eval(tmp_path, model_dir, questions, out, *extra) -> int:
+    return dphr(
+        [
+            "eval",
+            "--pipeline",
+            "phrase_qa.yml",
+            "--set",
+            f"Retriever.model={model_dir}",
+            "--questions",
+            str(questions),
+            "--top-k",
+            "5",
+            "--name",
+            "phrase",
+            "--out",
+            str(tmp_path / out),
+            "--no-progress",
+            *extra,
+        ]
+    )
+
+
+def _predictions(tmp_path, out) -> list:
+    lines = (tmp_path / out / "phrase.predictions.jsonl").read_text().splitlines()
+    return [[(p["text"], p["passage_id"]) for p in json.loads(line)["predictions"]] for line in lines]
+
+
+def test_dphr_eval_reuses_its_store_and_an_index_built_by_dphr_index(
+    tmp_path, tiny_model_dir, tiny_base_dir, capsys, monkeypatch
+):
+    from dphr_haystack.model.phrase_model import PhraseModel
+
+    corpus, questions = _write_inputs(tmp_path)
+    encodings = {"n": 0}
+    real = PhraseModel.iter_encoded_pieces
+
+    def counted(model, *args, **kwargs):
+        encodings["n"] += 1
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(PhraseModel, "iter_encoded_pieces", counted)
+    store = tmp_path / "store"
+    assert _eval(tmp_path, tiny_model_dir, questions, "first", "--corpus", str(corpus), "--store", str(store)) == 0
+    assert encodings["n"] > 0 and (store / "phrase_store.json").is_file()
+    # The second run opens the store: no phrase is encoded again, and the answers are the same.
+    encodings["n"] = 0
+    assert _eval(tmp_path, tiny_model_dir, questions, "second", "--corpus", str(corpus), "--store", str(store)) == 0
+    assert encodings["n"] == 0 and "store " in capsys.readouterr().out
+    assert _eval(tmp_path, tiny_model_dir, questions, "third", "--store", str(store)) == 0 and encodings["n"] == 0
+    assert _predictions(tmp_path, "second") == _predictions(tmp_path, "first") == _predictions(tmp_path, "third")
+    # table.md labels the depths evaluated (top 5) and shows every metric.
+    header = (tmp_path / "first" / "table.md").read_text().splitlines()[0]
+    for name in ("phrase_em@1", "phrase_f1@1", "phrase_em@5", "passage_acc@1", "passage_acc@5", "mrr@5", "p@5"):
+        assert f"| {name} |" in header, name
+    assert "@20" not in header
+
+    # An index built by `dphr index` is the store: its passages are the documents, its phrases are not re-encoded,
+    # and the directory is not written.
+    index_dir = tmp_path / "ix"
+    args = ["index", "--model", str(tiny_model_dir), "--corpus", str(corpus), "--out", str(index_dir), "--no-progress"]
+    assert dphr(args) == 0
+    before = {f.name: f.read_bytes() for f in index_dir.iterdir() if f.is_file() and f.name != ".dphr.lock"}
+    encodings["n"] = 0
+    assert _eval(tmp_path, tiny_model_dir, questions, "from-index", "--store", str(index_dir)) == 0
+    assert encodings["n"] == 0 and _predictions(tmp_path, "from-index") == _predictions(tmp_path, "first")
+    assert {f.name: f.read_bytes() for f in index_dir.iterdir() if f.is_file() and f.name != ".dphr.lock"} == before
+
+    # What cannot be reused says why, and leaves nothing behind.
+    capsys.readouterr()
+    assert _eval(tmp_path, tiny_model_dir, questions, "e1", "--store", str(tmp_path / "new")) == 2
+    assert "give --corpus" in capsys.readouterr().err and not (tmp_path / "new").exists()
+    (tmp_path / "other-dir").mkdir()
+    (tmp_path / "other-dir" / "notes.txt").write_text("mine")
+    assert (
+        _eval(
+            tmp_path, tiny_model_dir, questions, "e2", "--corpus", str(corpus), "--store", str(tmp_path / "other-dir")
+        )
+        == 2
+    )
+    assert "neither a store directory" in capsys.readouterr().err
+    other_model = tmp_path / "other-model"
+    PhraseModel.from_base(tiny_base_dir, seed=1).save(other_model)
+    assert _eval(tmp_path, other_model, questions, "e3", "--store", str(store)) == 2
+    assert "holds phrases encoded by" in capsys.readouterr().err

@@ -3,7 +3,8 @@
 
 Usage: ``hs1_store.py MODEL_DIR DOCS_JSON QUERIES_JSON STORE_DIR [PHRASE_INDEX_DIR]``: a store in STORE_DIR (a
 shared store directory) gets the documents; with PHRASE_INDEX_DIR it attaches that phrase index (built elsewhere,
-e.g. by a Haystack 2 store), else it encodes the documents itself.
+e.g. by a Haystack 2 store), else it encodes the documents itself. STORE_DIR ``-`` with PHRASE_INDEX_DIR: the store is
+opened from the phrase index directory (``PhraseDocumentStore.from_index``), its documents those of the index.
 """
 
 from __future__ import annotations
@@ -32,13 +33,18 @@ def main(model_dir: str, docs_file: str, queries_file: str, store_dir: str, phra
         docs = [Document(content=d["content"], id=d["id"], meta=d["meta"]) for d in json.load(handle)]
     with open(queries_file, encoding="utf-8") as handle:
         queries = json.load(handle)
-    store = PhraseDocumentStore(path=store_dir, progress_bar=False)
-    retriever = PhraseRetriever(document_store=store, model=model_dir, top_k=5, device="cpu")
-    store.write_documents(docs)
-    if phrase_index_dir:
-        store.attach_phrase_index(PhraseIndex.load(phrase_index_dir))
+    if store_dir == "-":
+        store = PhraseDocumentStore.from_index(phrase_index_dir, progress_bar=False)
+        retriever = PhraseRetriever(document_store=store, model=model_dir, top_k=5, device="cpu")
+        assert store.update_embeddings(retriever).encoded == 0
     else:
-        store.update_embeddings(retriever)
+        store = PhraseDocumentStore(path=store_dir, progress_bar=False)
+        retriever = PhraseRetriever(document_store=store, model=model_dir, top_k=5, device="cpu")
+        store.write_documents(docs)
+        if phrase_index_dir:
+            store.attach_phrase_index(PhraseIndex.load(phrase_index_dir))
+        else:
+            store.update_embeddings(retriever)
     phrase_index = store.get_phrase_index()
     out = {
         "phrase_index": str(phrase_index.path),
@@ -66,7 +72,9 @@ def main(model_dir: str, docs_file: str, queries_file: str, store_dir: str, phra
                             "start": a.offsets_in_document[0].start,
                             "end": a.offsets_in_document[0].end,
                             "document_id": a.document_ids[0],
-                            "meta": {key: a.meta[key] for key in ANSWER_META if key in a.meta},
+                            # a 1.x answer also carries its document's own meta (an empty title here); the
+                            # phrase adds a title only where there is one, as in 2.x
+                            "meta": {key: a.meta[key] for key in ANSWER_META if a.meta.get(key, "") != ""},
                         }
                         for a in output["answers"]
                     ],

@@ -177,3 +177,31 @@ def test_each_layer_serves_the_phrase_index_the_other_built(tiny_model_dir, tmp_
     attached = _run_hs1(tmp_path, tiny_model_dir, tmp_path / "hs1-attached", tmp_path / "hs2-store" / "phrases")
     assert attached["passages"] == _live_passages(PhraseIndex.load(tmp_path / "hs2-store" / "phrases"))
     _assert_same_results(attached["results"], expected)
+
+
+def test_both_layers_open_one_phrase_index_directory_as_their_store(tiny_model_dir, tmp_path, one_torch_thread):
+    """An index built by ``dphr index`` (here: add_passages into an index directory), opened by a 1.x and a 2.x
+    ``PhraseDocumentStore.from_index``: the same documents, phrase hits, scores and meta, nothing encoded, the
+    directory unchanged."""
+    from dphr_haystack.corpus import Passage
+    from dphr_haystack.encode.add import add_passages
+
+    model = load_phrase_model(str(tiny_model_dir), "cpu")
+    index_dir = tmp_path / "idx"
+    passages = [
+        Passage(
+            id=d["id"],
+            text=d["content"],
+            title=str(d["meta"].get("title") or ""),
+            document_id=str(d["meta"].get("document_id") or ""),
+        )
+        for d in _documents()
+    ]
+    add_passages(PhraseIndex.create(model, path=index_dir), model, passages, progress=False)
+    files = {f.name: f.read_bytes() for f in index_dir.iterdir() if f.is_file() and f.name != ".dphr.lock"}
+    hs1 = _run_hs1(tmp_path, tiny_model_dir, Path("-"), index_dir)
+    store = PhraseDocumentStore.from_index(index_dir, progress_bar=False)
+    assert store.pending_documents() == [] and store.count_documents() == 6
+    assert hs1["passages"] == _live_passages(PhraseIndex.load(index_dir))
+    _assert_same_results(hs1["results"], _hs2_results(store, tiny_model_dir))
+    assert {f.name: f.read_bytes() for f in index_dir.iterdir() if f.is_file() and f.name != ".dphr.lock"} == files

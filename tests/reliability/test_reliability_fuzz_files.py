@@ -246,8 +246,8 @@ def test_symlinked_files(fuzz_profile, fuzz_log, saved_indexes, tiny_model, tmp_
         folder = _copy(saved_indexes[kind], root / "index")
         outside = root / "outside"
         outside.mkdir()
-        places = sorted(p.name for p in folder.iterdir()) + ["manifest.json.tmp", "tombstones.bin", "../.index.lock"]
-        places += ["../copy", "../.copy.lock"]
+        places = sorted(p.name for p in folder.iterdir()) + ["manifest.json.tmp", "tombstones.bin", ".dphr.lock"]
+        places += ["../.index.lock", "../copy", "../.copy.lock"]  # (where earlier versions kept the lock files)
         for pick in picks:
             place = folder / places[pick % len(places)]
             if place.is_symlink():

@@ -140,10 +140,14 @@ def test_index_save_and_lock_refuse_links(tmp_path, tiny_model):
         index.save(tmp_path / "linked-index")
     assert sorted(p.name for p in target_dir.iterdir()) == ["keep"]
     lock_target = _outside(tmp_path, "lock-target")
-    (tmp_path / ".locked.lock").symlink_to(lock_target)
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / ".dphr.lock").symlink_to(lock_target)
     with pytest.raises(UnsafePathError, match="lock"):
         index.save(tmp_path / "locked")
     assert lock_target.read_bytes() == SECRET
+    (tmp_path / ".old.lock").symlink_to(lock_target)  # where earlier versions kept the lock: left alone
+    index.save(tmp_path / "old")
+    assert lock_target.read_bytes() == SECRET and (tmp_path / ".old.lock").is_symlink()
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]  # no temporary directory left behind
 
 

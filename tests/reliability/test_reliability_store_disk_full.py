@@ -41,9 +41,9 @@ QUERIES = ["Who founded the city?", "When was it built?", "What is the capital?"
 # ----------------------------------------------------------------- Haystack 1.x
 @pytest.fixture
 def hs1(monkeypatch, model_dir, squad_passages):
-    from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever, document_store, live
+    from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever, live, persistence
 
-    disk = DiskFull(monkeypatch, writers=(live,), temp_dirs=(document_store,))
+    disk = DiskFull(monkeypatch, writers=(live,), temp_dirs=(persistence,))
 
     def open_store(path: Path) -> PhraseDocumentStore:
         return PhraseDocumentStore(path=str(path), progress_bar=False)
