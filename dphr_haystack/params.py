@@ -64,6 +64,7 @@ PARAMS: dict[str, Range] = {
     # encoding
     "batch_size": _BATCH,
     "query_batch_size": _BATCH,
+    "threads": Range(int, 1, 4_096),  # torch / FAISS intra-op threads (dphr_haystack._util.threads)
     # indexing and dumping
     "chunk_size": _PASSAGES,
     "shard_size": _PASSAGES,

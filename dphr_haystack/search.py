@@ -12,7 +12,10 @@ doubled and the search repeated, until k results or the whole index has been see
 default) a phrase may neither start nor end inside a word: a WordPiece start such as ``##ak`` or an end
 followed by one (``Gary Kubia|k``) is never paired. With ``skip_question_copies`` (the default) a phrase that
 the question itself contains is never a phrase answer, and with a calibration (the model's, by default) every
-phrase answer carries a confidence in [0, 1] (:mod:`dphr_haystack.confidence`).
+phrase answer carries a confidence in [0, 1] (:mod:`dphr_haystack.confidence`). With ``tidy_answers`` (the default)
+answers lose markup and unpaired punctuation at their edges, and phrase answers that repeat a better one (the same
+normalised text, or an overlapping span of the same passage) are folded into it (:mod:`dphr_haystack.spans`), so
+that top-k phrases are k different answers.
 """
 
 from __future__ import annotations
@@ -23,11 +26,14 @@ from typing import Any
 
 import numpy as np
 
+from ._util.threads import check_threads, resolve_threads, using_threads
 from .confidence import CONFIDENCE_DEPTH, Calibration, confidence_features, copies_question, question_words
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
 from .index.phrase_index import PhraseIndex
+from .index.structures import SearchedRows
 from .model.truecase import corpus_truecaser, is_all_lowercase
 from .params import check_choice, check_param
+from .spans import AnswerFolder, trim_span
 
 UNITS = ("phrase", "passage", "document")
 # Start and end tokens searched first, per result asked for: passages and documents gather several phrases
@@ -36,13 +42,17 @@ UNITS = ("phrase", "passage", "document")
 # passages 1.05 searches a query and p50 127 ms at 8 (2.0 and 224 ms at 2), documents 1.45 and 135 ms at 16
 # (3.8 and 332 ms at 2), the same accuracy.
 FIRST_CANDIDATES_PER_RESULT = {"phrase": 1, "passage": 8, "document": 16}
+# Candidate counts one token search serves (c and 2c): with tidy answers half the phrase searches of
+# benchmarks/haystack/retrievers.py need a second round, which then reads the first search's rows.
+ROUNDS_AHEAD = 2
 # How a passage or document scores its retrieved phrases: the best one (Lee et al. 2021b) or all of them.
 PASSAGE_SCORINGS = ("max", "logsumexp")
 
 
 @dataclass(frozen=True)
 class PhraseHit:
-    """A phrase answer: ``text == passage_text[start:end]``."""
+    """A phrase answer: ``text == passage_text[start:end]``. ``start_token``/``end_token`` are the scored span's
+    subwords; ``start``/``end`` may lie inside it when the answer was trimmed (see :class:`PhraseSearcher`)."""
 
     text: str
     score: float
@@ -58,6 +68,7 @@ class PhraseHit:
     passage_row: int = field(default=0, compare=False, repr=False)
     confidence: float | None = field(default=None, compare=False)  # P(correct), from the model's calibration
     # True only for the best phrase of a passage whose every retrieved phrase copies the question: no answer
+    # (its confidence is then 0 with a calibration)
     copies_question: bool = field(default=False, compare=False)
 
 
@@ -120,6 +131,17 @@ class PhraseSearcher:
     statistics of the index's own passages and the model's cased vocabulary
     (:func:`dphr_haystack.model.truecase.corpus_truecaser`); None (default) follows the model's ``truecase``
     setting, on for cased DensePhrases models.
+    ``tidy_answers`` (default True) trims markup and unpaired punctuation from every answer's edges
+    (:func:`dphr_haystack.spans.trim_span`: `` `top_k`, `` → ``top_k``; ``(1889)`` stays) and, for
+    ``unit="phrase"``, folds an answer into a better one with the same normalised text or an overlapping span in the
+    same passage (:class:`dphr_haystack.spans.AnswerFolder`), searching further until top-k different answers are
+    found (or the index is exhausted). Scores, confidences and passage rankings are those of the scored spans;
+    confidences are computed over the unfolded candidates, as the calibration was fitted. False returns the raw
+    spans of DensePhrases' search.
+
+    ``threads`` is the number of torch/FAISS intra-op threads :meth:`search_batch` runs on (default 1, or
+    ``DPHR_THREADS``: one thread per query is fastest when several queries run at once; see
+    :mod:`dphr_haystack._util.threads`).
 
     Example:
         >>> searcher = PhraseSearcher(index, model)
@@ -137,8 +159,13 @@ class PhraseSearcher:
         calibration: Calibration | str | None = "model",
         truecase: bool | None = None,
         passage_scoring: str = "max",
+        tidy_answers: bool = True,
+        threads: int | None = None,
     ) -> None:
         self.index = index
+        if not isinstance(tidy_answers, bool):
+            raise InvalidParameterError(f"tidy_answers={tidy_answers!r}; valid: true or false")
+        self.tidy_answers = tidy_answers
         self.passage_scoring = check_passage_scoring(passage_scoring)
         if truecase is not None and not isinstance(truecase, bool):
             raise InvalidParameterError(f"truecase={truecase!r}; valid: true, false or None (the model's)")
@@ -162,6 +189,7 @@ class PhraseSearcher:
             why=f"the model's passage window of {window} subwords",
         )
         self.query_batch_size = check_param("query_batch_size", query_batch_size)
+        self.threads = check_threads(threads)
 
     def search(
         self, query: str, unit: str = "phrase", top_k: int = 10, allowed_passages: np.ndarray | None = None
@@ -185,10 +213,11 @@ class PhraseSearcher:
             if truecase and any(isinstance(q, str) and is_all_lowercase(q) for q in texts)
             else None
         )
-        q_start, q_end = self.model.encode_queries(
-            texts, batch_size=self.query_batch_size, truecase=caser is not None, truecaser=caser
-        )
-        return self.search_vectors(q_start, q_end, unit, top_k, allowed_passages, questions=list(queries))
+        with using_threads(resolve_threads(self.threads, "query")):
+            q_start, q_end = self.model.encode_queries(
+                texts, batch_size=self.query_batch_size, truecase=caser is not None, truecaser=caser
+            )
+            return self.search_vectors(q_start, q_end, unit, top_k, allowed_passages, questions=list(queries))
 
     def search_vectors(
         self,
@@ -237,13 +266,16 @@ class PhraseSearcher:
             first = max(first, CONFIDENCE_DEPTH)
         c = min(candidates or first, total)
         pending = np.arange(n_queries)
+        ahead = self._rows_ahead(q_start, q_end, c) if candidates is None else None
         while len(pending):
-            scores, ids = self.index.search_tokens(np.concatenate([q_start[pending], q_end[pending]]), c)
+            ids = self._round_rows(q_start, q_end, pending, c, ahead)
             still = []
             for pos, qi in enumerate(pending):
                 phrases = self._spans(q_start[qi], q_end[qi], ids[pos], ids[pos + len(pending)], allowed)
                 if unit == "phrase":
-                    hits = _phrase_answers(self.index, phrases, top_k, words[qi] if words else None, calibration)
+                    hits = _phrase_answers(
+                        self.index, phrases, top_k, words[qi] if words else None, calibration, self.tidy_answers
+                    )
                 else:
                     hits = _aggregate(
                         self.index,
@@ -253,6 +285,7 @@ class PhraseSearcher:
                         self.passage_scoring,
                         words[qi] if words else None,
                         calibration,
+                        self.tidy_answers,
                     )
                 results[qi] = hits
                 if len(hits) < top_k and c < total and candidates is None:
@@ -260,6 +293,33 @@ class PhraseSearcher:
             pending = np.asarray(still, dtype=np.int64)
             c = min(2 * c, total)
         return results
+
+    def _rows_ahead(self, q_start: np.ndarray, q_end: np.ndarray, c: int) -> SearchedRows | None:
+        """One token search (all queries' starts, then their ends) serving the first :data:`ROUNDS_AHEAD` candidate
+        counts (c, 2c, ...): rounds that need more candidates (half the phrase searches once answers are tidied) then
+        read its rows instead of scanning the index again, when it gives exactly the rows a search of their own
+        would (``PhraseIndex.search_token_rows``)."""
+        largest = min(c << (ROUNDS_AHEAD - 1), len(self.index))
+        return self.index.search_token_rows(np.concatenate([q_start, q_end]), largest)
+
+    def _round_rows(
+        self, q_start: np.ndarray, q_end: np.ndarray, pending: np.ndarray, c: int, ahead: SearchedRows | None
+    ) -> np.ndarray:
+        """The start rows, then the end rows, of a search for ``c`` candidates for the ``pending`` queries: from
+        the first search where it can tell them, by a search of their own for the others."""
+        n, p = len(q_start), len(pending)
+        found = ahead.rows(c, np.concatenate([pending, pending + n])) if ahead is not None else None
+        if found is None:
+            return self.index.search_tokens(np.concatenate([q_start[pending], q_end[pending]]), c)[1]
+        ids, clean = found
+        redo = np.flatnonzero(~(clean[:p] & clean[p:]))
+        if len(redo):  # equal scores at the cut: these queries search again
+            again = pending[redo]
+            ids = ids.copy()
+            _, ids[np.concatenate([redo, redo + p])] = self.index.search_tokens(
+                np.concatenate([q_start[again], q_end[again]]), c
+            )
+        return ids
 
     def _spans(
         self, qs: np.ndarray, qe: np.ndarray, start_ids: np.ndarray, end_ids: np.ndarray, allowed: np.ndarray
@@ -337,12 +397,14 @@ def word_boundaries(index: PhraseIndex, starts: np.ndarray, ends: np.ndarray) ->
     Judged on the passage text: a boundary lies between two characters unless both are word characters
     (letters or digits outside CJK, which WordPiece splits into one word per character).
     """
-    tokens = index.tokens
     rows = np.unique(np.concatenate([starts, ends]))
+    picked = np.asarray(index.tokens[rows])  # one read of the token table, then plain Python ints
+    passages = index.passages
     begins, finishes = np.empty(len(rows), dtype=bool), np.empty(len(rows), dtype=bool)
-    for i, row in enumerate(rows.tolist()):
-        text = index.passages[int(tokens["passage"][row])]["text"]
-        cs, ce = int(tokens["char_start"][row]), int(tokens["char_end"][row])
+    for i, (passage, cs, ce) in enumerate(
+        zip(picked["passage"].tolist(), picked["char_start"].tolist(), picked["char_end"].tolist(), strict=True)
+    ):
+        text = passages[passage]["text"]
         begins[i] = not inside_word(text, cs)
         finishes[i] = not inside_word(text, ce)
     return begins[np.searchsorted(rows, starts)], finishes[np.searchsorted(rows, ends)]
@@ -376,11 +438,16 @@ def _argmax_groups(keys: np.ndarray, scores: np.ndarray, mask: np.ndarray) -> se
     return set(order[first].tolist())
 
 
-def _make_phrase(index: PhraseIndex, score: float, s: int, e: int, s_score: float, e_score: float) -> PhraseHit:
+def _make_phrase(
+    index: PhraseIndex, score: float, s: int, e: int, s_score: float, e_score: float, trim: bool = False
+) -> PhraseHit:
+    """The phrase of token rows ``s``..``e``; with ``trim`` its text and offsets trimmed (:func:`trim_span`)."""
     tokens = index.tokens
     row = int(tokens["passage"][s])
     passage = index.passages[row]
     start, end = int(tokens["char_start"][s]), int(tokens["char_end"][e])
+    if trim:
+        start, end = trim_span(passage["text"], start, end)
     return PhraseHit(
         text=passage["text"][start:end],
         score=score,
@@ -409,21 +476,28 @@ def _phrase_answers(
     top_k: int,
     words: Sequence[str] | None,
     calibration: Calibration | None,
+    tidy: bool = False,
 ) -> list[Hit]:
-    """The top-k phrase answers, skipping copies of the question (``words``), with confidences."""
-    wanted = max(top_k, CONFIDENCE_DEPTH) if calibration is not None else top_k
-    kept: list[PhraseHit] = []
+    """The top-k phrase answers, skipping copies of the question (``words``), with confidences; with ``tidy``
+    trimmed and folded (an answer repeating a better one is left out), the confidences computed over the unfolded
+    candidates."""
+    depth = CONFIDENCE_DEPTH if calibration is not None else 0
+    kept: list[PhraseHit] = []  # the ranked candidates that do not copy the question
+    chosen: list[int] = []  # positions in ``kept`` of the answers
+    folder = AnswerFolder() if tidy else None
     for p in _ranked(index, phrases):
-        hit = _make_phrase(index, *p)
+        if len(chosen) == top_k and len(kept) >= depth:
+            break
+        hit = _make_phrase(index, *p, trim=tidy)
         if words is not None and copies_question(hit.text, words):
             continue
         kept.append(hit)
-        if len(kept) == wanted:
-            break
-    if calibration is not None and kept:
-        confidence = calibration.confidence(confidence_features([h.score for h in kept], [h.text for h in kept]))
-        kept = [replace(h, confidence=float(c)) for h, c in zip(kept, confidence, strict=False)]
-    return list(kept[:top_k])
+        if len(chosen) < top_k and (folder is None or folder.keep(hit.text, hit.passage_row, hit.start, hit.end)):
+            chosen.append(len(kept) - 1)
+    if calibration is None or not chosen:
+        return [kept[i] for i in chosen]
+    confidence = calibration.confidence(confidence_features([h.score for h in kept], [h.text for h in kept], chosen))
+    return [replace(kept[i], confidence=float(c)) for i, c in zip(chosen, confidence, strict=True)]
 
 
 def _aggregate(
@@ -434,11 +508,12 @@ def _aggregate(
     scoring: str = "max",
     words: Sequence[str] | None = None,
     calibration: Calibration | None = None,
+    trim: bool = False,
 ) -> list[Hit]:
     """The top-k passages or documents: each scored by its best phrase (``max``) or the log-sum-exp of all of its
     phrases' scores (``logsumexp``), carrying as its answer its best phrase that does not copy the question
-    (``words``), with the confidence that phrase has among the ranked phrase answers (:func:`_phrase_answers`);
-    ties broken deterministically."""
+    (``words``), with the confidence that phrase has among the ranked phrase answers (:func:`_phrase_answers`),
+    its text trimmed with ``trim``; ties broken deterministically."""
     tokens = index.tokens
     best: dict[str, tuple] = {}  # key -> its best phrase (the first in the deterministic phrase order)
     answer: dict[str, int] = {}  # passage id -> position in ``answers`` of its best phrase that is no copy
@@ -452,7 +527,7 @@ def _aggregate(
         scores.setdefault(key, []).append(p[0])
         needed = passage["id"] not in answer or (calibration is not None and len(answers) < CONFIDENCE_DEPTH)
         if needed and (words is not None or calibration is not None):
-            hit = _make_phrase(index, *p)
+            hit = _make_phrase(index, *p, trim=trim)
             if words is None or not copies_question(hit.text, words):
                 answer.setdefault(passage["id"], len(answers))
                 answers.append(hit)
@@ -474,8 +549,9 @@ def _aggregate(
             at_key = answer[answering[key]]
             phrase = replace(answers[at_key], confidence=confidence.get(at_key))
         else:  # every retrieved phrase of it copies the question (or no answers were asked for)
-            phrase = _make_phrase(index, *best[key])
-            phrase = replace(phrase, copies_question=words is not None)
+            phrase = _make_phrase(index, *best[key], trim=trim)
+            copy = words is not None  # a copy is never the answer: confidence 0 where there are confidences
+            phrase = replace(phrase, copies_question=copy, confidence=0.0 if copy and calibration else None)
         passage = index.passages[phrase.passage_row]
         hit = PassageHit(
             passage["id"],

@@ -119,7 +119,7 @@ def _missing_stages(training: list[dict[str, Any]]) -> list[str]:
         if stage not in stages
     ]
     return [
-        f"- Not in its recipe: {', '.join(missing + ['no distillation'])} (see the README's *Measured* section "
+        f"- Not in its recipe: {', '.join(missing + ['no distillation'])} (see `benchmarks/FINDINGS.md` "
         "for what each was measured to do at this scale)."
     ]
 
@@ -244,7 +244,7 @@ def render() -> str:
             "squad_open_small",
             "SQuAD-open-small (`benchmarks/quality/squad_open_small.py`)",
             "The accuracy columns are deterministic; the latency columns depend on what else ran on the machine "
-            "(see the README's *Measured* section).",
+            "(see `benchmarks/FINDINGS.md`).",
         ),
         ("whole_words", "Whole-word phrases (`benchmarks/quality/whole_words.py`)", None),
     ):

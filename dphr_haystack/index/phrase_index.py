@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._util import atomic
-from .._util.lock import WriterLock
+from .._util.lock import WriterLock, directory_entries
 from .._util.nofollow import make_temp_dir, refuse_symlink
 from ..errors import IndexLoadError, IndexWriteError, InvalidParameterError, ModelMismatchError
 from . import auto
@@ -43,6 +43,7 @@ from .storage import (
     read_manifest,
     remove_uncommitted_files,
 )
+from .structures import SearchedRows
 from .transaction import Transactions, write_errors, writes
 
 logger = logging.getLogger(__name__)
@@ -138,7 +139,7 @@ class PhraseIndex(Reindexing):
         if index._writer is not None:
             with write_errors(index.path), index._writer.hold():  # two creators of one path: the second waits
                 remove_uncommitted_files(index.path)  # a create killed before its first commit leaves only these
-                if index.path.exists() and any(index.path.iterdir()):
+                if directory_entries(index.path):  # (the lock's own file aside)
                     raise InvalidParameterError(
                         f"{index.path} exists and is not empty; load it or choose another path"
                     )
@@ -390,6 +391,12 @@ class PhraseIndex(Reindexing):
         """Top-``k`` (scores, rows) by inner product for each query vector (FAISS semantics: row -1 = none)."""
         return self.structure.search(queries, k)
 
+    def search_token_rows(self, queries: np.ndarray, largest: int) -> SearchedRows | None:
+        """One token search for up to ``largest`` rows per query, whose ``rows(k, which)`` are the rows
+        :meth:`search_tokens` returns for a smaller k (None where a search of its own is needed); None when the
+        structure's results depend on k."""
+        return self.structure.search_rows(queries, largest)
+
     def to(self, device: str = "auto") -> PhraseIndex:
         """Run token search on ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``); returns self.
 
@@ -531,10 +538,12 @@ class PhraseIndex(Reindexing):
             with self.writing():
                 self.commit()
             return
-        with write_errors(path), WriterLock(path).hold():  # the copy replaces a directory other writers may use
+        lock = WriterLock(path)
+        with write_errors(path), lock.hold():  # the copy replaces a directory other writers may use
             tmp = make_temp_dir(path)
             try:
                 self.storage.write_copy(tmp, self.passages, self.structure.write_copy)
+                lock.lock_replacement(tmp)  # the copy swapped in stays locked until this write ends
                 atomic.replace_directory(tmp, path)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)  # the new copy, or the old one an exchange swapped out

@@ -140,6 +140,61 @@ def ivf_of(index) -> Any | None:
         return None
 
 
+def k_independent(index) -> bool:
+    """Whether ``index`` ranks the same scored rows whatever k is asked for, so that its top-k for a smaller k is
+    the head of its top-k for a larger one (up to equal scores at the cut): exhaustive structures, and IVF (a fixed
+    nprobe scans the same lists whatever k), but not HNSW (its beam widens with k)."""
+    faiss = require("faiss")
+    inner = faiss.downcast_index(index.index if isinstance(index, faiss.IndexPreTransform) else index)
+    return isinstance(inner, (faiss.IndexIVF, faiss.IndexFlatCodes))
+
+
+def clean_cut(scores: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
+    """Per query of a ranked result (best first): is its top-``k`` one set whatever the order of equal scores, with
+    no equal scores on both sides of its k-th result?"""
+    if k >= ids.shape[1]:
+        return np.ones(len(ids), dtype=bool)
+    return ~((ids[:, k] >= 0) & (scores[:, k - 1] == scores[:, k]))
+
+
+class SearchedRows:
+    """The ranked rows of one search for ``largest`` candidates per query (set ``scores`` and ``ids``), which also
+    give, for a smaller k, the rows a search of its own would return: :meth:`rows`."""
+
+    def __init__(
+        self,
+        queries: np.ndarray,
+        largest: int,
+        refine: int,
+        total: int,
+        stored: np.ndarray,
+        decode: Callable[[np.ndarray], np.ndarray],
+    ) -> None:
+        self.queries, self.largest, self.refine, self.total = queries, largest, refine, total
+        self.stored, self.decode = stored, decode
+        self.scores = np.empty((0, 0), dtype=np.float32)
+        self.ids = np.empty((0, 0), dtype=np.int64)
+
+    def fetched(self, k: int) -> int:
+        """How many candidates a search for k asks the FAISS index for (more to re-rank with ``refine``)."""
+        return k if self.refine <= 1 else min(k * self.refine, max(self.total, k))
+
+    def rows(self, k: int, which: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """For the queries ``which`` (indices into the searched ones), the rows a search for ``k`` candidates returns
+        (per query the same set, perhaps in another order), and per query whether they are those rows: not where
+        equal scores straddle the cut, where a search of its own might keep either. None for k above the search's."""
+        if k > self.largest:
+            return None
+        width = self.fetched(k)
+        scores, ids = self.scores[which], self.ids[which]
+        clean = clean_cut(scores, ids, width)
+        if self.refine <= 1:
+            return ids[:, :k], clean
+        # re-ranked as a search for k re-ranks its candidates; one more kept to see the cut
+        exact, rows = refine_exact(self.queries[which], ids[:, :width], k + 1, self.stored, self.decode)
+        return rows[:, :k], clean & clean_cut(exact, rows, k)
+
+
 def _pq_centroids(factory: str) -> int:
     """Centroids per PQ sub-quantizer codebook (2^nbits; ``PQ48`` = 8 bits), 0 without PQ."""
     match = re.search(r"(?:^|,)PQ\d+(?:x(\d+))?", factory.replace(" ", ""))
@@ -185,14 +240,24 @@ def make_exact_index(dim: int, codec):
 
 
 def add_exact(index, codec, stored: np.ndarray, chunk: int = 65536, progress: bool = False) -> None:
-    """Add stored rows to a :func:`make_exact_index` structure: int8 codes as they are, other dtypes decoded."""
+    """Add stored rows to a :func:`make_exact_index` structure: int8 and float16 codes as they are (the same codes
+    FAISS makes from the decoded vectors), float32 vectors as they are."""
     from tqdm.auto import tqdm
 
+    faiss = require("faiss")
+    inner = faiss.downcast_index(index)
+    half_codes = (
+        codec.dtype == "float16"
+        and isinstance(inner, faiss.IndexScalarQuantizer)
+        and inner.sq.qtype == faiss.ScalarQuantizer.QT_fp16
+    )
     bar = tqdm(total=len(stored), desc="adding to FAISS", unit="vec", disable=not progress, leave=False)
     for start in range(0, len(stored), chunk):
         block = stored[start : start + chunk]
         if codec.dtype == "int8":
             index.add_sa_codes(np.ascontiguousarray((block.astype(np.int16) + 128).astype(np.uint8)))
+        elif half_codes:  # SQfp16 codes are the stored half floats themselves: no decode to float32 and back
+            index.add_sa_codes(np.ascontiguousarray(block, dtype=np.float16).view(np.uint8))
         else:
             index.add(np.ascontiguousarray(codec.decode(block)))
         bar.update(len(block))

@@ -31,7 +31,7 @@ def compute_phrase_fingerprint(config: PhraseModelConfig, tokenizer: Any, phrase
         if name.endswith("position_ids"):
             continue
         digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        digest.update(tensor.detach().cpu().contiguous().numpy())  # its bytes, without copying them
     return digest.hexdigest()
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .._util.threads import resolve_threads, using_threads
 from .phrase_model import PhraseModel
 from .sources import model_source
 
 
 def load_model(model: str | Path) -> PhraseModel:
-    """Load a phrase model from any reference: what the CLI, the searcher and the Haystack nodes accept.
+    """Load a phrase model from any reference, to search or index with: what the CLI, the searcher and the Haystack
+    nodes accept.
 
     ``model`` is ``dphr-minilm-squad`` (alias ``default``, shipped), ``minilm`` (an UNTRAINED phrase model on
     the offline all-MiniLM-L6-v2), a directory written by :meth:`PhraseModel.save`, a DensePhrases checkpoint
@@ -19,4 +21,9 @@ def load_model(model: str | Path) -> PhraseModel:
     Raises:
         ModelLoadError: The path does not exist (the message names it) or the model cannot be read.
     """
-    return PhraseModel.from_source(model_source(model))
+    # Loading is small-tensor work (decoding weights, a test forward pass): on one thread, like a query, it does not
+    # stall on a busy machine (dphr_haystack._util.threads; DPHR_THREADS or an enclosing block may say otherwise).
+    # Plain BERT encoders are computed by dphr_haystack.model.bert: the same outputs, bit for bit, without the
+    # seconds that importing transformers' modeling code costs (PhraseModel.load keeps transformers' classes).
+    with using_threads(resolve_threads(None, "query")):
+        return PhraseModel.from_source(model_source(model), encoders="dphr")

@@ -22,8 +22,10 @@ from torch import nn
 
 from .._util.atomic import write_file_atomic
 from .._util.lazy import require
+from .._util.threads import resolve_threads, using_threads
 from ..errors import ModelLoadError
 from ..params import check_param
+from .building import ATTENTION, build_for_weights, check_impl, make_encoder, on_meta
 from .config import CONFIG_FILE, PhraseModelConfig
 from .densephrases import CHECKPOINT_WEIGHTS_FILE, import_checkpoint
 from .encoding import EncodedPassage, EncodedPiece, encode_tokenized, iter_encoded_pieces
@@ -32,13 +34,11 @@ from .inputs import TokenizedPassage, Window, pad_batch, tokenize_passages, toke
 from .registry import is_shipped_name, resolve_base, shipped_model_path
 from .remote_code import TRUST_REMOTE_CODE, refuse_remote_code
 from .sources import ModelSource, model_source
-from .tokenizer import apply_casing, check_fast_tokenizer, save_tokenizer
+from .tokenizer import apply_casing, check_fast_tokenizer, load_tokenizer, save_tokenizer
 from .truecase import TrueCaser
 from .weights import WEIGHTS_FILE, WEIGHTS_INDEX_FILE, read_base_state, read_weights, write_weights
 
 ENCODER_CONFIG_FILE = "encoder_config.json"
-# One attention kernel for every way of building an encoder, so save/load round trips are bit-identical.
-ATTENTION = "sdpa"
 
 
 class PhraseModel(nn.Module):
@@ -106,12 +106,16 @@ class PhraseModel(nn.Module):
         return model.eval()
 
     @classmethod
-    def load(cls, path: str | Path, device: str | torch.device = "cpu") -> PhraseModel:
+    def load(cls, path: str | Path, device: str | torch.device = "cpu", encoders: str = "transformers") -> PhraseModel:
         """Load a model saved by :meth:`save` (safetensors weights; nothing is unpickled).
 
         ``path`` may also name a model shipped with the package (``dphr-minilm-squad``, alias ``default``) when no
-        directory of that name exists.
+        directory of that name exists. ``encoders="dphr"`` computes plain BERT encoders with
+        :class:`~dphr_haystack.model.bert.BertEncoder` (the same outputs, bit for bit, without importing transformers'
+        modeling code: what :func:`~dphr_haystack.model.loading.load_model` does for search); other encoders, and
+        ``encoders="transformers"`` (default), are transformers models.
         """
+        check_impl(encoders)
         transformers = require("transformers")
         if not Path(path).is_dir() and is_shipped_name(path):
             path = shipped_model_path(path)
@@ -134,9 +138,7 @@ class PhraseModel(nn.Module):
             if not isinstance(raw, dict):
                 raise ValueError(f"{ENCODER_CONFIG_FILE} holds a {type(raw).__name__}, not a JSON object")
             enc_config = transformers.AutoConfig.for_model(**raw)
-            tokenizer = transformers.AutoTokenizer.from_pretrained(
-                str(path), use_fast=True, trust_remote_code=TRUST_REMOTE_CODE
-            )
+            tokenizer = load_tokenizer(path)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:
@@ -145,7 +147,7 @@ class PhraseModel(nn.Module):
         if config.do_lower_case is not None:
             apply_casing(tokenizer, config.do_lower_case, path)
         state = read_weights(path)
-        model = cls.build_checked(enc_config, tokenizer, config, state, source=path)
+        model = cls.build_checked(enc_config, tokenizer, config, state, source=path, encoders=encoders)
         return model.to(device).eval()
 
     @classmethod
@@ -203,20 +205,19 @@ class PhraseModel(nn.Module):
         return model.to(device).eval()
 
     @classmethod
-    def from_source(cls, source: ModelSource) -> PhraseModel:
-        """Load a resolved model reference (:func:`~dphr_haystack.model.sources.model_source`)."""
+    def from_source(cls, source: ModelSource, encoders: str = "transformers") -> PhraseModel:
+        """Load a resolved model reference (:func:`~dphr_haystack.model.sources.model_source`); ``encoders`` as in
+        :meth:`load` (a base model is always built by transformers)."""
         if source.kind == "base":
             return cls.from_base(source.location)
-        return cls.load(source.location)
+        return cls.load(source.location, encoders=encoders)
 
     @classmethod
-    def _from_encoder_config(cls, enc_config, tokenizer, config: PhraseModelConfig) -> PhraseModel:
-        transformers = require("transformers")
-
+    def _from_encoder_config(
+        cls, enc_config, tokenizer, config: PhraseModelConfig, encoders: str = "transformers"
+    ) -> PhraseModel:
         def build():
-            return transformers.AutoModel.from_config(
-                enc_config, attn_implementation=ATTENTION, trust_remote_code=TRUST_REMOTE_CODE
-            )
+            return make_encoder(enc_config, encoders)
 
         if config.query_layout == "separate":
             return cls(build(), build(), build(), tokenizer, config)
@@ -224,7 +225,13 @@ class PhraseModel(nn.Module):
 
     @classmethod
     def build_checked(
-        cls, enc_config: Any, tokenizer: Any, config: PhraseModelConfig, state: dict[str, torch.Tensor], source: Path
+        cls,
+        enc_config: Any,
+        tokenizer: Any,
+        config: PhraseModelConfig,
+        state: dict[str, torch.Tensor],
+        source: Path,
+        encoders: str = "transformers",
     ) -> PhraseModel:
         """Build a model whose shapes match ``state``, load it and run a test forward pass.
 
@@ -240,16 +247,19 @@ class PhraseModel(nn.Module):
                 f"{source}: the encoder config declares {declared!r} layers, the weights hold {len(layers)}"
             )
         try:
-            with torch.device("meta"):
-                probe = cls._from_encoder_config(enc_config, tokenizer, config)
+            with on_meta():
+                probe = cls._from_encoder_config(enc_config, tokenizer, config, encoders)
             probe._load_state(state, source=source, check_only=True)
             del probe
-            model = cls._from_encoder_config(enc_config, tokenizer, config)
+            model = build_for_weights(
+                lambda: cls._from_encoder_config(enc_config, tokenizer, config, encoders),
+                state,
+                lambda built, weights, assign: built._load_state(weights, source=source, assign=assign),
+            )
         except ModelLoadError:
             raise
         except Exception as exc:
             raise ModelLoadError(f"{source}: the encoder config cannot build a model ({exc})") from exc
-        model._load_state(state, source=source)
         max_positions = getattr(enc_config, "max_position_embeddings", None)
         if isinstance(max_positions, int) and max(config.max_passage_length, config.max_query_length) > max_positions:
             raise ModelLoadError(
@@ -261,15 +271,18 @@ class PhraseModel(nn.Module):
             raise ModelLoadError(f"{source}: the tokenizer has {len(tokenizer)} tokens, the encoder embeds {vocab}")
         probe = "Self test: who won Super Bowl 50 in 2016? 1,234.5 £€ Ünïcödé 東京 😀 naïve-résumé"
         try:
-            model.eval().encode_queries([probe])
-            model.encode_passages([probe], [probe])
+            with using_threads(resolve_threads(None, "query")):  # query-sized work (see _util.threads)
+                model.eval().encode_queries([probe])
+                model.encode_passages([probe], [probe])
         except ModelLoadError as exc:
             raise ModelLoadError(f"{source}: {exc}") from exc
         except Exception as exc:
             raise ModelLoadError(f"{source}: the loaded model fails a test forward pass ({exc})") from exc
         return model
 
-    def _load_state(self, state: dict[str, torch.Tensor], source: Path, check_only: bool = False) -> None:
+    def _load_state(
+        self, state: dict[str, torch.Tensor], source: Path, check_only: bool = False, assign: bool = False
+    ) -> None:
         own = self.state_dict()
         # Buffers some transformers versions save and others do not (e.g. position_ids) are optional.
         optional = {k for k in own if k.endswith("position_ids") or k.endswith("token_type_ids")}
@@ -287,7 +300,7 @@ class PhraseModel(nn.Module):
                     f"{source}: {key} has shape {tuple(value.shape)}, expected {tuple(own[key].shape)}"
                 )
         if not check_only:
-            self.load_state_dict(state, strict=False)
+            self.load_state_dict(state, strict=False, assign=assign)
 
     def save(
         self,
@@ -508,9 +521,8 @@ def filter_head(dim: int, hidden: int | None = None) -> nn.Module:
 
 def _identity_linear(dim: int) -> nn.Linear:
     layer = nn.Linear(dim, dim)
-    with torch.no_grad():
-        layer.weight.copy_(torch.eye(dim))
-        layer.bias.zero_()
+    nn.init.eye_(layer.weight)
+    nn.init.zeros_(layer.bias)
     return layer
 
 

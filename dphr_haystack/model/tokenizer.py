@@ -8,8 +8,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from .._util.lazy import require
 from .._util.nofollow import make_temp_dir, refuse_symlink
 from ..errors import ModelLoadError
+from .remote_code import TRUST_REMOTE_CODE
 
 # Files a tokenizer can be built from; a directory holding none of them has no tokenizer.
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
@@ -18,6 +20,25 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", 
 def has_tokenizer_files(directory: Path) -> bool:
     """True when ``directory`` holds a vocabulary a tokenizer can be built from."""
     return any((directory / name).is_file() for name in TOKENIZER_FILES)
+
+
+def load_tokenizer(directory: Path) -> Any:
+    """The fast tokenizer saved in ``directory``, as transformers' ``AutoTokenizer`` loads it with ``use_fast=True``:
+    the fast class its ``tokenizer_config.json`` names (``BertTokenizer`` → ``BertTokenizerFast``),
+    without importing ``AutoTokenizer``, which imports transformers' model and text-generation code (seconds on
+    a busy machine). A directory that names no such class is loaded by ``AutoTokenizer``."""
+    transformers = require("transformers")
+    try:
+        named = json.loads((directory / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):
+        named = None
+    if isinstance(named, str) and named.isidentifier():
+        fast = getattr(transformers, named if named.endswith("Fast") else f"{named}Fast", None)
+        if isinstance(fast, type) and issubclass(fast, transformers.PreTrainedTokenizerFast):
+            return fast.from_pretrained(str(directory))
+    return transformers.AutoTokenizer.from_pretrained(
+        str(directory), use_fast=True, trust_remote_code=TRUST_REMOTE_CODE
+    )
 
 
 def check_fast_tokenizer(tokenizer: Any, source: Any) -> None:

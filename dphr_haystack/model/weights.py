@@ -49,7 +49,8 @@ def tensor_sha256(tensor: torch.Tensor) -> str:
     """SHA-256 of a tensor's dtype, shape and bytes."""
     tensor = tensor.detach().cpu().contiguous()
     digest = hashlib.sha256(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
-    digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    if tensor.numel():
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())  # the tensor's own bytes, not a copy
     return digest.hexdigest()
 
 
@@ -239,7 +240,7 @@ def _decode(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
                 raise ModelLoadError(
                     f"{key}: int8 codes {tuple(tensor.shape)} do not match scales {tuple(scale.shape)}"
                 )
-            tensor = tensor.float() * scale.float()[:, None]
+            tensor = torch.mul(tensor, scale.float()[:, None])  # int8 * float32 -> float32 in one pass
         elif tensor.dtype == torch.int8:
             raise ModelLoadError(f"{key}: int8 weights without their {SCALE_SUFFIX} row scales")
         out[key] = tensor.float() if tensor.is_floating_point() else tensor

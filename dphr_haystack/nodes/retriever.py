@@ -8,6 +8,7 @@ from haystack.document_stores import BaseDocumentStore
 from haystack.nodes import BaseRetriever
 from haystack.schema import Answer, Document, Span
 
+from .._util.threads import check_threads, resolve_threads, using_threads
 from ..documents.encoding import PhraseEncoding
 from ..documents.filters import check_legacy_filters
 from ..documents.results import RetrievedAnswer, RetrievedDocument, retrieved
@@ -67,12 +68,16 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
             turns it on for cased DensePhrases checkpoints.
         batch_size: Batch size for passage and query encoding.
         device: ``cpu``, ``cuda`` or ``auto``.
-        scale_score: Map scores to (0, 1) with expit(score / 100); raw scores otherwise. A phrase answer of a
-            model with a stored calibration always has its calibrated confidence (P(correct), in [0, 1]) as
-            ``Answer.score``, in every unit, and ``meta["confidence"]`` too; its raw score stays in
-            ``meta["raw_score"]``. Without a calibration ``Answer.score`` is the phrase score, scaled or raw.
+        scale_score: Scores in [0, 1] (default) or raw phrase scores (for min-max fusion). A phrase answer of a
+            model with a stored calibration (the shipped one) always has its calibrated confidence (P(correct), in
+            [0, 1]) as ``Answer.score``, in every unit, and ``meta["confidence"]`` too; its raw score stays in
+            ``meta["raw_score"]``. Its Documents then score their answer's confidence capped by those ranked above
+            (:mod:`dphr_haystack.documents.results`; raw score in ``meta["phrase_score"]``). Without a calibration
+            scores are expit(score / 100), scaled, or raw.
         return_answers: Emit ``answers`` besides ``documents`` in ``run``. Turn off for Haystack's SAS
             evaluation, which cannot handle a node that emits both.
+        threads: torch/FAISS intra-op threads a query runs on (default: ``$DPHR_THREADS``, else 1, fastest when
+            several queries run at once; see ``dphr_haystack._util.threads``). Indexing keeps torch's default.
     """
 
     outgoing_edges = 1
@@ -93,6 +98,7 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
         device: Literal["cpu", "cuda", "auto"] = "auto",
         scale_score: bool = True,
         return_answers: bool = True,
+        threads: int | None = None,
     ):
         super().__init__()
         check_unit(unit)
@@ -111,6 +117,7 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
         self.device = device
         self.scale_score = check_flag("scale_score", scale_score)
         self.return_answers = return_answers
+        self.threads = check_threads(threads)
         self.phrase_model = load_phrase_model(model, device)
         if filter_threshold == "model":
             filter_threshold = self.phrase_model.config.filter_threshold
@@ -227,7 +234,8 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
             query_batch_size=self.batch_size if batch_size is None else check_param("batch_size", batch_size),
         )
         scale = check_flag("scale_score", self.scale_score if scale_score is None else scale_score)
-        results = store.search_phrases(self.phrase_model, list(queries), options, filters, index, self.model)
+        with using_threads(resolve_threads(self.threads, "query")):
+            results = store.search_phrases(self.phrase_model, list(queries), options, filters, index, self.model)
         out = []
         for pairs in results:
             documents, answers = retrieved(pairs, lambda doc: doc.meta, scale)
