@@ -16,13 +16,12 @@ import importlib.metadata
 import json
 import os
 import re
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests._server import free_port, running_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -60,12 +59,6 @@ def browser():
         browser.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """``dphr serve`` on a fresh store with the first SQuAD dev paragraphs (the shipped model, CPU)."""
@@ -74,7 +67,7 @@ def server(tmp_path_factory):
     except importlib.metadata.PackageNotFoundError:
         pytest.skip("dphr serve needs farm-haystack (Haystack 1.x): not in this environment")
     pytest.importorskip("fastapi", reason='the serve extra is not installed (pip install "dphr-haystack[serve]")')
-    requests = pytest.importorskip("requests")
+    pytest.importorskip("requests")
     from dphr_haystack.corpus import read_corpus
 
     tmp = tmp_path_factory.mktemp("web-page")
@@ -84,29 +77,12 @@ def server(tmp_path_factory):
             if number == PASSAGES:
                 break
             handle.write(json.dumps({"id": passage.id, "title": passage.title, "text": passage.text}) + "\n")
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "dphr_haystack", "serve", "--store", str(tmp / "store"), "--corpus", str(corpus)]
     command += ["--device", "cpu", "--port", str(port)]
     env = {**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False", "FILE_UPLOAD_PATH": str(tmp / "uploads")}
-    log = (tmp / "server.log").open("w")
-    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 300
-    try:
-        while True:
-            try:
-                if requests.get(f"{url}initialized", timeout=2).json() is True:
-                    break
-            except (requests.ConnectionError, requests.Timeout, ValueError):
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"dphr serve did not start:\n{(tmp / 'server.log').read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield url, tmp
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
+    with running_server(command, port, tmp / "server.log", REPO, env, "dphr serve", timeout=300) as url:
+        yield f"{url}/", tmp
 
 
 @pytest.fixture

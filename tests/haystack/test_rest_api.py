@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests._server import free_port, running_server
 from tests.conftest import tiny_passages
 from tests.haystack.conftest import PIPELINES, REPO
 
@@ -23,16 +21,10 @@ requests = pytest.importorskip("requests")
 pytestmark = pytest.mark.unit
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def server(tmp_path, tiny_model_dir):
     """uvicorn serving pipelines/rest_api.yml with the tiny model on a store directory under tmp_path."""
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "PIPELINE_YAML_PATH": str(PIPELINES / "rest_api.yml"),
@@ -43,31 +35,9 @@ def server(tmp_path, tiny_model_dir):
         "HAYSTACK_TELEMETRY_ENABLED": "False",
         "OMP_NUM_THREADS": "1",
     }
-    log = (tmp_path / "server.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "dphr_haystack.nodes.rest_api:app"]
-        + ["--host", "127.0.0.1", "--port", str(port)],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            if requests.get(f"{url}/initialized", timeout=2).json() is True:
-                break
-        except (requests.ConnectionError, requests.Timeout, ValueError):
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"the REST API did not start:\n{(tmp_path / 'server.log').read_text()[-3000:]}")
-        time.sleep(0.5)
-    yield url, tmp_path / "store"
-    proc.terminate()
-    proc.wait(timeout=30)
-    log.close()
+    command = [sys.executable, "-m", "uvicorn", "dphr_haystack.nodes.rest_api:app", "--host", "127.0.0.1"]
+    with running_server([*command, "--port", str(port)], port, tmp_path / "server.log", REPO, env) as url:
+        yield url, tmp_path / "store"
 
 
 def _query(url: str, question: str, filters: dict | None = None) -> dict:

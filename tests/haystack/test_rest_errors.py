@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._server import free_port, running_server
 from tests.conftest import tiny_passages
 from tests.haystack.conftest import PIPELINES, REPO
 
@@ -49,35 +49,10 @@ def _env(tmp: Path, model_dir: Path, **extra: str) -> dict[str, str]:
 @contextlib.contextmanager
 def _serve(tmp: Path, env: dict[str, str]) -> Iterator[str]:
     """uvicorn serving the app with ``env``; yields its URL once /initialized answers."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    log_file = tmp / "server.log"
-    with log_file.open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "dphr_haystack.nodes.rest_api:app", "--host", "127.0.0.1"]
-            + ["--port", str(port)],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 180
-        try:
-            while True:
-                try:
-                    if requests.get(f"{url}/initialized", timeout=2).json() is True:
-                        break
-                except (requests.ConnectionError, requests.Timeout, ValueError):
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"the REST API did not start:\n{log_file.read_text()[-3000:]}")
-                time.sleep(0.3)
-            yield url
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+    port = free_port()
+    command = [sys.executable, "-m", "uvicorn", "dphr_haystack.nodes.rest_api:app", "--host", "127.0.0.1"]
+    with running_server([*command, "--port", str(port)], port, tmp / "server.log", REPO, env) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

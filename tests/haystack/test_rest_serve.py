@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._server import free_port, running_server
 from tests.conftest import tiny_passages
 from tests.haystack.conftest import REPO
 
@@ -28,42 +28,15 @@ requests = pytest.importorskip("requests")
 pytestmark = pytest.mark.unit
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def _dphr_serve(tmp: Path, *args: str, log_name: str = "serve.log") -> Iterator[tuple[str, Path]]:
     """``python -m dphr_haystack serve ARGS --port P`` until /initialized answers; yields its URL and log file."""
-    port = _free_port()
+    port = free_port()
     log_file = tmp / log_name
     env = {**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False", "OMP_NUM_THREADS": "1"}
-    with log_file.open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dphr_haystack", "serve", *args, "--port", str(port)],
-            cwd=tmp,
-            env={**env, "PYTHONPATH": str(REPO)},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 180
-        try:
-            while True:
-                try:
-                    if requests.get(f"{url}/initialized", timeout=2).json() is True:
-                        break
-                except (requests.ConnectionError, requests.Timeout, ValueError):
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"dphr serve did not start:\n{log_file.read_text()[-3000:]}")
-                time.sleep(0.3)
-            yield url, log_file
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+    command = [sys.executable, "-m", "dphr_haystack", "serve", *args, "--port", str(port)]
+    with running_server(command, port, log_file, tmp, {**env, "PYTHONPATH": str(REPO)}, "dphr serve") as url:
+        yield url, log_file
 
 
 def test_dphr_serve_indexes_a_corpus_once_then_answers(tmp_path, tiny_model_dir):
