@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         f"\n{len(sample)} questions (seed {args.seed}) over {len(docs)} paragraphs, top 10 per query; "
-        f"accuracies in %, time per query on {os.cpu_count()} CPU threads\n"
+        f"accuracies in %, median time per query on a machine with {os.cpu_count()} CPU cores\n"
     )
     print("| pipeline | EM@1 | F1@1 | passage acc@1 | passage acc@5 | p50 ms/query |")
     print("|---|---:|---:|---:|---:|---:|")
