@@ -30,7 +30,7 @@ from ._util.threads import check_threads, resolve_threads, using_threads
 from .confidence import CONFIDENCE_DEPTH, Calibration, confidence_features, copies_question, question_words
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
 from .index.phrase_index import PhraseIndex
-from .index.structures import SearchedRows
+from .index.rounds import TokenRounds
 from .model.truecase import corpus_truecaser, is_all_lowercase
 from .params import check_choice, check_param
 from .spans import AnswerFolder, trim_span
@@ -42,9 +42,6 @@ UNITS = ("phrase", "passage", "document")
 # passages 1.05 searches a query and p50 127 ms at 8 (2.0 and 224 ms at 2), documents 1.45 and 135 ms at 16
 # (3.8 and 332 ms at 2), the same accuracy.
 FIRST_CANDIDATES_PER_RESULT = {"phrase": 1, "passage": 8, "document": 16}
-# Candidate counts one token search serves (c and 2c): with tidy answers half the phrase searches of
-# benchmarks/haystack/retrievers.py need a second round, which then reads the first search's rows.
-ROUNDS_AHEAD = 2
 # How a passage or document scores its retrieved phrases: the best one (Lee et al. 2021b) or all of them.
 PASSAGE_SCORINGS = ("max", "logsumexp")
 
@@ -266,9 +263,9 @@ class PhraseSearcher:
             first = max(first, CONFIDENCE_DEPTH)
         c = min(candidates or first, total)
         pending = np.arange(n_queries)
-        ahead = self._rows_ahead(q_start, q_end, c) if candidates is None else None
+        rounds = TokenRounds(self.index, q_start, q_end, c, ahead=candidates is None)  # one search, several rounds
         while len(pending):
-            ids = self._round_rows(q_start, q_end, pending, c, ahead)
+            ids = rounds.rows(c, pending)
             still = []
             for pos, qi in enumerate(pending):
                 phrases = self._spans(q_start[qi], q_end[qi], ids[pos], ids[pos + len(pending)], allowed)
@@ -293,33 +290,6 @@ class PhraseSearcher:
             pending = np.asarray(still, dtype=np.int64)
             c = min(2 * c, total)
         return results
-
-    def _rows_ahead(self, q_start: np.ndarray, q_end: np.ndarray, c: int) -> SearchedRows | None:
-        """One token search (all queries' starts, then their ends) serving the first :data:`ROUNDS_AHEAD` candidate
-        counts (c, 2c, ...): rounds that need more candidates (half the phrase searches once answers are tidied) then
-        read its rows instead of scanning the index again, when it gives exactly the rows a search of their own
-        would (``PhraseIndex.search_token_rows``)."""
-        largest = min(c << (ROUNDS_AHEAD - 1), len(self.index))
-        return self.index.search_token_rows(np.concatenate([q_start, q_end]), largest)
-
-    def _round_rows(
-        self, q_start: np.ndarray, q_end: np.ndarray, pending: np.ndarray, c: int, ahead: SearchedRows | None
-    ) -> np.ndarray:
-        """The start rows, then the end rows, of a search for ``c`` candidates for the ``pending`` queries: from
-        the first search where it can tell them, by a search of their own for the others."""
-        n, p = len(q_start), len(pending)
-        found = ahead.rows(c, np.concatenate([pending, pending + n])) if ahead is not None else None
-        if found is None:
-            return self.index.search_tokens(np.concatenate([q_start[pending], q_end[pending]]), c)[1]
-        ids, clean = found
-        redo = np.flatnonzero(~(clean[:p] & clean[p:]))
-        if len(redo):  # equal scores at the cut: these queries search again
-            again = pending[redo]
-            ids = ids.copy()
-            _, ids[np.concatenate([redo, redo + p])] = self.index.search_tokens(
-                np.concatenate([q_start[again], q_end[again]]), c
-            )
-        return ids
 
     def _spans(
         self, qs: np.ndarray, qe: np.ndarray, start_ids: np.ndarray, end_ids: np.ndarray, allowed: np.ndarray

@@ -18,6 +18,7 @@ from ..errors import IndexLoadError, InvalidParameterError
 from . import auto
 from . import structures as index_types
 from .backends import FaissSearch, TorchFlatSearch, make_search_backend
+from .rounds import SearchedRows
 from .storage import MANIFEST, IndexStorage, is_flat, search_params_problem, write_faiss
 
 
@@ -242,16 +243,16 @@ class FaissStructure:
         _, ids = searcher.search(queries, min(k * refine, max(len(stored), k)))
         return index_types.refine_exact(queries, ids, k, stored, self.storage.codec.decode)
 
-    def search_rows(self, queries: np.ndarray, largest: int) -> index_types.SearchedRows | None:
+    def search_rows(self, queries: np.ndarray, largest: int) -> SearchedRows | None:
         """One search for up to ``largest`` candidates whose :meth:`SearchedRows.rows
-        <dphr_haystack.index.structures.SearchedRows.rows>` give the rows :meth:`search` returns for any smaller
+        <dphr_haystack.index.rounds.SearchedRows.rows>` give the rows :meth:`search` returns for any smaller
         k; None when the results depend on k (HNSW) or a backend other than the CPU index searches."""
         if self.backend is not None or self.index is None or not index_types.k_independent(self.index):
             return None
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         refine = int(self.search_params.get("refine", 1))
         stored = self.storage.vectors.view()
-        searched = index_types.SearchedRows(queries, largest, refine, len(stored), stored, self.storage.codec.decode)
+        searched = SearchedRows(queries, largest, refine, len(stored), stored, self.storage.codec.decode)
         searched.scores, searched.ids = self.index.search(queries, searched.fetched(largest))
         return searched
 

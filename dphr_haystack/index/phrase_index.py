@@ -30,6 +30,7 @@ from .codec import VectorCodec
 from .faiss_structure import FaissStructure
 from .passages import PassageTable
 from .reindexing import Reindexing
+from .rounds import SearchedRows
 from .shards import PhraseShard, ShardPiece
 from .storage import (
     LOAD_ATTEMPTS,
@@ -43,7 +44,6 @@ from .storage import (
     read_manifest,
     remove_uncommitted_files,
 )
-from .structures import SearchedRows
 from .transaction import Transactions, write_errors, writes
 
 logger = logging.getLogger(__name__)

@@ -149,52 +149,6 @@ def k_independent(index) -> bool:
     return isinstance(inner, (faiss.IndexIVF, faiss.IndexFlatCodes))
 
 
-def clean_cut(scores: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
-    """Per query of a ranked result (best first): is its top-``k`` one set whatever the order of equal scores, with
-    no equal scores on both sides of its k-th result?"""
-    if k >= ids.shape[1]:
-        return np.ones(len(ids), dtype=bool)
-    return ~((ids[:, k] >= 0) & (scores[:, k - 1] == scores[:, k]))
-
-
-class SearchedRows:
-    """The ranked rows of one search for ``largest`` candidates per query (set ``scores`` and ``ids``), which also
-    give, for a smaller k, the rows a search of its own would return: :meth:`rows`."""
-
-    def __init__(
-        self,
-        queries: np.ndarray,
-        largest: int,
-        refine: int,
-        total: int,
-        stored: np.ndarray,
-        decode: Callable[[np.ndarray], np.ndarray],
-    ) -> None:
-        self.queries, self.largest, self.refine, self.total = queries, largest, refine, total
-        self.stored, self.decode = stored, decode
-        self.scores = np.empty((0, 0), dtype=np.float32)
-        self.ids = np.empty((0, 0), dtype=np.int64)
-
-    def fetched(self, k: int) -> int:
-        """How many candidates a search for k asks the FAISS index for (more to re-rank with ``refine``)."""
-        return k if self.refine <= 1 else min(k * self.refine, max(self.total, k))
-
-    def rows(self, k: int, which: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """For the queries ``which`` (indices into the searched ones), the rows a search for ``k`` candidates returns
-        (per query the same set, perhaps in another order), and per query whether they are those rows: not where
-        equal scores straddle the cut, where a search of its own might keep either. None for k above the search's."""
-        if k > self.largest:
-            return None
-        width = self.fetched(k)
-        scores, ids = self.scores[which], self.ids[which]
-        clean = clean_cut(scores, ids, width)
-        if self.refine <= 1:
-            return ids[:, :k], clean
-        # re-ranked as a search for k re-ranks its candidates; one more kept to see the cut
-        exact, rows = refine_exact(self.queries[which], ids[:, :width], k + 1, self.stored, self.decode)
-        return rows[:, :k], clean & clean_cut(exact, rows, k)
-
-
 def _pq_centroids(factory: str) -> int:
     """Centroids per PQ sub-quantizer codebook (2^nbits; ``PQ48`` = 8 bits), 0 without PQ."""
     match = re.search(r"(?:^|,)PQ\d+(?:x(\d+))?", factory.replace(" ", ""))

@@ -1,6 +1,7 @@
 """A BERT encoder in plain torch, for loading phrase models to search with: the forward pass of transformers'
 ``BertModel`` (absolute positions, SDPA attention, encoder only), computed with the same torch operations in the same
-order, so that its outputs are bit-identical, without importing ``transformers.modeling_utils``.
+order, so that its outputs are bit-identical (``tests/core/test_bert_encoder.py``, run with transformers 4.51 and
+5.24), without importing ``transformers.modeling_utils``.
 
 That import costs more than anything else in a cold ``dphr search`` (2-4 s on 2 cores: it brings in
 ``torch.distributed.tensor``, ``torch._dynamo`` and, through text generation, scikit-learn, SciPy and pandas;

@@ -1,7 +1,7 @@
 """Building a phrase model's encoders for weights about to be loaded: which implementation, and no random init.
 
 A loaded model gets its weights from a file, so initialising them at random first (transformers' ``_init_weights``
-and torch's ``reset_parameters``: over a second for three MiniLM encoders on 2 cores) is wasted:
+and torch's ``reset_parameters``: half a second of CPU for the shipped model's two MiniLM encoders) is wasted:
 :func:`build_for_weights` builds the modules with their parameters on the meta device and then takes the loaded
 tensors as the parameters. :func:`make_encoder` builds one encoder, with transformers' ``AutoModel`` or, for
 ``impl="dphr"`` and a plain BERT config, :class:`~dphr_haystack.model.bert.BertEncoder` (bit-identical outputs

@@ -10,7 +10,7 @@ import pytest
 
 from dphr_haystack import PhraseIndex, PhraseSearcher
 from dphr_haystack.encode.add import add_passages
-from dphr_haystack.index.structures import clean_cut
+from dphr_haystack.index.rounds import clean_cut
 from tests.conftest import tiny_passages
 
 pytestmark = pytest.mark.unit
