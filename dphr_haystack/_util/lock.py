@@ -141,7 +141,6 @@ class WriterLock:
         self._extra.append(fd)
 
     def _acquire(self) -> None:
-        import fcntl
 
         directory = Path(os.path.realpath(self.directory))
         file = directory / LOCK_NAME
@@ -149,19 +148,13 @@ class WriterLock:
         while True:
             created = _make_directory(directory)
             fd = _open_lock_file(file)
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        holder = _read_holder(fd)
-                        os.close(fd)
-                        raise DirectoryLockedError(
-                            f"{self.directory} is being written by another writer ({holder}); waited "
-                            f"{self.timeout:g} s (raise lock_timeout to wait longer)"
-                        ) from None
-                    time.sleep(_POLL_SECONDS)
+            if not _flock_by(fd, deadline):
+                holder = _read_holder(fd)
+                os.close(fd)
+                raise DirectoryLockedError(
+                    f"{self.directory} is being written by another writer ({holder}); waited "
+                    f"{self.timeout:g} s (raise lock_timeout to wait longer)"
+                )
             if _is_current(fd, file):
                 break
             # The directory was replaced (or removed) while this writer waited: the file it locked is not the
@@ -260,7 +253,6 @@ def _remove_legacy_lock(directory: Path, deadline: float) -> None:
     """Remove the lock file an earlier version kept beside ``directory`` (the new lock held): once no writer of an
     earlier version holds it, waiting for one that does until ``deadline``. A symbolic link or anything other than a
     regular file there is left alone; so is a file that cannot be removed."""
-    import fcntl
 
     legacy = directory.with_name(f".{directory.name}.lock")
     try:
@@ -274,18 +266,11 @@ def _remove_legacy_lock(directory: Path, deadline: float) -> None:
     except OSError:
         return
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    holder = _read_holder(fd)
-                    raise DirectoryLockedError(
-                        f"{directory} is being written by a writer of an earlier version ({holder}, lock file "
-                        f"{legacy}) that did not let go"
-                    ) from None
-                time.sleep(_POLL_SECONDS)
+        if not _flock_by(fd, deadline):
+            raise DirectoryLockedError(
+                f"{directory} is being written by a writer of an earlier version ({_read_holder(fd)}, lock file "
+                f"{legacy}) that did not let go"
+            )
         if _is_current(fd, legacy):
             try:
                 legacy.unlink()
@@ -293,6 +278,20 @@ def _remove_legacy_lock(directory: Path, deadline: float) -> None:
                 logger.debug("cannot remove the old lock file %s: %s", legacy, exc)
     finally:
         os.close(fd)  # closing releases the flock
+
+
+def _flock_by(fd: int, deadline: float) -> bool:
+    """Take the exclusive flock on ``fd``, polling until ``deadline`` (``time.monotonic()``); False when it passed."""
+    import fcntl
+
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_POLL_SECONDS)
 
 
 def _read_holder(fd: int) -> str:
