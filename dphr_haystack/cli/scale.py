@@ -75,6 +75,11 @@ def add_scale_parsers(sub: argparse._SubParsersAction) -> None:
     reindex = sub.add_parser("reindex", help="build another FAISS structure from an index's stored vectors")
     reindex.add_argument("--index", required=True, type=Path)
     reindex.add_argument("--out", type=Path, default=None, help="write a reindexed copy here (default: in place)")
+    reindex.add_argument(
+        "--retune",
+        action="store_true",
+        help="keep the automatic structure and choose its nprobe again by today's rule (in place; seconds)",
+    )
     _add_structure_args(reindex)
 
 
@@ -207,6 +212,8 @@ def _reindex(args: argparse.Namespace) -> int:
     from ..index.phrase_index import PhraseIndex
 
     started = time.perf_counter()
+    if args.retune:
+        return _retune(args, started)
     index = PhraseIndex.load(args.index, flat_search="mmap")
     factory = _factory(args, len(index), index.dim)
     result = index.reindex(
@@ -220,5 +227,38 @@ def _reindex(args: argparse.Namespace) -> int:
     print(
         f"reindexed {len(result)} vectors as {factory} (trained on {build.get('train_vectors', 0)}, search "
         f"params {result.search_params}) in {time.perf_counter() - started:.1f}s -> {args.out or args.index}"
+    )
+    return 0
+
+
+def _retune(args: argparse.Namespace, started: float) -> int:
+    from ..errors import InvalidParameterError
+    from ..index.phrase_index import PhraseIndex
+
+    chosen = [
+        flag
+        for flag, value in (
+            ("--out", args.out),
+            ("--type", args.type),
+            ("--faiss-factory", args.faiss_factory),
+            ("--nprobe", args.nprobe),
+            ("--ef-search", args.ef_search),
+            ("--on-disk", args.on_disk),
+            ("--nlist", args.nlist),
+            ("--train-size", args.train_size),
+        )
+        if value
+    ]
+    if chosen:
+        raise InvalidParameterError(f"--retune keeps the structure in place: drop {', '.join(chosen)}")
+    index = PhraseIndex.load(args.index, flat_search="mmap")
+    before = dict(index.search_params)
+    if not index.auto_structure or not index.search_params.get("nprobe"):
+        print(f"{args.index}: nothing to tune ({index.faiss_factory}, search params {before} kept)")
+        return 0
+    index.retune()
+    print(
+        f"retuned {index.faiss_factory} ({len(index)} vectors): search params {before} -> {index.search_params} "
+        f"in {time.perf_counter() - started:.1f}s"
     )
     return 0

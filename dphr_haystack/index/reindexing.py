@@ -82,12 +82,23 @@ class Reindexing:
         finally:
             self._building_auto = False
         structure: dict[str, Any] = {"policy": "auto", "built_for": len(self)}
+        self.manifest["structure"] = structure
         if not is_flat(factory):
-            tuned = self.structure.tune_nprobe()
-            structure.update({key: tuned.pop(key) for key in ("probe_recall", "probe_queries", "probe_k")})
-            self.manifest["structure"] = structure
-            self.set_search_params(**tuned)  # commits
+            self._tune_auto_structure()  # commits
         else:
-            self.manifest["structure"] = structure
             self.commit()
         return self
+
+    @writes
+    def retune(self) -> Any:
+        """Choose the search parameters of an ``auto`` IVF structure again by today's rule
+        (:func:`~dphr_haystack.index.auto.tune_nprobe`), keeping the structure; commits. An index tuned by an
+        earlier rule searches as today's would. Exact and fixed structures are left as they are."""
+        if (self.manifest.get("structure") or {}).get("policy") == "auto" and not is_flat(self.faiss_factory):
+            self._tune_auto_structure()
+        return self
+
+    def _tune_auto_structure(self) -> None:
+        tuned = self.structure.tune_nprobe()
+        self.manifest["structure"].update({key: tuned.pop(key) for key in auto.TUNING_RECORD})
+        self.set_search_params(**tuned)  # commits

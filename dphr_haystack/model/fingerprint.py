@@ -38,19 +38,32 @@ def compute_phrase_fingerprint(config: PhraseModelConfig, tokenizer: Any, phrase
 def weights_state(config: PhraseModelConfig, tokenizer: Any, phrase_encoder: nn.Module) -> Hashable | None:
     """A cheap key that changes whenever :func:`compute_phrase_fingerprint` may: None when it cannot be known.
 
-    Per tensor: its name, data pointer, dtype, shape, device and autograd version counter (bumped by every
-    in-place write: optimizer steps, ``copy_``, ``load_state_dict``); plus the passage settings and the tokenizer
-    object (a new tokenizer counts; its vocabulary is not read, which would cost as much as a training step).
-    Not seen: a write through ``tensor.data`` (it bypasses the version counter) and tokens added to the same
-    tokenizer object. Inference tensors (made under ``torch.inference_mode``) track no version: then None, and the
-    fingerprint is recomputed.
+    Per tensor of the state dict (parameters and persistent buffers, found by walking the modules, which costs
+    half of building ``state_dict()``: searches check it on every query): its module, name, data pointer, dtype,
+    shape, device and autograd version counter (bumped by every in-place write: optimizer steps, ``copy_``,
+    ``load_state_dict``); plus the passage settings and the tokenizer object (a new tokenizer counts; its
+    vocabulary is not read, which would cost as much as a training step). Not seen: a write through
+    ``tensor.data`` (it bypasses the version counter) and tokens added to the same tokenizer object. Inference
+    tensors (made under ``torch.inference_mode``) track no version: then None, and the fingerprint is recomputed.
     """
     tensors = []
     try:
-        for name, tensor in phrase_encoder.state_dict(keep_vars=True).items():
-            tensors.append(
-                (name, tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), str(tensor.device), tensor._version)
-            )
+        for prefix, module in phrase_encoder.named_modules():
+            transient = module._non_persistent_buffers_set
+            for kind in (module._parameters, module._buffers):
+                for name, tensor in kind.items():
+                    if tensor is not None and (kind is module._parameters or name not in transient):
+                        tensors.append(
+                            (
+                                prefix,
+                                name,
+                                tensor.data_ptr(),
+                                tensor.dtype,
+                                tensor.shape,
+                                tensor.device,
+                                tensor._version,
+                            )
+                        )
     except RuntimeError:  # an inference tensor: "Inference tensors do not track version counter"
         return None
     settings = json.dumps(config.passage_side(), sort_keys=True)

@@ -274,3 +274,35 @@ def test_auto_structure_grows_from_exact_to_a_tuned_ivf(tiny_model, tmp_path, mo
     assert auto.needs_rebuild(index.manifest, len(index) * auto.REBUILD_GROWTH + 1)
     index.reindex("HNSW8,Flat", progress=False)
     assert not index.auto_structure  # an explicit reindex fixes the structure
+
+
+def test_retune_chooses_an_older_auto_structures_nprobe_again_by_todays_rule(
+    tiny_model, tmp_path, monkeypatch, capsys
+):
+    from dphr_haystack.cli import main as dphr
+    from dphr_haystack.index import auto
+
+    index = PhraseIndex.create(tiny_model, path=tmp_path / "a")
+    monkeypatch.setattr(auto, "EXACT_LIMIT", 100)
+    add_passages(index, tiny_model, _many_passages(60), progress=False)
+    assert index.faiss_factory.startswith("IVF")
+    tuned, structure = dict(index.search_params), dict(index.manifest["structure"])
+    assert structure["target_recall"] == auto.TARGET_RECALL and structure["probe_k"] == auto.PROBE_K
+    nlist = int(index.faiss_factory.split(",")[0].removeprefix("IVF"))
+    # as an earlier rule left it: another nprobe, no record of the rule
+    index.set_search_params(nprobe=nlist)
+    for key in auto.TUNING_RECORD:
+        index.manifest["structure"].pop(key)
+    index.commit()
+    file = index.manifest["faiss_file"]
+    assert dphr(["reindex", "--index", str(tmp_path / "a"), "--retune"]) == 0
+    assert f"'nprobe': {nlist}" in capsys.readouterr().out
+    again = PhraseIndex.load(tmp_path / "a", model=tiny_model)
+    assert again.search_params == tuned and again.manifest["structure"] == structure
+    assert again.manifest["faiss_file"] == file  # the structure is kept, not rebuilt
+    fixed = PhraseIndex.create(tiny_model, path=tmp_path / "f", faiss_factory="Flat")
+    add_passages(fixed, tiny_model, tiny_passages(), progress=False)
+    assert dphr(["reindex", "--index", str(tmp_path / "f"), "--retune"]) == 0
+    assert "nothing to tune" in capsys.readouterr().out
+    assert dphr(["reindex", "--index", str(tmp_path / "a"), "--retune", "--nprobe", "2"]) == 2
+    assert "--retune keeps the structure in place: drop --nprobe" in capsys.readouterr().err
