@@ -49,8 +49,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.output_dir:
         overrides["output_dir"] = args.output_dir
     recipe = load_recipe(args.config, overrides)
-    result = run_all(recipe) if args.stage == "run-all" else run_stage(recipe, args.stage)
-    from .trainer import dist_info, is_distributed
+    from .trainer import TimeBudgetReached, dist_info, is_distributed
+
+    try:
+        result = run_all(recipe) if args.stage == "run-all" else run_stage(recipe, args.stage)
+    except TimeBudgetReached as exc:  # a checkpoint is written: the same command resumes from it
+        print(f"stopped: {exc}; run the same command again to resume", file=sys.stderr)
+        return 3
 
     if dist_info()[0] == 0:  # under torchrun, one summary (rank 0's)
         json.dump(result, sys.stdout, indent=1, default=str)

@@ -31,6 +31,7 @@ from torch import nn
 
 from dphr_haystack._util.atomic import replace_directory, write_file_atomic
 from dphr_haystack._util.nofollow import make_temp_dir, open_no_follow, refuse_symlink
+from dphr_haystack.errors import DphrError
 from dphr_haystack.model.phrase_model import PhraseModel
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class TrainArgs:
         keep_checkpoints: How many ``checkpoint-*`` directories to keep.
         select_metric: Validation metric to maximise when choosing ``best/`` (None: ``best`` = last).
         resume: Continue from the last checkpoint in ``output_dir`` when there is one.
+        max_minutes: Wall-clock budget of this run: then a checkpoint is written and :class:`TimeBudgetReached` raised.
     """
 
     output_dir: str = "runs/stage"
@@ -81,14 +83,22 @@ class TrainArgs:
     resume: bool = True
     seed: int = 0
     progress: bool = True
+    max_minutes: float | None = None
 
     def __post_init__(self) -> None:
+        if self.max_minutes is not None and not self.max_minutes > 0:
+            raise ValueError(f"max_minutes must be > 0 (or None), got {self.max_minutes}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r}; valid: {', '.join(PRECISIONS)}")
         if self.trainable not in TRAINABLE:
             raise ValueError(f"trainable={self.trainable!r}; valid: {', '.join(TRAINABLE)}")
         if self.batch_size < 1 or self.grad_accum < 1:
             raise ValueError("batch_size and grad_accum must be >= 1")
+
+
+class TimeBudgetReached(DphrError, RuntimeError):
+    """Training stopped at ``TrainArgs.max_minutes`` after writing a checkpoint: the same run again resumes there
+    (with a fresh budget)."""
 
 
 class TrainingTask(Protocol):
@@ -341,6 +351,7 @@ class Trainer:
         from tqdm.auto import tqdm
 
         args = self.args
+        began = time.monotonic()
         self.out.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(args.seed)
         device = self._setup_distributed()
@@ -424,6 +435,16 @@ class Trainer:
                 if step % save_every == 0 or step == total:
                     state = _checkpoint_state(step, epoch, batches_done, best, optimizer, scheduler, scaler)
                     self._save_checkpoint(step, state)
+                if step < total and self._out_of_time(began, device):
+                    if step % save_every != 0:
+                        state = _checkpoint_state(step, epoch, batches_done, best, optimizer, scheduler, scaler)
+                        self._save_checkpoint(step, state)
+                    minutes = round((time.monotonic() - began) / 60, 3)
+                    self._log({"step": step, "epoch": epoch, "stopped": {"reason": "max_minutes", "minutes": minutes}})
+                    bar.close()
+                    barrier()
+                    where = self.out / f"checkpoint-{step}"
+                    raise TimeBudgetReached(f"time budget reached at step {step} of {total}; {where} written")
                 if step >= total:
                     break
             else:
@@ -449,6 +470,17 @@ class Trainer:
             plot_curves(self.out / "metrics.jsonl", self.out / "curves.png")
         barrier()  # the other ranks must not read final/ or best/ before rank 0 has written them
         return TrainResult(final, best_dir, step, best, last_metrics, samples * self.world_size / elapsed)
+
+    def _out_of_time(self, began: float, device: torch.device) -> bool:
+        """Whether ``max_minutes`` has passed since ``began``; under DDP rank 0's clock decides for every process."""
+        if self.args.max_minutes is None:
+            return False
+        over = time.monotonic() - began >= 60.0 * self.args.max_minutes
+        if not is_distributed():
+            return over
+        flag = torch.tensor([float(over)], device=device)
+        torch.distributed.broadcast(flag, src=0)
+        return bool(flag.item())
 
     def _evaluate(self, step: int, epoch: int, best: float | None) -> float | None:
         if self.eval_fn is None or not self.is_main:
