@@ -1,12 +1,18 @@
-"""The automatic index structure against exhaustive search, on the default model's SQuAD-open-small phrase index.
+"""The automatic index structure's ``nprobe`` against exhaustive search, on the default model's SQuAD-open-small
+phrase index.
 
-    .venv/bin/python -m benchmarks.index.auto_structure [--model dphr-minilm-squad] [--questions 300]
+    .venv/bin/python -m benchmarks.index.auto_structure [--nprobe 32,64,128,256,512] [--questions 300]
+        [--validation 3000] [--cache runs/bench-cache/squad-open-small]
 
 Indexes above the exact-search threshold get an IVF structure with ``nprobe`` tuned at build time and exact
-re-ranking from the stored vectors. This benchmark answers the SQuAD-open-small questions (the sampling of
-``quality.squad_open_small``) with the index's own search parameters and with every inverted list probed and 16x
-re-ranking (exhaustive over the structure's codes, re-scored exactly): phrase EM@1 / F1@1, passage acc@1 / acc@20
-of the phrase ranking, p50 search time (query vectors encoded beforehand) and how often the top phrase agrees.
+re-ranking from the stored vectors (``dphr_haystack.index.auto``). For each ``nprobe`` in the sweep and for
+exhaustive search (every list probed, 16x re-ranking), this benchmark measures:
+
+- what the build-time rule sees: recall of the exact top-k tokens (k = 20, 64, 256) for the rule's probe queries
+  (midpoints of stored vectors) and for real question vectors (start and end);
+- what users see: phrase EM@1 / F1@1 and passage acc@1 / acc@20 (the SQuAD-open-small questions, and the distinct
+  questions of the held-out validation articles), how often the top phrase equals exhaustive search's, and the
+  p50 search time of a phrase answer (top-10, as a Haystack retriever asks) with query vectors encoded beforehand.
 """
 
 from __future__ import annotations
@@ -14,11 +20,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
+    ROOT,
     SQUAD_OPEN_SMALL_CACHE,
     finish_result,
+    held_out_questions,
     hit_scores,
     machine,
     model_id,
@@ -27,6 +36,10 @@ from benchmarks.common import (
     save_figure,
     squad_open_small_questions,
 )
+
+RECALL_KS = (20, 64, 256)
+ANSWER_TOP_K = 10  # a Haystack retriever's default
+CACHES = (SQUAD_OPEN_SMALL_CACHE, ROOT / "runs" / "bench-cache" / "squad-open-small")
 
 
 def _run(searcher, q_start, q_end, examples, unit: str, top_k: int) -> tuple[list, list[float]]:
@@ -47,90 +60,169 @@ def _use(index, params: dict[str, Any]) -> None:
     structures.apply_search_params(index.faiss_index, params)
 
 
-def measure(model_name: str, questions: int, top_k: int) -> dict[str, Any]:
+def _recalls(index, queries, truth, params: dict[str, Any]) -> dict[str, float]:
+    """Recall of the exact top-k rows (``truth``, ranked) of a search with ``params``, for each k of RECALL_KS."""
+    import numpy as np
+
+    _use(index, params)
+    out = {}
+    for k in RECALL_KS:
+        found = index.search_tokens(queries, k)[1]
+        out[f"recall@{k}"] = float(np.mean([len(set(t[:k]) & set(f)) / k for t, f in zip(truth, found)]))
+    return out
+
+
+def _distinct(examples: list) -> list:
+    seen: set[str] = set()
+    return [e for e in examples if not (e.question in seen or seen.add(e.question))]
+
+
+def _open_cache(model, cache: Path | None) -> Path:
+    for root in [cache] if cache else CACHES:
+        path = phrase_cache(model, root)
+        if path.is_dir():
+            return path
+    raise SystemExit(
+        "no SQuAD-open-small phrase index of this model: build one with `python -m "
+        "benchmarks.quality.squad_open_small` or `python -m benchmarks.haystack.retrievers --corpus open-small`"
+    )
+
+
+def measure(model_name: str, cache: Path | None, sweep: list[int], questions: int, validation: int) -> dict[str, Any]:
     import numpy as np
 
     from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
+    from dphr_haystack.index import auto
 
     started = time.perf_counter()
     model = PhraseModel.load(model_name)
-    path = phrase_cache(model, SQUAD_OPEN_SMALL_CACHE)
+    path = _open_cache(model, cache)
     index = PhraseIndex.load(path, model=model)
     if not index.search_params.get("nprobe"):
         raise SystemExit(f"{path} is searched exactly ({index.faiss_factory}): nothing to compare")
-    examples = squad_open_small_questions(questions)
-    q_start, q_end = model.encode_queries([e.question for e in examples])
+    sets = {"SQuAD-open-small": squad_open_small_questions(questions)}
+    if validation:
+        sets["validation"] = _distinct(held_out_questions(validation))
+    encoded = {name: model.encode_queries([e.question for e in examples]) for name, examples in sets.items()}
     searcher = PhraseSearcher(index, model)
-    index.search_tokens(q_start[:1], 8)  # loads the structure
+    index.search_tokens(encoded["SQuAD-open-small"][0][:1], 8)  # loads the structure
     tuned = dict(index.search_params)
     nlist = int(index.faiss_factory.split(",")[0].removeprefix("IVF"))
-    settings = {"tuned": tuned, "exhaustive": {**tuned, "nprobe": nlist, "refine": 16}}
+    stored, decode = index.storage.vectors.view(), index.codec.decode
+    probes = auto.probe_queries(stored, decode, 256)
+    q_start, q_end = encoded["SQuAD-open-small"]
+    real = np.concatenate([q_start, q_end]).astype(np.float32)
+    truth = {
+        "probe": auto.exact_top_rows(probes, stored, decode, max(RECALL_KS)),
+        "question": auto.exact_top_rows(real, stored, decode, max(RECALL_KS)),
+    }
+    settings = {f"nprobe {n}": {**tuned, "nprobe": n} for n in sweep if n <= nlist}
+    settings["exhaustive"] = {**tuned, "nprobe": nlist, "refine": 16}
     rows, tops = [], {}
     for name, params in settings.items():
+        row: dict[str, Any] = {"search": name, "params": params, "tuned": params == tuned}
+        for kind, queries in (("probe", probes), ("question", real)):
+            row[kind] = _recalls(index, queries, truth[kind], params)
         _use(index, params)
-        answers, answer_ms = _run(searcher, q_start, q_end, examples, "phrase", 1)
-        passages, passage_ms = _run(searcher, q_start, q_end, examples, "passage", top_k)
-        tops[name] = [a[0].text if a else "" for a in answers]
-        rows.append(
-            {
-                "search": name,
-                "params": params,
-                **hit_scores(examples, answers, passages, top_k),
+        for set_name, examples in sets.items():
+            qs, qe = encoded[set_name]
+            answers, answer_ms = _run(searcher, qs, qe, examples, "phrase", ANSWER_TOP_K)
+            passages, passage_ms = _run(searcher, qs, qe, examples, "passage", 20)
+            tops[(name, set_name)] = [a[0].text if a else "" for a in answers]
+            row[set_name] = {
+                **hit_scores(examples, answers, passages, 20),
                 "answer_p50_ms": statistics.median(answer_ms),
                 "passage_p50_ms": statistics.median(passage_ms),
             }
-        )
+        rows.append(row)
+        print(name, {k: v for k, v in row.items() if k not in ("params",)}, flush=True)
     _use(index, tuned)
-    same = float(np.mean([a == b for a, b in zip(tops["tuned"], tops["exhaustive"], strict=True)]))
+    for row in rows:
+        for set_name in sets:
+            mine, best = tops[(row["search"], set_name)], tops[("exhaustive", set_name)]
+            row[set_name]["same_top_phrase"] = float(np.mean([a == b for a, b in zip(mine, best, strict=True)]))
     return {
         "machine": machine(),
         "model": model_name,
         "model_id": model_id(model_name),
         "index": path.name,
         "structure": index.faiss_factory,
+        "tuned": tuned,
+        "built": index.manifest.get("structure"),
         "vectors": len(index),
-        "questions": len(examples),
-        "top_k": top_k,
+        "question_sets": {name: len(examples) for name, examples in sets.items()},
         "rows": rows,
-        "same_top_phrase": same,
         "seconds": time.perf_counter() - started,
     }
 
 
 def markdown(result: dict[str, Any]) -> str:
-    k = result["top_k"]
+    built = result.get("built") or {}
     lines = [
         f"`{result['model']}` on SQuAD-open-small ({result['index']}: {result['vectors']:,} vectors, "
-        f"`{result['structure']}`), {result['questions']} questions, {result['machine']['cpu']}:",
+        f"`{result['structure']}`, built with {result['tuned']} for {built.get('built_for', '?'):,} vectors), "
+        f"{result['machine']['cpu']}. Recall: of the exact top-k tokens, for 256 probe queries (midpoints of stored "
+        f"vectors, as the build-time rule uses) and for the {2 * result['question_sets']['SQuAD-open-small']} start "
+        "and end vectors of the SQuAD-open-small questions. Same top: the top phrase equals exhaustive search's.",
         "",
-        f"| search | parameters | EM@1 | F1@1 | passage acc@1 | passage acc@{k} | answer p50 ms | passages p50 ms |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| search | probe recall@20 / @64 / @256 | question recall@20 / @64 / @256 |",
+        "|---|---:|---:|",
     ]
     for r in result["rows"]:
-        params = ", ".join(f"{a} {b}" for a, b in r["params"].items())
-        lines.append(
-            f"| {r['search']} | {params} | {100 * r['em@1']:.1f} | {100 * r['f1@1']:.1f} | {100 * r['acc@1']:.1f} | "
-            f"{100 * r[f'acc@{k}']:.1f} | {r['answer_p50_ms']:.1f} | {r['passage_p50_ms']:.1f} |"
-        )
-    lines.append(f"\nsame top phrase: {100 * result['same_top_phrase']:.1f}% of questions")
+        cells = [
+            " / ".join(f"{100 * r[kind][f'recall@{k}']:.1f}" for k in RECALL_KS) for kind in ("probe", "question")
+        ]
+        lines.append(f"| {r['search']}{' (built)' if r['tuned'] else ''} | {cells[0]} | {cells[1]} |")
+    for set_name, n in result["question_sets"].items():
+        lines += [
+            "",
+            f"{set_name} ({n:,} questions):",
+            "",
+            "| search | EM@1 | F1@1 | passage acc@1 | passage acc@20 | same top | answer p50 ms | passages p50 ms |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in result["rows"]:
+            s = r[set_name]
+            lines.append(
+                f"| {r['search']} | {100 * s['em@1']:.1f} | {100 * s['f1@1']:.1f} | {100 * s['acc@1']:.1f} | "
+                f"{100 * s['acc@20']:.1f} | {100 * s['same_top_phrase']:.1f}% | {s['answer_p50_ms']:.1f} | "
+                f"{s['passage_p50_ms']:.1f} |"
+            )
     return "\n".join(lines)
 
 
 def plot(result: dict[str, Any], path) -> None:
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5, 2.2))
-    ax.barh([r["search"] for r in result["rows"]], [r["answer_p50_ms"] for r in result["rows"]], color="#4c72b0")
-    ax.set_xlabel("phrase answer, p50 ms")
+    rows = result["rows"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3))
+    names = [r["search"] for r in rows]
+    for set_name in result["question_sets"]:
+        left.plot(names, [100 * r[set_name]["em@1"] for r in rows], marker="o", label=f"EM@1 {set_name}")
+    left.plot(
+        names, [100 * r["probe"]["recall@20"] for r in rows], marker="s", ls=":", label="probe recall@20 (the rule)"
+    )
+    left.plot(names, [100 * r["question"]["recall@20"] for r in rows], marker="^", ls=":", label="question recall@20")
+    left.set_ylabel("%")
+    left.legend(fontsize=7)
+    left.tick_params(axis="x", labelrotation=30, labelsize=7)
+    right.bar(names, [r["SQuAD-open-small"]["answer_p50_ms"] for r in rows], color="#4c72b0")
+    right.set_ylabel("phrase answer search, p50 ms")
+    right.tick_params(axis="x", labelrotation=30, labelsize=7)
     save_figure(fig, path, dpi=100)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="dphr-minilm-squad")
+    parser.add_argument("--cache", type=Path, default=None, help="a SQuAD-open-small cache (default: the first found)")
+    parser.add_argument("--nprobe", default="32,64,128,256,512", help="nprobe values to sweep, comma-separated")
     parser.add_argument("--questions", type=int, default=300)
-    parser.add_argument("--top-k", type=int, default=20)
+    parser.add_argument("--validation", type=int, default=3000, help="validation questions (0: none)")
     args = parser.parse_args()
-    finish_result("auto_structure", measure(args.model, args.questions, args.top_k), markdown, plot)
+    sweep = [int(n) for n in args.nprobe.split(",") if n.strip()]
+    finish_result(
+        "auto_structure", measure(args.model, args.cache, sweep, args.questions, args.validation), markdown, plot
+    )
 
 
 if __name__ == "__main__":
