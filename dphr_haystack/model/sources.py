@@ -15,7 +15,7 @@ from typing import Literal
 from ..errors import ModelLoadError
 from .config import CONFIG_FILE
 from .densephrases import CHECKPOINT_WEIGHTS_FILE
-from .registry import DEFAULT_MODEL, is_hub_id, is_minilm_alias, is_shipped_name, shipped_model_path
+from .registry import DEFAULT_MODEL, is_hub_id, is_minilm_alias, is_mpnet_alias, is_shipped_name, shipped_model_path
 from .remote_code import refuse_remote_code
 from .weights import WEIGHTS_FILE
 
@@ -49,11 +49,12 @@ def model_source(reference: str | Path) -> ModelSource:
         RemoteCodeError: The directory asks to run its own code.
     """
     model = str(reference)
-    if is_minilm_alias(model):
+    if is_minilm_alias(model) or is_mpnet_alias(model):
         logger.warning(
-            "PhraseRetriever model %r: an UNTRAINED phrase model built on all-MiniLM-L6-v2; expect "
-            "arbitrary answers (the trained default is %r)",
+            "PhraseRetriever model %r: an UNTRAINED phrase model built on %s; expect arbitrary answers (the "
+            "trained default is %r)",
             model,
+            "all-mpnet-base-v2" if is_mpnet_alias(model) else "all-MiniLM-L6-v2",
             DEFAULT_MODEL,
         )
         return ModelSource("base", model)
