@@ -62,7 +62,9 @@ class Column:
             self._cache = np.concatenate(self._parts) if len(self._parts) > 1 else self._parts[0]
             self._parts = [self._cache]
         else:
-            self._cache = np.memmap(self.path, dtype=self.dtype, mode="r", shape=shape)
+            # a plain ndarray over the mapped file: every slice of an np.memmap is an np.memmap too, and making
+            # one costs more than reading the rows searches take (hundreds of small slices a question)
+            self._cache = np.memmap(self.path, dtype=self.dtype, mode="r", shape=shape).view(np.ndarray)
         return self._cache
 
     def write_to(self, path: Path) -> None:
