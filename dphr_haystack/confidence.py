@@ -4,10 +4,13 @@ A phrase *copies the question* when its SQuAD-normalised words occur, as whole w
 normalised question ("Who won Super Bowl 50?" → "Super Bowl 50"); such a phrase is never the answer.
 
 Raw phrase scores (q_s·h_i + q_e·h_j) rank phrases but do not say how likely an answer is right. A
-:class:`Calibration` (:mod:`dphr_haystack.model.calibration`) maps features of a phrase's score within its query's
-candidate list to P(correct) with a logistic regression fitted on questions with known answers
-(:func:`fit_calibration`); it is stored in the model's ``dphr_config.json`` (``calibration``) so every index
-searched with the model reports the same confidences.
+:class:`Calibration` (:mod:`dphr_haystack.model.calibration`) maps features of a phrase to P(correct) with a
+logistic regression fitted on questions with known answers (:func:`fit_calibration`); it is stored in the model's
+``dphr_config.json`` (``calibration``) so every index searched with the model reports the same confidences. The
+features it names (:func:`answer_features`) are the phrase's score within its query's ranked candidates
+(:func:`confidence_features`: raw score, log-softmax, agreement, margin) and, in calibrations that name them, what
+the search has at hand about the answer: how many of the question's words its passage holds near it and compared
+with the other candidates' passages, its length, how many passages give it, how spread the candidates' scores are.
 
 A ranked list of passages or documents scores each by its answer's confidence, made monotone along the ranking
 (:func:`ranked_confidences`): the ranking is by raw score, and a confidence also weighs how its phrase compares
@@ -17,16 +20,62 @@ with the other candidates, so a passage's answer can be more confident than the 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+import string
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from .answers import normalize_answer
 from .errors import InvalidParameterError
-from .model.calibration import FEATURES, Calibration, sigmoid
+from .model.calibration import ANSWER_FEATURES, FEATURES, KNOWN_FEATURES, Calibration, check_features, sigmoid
+
+__all__ = [
+    "ANSWER_FEATURES",
+    "CONFIDENCE_DEPTH",
+    "FEATURES",
+    "KNOWN_FEATURES",
+    "STOPWORDS",
+    "Calibration",
+    "answer_confidences",
+    "answer_features",
+    "auroc",
+    "confidence_features",
+    "copies_question",
+    "expected_calibration_error",
+    "fit_calibration",
+    "fit_logistic",
+    "normalized_words",
+    "question_words",
+    "ranked_confidences",
+    "reliability",
+]
 
 # How many ranked candidate phrases the confidence features look at (the search fetches at least this many).
 CONFIDENCE_DEPTH = 10
+# Words of a question that say little about where its answer lies: left out when a passage's support is counted.
+STOPWORDS = frozenset(
+    "a an the of in on at to for from by with about as into over after before during under between through "
+    "and or but not no is are was were be been being has have had do does did can could will would should may "
+    "might must shall it its this that these those there their they them he she his her him i you we our your "
+    "what which who whom whose when where why how many much one ones other than then also s".split()
+)
+# Question and passage words match on their first letters, so that "invented" meets "invention".
+STEM = 5
+# How many words either side of an answer count as near it (window_support).
+SUPPORT_WINDOW = 20
+
+
+class RankedPhrase(Protocol):
+    """What the answer features read of a ranked candidate (:class:`dphr_haystack.search.PhraseHit` has it):
+    ``text == passages[passage_row]["text"][start:end]``."""
+
+    score: float
+    text: str
+    passage_row: int
+    start: int
+    end: int
 
 
 def question_words(question: str) -> tuple[str, ...]:
@@ -77,6 +126,127 @@ def confidence_features(
     return out
 
 
+_PUNCTUATION = re.compile(f"[{re.escape(string.punctuation)}]")
+_ARTICLE = re.compile(r"\b(?:a|an|the)\b")
+
+
+def normalized_words(text: str) -> list[str]:
+    """``normalize_answer(text).split()``, computed faster (a passage's words are read for every answer)."""
+    return _ARTICLE.sub(" ", _PUNCTUATION.sub("", text.lower())).split()
+
+
+def _stems(words: Sequence[str]) -> set[str]:
+    return {w[:STEM] for w in words}
+
+
+def _content_stems(asked: Sequence[str]) -> set[str]:
+    return _stems([w for w in asked if w not in STOPWORDS])
+
+
+class _Support:
+    """The share of a question's content words (stopwords left out, matched on their first :data:`STEM` letters)
+    that a passage holds, in its title or text, or near an answer; per passage row, computed once."""
+
+    def __init__(self, asked: Sequence[str], passages: Sequence[Mapping[str, Any]]) -> None:
+        self.content = _content_stems(asked)
+        self.passages = passages
+        self.by_row: dict[int, float] = {}
+
+    def passage(self, row: int) -> float:
+        if row not in self.by_row:
+            passage = self.passages[row]
+            words = normalized_words(f"{passage.get('title') or ''} {passage['text']}")
+            self.by_row[row] = len(self.content & _stems(words)) / len(self.content)
+        return self.by_row[row]
+
+    def near(self, phrase: RankedPhrase) -> float:
+        text = self.passages[phrase.passage_row]["text"]
+        before = normalized_words(text[: phrase.start])[-SUPPORT_WINDOW:]
+        after = normalized_words(text[phrase.end :])[:SUPPORT_WINDOW]
+        return len(self.content & _stems(before + after)) / len(self.content)
+
+
+def answer_features(
+    names: Sequence[str],
+    candidates: Sequence[RankedPhrase],
+    rows: Sequence[int] | None = None,
+    asked: Sequence[str] | None = None,
+    passages: Sequence[Mapping[str, Any]] | None = None,
+) -> np.ndarray:
+    """The features ``names`` (of :data:`KNOWN_FEATURES`) of candidates within their query's ranked candidates:
+    (len(rows), len(names)), rows in the order of ``rows`` (positions in ``candidates``; default all).
+
+    ``candidates`` are ranked best first (descending score); the first :data:`CONFIDENCE_DEPTH` are the reference
+    list, as in :func:`confidence_features`, which gives :data:`FEATURES`. The answer features:
+
+    - ``window_support``: the share of the question's content words (``asked``, its normalised words, stopwords
+      left out; words match on their first :data:`STEM` letters) within :data:`SUPPORT_WINDOW` words either side
+      of the phrase in its passage;
+    - ``support_gap``: the share of them the phrase's passage holds (title and text) minus the largest share among
+      the reference list's other passages (its own share when there are none);
+    - ``answer_words``: the phrase's normalised words;
+    - ``agreeing_passages``: how many passages of the reference list give the phrase's normalised text (its own
+      passage counted);
+    - ``score_spread``: the standard deviation of the reference list's scores.
+
+    ``passages`` are the passage records by row (``{"text", "title"}``, e.g. ``PhraseIndex.passages``). A feature
+    that needs what is not given (no ``asked``, or a question with no content words) is NaN: a
+    :class:`Calibration` counts it at its mean.
+
+    Raises:
+        InvalidParameterError: An unknown feature name, or passage features asked for without ``passages``.
+    """
+    names = check_features(tuple(names))
+    wanted = list(range(len(candidates))) if rows is None else [int(i) for i in rows]
+    out = np.full((len(wanted), len(names)), np.nan)
+    if not wanted:
+        return out
+    column = {name: j for j, name in enumerate(names)}
+    if any(name in column for name in FEATURES):
+        scored = confidence_features([c.score for c in candidates], [c.text for c in candidates], wanted)
+        for k, name in enumerate(FEATURES):
+            if name in column:
+                out[:, column[name]] = scored[:, k]
+    if not any(name in column for name in ANSWER_FEATURES):
+        return out
+    depth = min(len(candidates), CONFIDENCE_DEPTH)
+    reference = candidates[:depth]
+    needs_passages = {"window_support", "support_gap"} & set(names)
+    if needs_passages and passages is None:
+        raise InvalidParameterError(f"features {sorted(needs_passages)} need the passages the candidates come from")
+    has_content = asked is not None and bool(_content_stems(asked))
+    support = _Support(asked, passages) if needs_passages and has_content else None
+    keys = {i: normalize_answer(candidates[i].text) for i in (*range(depth), *wanted)}
+    spread = float(np.std([c.score for c in reference]))
+    for r, i in enumerate(wanted):
+        phrase = candidates[i]
+        if "answer_words" in column:
+            out[r, column["answer_words"]] = len(keys[i].split())
+        if "agreeing_passages" in column:
+            agreeing = {reference[j].passage_row for j in range(depth) if keys[j] == keys[i]} | {phrase.passage_row}
+            out[r, column["agreeing_passages"]] = len(agreeing)
+        if "score_spread" in column:
+            out[r, column["score_spread"]] = spread
+        if support is not None and "window_support" in column:
+            out[r, column["window_support"]] = support.near(phrase)
+        if support is not None and "support_gap" in column:
+            others = [support.passage(c.passage_row) for c in reference if c.passage_row != phrase.passage_row]
+            out[r, column["support_gap"]] = support.passage(phrase.passage_row) - (max(others) if others else 0.0)
+    return out
+
+
+def answer_confidences(
+    calibration: Calibration,
+    candidates: Sequence[RankedPhrase],
+    rows: Sequence[int],
+    asked: Sequence[str] | None = None,
+    passages: Sequence[Mapping[str, Any]] | None = None,
+) -> np.ndarray:
+    """P(correct) of the candidates at ``rows`` within their query's ranked ``candidates``, by ``calibration``
+    over the features it names (:func:`answer_features`): (len(rows),)."""
+    return calibration.confidence(answer_features(calibration.features, candidates, rows, asked, passages))
+
+
 def ranked_confidences(confidences: Sequence[float | None]) -> list[float]:
     """Scores in [0, 1] for ranked results from their answers' confidences (None: the result gives no answer).
 
@@ -102,8 +272,32 @@ def ranked_confidences(confidences: Sequence[float | None]) -> list[float]:
     return out
 
 
-def fit_calibration(features: np.ndarray, correct: np.ndarray, l2: float = 1e-2, iterations: int = 50) -> Calibration:
-    """Logistic regression of ``correct`` (n,) on ``features`` (n, f) by Newton's method with an L2 penalty.
+def fit_calibration(
+    features: np.ndarray,
+    correct: np.ndarray,
+    l2: float = 1e-2,
+    iterations: int = 50,
+    names: Sequence[str] = FEATURES,
+) -> Calibration:
+    """The calibration over the features ``names`` (columns of :func:`answer_features`): :func:`fit_logistic`.
+
+    Raises:
+        InvalidParameterError: As :func:`fit_logistic`, or ``names`` are not f distinct known features.
+    """
+    names = check_features(tuple(names))
+    x = np.asarray(features, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != len(names):
+        raise InvalidParameterError(f"feature columns of shape {x.shape} for the {len(names)} features {names}")
+    weights, bias, mean, scale = fit_logistic(x, correct, l2, iterations)
+    return Calibration(weights, bias, mean, scale, names)
+
+
+def fit_logistic(
+    features: np.ndarray, correct: np.ndarray, l2: float = 1e-2, iterations: int = 50
+) -> tuple[tuple[float, ...], float, tuple[float, ...], tuple[float, ...]]:
+    """Logistic regression of ``correct`` (n,) on standardised ``features`` (n, f) by Newton's method with an L2
+    penalty: (weights, bias, mean, scale). A NaN feature counts at its column's mean, as
+    :meth:`Calibration.confidence` counts it.
 
     Raises:
         InvalidParameterError: Fewer than two examples, or only right or only wrong answers.
@@ -112,7 +306,10 @@ def fit_calibration(features: np.ndarray, correct: np.ndarray, l2: float = 1e-2,
     y = np.asarray(correct, dtype=np.float64)
     if x.ndim != 2 or len(x) != len(y) or len(y) < 2 or y.min() == y.max():
         raise InvalidParameterError("calibration needs at least one right and one wrong answer")
-    mean, scale = x.mean(axis=0), x.std(axis=0)
+    known = ~np.isnan(x)
+    mean = np.where(known, x, 0.0).sum(axis=0) / np.maximum(known.sum(axis=0), 1)
+    x = np.where(known, x, mean)
+    scale = x.std(axis=0)
     scale[scale < 1e-9] = 1.0
     z = np.hstack([(x - mean) / scale, np.ones((len(x), 1))])  # (n, f + 1)
     w = np.zeros(z.shape[1])
@@ -126,7 +323,7 @@ def fit_calibration(features: np.ndarray, correct: np.ndarray, l2: float = 1e-2,
         w -= step
         if np.abs(step).max() < 1e-8:
             break
-    return Calibration(tuple(w[:-1].tolist()), float(w[-1]), tuple(mean.tolist()), tuple(scale.tolist()))
+    return tuple(w[:-1].tolist()), float(w[-1]), tuple(mean.tolist()), tuple(scale.tolist())
 
 
 def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ._util.threads import check_threads, resolve_threads, using_threads
-from .confidence import CONFIDENCE_DEPTH, Calibration, confidence_features, copies_question, question_words
+from .confidence import CONFIDENCE_DEPTH, Calibration, answer_confidences, copies_question, question_words
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
 from .index.phrase_index import PhraseIndex
 from .index.rounds import TokenRounds
@@ -252,9 +252,8 @@ class PhraseSearcher:
             return results
         if questions is not None and len(questions) != n_queries:
             raise InvalidParameterError(f"{len(questions)} question texts for {n_queries} query vectors")
-        words = (
-            [question_words(q) for q in questions] if (questions is not None and self.skip_question_copies) else None
-        )
+        asked = [question_words(q) for q in questions] if questions is not None else None  # confidence features
+        words = asked if self.skip_question_copies else None
         calibration = self.calibration
         first = top_k * FIRST_CANDIDATES_PER_RESULT[unit]
         # confidences look at a fixed number of candidates, whatever top_k is (passages and documents keep
@@ -271,7 +270,13 @@ class PhraseSearcher:
                 phrases = self._spans(q_start[qi], q_end[qi], ids[pos], ids[pos + len(pending)], allowed)
                 if unit == "phrase":
                     hits = _phrase_answers(
-                        self.index, phrases, top_k, words[qi] if words else None, calibration, self.tidy_answers
+                        self.index,
+                        phrases,
+                        top_k,
+                        words[qi] if words else None,
+                        calibration,
+                        self.tidy_answers,
+                        asked[qi] if asked else None,
                     )
                 else:
                     hits = _aggregate(
@@ -283,6 +288,7 @@ class PhraseSearcher:
                         words[qi] if words else None,
                         calibration,
                         self.tidy_answers,
+                        asked[qi] if asked else None,
                     )
                 results[qi] = hits
                 if len(hits) < top_k and c < total and candidates is None:
@@ -447,6 +453,7 @@ def _phrase_answers(
     words: Sequence[str] | None,
     calibration: Calibration | None,
     tidy: bool = False,
+    asked: Sequence[str] | None = None,
 ) -> list[Hit]:
     """The top-k phrase answers, skipping copies of the question (``words``), with confidences; with ``tidy``
     trimmed and folded (an answer repeating a better one is left out), the confidences computed over the unfolded
@@ -466,7 +473,7 @@ def _phrase_answers(
             chosen.append(len(kept) - 1)
     if calibration is None or not chosen:
         return [kept[i] for i in chosen]
-    confidence = calibration.confidence(confidence_features([h.score for h in kept], [h.text for h in kept], chosen))
+    confidence = answer_confidences(calibration, kept, chosen, asked, index.passages)
     return [replace(kept[i], confidence=float(c)) for i, c in zip(chosen, confidence, strict=True)]
 
 
@@ -479,6 +486,7 @@ def _aggregate(
     words: Sequence[str] | None = None,
     calibration: Calibration | None = None,
     trim: bool = False,
+    asked: Sequence[str] | None = None,
 ) -> list[Hit]:
     """The top-k passages or documents: each scored by its best phrase (``max``) or the log-sum-exp of all of its
     phrases' scores (``logsumexp``), carrying as its answer its best phrase that does not copy the question
@@ -511,8 +519,8 @@ def _aggregate(
     confidence: dict[int, float] = {}
     if calibration is not None and answers:
         at = sorted({answer[pid] for pid in answering.values() if pid in answer})
-        features = confidence_features([h.score for h in answers], [h.text for h in answers], at)
-        confidence = dict(zip(at, calibration.confidence(features).tolist(), strict=True))
+        found = answer_confidences(calibration, answers, at, asked, index.passages)
+        confidence = dict(zip(at, found.tolist(), strict=True))
     out: list[Hit] = []
     for key in order:
         if answering[key] in answer:

@@ -163,6 +163,36 @@ def _scale_line() -> str:
     )
 
 
+def _confidence_lines(config: dict[str, Any]) -> list[str]:
+    """The answer confidence: its features and how well it separates right from wrong (results of
+    ``benchmarks.quality.confidence_features`` and ``answer_trust``)."""
+    calibration = config.get("calibration") or {}
+    lines = [
+        "## Confidence",
+        "",
+        "Phrase answers carry a logistic calibration (`python -m train.calibrate`, fitted on the validation "
+        f"articles' questions against the SQuAD-open-small index) over {len(calibration.get('features', []))} "
+        f"features: {', '.join(f'`{f}`' for f in calibration.get('features', []))}; it was refitted after the export, "
+        "so `dphr_config.json` is larger than the table above says.",
+        "",
+    ]
+    for name, command in (
+        ("confidence_features", "benchmarks/quality/confidence_features.py"),
+        ("answer_trust", "benchmarks/quality/answer_trust.py"),
+    ):
+        result = _read(name)
+        if result:
+            lines += [
+                f"`{command}`:",
+                "",
+                result["markdown"],
+                "",
+                f"Command: `{result['command']}` · {_machine(result['machine'])}",
+                "",
+            ]
+    return lines
+
+
 def render() -> str:
     default = _read("default_model")
     if default is None or not default.get("export"):
@@ -230,6 +260,7 @@ def render() -> str:
                 + " |"
             )
         lines.append("")
+    lines += _confidence_lines(config)
     lines += [
         "## Storage options (`benchmarks/training/default_model.py`)",
         "",

@@ -1,8 +1,10 @@
-"""The confidence calibration a phrase model stores in its config: P(correct) from a phrase's score features.
+"""The confidence calibration a phrase model stores in its config: P(correct) from a phrase's features.
 
-The features themselves are computed by :func:`dphr_haystack.confidence.confidence_features` and the calibration
+The features themselves are computed by :func:`dphr_haystack.confidence.answer_features` and the calibration
 fitted by :func:`dphr_haystack.confidence.fit_calibration`; this module holds the stored form alone, so that the
-model's config can check it without importing the query layer.
+model's config can check it without importing the query layer. A calibration names the features it weighs, in its
+order: one stored over today's four score features (:data:`FEATURES`) computes exactly what it always did, one
+over more of :data:`KNOWN_FEATURES` computes those too.
 """
 
 from __future__ import annotations
@@ -15,13 +17,21 @@ import numpy as np
 
 from ..errors import InvalidParameterError
 
-# The features a calibration weighs, in order (:func:`dphr_haystack.confidence.confidence_features` computes them).
+# The score features of a phrase within its query's ranked candidates (:func:`dphr_haystack.confidence.
+# confidence_features`), in order: what every calibration before the answer features weighed.
 FEATURES = ("score", "log_softmax", "log_agreement", "margin")
+# Features of the answer's text, passage and question (:func:`dphr_haystack.confidence.answer_features`).
+ANSWER_FEATURES = ("window_support", "support_gap", "answer_words", "agreeing_passages", "score_spread")
+# Every feature a calibration may name.
+KNOWN_FEATURES = FEATURES + ANSWER_FEATURES
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """P(correct) = σ(w · standardised features + b), over :data:`FEATURES`.
+    """P(correct) = σ(w · standardised features + b), over the named ``features`` (default :data:`FEATURES`).
+
+    A feature that cannot be computed for an answer (NaN: say, a question feature when the question text is not
+    known) counts at its mean, adding nothing to the sum.
 
     Example:
         >>> calibration = fit_calibration(features, correct)
@@ -35,8 +45,11 @@ class Calibration:
     features: tuple[str, ...] = FEATURES
 
     def confidence(self, features: np.ndarray) -> np.ndarray:
-        """P(correct) of each row of :func:`~dphr_haystack.confidence.confidence_features`: (n,) in [0, 1]."""
-        x = (np.asarray(features, dtype=np.float64) - np.asarray(self.mean)) / np.asarray(self.scale)
+        """P(correct) of each row of :func:`~dphr_haystack.confidence.answer_features` over :attr:`features`:
+        (n,) in [0, 1]."""
+        mean = np.asarray(self.mean)
+        x = np.asarray(features, dtype=np.float64)
+        x = (np.where(np.isnan(x), mean, x) - mean) / np.asarray(self.scale)
         return sigmoid(x @ np.asarray(self.weights) + self.bias)
 
     def to_dict(self) -> dict[str, Any]:
@@ -57,15 +70,27 @@ class Calibration:
             bias = float(data["bias"])
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidParameterError(f"malformed calibration {data!r}: {exc}") from exc
-        if features != FEATURES:
-            raise InvalidParameterError(f"calibration over features {features}; this library computes {FEATURES}")
+        check_features(features)
         if (
-            any(len(v) != len(FEATURES) for v in values)
+            any(len(v) != len(features) for v in values)
             or not all(math.isfinite(x) for x in (*values[0], *values[1], *values[2], bias))
             or min(values[2]) <= 0
         ):
-            raise InvalidParameterError(f"calibration values must be {len(FEATURES)} finite numbers, scales > 0")
+            raise InvalidParameterError(
+                f"calibration values must be {len(features)} finite numbers each (one per feature), scales > 0"
+            )
         return cls(values[0], bias, values[1], values[2], features)
+
+
+def check_features(features: tuple[str, ...]) -> tuple[str, ...]:
+    """``features`` if it names known features, each once; InvalidParameterError otherwise."""
+    unknown = [f for f in features if f not in KNOWN_FEATURES]
+    if not features or unknown or len(set(features)) != len(features):
+        raise InvalidParameterError(
+            f"calibration over features {features}: expected distinct names among {', '.join(KNOWN_FEATURES)}"
+            + (f" ({', '.join(unknown)} unknown to this library)" if unknown else "")
+        )
+    return features
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 
 import numpy as np
 import pytest
 
 from dphr_haystack import InvalidParameterError, PhraseIndex, PhraseSearcher
+from dphr_haystack.answers import normalize_answer
 from dphr_haystack.confidence import (
     CONFIDENCE_DEPTH,
     FEATURES,
+    KNOWN_FEATURES,
+    answer_confidences,
+    answer_features,
     auroc,
     confidence_features,
     copies_question,
     expected_calibration_error,
     fit_calibration,
+    normalized_words,
     question_words,
     reliability,
 )
@@ -134,7 +140,7 @@ def test_auroc_equals_the_pairwise_definition_with_ties():
     [
         {},
         {"features": list(FEATURES), "weights": [1.0], "bias": 0.0, "mean": [0.0] * 4, "scale": [1.0] * 4},
-        {"features": ["score"], "weights": [1.0], "bias": 0.0, "mean": [0.0], "scale": [1.0]},
+        {"features": ["raw_score"], "weights": [1.0], "bias": 0.0, "mean": [0.0], "scale": [1.0]},
         {
             "features": list(FEATURES),
             "weights": [1.0] * 4,
@@ -186,3 +192,187 @@ def test_model_calibration_gives_confidences_independent_of_top_k(tiny_model, in
     assert PhraseSearcher(index, loaded, calibration=None).search("capital of france", top_k=1)[0].confidence is None
     with pytest.raises(InvalidParameterError):
         PhraseSearcher(index, loaded, calibration="best")
+
+
+# ----------------------------------------------------------------------------- answer features
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A ranked candidate as the answer features read it: ``text == passages[passage_row]["text"][start:end]``."""
+
+    score: float
+    text: str
+    passage_row: int
+    start: int
+    end: int
+
+
+PASSAGES = [
+    {"title": "Eiffel Tower", "text": "The tower was designed by Gustave Eiffel. It stands in Lyon."},
+    {"title": "Paris", "text": "Paris is a city. Eiffel lived there."},
+    {"title": "Lyon", "text": "Lyon has an old tower."},
+]
+
+
+def _candidate(score: float, row: int, text: str, occurrence: int = 0) -> Candidate:
+    passage = PASSAGES[row]["text"]
+    start = -1
+    for _ in range(occurrence + 1):
+        start = passage.index(text, start + 1)
+    return Candidate(score, text, row, start, start + len(text))
+
+
+CANDIDATES = [
+    _candidate(12.0, 0, "Gustave Eiffel"),
+    _candidate(11.0, 1, "Eiffel"),
+    _candidate(9.0, 0, "Eiffel"),
+    _candidate(8.0, 2, "Lyon"),
+]
+ASKED = question_words("Who designed the tower in Paris?")  # content words: designed, tower, paris
+
+
+def test_answer_features_on_a_hand_made_candidate_list():
+    table = answer_features(KNOWN_FEATURES, CANDIDATES, asked=ASKED, passages=PASSAGES)
+    column = {name: table[:, j] for j, name in enumerate(KNOWN_FEATURES)}
+    # "The tower was designed by [Gustave Eiffel]. It stands in Lyon.": tower and designed near it, paris not
+    assert column["window_support"][0] == pytest.approx(2 / 3)
+    # "Paris is a city. [Eiffel] lived there." holds paris (its title and text) only
+    assert column["window_support"][1] == pytest.approx(1 / 3)
+    # passage supports: row 0 2/3 (tower, designed), row 1 1/3 (paris), row 2 1/3 (tower)
+    assert column["support_gap"] == pytest.approx([2 / 3 - 1 / 3, 1 / 3 - 2 / 3, 2 / 3 - 1 / 3, 1 / 3 - 2 / 3])
+    assert column["answer_words"].tolist() == [2, 1, 1, 1]
+    # "Eiffel" is given by rows 1 and 0; "Gustave Eiffel" and "Lyon" by one passage each
+    assert column["agreeing_passages"].tolist() == [1, 2, 2, 1]
+    assert column["score_spread"] == pytest.approx([np.std([12.0, 11.0, 9.0, 8.0])] * 4)
+    # the score features are confidence_features', column for column
+    scored = confidence_features([c.score for c in CANDIDATES], [c.text for c in CANDIDATES])
+    assert table[:, : len(FEATURES)] == pytest.approx(scored)
+    # rows: the same values, in the order asked
+    assert answer_features(KNOWN_FEATURES, CANDIDATES, [2, 0], ASKED, PASSAGES) == pytest.approx(table[[2, 0]])
+
+
+def test_a_candidate_below_the_reference_list_counts_its_own_passage():
+    far = _candidate(1.0, 2, "tower")  # "Lyon has an old tower.": tower; position CONFIDENCE_DEPTH
+    ranked = [_candidate(20.0 - i, 1, "Paris") for i in range(CONFIDENCE_DEPTH)] + [far]
+    table = answer_features(["agreeing_passages", "support_gap"], ranked, [0, CONFIDENCE_DEPTH], ASKED, PASSAGES)
+    assert table[:, 0].tolist() == [1, 1]
+    assert table[1, 1] == pytest.approx(1 / 3 - 1 / 3)
+
+
+def test_question_features_are_nan_without_the_question_and_count_at_their_mean():
+    table = answer_features(KNOWN_FEATURES, CANDIDATES, [0, 1], None, PASSAGES)
+    names = list(KNOWN_FEATURES)
+    question_columns = [names.index("window_support"), names.index("support_gap")]
+    assert np.isnan(table[:, question_columns]).all()
+    assert not np.isnan(np.delete(table, question_columns, axis=1)).any()
+    # a question of stopwords only has no content words to count
+    assert np.isnan(
+        answer_features(["window_support"], CANDIDATES, [0], question_words("Who was it?"), PASSAGES)
+    ).all()
+    calibration = Calibration(
+        weights=tuple(range(1, len(names) + 1)), bias=0.5, mean=(0.3,) * len(names), scale=(2.0,) * len(names),
+        features=KNOWN_FEATURES,
+    )  # fmt: skip
+    filled = table.copy()
+    filled[:, question_columns] = 0.3
+    assert calibration.confidence(table) == pytest.approx(calibration.confidence(filled))
+    with pytest.raises(InvalidParameterError, match="passages"):
+        answer_features(["window_support"], CANDIDATES, [0], ASKED)
+    with pytest.raises(InvalidParameterError, match="unknown"):
+        answer_features(["score", "length_of_moon"], CANDIDATES, [0], ASKED, PASSAGES)
+
+
+# The calibration the shipped model stored before it was refitted over the answer features (four features).
+FOUR_FEATURE_CALIBRATION = {
+    "bias": -1.1162738264036476,
+    "features": ["score", "log_softmax", "log_agreement", "margin"],
+    "mean": [848.64505670616, -0.7732504986702657, -0.7029124515313522, 1.2076826993368974],
+    "scale": [48.802759483655805, 0.45688032859108646, 0.4460213120141829, 1.3476709957866326],
+    "weights": [0.48147249963749933, 0.2071060206926935, 0.6338009006297307, 0.04081826264013251],
+}
+
+
+def test_a_four_feature_calibration_computes_what_it_always_did():
+    """A calibration stored over the first four features (as every model fitted before the answer features) loads
+    and gives the confidences of its own formula, σ(w · (confidence_features − mean) / scale + b), whatever the
+    question and passages."""
+    stored = json.loads(json.dumps(FOUR_FEATURE_CALIBRATION))
+    assert stored["features"] == list(FEATURES)
+    calibration = Calibration.from_dict(stored)
+    assert calibration.features == FEATURES
+    scores, texts = [c.score for c in CANDIDATES], [c.text for c in CANDIDATES]
+    x = (confidence_features(scores, texts, [0, 3]) - np.array(stored["mean"])) / np.array(stored["scale"])
+    expected = 1 / (1 + np.exp(-(x @ np.array(stored["weights"]) + stored["bias"])))
+    for asked in (ASKED, None):
+        got = answer_confidences(calibration, CANDIDATES, [0, 3], asked, PASSAGES)
+        assert got == pytest.approx(expected, rel=1e-12, abs=0)
+    assert answer_confidences(calibration, CANDIDATES, [0, 3]) == pytest.approx(expected, rel=1e-12, abs=0)
+    # the same fit as before: today's features fitted as they were, stored under their names
+    features, labels = _synthetic()
+    assert fit_calibration(features, labels).features == FEATURES
+
+
+def test_calibrations_over_the_answer_features_are_stored_and_checked():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, len(KNOWN_FEATURES)))
+    y = rng.random(300) < 1 / (1 + np.exp(-2 * x[:, KNOWN_FEATURES.index("window_support")]))
+    x[::7, KNOWN_FEATURES.index("support_gap")] = np.nan  # questions without the question's words
+    calibration = fit_calibration(x, y, names=KNOWN_FEATURES)
+    assert calibration.features == KNOWN_FEATURES
+    assert all(np.isfinite(calibration.mean)) and np.isfinite(calibration.confidence(x)).all()
+    assert Calibration.from_dict(calibration.to_dict()) == calibration
+    subset = fit_calibration(x[:, [0, 5]], y, names=("score", "window_support"))
+    assert Calibration.from_dict(subset.to_dict()).features == ("score", "window_support")
+    good = subset.to_dict()
+    for bad in (
+        {**good, "features": ["score", "score"]},
+        {**good, "features": ["score", "moon_phase"]},
+        {**good, "features": ["score"]},
+        {**good, "features": []},
+    ):
+        with pytest.raises(InvalidParameterError):
+            Calibration.from_dict(bad)
+    with pytest.raises(InvalidParameterError):
+        fit_calibration(x, y, names=FEATURES)  # nine columns for four names
+
+
+def test_searcher_confidences_use_the_calibrations_features(tiny_model, index):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(200, len(KNOWN_FEATURES)))
+    calibration = fit_calibration(x, x[:, KNOWN_FEATURES.index("window_support")] > 0, names=KNOWN_FEATURES)
+    question = "What is the capital of France?"
+    searcher = PhraseSearcher(index, tiny_model, calibration=calibration, tidy_answers=False)
+    # raw spans, top_k past the reference list: the answers are the ranked candidates themselves
+    hits = searcher.search(question, unit="phrase", top_k=2 * CONFIDENCE_DEPTH)
+    assert len(hits) > CONFIDENCE_DEPTH
+    expected = answer_confidences(calibration, hits, range(len(hits)), question_words(question), index.passages)
+    assert [h.confidence for h in hits] == pytest.approx(expected.tolist())
+    # without copies skipped the question's words still count; with no question text they count at their mean
+    plain = PhraseSearcher(index, tiny_model, calibration=calibration, tidy_answers=False, skip_question_copies=False)
+    q_start, q_end = tiny_model.encode_queries([question])
+    kept = plain.search_vectors(q_start, q_end, "phrase", 2 * CONFIDENCE_DEPTH, questions=[question])[0]
+    blind = plain.search_vectors(q_start, q_end, "phrase", 2 * CONFIDENCE_DEPTH)[0]
+    assert [h.text for h in kept] == [h.text for h in blind]
+    rows = range(len(kept))
+    asked = question_words(question)
+    assert [h.confidence for h in kept] == pytest.approx(
+        answer_confidences(calibration, kept, rows, asked, index.passages).tolist()
+    )
+    assert [h.confidence for h in blind] == pytest.approx(
+        answer_confidences(calibration, blind, rows, None, index.passages).tolist()
+    )
+    passage = searcher.search(question, unit="passage", top_k=2)[0].best_phrase
+    assert passage.confidence is not None and 0.0 <= passage.confidence <= 1.0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The Eiffel Tower's height, an (estimated) 330 m.",
+        "A theatre—the 'Globe'!",
+        "U.S. anthem\tthe\nend",
+        "",
+        "éÉ the",
+    ],
+)
+def test_normalized_words_are_the_squad_normalised_words(text):
+    assert normalized_words(text) == normalize_answer(text).split()

@@ -43,3 +43,24 @@ def test_calibrate_fits_reports_and_stores_the_confidence(tiny_model, tmp_path):
     assert 0.0 <= hit.confidence <= 1.0
     with pytest.raises(FileExistsError):
         write_calibrated(model_dir, tmp_path / "calibrated", calibration)
+
+
+def test_ranked_candidates_give_the_searchers_top_answer_and_confidence(tiny_model):
+    import numpy as np
+
+    from dphr_haystack.confidence import KNOWN_FEATURES, answer_confidences, fit_calibration, question_words
+    from train.calibrate import candidate_searcher, ranked_candidates
+
+    sample = load_squad("builtin")
+    index = PhraseIndex.create(tiny_model)
+    add_passages(index, tiny_model, sample.passages, progress=False)
+    x = np.random.default_rng(0).normal(size=(100, len(KNOWN_FEATURES)))
+    calibration = fit_calibration(x, x[:, 4] > 0, names=KNOWN_FEATURES)
+    questions = [ex.question for ex in sample.examples]
+    served = PhraseSearcher(index, tiny_model, calibration=calibration).search_batch(questions, top_k=1)
+    ranked = ranked_candidates(candidate_searcher(index, tiny_model), questions)
+    for question, hits, candidates in zip(questions, served, ranked, strict=True):
+        assert hits[0].text == candidates[0].text
+        asked = question_words(question)
+        expected = answer_confidences(calibration, candidates, [0], asked, index.passages)[0]
+        assert hits[0].confidence == pytest.approx(expected)
