@@ -22,14 +22,14 @@ from collections.abc import Sequence
 # How a passage is matched against the answers (see contains_answer).
 ANSWER_MATCHES = ("squad", "substring")
 
-_PUNCTUATION = frozenset(string.punctuation)
+_NO_PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
 
 def normalize_answer(text: str) -> str:
-    """SQuAD v1.1 normalisation: lower case, drop punctuation and articles, collapse whitespace."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", text).split())
+    """SQuAD v1.1 normalisation: lower case, drop punctuation and articles, collapse whitespace (fast enough for
+    whole passages: the answer confidence reads the words of every candidate's passage)."""
+    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_NO_PUNCTUATION)).split())
 
 
 def answer_pattern(pattern: str) -> re.Pattern[str] | None:

@@ -20,8 +20,6 @@ with the other candidates, so a passage's answer can be more confident than the 
 from __future__ import annotations
 
 import math
-import re
-import string
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -80,7 +78,7 @@ class RankedPhrase(Protocol):
 
 def question_words(question: str) -> tuple[str, ...]:
     """The normalised words of a question (SQuAD normalisation: case, punctuation and articles dropped)."""
-    return tuple(normalize_answer(question).split())
+    return tuple(normalized_words(question))
 
 
 def copies_question(phrase: str, words: Sequence[str]) -> bool:
@@ -126,13 +124,9 @@ def confidence_features(
     return out
 
 
-_PUNCTUATION = re.compile(f"[{re.escape(string.punctuation)}]")
-_ARTICLE = re.compile(r"\b(?:a|an|the)\b")
-
-
 def normalized_words(text: str) -> list[str]:
-    """``normalize_answer(text).split()``, computed faster (a passage's words are read for every answer)."""
-    return _ARTICLE.sub(" ", _PUNCTUATION.sub("", text.lower())).split()
+    """The SQuAD-normalised words of ``text`` (``normalize_answer(text).split()``)."""
+    return normalize_answer(text).split()
 
 
 def _stems(words: Sequence[str]) -> set[str]:
@@ -333,16 +327,9 @@ def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:
     n_pos, n_neg = int(y.sum()), int((~y).sum())
     if n_pos == 0 or n_neg == 0:
         return float("nan")
-    order = np.argsort(s, kind="mergesort")
-    ranks = np.empty(len(s))
-    sorted_s = s[order]
-    i = 0
-    while i < len(s):  # average ranks over ties
-        j = i
-        while j + 1 < len(s) and sorted_s[j + 1] == sorted_s[i]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2 + 1
-        i = j + 1
+    _, inverse, counts = np.unique(s, return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)
+    ranks = (ends - (counts - 1) / 2)[inverse]  # 1-based ranks, averaged over ties
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 

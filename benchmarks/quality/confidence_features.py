@@ -347,16 +347,6 @@ def forward_selection(x: np.ndarray, y: np.ndarray, names: Sequence[str], base: 
     return [names[j] for j in chosen]
 
 
-def fast_auroc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """AUROC by average ranks (ties counted half), vectorised: the same value as ``confidence.auroc``."""
-    _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
-    ends = np.cumsum(counts)
-    ranks = (ends - (counts - 1) / 2)[inverse]
-    n_pos = int(labels.sum())
-    n_neg = len(labels) - n_pos
-    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
-
-
 def bootstrap(y: np.ndarray, confidences: dict[str, np.ndarray], baseline: str, seed: int = 0) -> dict[str, dict]:
     """AUROC and ECE per feature set with 95% bootstrap intervals (questions resampled), and the paired interval of
     each set's AUROC minus the baseline's."""
@@ -364,10 +354,10 @@ def bootstrap(y: np.ndarray, confidences: dict[str, np.ndarray], baseline: str, 
 
     rng = np.random.default_rng(seed)
     samples = [rng.integers(0, len(y), len(y)) for _ in range(BOOTSTRAP)]
-    base_aurocs = np.array([fast_auroc(confidences[baseline][s], y[s]) for s in samples])
+    base_aurocs = np.array([auroc(confidences[baseline][s], y[s]) for s in samples])
     out = {}
     for name, c in confidences.items():
-        aurocs = np.array([fast_auroc(c[s], y[s]) for s in samples])
+        aurocs = np.array([auroc(c[s], y[s]) for s in samples])
         eces = np.array([expected_calibration_error(c[s], y[s]) for s in samples])
         gain = aurocs - base_aurocs
         out[name] = {

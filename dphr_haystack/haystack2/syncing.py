@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -65,7 +64,7 @@ class StoreSync:
         """The phrase index, for a phrase write: one the store was opened from is first copied (see the module)."""
         index = self._phrase_index
         if index is not None and self._read_only:
-            self._phrase_index, self._read_only = private_copy(index), False
+            self._phrase_index, self._read_only = index.private_copy(), False
             logger.info("phrases moved from %s to a private copy (the index directory is never written)", index.path)
         return self._phrase_index
 
@@ -188,16 +187,4 @@ class StoreSync:
             )
 
 
-def private_copy(phrase_index: PhraseIndex) -> PhraseIndex:
-    """A copy of an on-disk phrase index in a temporary directory, removed once the copy is garbage."""
-    import tempfile
-    import weakref
-
-    folder = Path(tempfile.mkdtemp(prefix="dphr-phrases-"))
-    phrase_index.save(folder / "index")
-    private = PhraseIndex.load(folder / "index", verify=False)
-    weakref.finalize(private, shutil.rmtree, folder, True)
-    return private
-
-
-__all__ = ["StoreSync", "private_copy"]
+__all__ = ["StoreSync"]

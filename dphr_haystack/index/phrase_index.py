@@ -528,6 +528,18 @@ class PhraseIndex(Reindexing):
             with contextlib.suppress(OSError):
                 (self.path / old_faiss).unlink(missing_ok=True)
 
+    def private_copy(self) -> PhraseIndex:
+        """A copy of this index in a temporary directory, removed once the copy is garbage: what a store writes to
+        instead of a directory it opened but must not change (copy-on-write)."""
+        import tempfile
+        import weakref
+
+        folder = Path(tempfile.mkdtemp(prefix="dphr-phrases-"))
+        self.save(folder / "index")
+        private = type(self).load(folder / "index", verify=False)
+        weakref.finalize(private, shutil.rmtree, folder, True)
+        return private
+
     def save(self, path: str | Path) -> None:
         """Write a complete copy to ``path`` atomically (temporary directory, then rename).
 

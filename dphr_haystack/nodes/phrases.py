@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
@@ -441,7 +440,7 @@ class PhraseIndexing:
         where = phrase_index.path.resolve() if phrase_index.path is not None else None
         if where is None or not (where in self._read_only or (where in self._snapshots and not adding)):
             return phrase_index
-        private = private_copy(phrase_index)
+        private = phrase_index.private_copy()
         self._phrase_indexes[index] = private
         logger.info("phrase index %r moved from %s to a private copy until the next save()", index, phrase_index.path)
         return private
@@ -468,18 +467,6 @@ class PhraseIndexing:
                 orphans[:3],
             )
             phrase_index.hide_passages(orphans)
-
-
-def private_copy(phrase_index: PhraseIndex) -> PhraseIndex:
-    """A copy of an on-disk phrase index in a temporary directory, removed once the copy is garbage."""
-    import tempfile
-    import weakref
-
-    folder = Path(tempfile.mkdtemp(prefix="dphr-phrases-"))
-    phrase_index.save(folder / "index")
-    private = PhraseIndex.load(folder / "index", verify=False)
-    weakref.finalize(private, shutil.rmtree, folder, True)
-    return private
 
 
 def _subset_shard(shard: PhraseShard, keep: list[int]) -> PhraseShard:

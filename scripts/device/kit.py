@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dphr_haystack._util.atomic import file_sha256, write_file_atomic
+from dphr_haystack._util.io import read_json
 from dphr_haystack.errors import DphrError
 
 MIB = 2**20
@@ -57,13 +59,9 @@ class OutLimits:
         return asdict(self)
 
 
-def sha256_file(path: Path, chunk: int = 4 * MIB) -> str:
-    """SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
+def sha256_file(path: Path) -> str:
+    """SHA-256 of a file's bytes (the package's own, read in 4 MiB blocks)."""
+    return file_sha256(path)
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -71,15 +69,9 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write ``data`` as indented JSON through a temporary file and a rename."""
+    """Write ``data`` as indented JSON through a temporary file and a rename (the package's atomic write)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=False, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
+    write_file_atomic(path, json.dumps(data, indent=1, sort_keys=False, default=str) + "\n")
 
 
 def stage_dirs(device_dir: Path) -> list[Path]:
