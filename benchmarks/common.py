@@ -374,6 +374,19 @@ def phrase_store(docs, phrase_dir: Path, embedding_dim: int = 384):
     return store
 
 
+def cached_open_small_phrases(model, cache: Path | None = None) -> Path:
+    """The directory of ``model``'s SQuAD-open-small phrase index: in ``cache``, or else the quality benchmarks'
+    cache or the Haystack benchmark's (``runs/bench-cache``), whichever holds one."""
+    for root in [cache] if cache else (SQUAD_OPEN_SMALL_CACHE, ROOT / "runs" / "bench-cache" / "squad-open-small"):
+        path = phrase_cache(model, root)
+        if path.is_dir():
+            return path
+    raise SystemExit(
+        "no SQuAD-open-small phrase index of this model: build one with `python -m "
+        "benchmarks.quality.squad_open_small` or `python -m benchmarks.haystack.retrievers --corpus open-small`"
+    )
+
+
 def squad_open_small_store(model_name: str):
     """The SQuAD-open-small store of ``quality.squad_open_small`` with ``model_name``'s cached phrase index."""
     from dphr_haystack.index.phrase_index import MANIFEST

@@ -132,6 +132,15 @@ def check_choice(name: str, value, choices):
     return value
 
 
+# How a query is encoded: ``int8`` (the query side in int8 on the CPU; float32 elsewhere) or ``float32``.
+QUERY_PRECISIONS = ("int8", "float32")
+
+
+def check_query_precision(precision: str) -> str:
+    """``precision`` if it is one of :data:`QUERY_PRECISIONS`, else InvalidParameterError."""
+    return check_choice("query_precision", precision, QUERY_PRECISIONS)
+
+
 def check_params(**values) -> None:
     """:func:`check_param` for each ``name=value`` given (None values are skipped: "use the default")."""
     for name, value in values.items():

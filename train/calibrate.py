@@ -77,7 +77,9 @@ def ranked_candidates(
     passages = searcher.index.passages
     for b in range(0, len(questions), batch_size):
         batch = list(questions[b : b + batch_size])
-        q_start, q_end = searcher.model.encode_queries(batch, batch_size=batch_size)
+        q_start, q_end = searcher.model.encode_queries(
+            batch, batch_size=batch_size, precision=searcher.query_precision
+        )
         # one token search of CONFIDENCE_DEPTH candidates holds at most 2 * CONFIDENCE_DEPTH spans
         found = searcher.search_vectors(
             q_start, q_end, "phrase", top_k=4 * CONFIDENCE_DEPTH, candidates=CONFIDENCE_DEPTH

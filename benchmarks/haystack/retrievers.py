@@ -13,6 +13,9 @@ fast configuration: queries run on ``--threads`` torch/FAISS intra-op threads (d
 use by default). Left at torch's default of one thread per core, the two threads of one query encoding wait for each
 other on a busy 2-core machine: the same pipeline measured 84-89 ms p50 instead of ~12.
 
+``Phrase answers`` is the default PhraseRetriever (queries encoded by the int8 copy of the query side);
+``Phrase answers, float32 queries`` the same with ``query_precision="float32"`` (DensePhrases' way), in the same run.
+
 Each question goes to every pipeline in turn (round robin, so drift hits all alike), ``pipeline.run(query)`` with
 top_k=10 after a warm-up; then ``run_batch`` in batches of 32 for queries/s. Reported as ratios to BM25 and to dense
 FAISS Flat. ``--model minilm``: the untrained phrase model, for context. ``--dump-topk FILE`` writes every question's
@@ -58,6 +61,7 @@ BATCH = 32
 CACHE = ROOT / "runs" / "bench-cache"
 DENSE_FAISS = "Dense (FAISS flat)"
 PHRASE_ANSWERS = "Phrase answers"
+PHRASE_FLOAT32 = "Phrase answers, float32 queries"
 
 
 def directory_bytes(path: Path) -> int:
@@ -93,6 +97,21 @@ def faiss_dense(docs: list, top_k: int):
         progress_bar=False,
     )
     return store, retriever
+
+
+def float32_answers(store, model: str, top_k: int, threads: int):
+    """Phrase answers with the query side in float32 (DensePhrases' way) instead of the default int8."""
+    from dphr_haystack.nodes import PhraseRetriever
+
+    return PhraseRetriever(
+        document_store=store,
+        model=model,
+        top_k=top_k,
+        unit="phrase",
+        device="cpu",
+        threads=threads,
+        query_precision="float32",
+    )
 
 
 def build_dev(docs: list, model: str, top_k: int, threads: int) -> tuple[dict, dict, dict]:
@@ -140,6 +159,7 @@ def build_dev(docs: list, model: str, top_k: int, threads: int) -> tuple[dict, d
         PHRASE_ANSWERS: PhraseRetriever(
             document_store=store, model=model, top_k=top_k, unit="phrase", device="cpu", threads=threads
         ),
+        PHRASE_FLOAT32: float32_answers(store, model, top_k, threads),
     }
     phrase_index = store.get_phrase_index()
     with tempfile.TemporaryDirectory() as tmp:
@@ -178,6 +198,7 @@ def build_open_small(model: str, top_k: int, threads: int) -> tuple[dict, dict, 
         PHRASE_ANSWERS: PhraseRetriever(
             document_store=store, model=model, top_k=top_k, unit="phrase", device="cpu", threads=threads
         ),
+        PHRASE_FLOAT32: float32_answers(store, model, top_k, threads),
     }
     index = store.get_phrase_index()
     info = {

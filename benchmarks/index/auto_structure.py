@@ -24,14 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
-    ROOT,
-    SQUAD_OPEN_SMALL_CACHE,
+    cached_open_small_phrases,
     finish_result,
     held_out_questions,
     hit_scores,
     machine,
     model_id,
-    phrase_cache,
     pyplot,
     save_figure,
     squad_open_small_questions,
@@ -39,7 +37,6 @@ from benchmarks.common import (
 
 RECALL_KS = (20, 64, 256)
 ANSWER_TOP_K = 10  # a Haystack retriever's default
-CACHES = (SQUAD_OPEN_SMALL_CACHE, ROOT / "runs" / "bench-cache" / "squad-open-small")
 
 
 def _run(searcher, q_start, q_end, examples, unit: str, top_k: int) -> tuple[list, list[float]]:
@@ -77,17 +74,6 @@ def _distinct(examples: list) -> list:
     return [e for e in examples if not (e.question in seen or seen.add(e.question))]
 
 
-def _open_cache(model, cache: Path | None) -> Path:
-    for root in [cache] if cache else CACHES:
-        path = phrase_cache(model, root)
-        if path.is_dir():
-            return path
-    raise SystemExit(
-        "no SQuAD-open-small phrase index of this model: build one with `python -m "
-        "benchmarks.quality.squad_open_small` or `python -m benchmarks.haystack.retrievers --corpus open-small`"
-    )
-
-
 def measure(model_name: str, cache: Path | None, sweep: list[int], questions: int, validation: int) -> dict[str, Any]:
     import numpy as np
 
@@ -96,7 +82,7 @@ def measure(model_name: str, cache: Path | None, sweep: list[int], questions: in
 
     started = time.perf_counter()
     model = PhraseModel.load(model_name)
-    path = _open_cache(model, cache)
+    path = cached_open_small_phrases(model, cache)
     index = PhraseIndex.load(path, model=model)
     if not index.search_params.get("nprobe"):
         raise SystemExit(f"{path} is searched exactly ({index.faiss_factory}): nothing to compare")

@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import InvalidParameterError, ModelMismatchError
 from ..index.phrase_index import PhraseIndex
 from ..model.cache import model_fingerprint
-from ..params import check_param
+from ..params import check_param, check_query_precision
 from ..search import Hit, PhraseSearcher, check_passage_scoring, check_unit
 
 
@@ -54,6 +54,7 @@ class PhraseSearchOptions:
         truecase: Truecase all-lowercase queries (None: the model's setting).
         passage_scoring: ``max`` or ``logsumexp``.
         query_batch_size: Query encoding batch size.
+        query_precision: ``int8`` (default: the query side in int8 on the CPU, 2× faster) or ``float32``.
     """
 
     unit: str = "passage"
@@ -64,6 +65,7 @@ class PhraseSearchOptions:
     truecase: bool | None = None
     passage_scoring: str = "max"
     query_batch_size: int = 32
+    query_precision: str = "int8"
 
     def __post_init__(self) -> None:
         check_unit(self.unit)
@@ -75,6 +77,7 @@ class PhraseSearchOptions:
         check_truecase(self.truecase)
         check_passage_scoring(self.passage_scoring)
         check_param("query_batch_size", self.query_batch_size)
+        check_query_precision(self.query_precision)
 
 
 def check_phrase_model(phrase_index: PhraseIndex, model: Any, message: str) -> None:
@@ -101,6 +104,7 @@ def search_phrase_index(
         skip_question_copies=options.skip_question_copies,
         truecase=options.truecase,
         passage_scoring=options.passage_scoring,
+        query_precision=options.query_precision,
     )
     if isinstance(masks, list):
         if len(masks) != len(queries):

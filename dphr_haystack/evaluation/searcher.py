@@ -44,7 +44,7 @@ def evaluate_searcher(
     for batch in _batches(examples, batch_size):
         start = time.perf_counter()
         texts = [ex.question for ex in batch]
-        q_start, q_end = searcher.model.encode_queries(texts)
+        q_start, q_end = searcher.model.encode_queries(texts, precision=searcher.query_precision)
         phrases = searcher.search_vectors(q_start, q_end, unit="phrase", top_k=top_k, questions=texts)
         passages = searcher.search_vectors(q_start, q_end, unit="passage", top_k=top_k)
         per_question = (time.perf_counter() - start) / len(batch)

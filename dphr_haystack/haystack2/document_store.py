@@ -427,6 +427,7 @@ class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
         batch_size: int = 32,
         passage_scoring: str = "max",
         truecase: bool | None = None,
+        query_precision: str = "int8",
     ) -> list[list[tuple[Hit, Document]]]:
         """Phrase search (the store scores; its retriever resolves the options and makes this one call): per query,
         the core's hits (phrases, passages or documents) with their stored Document.
@@ -443,6 +444,7 @@ class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
             batch_size: Query encoding batch size.
             passage_scoring: ``max`` (a passage or document scores its best phrase) or ``logsumexp`` (all of them).
             truecase: Truecase all-lowercase queries (None: the model's setting).
+            query_precision: ``int8`` (the query side in int8 on the CPU) or ``float32``.
         """
         options = PhraseSearchOptions(
             unit=unit,
@@ -453,6 +455,7 @@ class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
             truecase=truecase,
             passage_scoring=passage_scoring,
             query_batch_size=batch_size,
+            query_precision=query_precision,
         )
         self._follow()
         with self._lock:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,13 +25,14 @@ from .._util.atomic import write_file_atomic
 from .._util.lazy import require
 from .._util.threads import resolve_threads, using_threads
 from ..errors import ModelLoadError
-from ..params import check_param
+from ..params import check_param, check_query_precision
 from .building import attention_for, build_for_weights, check_impl, make_encoder, on_meta
 from .config import CONFIG_FILE, PhraseModelConfig
 from .densephrases import CHECKPOINT_WEIGHTS_FILE, import_checkpoint
 from .encoding import EncodedPassage, EncodedPiece, encode_tokenized, iter_encoded_pieces
 from .fingerprint import compute_phrase_fingerprint, weights_state
 from .inputs import TokenizedPassage, Window, pad_batch, tokenize_passages, tokenize_queries
+from .int8 import int8_available, int8_copy
 from .registry import is_shipped_name, resolve_base, shipped_model_path
 from .remote_code import TRUST_REMOTE_CODE, refuse_remote_code
 from .sources import ModelSource, model_source
@@ -39,6 +41,12 @@ from .truecase import TrueCaser
 from .weights import WEIGHTS_FILE, WEIGHTS_INDEX_FILE, read_base_state, read_weights, write_weights
 
 ENCODER_CONFIG_FILE = "encoder_config.json"
+# the modules that encode queries, by query layout
+QUERY_SIDE = {
+    "shared": ("query_encoder", "query_start_head", "query_end_head"),
+    "separate": ("query_start_encoder", "query_end_encoder"),
+}
+_INT8_LOCK = threading.Lock()
 
 
 class PhraseModel(nn.Module):
@@ -365,23 +373,41 @@ class PhraseModel(nn.Module):
         return out.last_hidden_state
 
     def query_vectors(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        precision: str = "float32",
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Query start and end vectors: (batch, d) each."""
+        """Query start and end vectors: (batch, d) each. ``precision="int8"``: by an int8 copy of the query side
+        (:mod:`~dphr_haystack.model.int8`; inference on the CPU only, else float32)."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
+        side = self._query_side(precision, input_ids.device)
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
         if self.config.query_layout == "separate":
-            q_start = self.query_start_encoder(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            ).last_hidden_state[:, 0]
-            q_end = self.query_end_encoder(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            ).last_hidden_state[:, 0]
+            q_start = side["query_start_encoder"](**inputs).last_hidden_state[:, 0]
+            q_end = side["query_end_encoder"](**inputs).last_hidden_state[:, 0]
             return q_start, q_end
-        cls_state = self.query_encoder(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-        ).last_hidden_state[:, 0]
-        return self.query_start_head(cls_state), self.query_end_head(cls_state)
+        cls_state = side["query_encoder"](**inputs).last_hidden_state[:, 0]
+        return side["query_start_head"](cls_state), side["query_end_head"](cls_state)
+
+    def _query_side(self, precision: str, device: torch.device) -> dict[str, nn.Module]:
+        """The query-side modules by name: this model's own, or (int8 on the CPU, not training) their int8 copies,
+        made on first use and again whenever a query-side weight changes."""
+        names = QUERY_SIDE[self.config.query_layout]
+        own = {name: getattr(self, name) for name in names}
+        if check_query_precision(precision) == "float32" or device.type != "cpu" or self.training:
+            return own
+        if not int8_available():
+            return own
+        with _INT8_LOCK:
+            memo = self.__dict__.get("_int8_query_side")
+            if memo is None or memo[0] != own or not _unchanged(memo[1]):
+                tensors = [t for module in own.values() for t in module.state_dict(keep_vars=True).values()]
+                memo = (own, _versions(tensors), {name: int8_copy(module) for name, module in own.items()})
+                self.__dict__["_int8_query_side"] = memo
+        return memo[2]
 
     @staticmethod
     def _safe_token_types(encoder: nn.Module, token_type_ids: torch.Tensor) -> torch.Tensor:
@@ -463,14 +489,18 @@ class PhraseModel(nn.Module):
         batch_size: int = 64,
         truecase: bool | None = None,
         truecaser: TrueCaser | None = None,
+        precision: str = "float32",
     ) -> tuple[np.ndarray, np.ndarray]:
         """Start and end vectors of each query: two float32 arrays (n, d). Raises InvalidQueryError on empty ones.
 
-        The query side always runs in float32 (as DensePhrases encodes queries), also on a GPU. With ``truecase``
+        The query side runs in float32 (as DensePhrases encodes queries), also on a GPU; ``precision="int8"`` runs
+        it on the CPU by an int8 copy, 2-3× faster, with the same answers on the shipped model within a 95% match
+        of top answers (:mod:`~dphr_haystack.model.int8`). With ``truecase``
         (default: the model's ``config.truecase``, on for cased DensePhrases models) all-lowercase queries are
         truecased first, by ``truecaser`` or else the model's vocabulary truecaser (:attr:`truecaser`).
         """
         batch_size = check_param("batch_size", batch_size)
+        check_query_precision(precision)
         if truecase is None:
             truecase = self.config.truecase
         if truecase:
@@ -482,7 +512,7 @@ class PhraseModel(nn.Module):
             tensors = tokenize_queries(self.tokenizer, queries[b : b + batch_size], self.config)
             tensors = {k: v.to(device) for k, v in tensors.items()}
             with _full_precision(device):  # DensePhrases encodes queries in float32, even on a GPU
-                q_start, q_end = self.query_vectors(**tensors)
+                q_start, q_end = self.query_vectors(**tensors, precision=precision)
             starts.append(q_start.float().cpu().numpy())
             ends.append(q_end.float().cpu().numpy())
         if not starts:
@@ -515,6 +545,21 @@ class PhraseModel(nn.Module):
         if key is not None:  # the tokenizer is kept with the key so that its id cannot be reused meanwhile
             self.__dict__["_phrase_fingerprint"] = (key, self.tokenizer, fingerprint)
         return fingerprint
+
+
+def _versions(tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], tuple | None]:
+    """The tensors with a key that every in-place write (optimizer step, ``load_state_dict``) and every move
+    (``.to()``) changes: data pointers and autograd version counters (None for inference tensors, which track no
+    version: the copy is then remade each time)."""
+    try:
+        return tensors, tuple((t.data_ptr(), t._version) for t in tensors)
+    except RuntimeError:  # "Inference tensors do not track version counter"
+        return tensors, None
+
+
+def _unchanged(versions: tuple[list[torch.Tensor], tuple | None]) -> bool:
+    tensors, key = versions
+    return key is not None and _versions(tensors)[1] == key
 
 
 def filter_head(dim: int, hidden: int | None = None) -> nn.Module:
