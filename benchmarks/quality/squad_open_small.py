@@ -34,6 +34,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from benchmarks.common import (
     SQUAD_DEV,
     SQUAD_TRAIN,
+    analyze_sqlite,
     build_squad_open_small,
     load_dense,
     machine,
@@ -76,6 +77,7 @@ def make_stores(docs, embeddings: np.ndarray, cache: Path, build_stats: dict):
         progress_bar=False,
     )
     faiss_store.write_documents(docs)
+    analyze_sqlite(faiss_store)
     print(f"stores loaded in {time.perf_counter() - start:.0f}s")
     return store, faiss_store
 
@@ -229,11 +231,17 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="smoke run: only the first N dev paragraphs (separate cache; not SQuAD-open-small)",
     )
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (default 1: what the phrase retrievers use for a query, and the fastest for the dense "
+        "encoder too when queries come one at a time on a busy machine)",
+    )
     args = parser.parse_args(argv)
     import torch
 
-    torch.set_num_threads(args.threads or os.cpu_count() or 1)
+    torch.set_num_threads(args.threads)
     if not SQUAD_TRAIN.is_file() or not SQUAD_DEV.is_file():
         raise SystemExit("SQuAD train-rebuilt and dev-public are needed (../shared/data/squad)")
     cache = CACHE.with_name(f"{CACHE.name}-smoke{args.max_passages}") if args.max_passages else CACHE

@@ -30,9 +30,10 @@ logger = logging.getLogger(__name__)
 
 AUTO = "auto"
 # Vectors searched exactly; above, IVF-SQ8 with exact re-ranking. Exact search scans every fp16 code for the start
-# and the end query vector (~32 ns each): at 60,962 vectors (SQuAD dev, 1,702 passages) a phrase search took 6.7 ms
-# p50 exactly and 3.8 ms with IVF1024,SQ8 at the tuned nprobe 64, with the same top answer for all 2,000 questions
-# asked (built and tuned in 7 s). Around 2^15 vectors the scan costs about what the IVF's list scan and re-ranking do.
+# and the end query vector: at 60,962 vectors (SQuAD dev, 1,702 passages) a phrase search took 8.0 ms p50 exactly,
+# 4.3 ms with IVF1024,SQ8 at the tuned nprobe 64 (the same top answer for all 2,000 questions asked; built and tuned
+# in 4.9 s) and 4.1 ms with the IVF512 a store builds as it grows past this limit (99.6% the same top answer, the
+# same EM@1): benchmarks/index/exact_limit.py. Around 2^15 vectors the scan costs what list scan and re-ranking do.
 EXACT_LIMIT = 32_768
 REBUILD_GROWTH = 4  # an IVF structure is trained again when the index has grown this many times past its build
 REFINE = 4  # candidates fetched per wanted token, re-ranked exactly (``refine`` search parameter)
