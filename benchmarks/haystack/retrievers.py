@@ -93,18 +93,13 @@ def faiss_dense(docs: list, top_k: int):
     return store, retriever
 
 
-def float32_answers(store, model: str, top_k: int, threads: int):
-    """Phrase answers with the query side in float32 (DensePhrases' way) instead of the default int8."""
+def phrase_retriever(store, model: str, top_k: int, threads: int, unit: str = "phrase", **options):
+    """A PhraseRetriever on ``store`` on the CPU (``options``: e.g. ``query_precision="float32"``, DensePhrases' way
+    of encoding queries, instead of the default int8)."""
     from dphr_haystack.nodes import PhraseRetriever
 
     return PhraseRetriever(
-        document_store=store,
-        model=model,
-        top_k=top_k,
-        unit="phrase",
-        device="cpu",
-        threads=threads,
-        query_precision="float32",
+        document_store=store, model=model, top_k=top_k, unit=unit, device="cpu", threads=threads, **options
     )
 
 
@@ -113,19 +108,11 @@ def build_dev(docs: list, model: str, top_k: int, threads: int) -> tuple[dict, d
     from haystack.nodes import BM25Retriever
     from haystack.schema import Document
 
-    from dphr_haystack.nodes import MiniLMEmbeddingRetriever, PhraseDocumentStore, PhraseRetriever
+    from dphr_haystack.nodes import MiniLMEmbeddingRetriever, PhraseDocumentStore
 
     store = PhraseDocumentStore(embedding_dim=384, similarity="cosine", progress_bar=False)
     store.write_documents(docs)
-    phrase = PhraseRetriever(
-        document_store=store,
-        model=model,
-        top_k=top_k,
-        unit="passage",
-        device="cpu",
-        return_answers=False,
-        threads=threads,
-    )
+    phrase = phrase_retriever(store, model, top_k, threads, unit="passage", return_answers=False)
     dense = MiniLMEmbeddingRetriever(document_store=store, top_k=top_k, use_gpu=False, progress_bar=False)
     indexing: dict = {}
     for name, retriever in (("phrase", phrase), ("dense", dense)):
@@ -150,10 +137,8 @@ def build_dev(docs: list, model: str, top_k: int, threads: int) -> tuple[dict, d
         "Dense (in-memory)": dense,
         DENSE_FAISS: faiss_retriever,
         "Phrase → passages": phrase,
-        PHRASE_ANSWERS: PhraseRetriever(
-            document_store=store, model=model, top_k=top_k, unit="phrase", device="cpu", threads=threads
-        ),
-        PHRASE_FLOAT32: float32_answers(store, model, top_k, threads),
+        PHRASE_ANSWERS: phrase_retriever(store, model, top_k, threads),
+        PHRASE_FLOAT32: phrase_retriever(store, model, top_k, threads, query_precision="float32"),
     }
     phrase_index = store.get_phrase_index()
     with tempfile.TemporaryDirectory() as tmp:
@@ -174,8 +159,6 @@ def build_open_small(model: str, top_k: int, threads: int) -> tuple[dict, dict, 
     """The SQuAD-open-small stores from the cache (built first when missing) and their retrievers."""
     from haystack.nodes import BM25Retriever
 
-    from dphr_haystack.nodes import PhraseRetriever
-
     cache = CACHE / "squad-open-small"
     docs, build_stats = build_squad_open_small(model, cache)
     embeddings = load_dense(cache / "dense", len(docs))
@@ -188,13 +171,9 @@ def build_open_small(model: str, top_k: int, threads: int) -> tuple[dict, dict, 
     retrievers = {
         "BM25": BM25Retriever(document_store=store, top_k=top_k),
         DENSE_FAISS: faiss_retriever,
-        "Phrase → passages": PhraseRetriever(
-            document_store=store, model=model, top_k=top_k, unit="passage", device="cpu", threads=threads
-        ),
-        PHRASE_ANSWERS: PhraseRetriever(
-            document_store=store, model=model, top_k=top_k, unit="phrase", device="cpu", threads=threads
-        ),
-        PHRASE_FLOAT32: float32_answers(store, model, top_k, threads),
+        "Phrase → passages": phrase_retriever(store, model, top_k, threads, unit="passage"),
+        PHRASE_ANSWERS: phrase_retriever(store, model, top_k, threads),
+        PHRASE_FLOAT32: phrase_retriever(store, model, top_k, threads, query_precision="float32"),
     }
     index = store.get_phrase_index()
     info = {
