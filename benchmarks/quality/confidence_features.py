@@ -151,8 +151,9 @@ def searcher_check(
     model = PhraseModel.load(model_name)
     index = PhraseIndex.load(index_dir, model=model)
     questions = [r["question"] for r in records]
-    q_start, q_end = model.encode_queries(questions, batch_size=BATCH)
     searchers = {name: PhraseSearcher(index, model, calibration=c) for name, c in calibrations.items()}
+    # encoded as a default searcher encodes them (and as the cached candidates were gathered)
+    q_start, q_end = model.encode_queries(questions, batch_size=BATCH, precision=PhraseSearcher(index).query_precision)
     served: dict[str, list] = {}
     seconds: dict[str, list[float]] = {name: [] for name in searchers}
     order = list(searchers)
