@@ -125,6 +125,24 @@ def _word_char(ch: str) -> bool:
     return ch.isalnum()
 
 
+def inside_word(text: str, char: int) -> bool:
+    """Is the boundary before ``text[char]`` inside a word?"""
+    return 0 < char < len(text) and _letter_or_digit(text[char - 1]) and _letter_or_digit(text[char])
+
+
+def _letter_or_digit(ch: str) -> bool:
+    """A word character for WordPiece: a letter or digit outside CJK (split into one word per character)."""
+    code = ord(ch)
+    cjk = (
+        0x4E00 <= code <= 0x9FFF
+        or 0x3400 <= code <= 0x4DBF
+        or 0x20000 <= code <= 0x2FA1F
+        or 0xF900 <= code <= 0xFAFF
+        or 0x2F800 <= code <= 0x2FA1F
+    )
+    return ch.isalnum() and not cjk
+
+
 def _run(span: str, at: int) -> int:
     """Length of the run of ``span[at]`` that starts (at 0) or ends (at the last index) at ``at``."""
     ch, n = span[at], 1
@@ -266,4 +284,4 @@ class AnswerFolder:
         return True
 
 
-__all__ = ["AnswerFolder", "trim_span"]
+__all__ = ["AnswerFolder", "inside_word", "trim_span"]

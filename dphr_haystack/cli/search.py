@@ -52,6 +52,13 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
         help="truecase all-lowercase questions (default: the model's setting, on for cased DensePhrases models)",
     )
     search.add_argument(
+        "--ranking",
+        choices=["confidence", "score"],
+        default="confidence",
+        help="order the first 10 results by their answer's calibrated confidence (confidence, default; a model "
+        "without a calibration ranks by score) or by score alone (score)",
+    )
+    search.add_argument(
         "--query-precision",
         choices=["int8", "float32"],
         default="int8",
@@ -79,6 +86,7 @@ def run_search(args: argparse.Namespace) -> int:
         truecase=args.truecase,
         passage_scoring=args.passage_scoring,
         query_precision=args.query_precision,
+        ranking=args.ranking,
     )
     results = searcher.search_batch(args.query, unit=args.unit, top_k=args.top_k)
     for query, hits in zip(args.query, results):

@@ -13,7 +13,7 @@ from ..errors import InvalidParameterError, ModelMismatchError
 from ..index.phrase_index import PhraseIndex
 from ..model.cache import model_fingerprint
 from ..params import check_param, check_query_precision
-from ..search import Hit, PhraseSearcher, check_passage_scoring, check_unit
+from ..search import Hit, PhraseSearcher, check_passage_scoring, check_ranking, check_unit
 
 
 def check_flag(name: str, value: Any) -> bool:
@@ -55,6 +55,8 @@ class PhraseSearchOptions:
         passage_scoring: ``max`` or ``logsumexp``.
         query_batch_size: Query encoding batch size.
         query_precision: ``int8`` (default: the query side in int8 on the CPU, 2× faster) or ``float32``.
+        ranking: ``confidence`` (default: the first results reordered by their answer's calibrated confidence) or
+            ``score``.
     """
 
     unit: str = "passage"
@@ -66,6 +68,7 @@ class PhraseSearchOptions:
     passage_scoring: str = "max"
     query_batch_size: int = 32
     query_precision: str = "int8"
+    ranking: str = "confidence"
 
     def __post_init__(self) -> None:
         check_unit(self.unit)
@@ -78,6 +81,7 @@ class PhraseSearchOptions:
         check_passage_scoring(self.passage_scoring)
         check_param("query_batch_size", self.query_batch_size)
         check_query_precision(self.query_precision)
+        check_ranking(self.ranking)
 
 
 def check_phrase_model(phrase_index: PhraseIndex, model: Any, message: str) -> None:
@@ -105,6 +109,7 @@ def search_phrase_index(
         truecase=options.truecase,
         passage_scoring=options.passage_scoring,
         query_precision=options.query_precision,
+        ranking=options.ranking,
     )
     if isinstance(masks, list):
         if len(masks) != len(queries):

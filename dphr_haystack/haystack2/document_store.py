@@ -428,6 +428,7 @@ class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
         passage_scoring: str = "max",
         truecase: bool | None = None,
         query_precision: str = "int8",
+        ranking: str = "confidence",
     ) -> list[list[tuple[Hit, Document]]]:
         """Phrase search (the store scores; its retriever resolves the options and makes this one call): per query,
         the core's hits (phrases, passages or documents) with their stored Document.
@@ -445,6 +446,7 @@ class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
             passage_scoring: ``max`` (a passage or document scores its best phrase) or ``logsumexp`` (all of them).
             truecase: Truecase all-lowercase queries (None: the model's setting).
             query_precision: ``int8`` (the query side in int8 on the CPU) or ``float32``.
+            ranking: ``confidence`` (the first results reordered by their answer's confidence) or ``score``.
         """
         options = PhraseSearchOptions(
             unit=unit,
@@ -456,6 +458,7 @@ class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
             passage_scoring=passage_scoring,
             query_batch_size=batch_size,
             query_precision=query_precision,
+            ranking=ranking,
         )
         self._follow()
         with self._lock:

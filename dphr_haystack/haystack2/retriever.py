@@ -18,7 +18,7 @@ from ..model.cache import load_phrase_model
 from ..model.phrase_model import PhraseModel
 from ..model.registry import DEFAULT_MODEL
 from ..params import check_param, check_query_precision
-from ..search import check_passage_scoring, check_unit
+from ..search import check_passage_scoring, check_ranking, check_unit
 from .document_store import PhraseDocumentStore
 from .filters import check_filters
 from .serialization import (
@@ -72,6 +72,9 @@ class PhraseRetriever:
             (default) follows the model, which turns it on for cased DensePhrases checkpoints.
         filter_policy: How ``run``'s filters combine with ``filters``: ``REPLACE`` (default: they replace them) or
             ``MERGE`` (both apply), as in Haystack's retrievers; a ``FilterPolicy`` or its name.
+        ranking: ``confidence`` (default): the first 10 results by score are ordered by their answer's calibrated
+            confidence (raw scores then need not decrease down the list); ``score``: by score alone. A model without a
+            calibration ranks by score.
         query_precision: ``int8`` (default): queries are encoded on the CPU by an int8 copy of the query side, in
             about half the time of ``float32`` (DensePhrases' way, and always on a GPU), with the same EM on the
             shipped model.
@@ -95,6 +98,7 @@ class PhraseRetriever:
         truecase: bool | None = None,
         filter_policy: FilterPolicy | str = FilterPolicy.REPLACE,
         query_precision: Literal["int8", "float32"] = "int8",
+        ranking: Literal["confidence", "score"] = "confidence",
     ) -> None:
         if not isinstance(document_store, PhraseDocumentStore):
             raise InvalidParameterError(
@@ -119,6 +123,7 @@ class PhraseRetriever:
             check_flag(name, flag)
         self.truecase = check_truecase(truecase)
         self.query_precision = check_query_precision(query_precision)
+        self.ranking = check_ranking(ranking)
         self.document_store = document_store
         self.model = check_model_reference(model)
         self.top_k = top_k
@@ -141,12 +146,14 @@ class PhraseRetriever:
             self.phrase_model = model
 
     def to_dict(self) -> dict[str, Any]:
-        """Serialises the component, its store included (``truecase`` only when set and ``query_precision`` only
-        when not the default, so that pipeline files saved before they existed stay as they were; ``device`` as
-        ``ComponentDevice.to_dict``, None for auto)."""
+        """Serialises the component, its store included (``truecase`` only when set, ``query_precision`` and
+        ``ranking`` only when not the default, so that pipeline files saved before they existed stay as they were;
+        ``device`` as ``ComponentDevice.to_dict``, None for auto)."""
         extra: dict[str, Any] = {} if self.truecase is None else {"truecase": self.truecase}
         if self.query_precision != "int8":
             extra["query_precision"] = self.query_precision
+        if self.ranking != "confidence":
+            extra["ranking"] = self.ranking
         return default_to_dict(
             self,
             document_store=self.document_store.to_dict(),
@@ -216,6 +223,7 @@ class PhraseRetriever:
             passage_scoring=self.passage_scoring,
             truecase=self.truecase,
             query_precision=self.query_precision,
+            ranking=self.ranking,
         )[0]
         documents, answers = retrieved(pairs, lambda doc: doc.meta, self.scale_score)
         return {

@@ -23,7 +23,7 @@ from ..errors import InvalidParameterError
 from ..model.cache import load_phrase_model
 from ..model.registry import DEFAULT_MODEL
 from ..params import check_param, check_query_precision
-from ..search import check_passage_scoring, check_unit
+from ..search import check_passage_scoring, check_ranking, check_unit
 from ._schema import typed_init
 from .document_store import PhraseDocumentStore
 
@@ -78,6 +78,10 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
             evaluation, which cannot handle a node that emits both.
         threads: torch/FAISS intra-op threads a query runs on (default: ``$DPHR_THREADS``, else 1, fastest when
             several queries run at once; see ``dphr_haystack._util.threads``). Indexing keeps torch's default.
+        ranking: ``confidence`` (default): the first 10 results by score are ordered by their answer's calibrated
+            confidence (on SQuAD-open-small EM@1 29.1 → 33.9, passage acc@1 56.1 → 62.7; raw scores then need not
+            decrease down the list); ``score``: by score alone (DensePhrases). A model without a calibration ranks by
+            score.
         query_precision: ``int8`` (default): queries are encoded on the CPU by an int8 copy of the query side,
             in about half the time of ``float32`` (DensePhrases' way, and always on a GPU) with the same EM on the
             shipped model (``dphr_haystack.model.int8``).
@@ -103,6 +107,7 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
         return_answers: bool = True,
         threads: int | None = None,
         query_precision: Literal["int8", "float32"] = "int8",
+        ranking: Literal["confidence", "score"] = "confidence",
     ):
         super().__init__()
         check_unit(unit)
@@ -123,6 +128,7 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
         self.return_answers = return_answers
         self.threads = check_threads(threads)
         self.query_precision = check_query_precision(query_precision)
+        self.ranking = check_ranking(ranking)
         self.phrase_model = load_phrase_model(model, device)
         if filter_threshold == "model":
             filter_threshold = self.phrase_model.config.filter_threshold
@@ -238,6 +244,7 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
             passage_scoring=self.passage_scoring,
             query_batch_size=self.batch_size if batch_size is None else check_param("batch_size", batch_size),
             query_precision=self.query_precision,
+            ranking=self.ranking,
         )
         scale = check_flag("scale_score", self.scale_score if scale_score is None else scale_score)
         with using_threads(resolve_threads(self.threads, "query")):

@@ -12,6 +12,7 @@ from dphr_haystack.confidence import copies_question, question_words
 from dphr_haystack.documents.results import best_phrase, retrieved
 from dphr_haystack.encode.add import add_passages
 from dphr_haystack.model.calibration import Calibration
+from dphr_haystack.search import RANKING_POOL
 from tests.conftest import tiny_passages
 
 pytestmark = pytest.mark.unit
@@ -76,11 +77,42 @@ def test_no_answer_of_any_unit_copies_the_question(tiny_model, index, unit):
 def test_passage_and_document_ranking_and_scores_do_not_change(tiny_model, index, unit, scoring):
     q_start, q_end = tiny_model.encode_queries([QUESTION])
     plain = PhraseSearcher(index, tiny_model, skip_question_copies=False, calibration=None, passage_scoring=scoring)
-    skipping = PhraseSearcher(index, calibrated(tiny_model), passage_scoring=scoring)
+    skipping = PhraseSearcher(index, calibrated(tiny_model), passage_scoring=scoring, ranking="score")
     before = plain.search_vectors(q_start, q_end, unit=unit, top_k=6, questions=[QUESTION])[0]
     after = skipping.search_vectors(q_start, q_end, unit=unit, top_k=6, questions=[QUESTION])[0]
     ids = "passage_id" if unit == "passage" else "document_id"
     assert [(getattr(h, ids), h.score) for h in after] == [(getattr(h, ids), h.score) for h in before]
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "document"])
+def test_confidence_ranking_reorders_the_score_ranking_by_answer_confidence(tiny_model, index, unit):
+    q_start, q_end = tiny_model.encode_queries([QUESTION])
+    model = calibrated(tiny_model)
+
+    def ranked(top_k: int, **options) -> list:
+        searcher = PhraseSearcher(index, model, **options)
+        return searcher.search_vectors(q_start, q_end, unit=unit, top_k=top_k, questions=[QUESTION])[0]
+
+    by_score = ranked(RANKING_POOL, ranking="score")
+    expected = sorted(by_score, key=lambda h: -best_phrase(h).confidence)  # stable: ties keep the score order
+    assert [_key(best_phrase(h)) for h in expected] != [_key(best_phrase(h)) for h in by_score]  # it reorders
+    for top_k in (3, RANKING_POOL):
+        by_confidence = ranked(top_k)
+        confidences = [best_phrase(h).confidence for h in by_confidence]
+        assert confidences == sorted(confidences, reverse=True)
+        assert [_key(best_phrase(h)) for h in by_confidence] == [_key(best_phrase(h)) for h in expected[:top_k]]
+        raw = {_key(best_phrase(h)): h.score for h in by_score}  # scores stay the phrase-derived ones
+        assert [h.score for h in by_confidence] == [raw[_key(best_phrase(h))] for h in by_confidence]
+
+
+def test_confidence_ranking_without_a_calibration_is_the_score_ranking(tiny_model, index):
+    q_start, q_end = tiny_model.encode_queries([QUESTION])
+    default = PhraseSearcher(index, tiny_model, calibration=None)
+    by_score = PhraseSearcher(index, tiny_model, calibration=None, ranking="score")
+    for unit in ("phrase", "passage"):
+        assert default.search_vectors(q_start, q_end, unit=unit, top_k=4) == by_score.search_vectors(
+            q_start, q_end, unit=unit, top_k=4
+        )
 
 
 @pytest.mark.parametrize("unit", ["passage", "document"])

@@ -174,7 +174,8 @@ def test_model_calibration_gives_confidences_independent_of_top_k(tiny_model, in
 
     loaded = PhraseModel.load(tmp_path / "calibrated")
     assert Calibration.from_dict(loaded.config.calibration) == calibration
-    searcher = PhraseSearcher(index, loaded, tidy_answers=False)  # 30 answers: more than the tiny index has, folded
+    # 30 answers: more than the tiny index has, folded; ranked by score, the order the confidences are computed in
+    searcher = PhraseSearcher(index, loaded, tidy_answers=False, ranking="score")
     one = searcher.search("capital of france", unit="phrase", top_k=1)[0]
     five = searcher.search("capital of france", unit="phrase", top_k=5)
     assert one.confidence is not None and 0.0 <= one.confidence <= 1.0
@@ -184,7 +185,7 @@ def test_model_calibration_gives_confidences_independent_of_top_k(tiny_model, in
     assert len(many) == 3 * CONFIDENCE_DEPTH and all(h.confidence is not None for h in many)
     assert [h.text for h in many] == [
         h.text
-        for h in PhraseSearcher(index, loaded, calibration=None, tidy_answers=False).search(
+        for h in PhraseSearcher(index, loaded, calibration=None, tidy_answers=False, ranking="score").search(
             "capital of france", unit="phrase", top_k=3 * CONFIDENCE_DEPTH
         )
     ]
@@ -340,14 +341,16 @@ def test_searcher_confidences_use_the_calibrations_features(tiny_model, index):
     x = rng.normal(size=(200, len(KNOWN_FEATURES)))
     calibration = fit_calibration(x, x[:, KNOWN_FEATURES.index("window_support")] > 0, names=KNOWN_FEATURES)
     question = "What is the capital of France?"
-    searcher = PhraseSearcher(index, tiny_model, calibration=calibration, tidy_answers=False)
-    # raw spans, top_k past the reference list: the answers are the ranked candidates themselves
+    searcher = PhraseSearcher(index, tiny_model, calibration=calibration, tidy_answers=False, ranking="score")
+    # raw spans, top_k past the reference list, by score: the answers are the ranked candidates themselves
     hits = searcher.search(question, unit="phrase", top_k=2 * CONFIDENCE_DEPTH)
     assert len(hits) > CONFIDENCE_DEPTH
     expected = answer_confidences(calibration, hits, range(len(hits)), question_words(question), index.passages)
     assert [h.confidence for h in hits] == pytest.approx(expected.tolist())
     # without copies skipped the question's words still count; with no question text they count at their mean
-    plain = PhraseSearcher(index, tiny_model, calibration=calibration, tidy_answers=False, skip_question_copies=False)
+    plain = PhraseSearcher(
+        index, tiny_model, calibration=calibration, tidy_answers=False, skip_question_copies=False, ranking="score"
+    )
     q_start, q_end = tiny_model.encode_queries([question])
     kept = plain.search_vectors(q_start, q_end, "phrase", 2 * CONFIDENCE_DEPTH, questions=[question])[0]
     blind = plain.search_vectors(q_start, q_end, "phrase", 2 * CONFIDENCE_DEPTH)[0]

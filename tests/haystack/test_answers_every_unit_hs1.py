@@ -60,9 +60,10 @@ def test_answer_scores_are_the_phrase_units_calibrated_confidences(calibrated_di
 
 def test_passage_ranking_and_raw_scores_do_not_change(calibrated_dir, tiny_model_dir, haystack_docs):
     plain = _retriever(tiny_model_dir, haystack_docs, skip_question_copies=False, unit="passage")
-    fixed = _retriever(calibrated_dir, haystack_docs, unit="passage")
+    fixed = _retriever(calibrated_dir, haystack_docs, unit="passage", ranking="score")
     before, after = plain.retrieve(QUESTION, top_k=6), fixed.retrieve(QUESTION, top_k=6)
-    # the ranking and the raw scores stay; the calibrated model's documents score their answers' confidences
+    # ranked by score, the ranking and the raw scores stay; the calibrated model's documents score their answers'
+    # confidences
     assert [(d.id, d.meta["phrase_score"]) for d in after] == [(d.id, d.meta["phrase_score"]) for d in before]
     scores = [d.score for d in after]
     assert scores == sorted(scores, reverse=True) and all(0.0 <= s <= 1.0 for s in scores)

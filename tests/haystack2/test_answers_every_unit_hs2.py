@@ -55,10 +55,11 @@ def test_answer_scores_are_the_phrase_units_calibrated_confidences(calibrated_di
 
 def test_passage_ranking_and_raw_scores_do_not_change(calibrated_dir, tiny_model_dir, hs2_docs):
     plain = _retriever(tiny_model_dir, hs2_docs, skip_question_copies=False)
-    fixed = _retriever(calibrated_dir, hs2_docs)
+    fixed = _retriever(calibrated_dir, hs2_docs, ranking="score")
     before = plain.run(query=QUESTION, unit="passage", top_k=6)["documents"]
     after = fixed.run(query=QUESTION, unit="passage", top_k=6)["documents"]
-    # the ranking and the raw scores stay; the calibrated model's documents score their answers' confidences
+    # ranked by score, the ranking and the raw scores stay; the calibrated model's documents score their answers'
+    # confidences
     assert [(d.id, d.meta["phrase_score"]) for d in after] == [(d.id, d.meta["phrase_score"]) for d in before]
     scores = [d.score for d in after]
     assert scores == sorted(scores, reverse=True) and all(0.0 <= s <= 1.0 for s in scores)

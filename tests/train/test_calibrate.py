@@ -57,7 +57,10 @@ def test_ranked_candidates_give_the_searchers_top_answer_and_confidence(tiny_mod
     x = np.random.default_rng(0).normal(size=(100, len(KNOWN_FEATURES)))
     calibration = fit_calibration(x, x[:, 4] > 0, names=KNOWN_FEATURES)
     questions = [ex.question for ex in sample.examples]
-    served = PhraseSearcher(index, tiny_model, calibration=calibration).search_batch(questions, top_k=1)
+    # the calibration is fitted on the top answer by score
+    served = PhraseSearcher(index, tiny_model, calibration=calibration, ranking="score").search_batch(
+        questions, top_k=1
+    )
     ranked = ranked_candidates(candidate_searcher(index, tiny_model), questions)
     for question, hits, candidates in zip(questions, served, ranked, strict=True):
         assert hits[0].text == candidates[0].text
