@@ -48,7 +48,7 @@ PASSAGE_SCORINGS = ("max", "logsumexp")
 # or by score alone (DensePhrases' order).
 RANKINGS = ("confidence", "score")
 # Results a confidence ranking reorders, whatever top_k is: the first RANKING_POOL by score. On SQuAD-open-small
-# (2,000 questions the calibration never saw) it lifts EM@1 from 29.1 to 33.9 and passage acc@1 from 56.1 to 62.9
+# (2,000 questions the calibration never saw) it lifts EM@1 from 29.1 to 33.9 and passage acc@1 from 56.1 to 62.7
 # (benchmarks/quality/confidence_ranking.py).
 RANKING_POOL = 10
 
@@ -284,7 +284,7 @@ class PhraseSearcher:
         wanted = max(top_k, RANKING_POOL) if by_confidence else top_k  # results ranked before the cut to top_k
         first = wanted * FIRST_CANDIDATES_PER_RESULT[unit]
         # confidences look at a fixed number of candidates, whatever top_k is (passages and documents keep
-        # their own candidates, so that their ranking does not depend on the calibration)
+        # their own candidates)
         if calibration is not None and unit == "phrase":
             first = max(first, CONFIDENCE_DEPTH)
         c = min(candidates or first, total)

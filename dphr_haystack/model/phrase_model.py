@@ -494,8 +494,8 @@ class PhraseModel(nn.Module):
         """Start and end vectors of each query: two float32 arrays (n, d). Raises InvalidQueryError on empty ones.
 
         The query side runs in float32 (as DensePhrases encodes queries), also on a GPU; ``precision="int8"`` runs
-        it on the CPU by an int8 copy, 2-3× faster, with the same answers on the shipped model within a 95% match
-        of top answers (:mod:`~dphr_haystack.model.int8`). With ``truecase``
+        it on the CPU by an int8 copy, about 2× faster (on the shipped model the same EM@1, 94% of top answers
+        unchanged: :mod:`~dphr_haystack.model.int8`). With ``truecase``
         (default: the model's ``config.truecase``, on for cased DensePhrases models) all-lowercase queries are
         truecased first, by ``truecaser`` or else the model's vocabulary truecaser (:attr:`truecaser`).
         """
