@@ -24,9 +24,9 @@ def test_phrase_passages_score_monotone_confidences(calibrated_dir, haystack_doc
     _fill(pipeline, haystack_docs)
     docs = pipeline.run(query=QUERY, params={"Retriever": {"top_k": 6}})["documents"]
     assert len(docs) == 6
-    raw = [d.meta["phrase_score"] for d in docs]
-    assert raw == sorted(raw, reverse=True)  # ranked by the raw phrase score, as before
-    expected = ranked_confidences([d.meta.get("best_phrase_confidence") for d in docs])
+    confidences = [d.meta.get("best_phrase_confidence") for d in docs]
+    assert confidences == sorted(confidences, reverse=True)  # ranked by the answers' confidences (the default)
+    expected = ranked_confidences(confidences)
     assert [d.score for d in docs] == pytest.approx(expected)
     assert all(0.0 <= d.score <= 1.0 for d in docs)
 
