@@ -103,6 +103,18 @@ class DocumentHit:
 Hit = PhraseHit | PassageHit | DocumentHit
 
 
+def best_phrase(hit: Hit) -> PhraseHit:
+    """The phrase of a phrase hit, the best phrase of a passage or document hit."""
+    if isinstance(hit, PhraseHit):
+        return hit
+    return best_passage(hit).best_phrase
+
+
+def best_passage(hit: PassageHit | DocumentHit) -> PassageHit:
+    """A passage hit itself, or the best passage of a document hit."""
+    return hit.best_passage if isinstance(hit, DocumentHit) else hit
+
+
 def check_unit(unit: str) -> str:
     if unit not in UNITS:
         raise InvalidParameterError(f"unknown retrieval unit {unit!r}; valid units: {', '.join(UNITS)}")
@@ -493,8 +505,7 @@ def _by_confidence(hits: list[Hit]) -> list[Hit]:
     scores stay the phrase scores they had (raw scores then need not decrease down the list)."""
 
     def confidence(hit: Hit) -> float:
-        phrase = hit if isinstance(hit, PhraseHit) else (hit.best_passage if isinstance(hit, DocumentHit) else hit)
-        phrase = phrase if isinstance(phrase, PhraseHit) else phrase.best_phrase
+        phrase = best_phrase(hit)
         return float(phrase.confidence) if phrase.confidence is not None and not phrase.copies_question else 0.0
 
     return sorted(hits, key=lambda hit: -confidence(hit))

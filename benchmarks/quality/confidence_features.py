@@ -152,8 +152,9 @@ def searcher_check(
     index = PhraseIndex.load(index_dir, model=model)
     questions = [r["question"] for r in records]
     searchers = {name: PhraseSearcher(index, model, calibration=c) for name, c in calibrations.items()}
-    # encoded as a default searcher encodes them (and as the cached candidates were gathered)
-    q_start, q_end = model.encode_queries(questions, batch_size=BATCH, precision=PhraseSearcher(index).query_precision)
+    # encoded as these (default) searchers encode them, and as the cached candidates were gathered
+    precision = next(iter(searchers.values())).query_precision
+    q_start, q_end = model.encode_queries(questions, batch_size=BATCH, precision=precision)
     served: dict[str, list] = {}
     seconds: dict[str, list[float]] = {name: [] for name in searchers}
     order = list(searchers)

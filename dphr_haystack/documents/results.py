@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ..confidence import ranked_confidences
-from ..search import DocumentHit, Hit, PassageHit, PhraseHit
+from ..search import DocumentHit, Hit, PhraseHit, best_passage, best_phrase
 
 StoredDocument = TypeVar("StoredDocument")
 
@@ -43,18 +43,6 @@ def expit(x: float) -> float:
 def scaled_score(raw: float, scale: bool) -> float:
     """``expit(raw / 100)`` when ``scale``, else the raw score as a float."""
     return expit(raw / SCORE_SCALE) if scale else float(raw)
-
-
-def best_phrase(hit: Hit) -> PhraseHit:
-    """The phrase of a phrase hit, the best phrase of a passage or document hit."""
-    if isinstance(hit, PhraseHit):
-        return hit
-    return best_passage(hit).best_phrase
-
-
-def best_passage(hit: PassageHit | DocumentHit) -> PassageHit:
-    """A passage hit itself, or the best passage of a document hit."""
-    return hit.best_passage if isinstance(hit, DocumentHit) else hit
 
 
 def hit_passage_id(hit: Hit) -> str:

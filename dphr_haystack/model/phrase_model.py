@@ -403,11 +403,12 @@ class PhraseModel(nn.Module):
             return own
         with _INT8_LOCK:
             memo = self.__dict__.get("_int8_query_side")
-            if memo is None or memo[0] != own or not _unchanged(memo[1]):
+            if memo is None or memo[0] != own or memo[2] is None or _version_key(memo[1]) != memo[2]:
                 tensors = [t for module in own.values() for t in module.state_dict(keep_vars=True).values()]
-                memo = (own, _versions(tensors), {name: int8_copy(module) for name, module in own.items()})
+                copies = {name: int8_copy(module) for name, module in own.items()}
+                memo = (own, tensors, _version_key(tensors), copies)
                 self.__dict__["_int8_query_side"] = memo
-        return memo[2]
+        return memo[3]
 
     @staticmethod
     def _safe_token_types(encoder: nn.Module, token_type_ids: torch.Tensor) -> torch.Tensor:
@@ -547,19 +548,14 @@ class PhraseModel(nn.Module):
         return fingerprint
 
 
-def _versions(tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], tuple | None]:
-    """The tensors with a key that every in-place write (optimizer step, ``load_state_dict``) and every move
+def _version_key(tensors: list[torch.Tensor]) -> tuple | None:
+    """A key that every in-place write to ``tensors`` (optimizer step, ``load_state_dict``) and every move
     (``.to()``) changes: data pointers and autograd version counters (None for inference tensors, which track no
     version: the copy is then remade each time)."""
     try:
-        return tensors, tuple((t.data_ptr(), t._version) for t in tensors)
+        return tuple((t.data_ptr(), t._version) for t in tensors)
     except RuntimeError:  # "Inference tensors do not track version counter"
-        return tensors, None
-
-
-def _unchanged(versions: tuple[list[torch.Tensor], tuple | None]) -> bool:
-    tensors, key = versions
-    return key is not None and _versions(tensors)[1] == key
+        return None
 
 
 def filter_head(dim: int, hidden: int | None = None) -> nn.Module:
