@@ -10,7 +10,11 @@ logistic regression fitted on questions with known answers (:func:`fit_calibrati
 features it names (:func:`answer_features`) are the phrase's score within its query's ranked candidates
 (:func:`confidence_features`: raw score, log-softmax, agreement, margin) and, in calibrations that name them, what
 the search has at hand about the answer: how many of the question's words its passage holds near it and compared
-with the other candidates' passages, its length, how many passages give it, how spread the candidates' scores are.
+with the other candidates' passages and in its sentence, how far the nearest of them is, whether it is the kind of
+answer the question asks for, its length, how many passages give it, how spread the candidates' scores are. A
+calibration may also carry an :class:`AnswerRanker` (:func:`fit_ranker`): a score of those features fitted to put
+each question's right answer first; the calibration then weighs an answer's rank score and its log-softmax among
+the candidates, so that its confidences order a query's answers as the ranker does.
 
 A ranked list of passages or documents scores each by its answer's confidence, made monotone along the ranking
 (:func:`ranked_confidences`): the ranking is by raw score, and a confidence also weighs how its phrase compares
@@ -19,7 +23,10 @@ with the other candidates, so a passage's answer can be more confident than the 
 
 from __future__ import annotations
 
+import bisect
 import math
+import re
+import string
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -27,14 +34,32 @@ import numpy as np
 
 from .answers import normalize_answer
 from .errors import InvalidParameterError
-from .model.calibration import ANSWER_FEATURES, FEATURES, KNOWN_FEATURES, Calibration, check_features, sigmoid
+from .fitting import (
+    auroc,
+    expected_calibration_error,
+    fit_calibration,
+    fit_logistic,
+    fit_ranker,
+    reliability,
+)
+from .model.calibration import (
+    ANSWER_FEATURES,
+    FEATURES,
+    KNOWN_FEATURES,
+    RANKER_FEATURES,
+    AnswerRanker,
+    Calibration,
+    check_features,
+)
 
 __all__ = [
     "ANSWER_FEATURES",
     "CONFIDENCE_DEPTH",
     "FEATURES",
     "KNOWN_FEATURES",
+    "RANKER_FEATURES",
     "STOPWORDS",
+    "AnswerRanker",
     "Calibration",
     "answer_confidences",
     "answer_features",
@@ -44,6 +69,7 @@ __all__ = [
     "expected_calibration_error",
     "fit_calibration",
     "fit_logistic",
+    "fit_ranker",
     "normalized_words",
     "question_words",
     "ranked_confidences",
@@ -63,6 +89,31 @@ STOPWORDS = frozenset(
 STEM = 5
 # How many words either side of an answer count as near it (window_support).
 SUPPORT_WINDOW = 20
+# support_distance counts at most this many words to the nearest question word.
+MAX_DISTANCE = 100
+# A word of a passage before normalisation: what stands between white space.
+_TOKEN = re.compile(r"\S+")
+# SQuAD normalisation word by word: punctuation dropped (marked first, so that offsets hold), articles dropped.
+_PUNCTUATION_MARK = str.maketrans(dict.fromkeys(string.punctuation, "\x00"))
+_ARTICLES = frozenset(("a", "an", "the"))
+# Where a sentence ends (sentence_support): a full stop, question or exclamation mark before a space.
+SENTENCE_END = re.compile(r"[.!?]\s")
+# What kind of answer a question asks for (type_match), tried in order; other questions ask for no known kind.
+QUESTION_KINDS = (
+    (
+        "number",
+        re.compile(
+            r"\b(how (many|much|long|old|far|large|big|tall|high|often|fast|wide|deep)|when|"
+            r"(what|which|in what) (year|percentage|percent|century|decade|date|day|time|age|number|temperature))\b"
+        ),
+    ),
+    ("name", re.compile(r"\b(who|whom|whose|where)\b")),
+)
+NUMBER_WORDS = frozenset(
+    "one two three four five six seven eight nine ten eleven twelve twenty thirty forty fifty hundred thousand "
+    "million billion dozen january february march april may june july august september october november december "
+    "century".split()
+)
 
 
 class RankedPhrase(Protocol):
@@ -137,6 +188,35 @@ def _content_stems(asked: Sequence[str]) -> set[str]:
     return _stems([w for w in asked if w not in STOPWORDS])
 
 
+class _PassageWords:
+    """A passage text's normalised words (SQuAD normalisation, word by word) with their character spans."""
+
+    def __init__(self, text: str) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.stems: list[str] = []
+        lowered = text.lower()
+        if len(lowered) == len(text):  # punctuation marked in place: the words keep their offsets
+            marked = lowered.translate(_PUNCTUATION_MARK)
+            words = ((m, m.group().replace("\x00", "")) for m in _TOKEN.finditer(marked))
+        else:  # a letter whose lower case is longer: normalise word by word
+            words = ((m, normalize_answer(m.group()).replace(" ", "")) for m in _TOKEN.finditer(text))
+        for match, word in words:
+            if word and word not in _ARTICLES:  # not punctuation or an article alone
+                self.starts.append(match.start())
+                self.ends.append(match.end())
+                self.stems.append(word[:STEM])
+
+    def before(self, position: int, low: int = 0) -> list[str]:
+        """The stems of the words that end at or before ``position`` and start at or after ``low``, in order."""
+        return self.stems[bisect.bisect_left(self.starts, low) : bisect.bisect_right(self.ends, position)]
+
+    def after(self, position: int, high: int | None = None) -> list[str]:
+        """The stems of the words that start at or after ``position`` and end at or before ``high``, in order."""
+        stop = len(self.ends) if high is None else bisect.bisect_right(self.ends, high)
+        return self.stems[bisect.bisect_left(self.starts, position) : stop]
+
+
 class _Support:
     """The share of a question's content words (stopwords left out, matched on their first :data:`STEM` letters)
     that a passage holds, in its title or text, or near an answer; per passage row, computed once."""
@@ -145,19 +225,42 @@ class _Support:
         self.content = _content_stems(asked)
         self.passages = passages
         self.by_row: dict[int, float] = {}
+        self.words: dict[int, _PassageWords] = {}
 
     def passage(self, row: int) -> float:
         if row not in self.by_row:
-            passage = self.passages[row]
-            words = normalized_words(f"{passage.get('title') or ''} {passage['text']}")
-            self.by_row[row] = len(self.content & _stems(words)) / len(self.content)
+            title = normalized_words(self.passages[row].get("title") or "")
+            self.by_row[row] = self._share(self._words(row).stems + [w[:STEM] for w in title])
         return self.by_row[row]
 
+    def _words(self, row: int) -> _PassageWords:
+        if row not in self.words:
+            self.words[row] = _PassageWords(self.passages[row]["text"])
+        return self.words[row]
+
+    def _share(self, stems: list[str]) -> float:
+        return len(self.content.intersection(stems)) / len(self.content)
+
     def near(self, phrase: RankedPhrase) -> float:
+        words = self._words(phrase.passage_row)
+        return self._share(words.before(phrase.start)[-SUPPORT_WINDOW:] + words.after(phrase.end)[:SUPPORT_WINDOW])
+
+    def sentence(self, phrase: RankedPhrase) -> float:
         text = self.passages[phrase.passage_row]["text"]
-        before = normalized_words(text[: phrase.start])[-SUPPORT_WINDOW:]
-        after = normalized_words(text[phrase.end :])[:SUPPORT_WINDOW]
-        return len(self.content & _stems(before + after)) / len(self.content)
+        starts = [m.end() for m in SENTENCE_END.finditer(text, 0, phrase.start)]
+        end = SENTENCE_END.search(text, phrase.end)
+        words = self._words(phrase.passage_row)
+        return self._share(
+            words.before(phrase.start, starts[-1] if starts else 0)
+            + words.after(phrase.end, end.start() + 1 if end else None)
+        )
+
+    def distance(self, phrase: RankedPhrase) -> int:
+        words = self._words(phrase.passage_row)
+        before = words.before(phrase.start)[::-1][:MAX_DISTANCE]
+        after = words.after(phrase.end)[:MAX_DISTANCE]
+        hits = (k for side in (before, after) for k, w in enumerate(side) if w in self.content)
+        return min(hits, default=MAX_DISTANCE)
 
 
 def answer_features(
@@ -166,6 +269,7 @@ def answer_features(
     rows: Sequence[int] | None = None,
     asked: Sequence[str] | None = None,
     passages: Sequence[Mapping[str, Any]] | None = None,
+    ranker: AnswerRanker | None = None,
 ) -> np.ndarray:
     """The features ``names`` (of :data:`KNOWN_FEATURES`) of candidates within their query's ranked candidates:
     (len(rows), len(names)), rows in the order of ``rows`` (positions in ``candidates``; default all).
@@ -181,16 +285,28 @@ def answer_features(
     - ``answer_words``: the phrase's normalised words;
     - ``agreeing_passages``: how many passages of the reference list give the phrase's normalised text (its own
       passage counted);
-    - ``score_spread``: the standard deviation of the reference list's scores.
+    - ``score_spread``: the standard deviation of the reference list's scores;
+    - ``sentence_support``: the share of the question's content words in the phrase's sentence (the phrase left out);
+    - ``support_distance``: log(1 + the number of words between the phrase and the nearest of them in its passage),
+      at most log(1 + :data:`MAX_DISTANCE`);
+    - ``type_match``: 1 when the question asks for a number or date (how many, when, what year...) and the phrase
+      holds a digit or a number or month word, or asks for a name (who, where) and the phrase starts with a capital
+      letter; 0 when it asks and the phrase does not fit; NaN for other questions (what, which...);
+    - ``question_overlap``: the share of the phrase's normalised words that the question holds;
+    - ``best_score``: the best score of the reference list (the same for every candidate of a query).
 
     ``passages`` are the passage records by row (``{"text", "title"}``, e.g. ``PhraseIndex.passages``). A feature
     that needs what is not given (no ``asked``, or a question with no content words) is NaN: a
-    :class:`Calibration` counts it at its mean.
+    :class:`Calibration` counts it at its mean. With a ``ranker`` the names may also be :data:`RANKER_FEATURES`:
+    ``rank_score`` (the ranker's score of the candidate) and ``rank_log_softmax`` (that score's log-softmax against
+    the reference list's, the candidate's own counted in when it lies below the list).
 
     Raises:
         InvalidParameterError: An unknown feature name, or passage features asked for without ``passages``.
     """
-    names = check_features(tuple(names))
+    names = check_features(tuple(names), ranked=ranker is not None)
+    if ranker is not None and set(names) & set(RANKER_FEATURES):
+        return _ranked_features(names, candidates, rows, asked, passages, ranker)
     wanted = list(range(len(candidates))) if rows is None else [int(i) for i in rows]
     out = np.full((len(wanted), len(names)), np.nan)
     if not wanted:
@@ -205,13 +321,16 @@ def answer_features(
         return out
     depth = min(len(candidates), CONFIDENCE_DEPTH)
     reference = candidates[:depth]
-    needs_passages = {"window_support", "support_gap"} & set(names)
+    needs_passages = {"window_support", "support_gap", "sentence_support", "support_distance"} & set(names)
     if needs_passages and passages is None:
         raise InvalidParameterError(f"features {sorted(needs_passages)} need the passages the candidates come from")
     has_content = asked is not None and bool(_content_stems(asked))
     support = _Support(asked, passages) if needs_passages and has_content else None
     keys = {i: normalize_answer(candidates[i].text) for i in (*range(depth), *wanted)}
     spread = float(np.std([c.score for c in reference]))
+    best = float(max(c.score for c in reference))
+    kind = question_kind(" ".join(asked)) if asked is not None else None
+    asked_set = set(asked or ())
     for r, i in enumerate(wanted):
         phrase = candidates[i]
         if "answer_words" in column:
@@ -226,7 +345,61 @@ def answer_features(
         if support is not None and "support_gap" in column:
             others = [support.passage(c.passage_row) for c in reference if c.passage_row != phrase.passage_row]
             out[r, column["support_gap"]] = support.passage(phrase.passage_row) - (max(others) if others else 0.0)
+        if support is not None and "sentence_support" in column:
+            out[r, column["sentence_support"]] = support.sentence(phrase)
+        if support is not None and "support_distance" in column:
+            out[r, column["support_distance"]] = math.log1p(support.distance(phrase))
+        if "type_match" in column and kind is not None:
+            out[r, column["type_match"]] = float(fits_kind(kind, phrase.text))
+        if "question_overlap" in column and asked is not None:
+            words = keys[i].split()
+            out[r, column["question_overlap"]] = sum(w in asked_set for w in words) / len(words) if words else 0.0
+        if "best_score" in column:
+            out[r, column["best_score"]] = best
     return out
+
+
+def _ranked_features(
+    names: tuple[str, ...],
+    candidates: Sequence[RankedPhrase],
+    rows: Sequence[int] | None,
+    asked: Sequence[str] | None,
+    passages: Sequence[Mapping[str, Any]] | None,
+    ranker: AnswerRanker,
+) -> np.ndarray:
+    """:func:`answer_features` with :data:`RANKER_FEATURES` among ``names``."""
+    wanted = list(range(len(candidates))) if rows is None else [int(i) for i in rows]
+    depth = min(len(candidates), CONFIDENCE_DEPTH)
+    scored = sorted({*range(depth), *wanted})  # the reference list and the rows asked for
+    plain = tuple(dict.fromkeys(n for n in (*names, *ranker.features) if n not in RANKER_FEATURES))
+    table = answer_features(plain, candidates, scored, asked, passages) if plain else np.zeros((len(scored), 0))
+    at = {i: k for k, i in enumerate(scored)}
+    rank = ranker.scores(table[:, [plain.index(n) for n in ranker.features]])
+    reference = rank[[at[i] for i in range(depth)]]
+    log_z = float(np.logaddexp.reduce(reference)) if depth else 0.0
+    out = np.empty((len(wanted), len(names)))
+    for r, i in enumerate(wanted):
+        own = rank[at[i]]
+        values = {
+            "rank_score": own,
+            "rank_log_softmax": own - (log_z if i < depth else float(np.logaddexp(log_z, own))),
+        }
+        out[r] = [values[n] if n in values else table[at[i], plain.index(n)] for n in names]
+    return out
+
+
+def question_kind(question: str) -> str | None:
+    """What kind of answer a question asks for, by its words: ``"number"`` (a number or date), ``"name"`` (a person
+    or place) or None."""
+    text = question.lower()
+    return next((kind for kind, pattern in QUESTION_KINDS if pattern.search(text)), None)
+
+
+def fits_kind(kind: str, phrase: str) -> bool:
+    """Does ``phrase`` look like an answer of ``kind`` (:func:`question_kind`)?"""
+    if kind == "number":
+        return any(ch.isdigit() for ch in phrase) or bool(NUMBER_WORDS & set(normalized_words(phrase)))
+    return phrase[:1].isupper()
 
 
 def answer_confidences(
@@ -238,7 +411,8 @@ def answer_confidences(
 ) -> np.ndarray:
     """P(correct) of the candidates at ``rows`` within their query's ranked ``candidates``, by ``calibration``
     over the features it names (:func:`answer_features`): (len(rows),)."""
-    return calibration.confidence(answer_features(calibration.features, candidates, rows, asked, passages))
+    features = answer_features(calibration.features, candidates, rows, asked, passages, calibration.ranker)
+    return calibration.confidence(features)
 
 
 def ranked_confidences(confidences: Sequence[float | None]) -> list[float]:
@@ -264,96 +438,3 @@ def ranked_confidences(confidences: Sequence[float | None]) -> list[float]:
             low = min(low, float(c))
         out.append(low)
     return out
-
-
-def fit_calibration(
-    features: np.ndarray,
-    correct: np.ndarray,
-    l2: float = 1e-2,
-    iterations: int = 50,
-    names: Sequence[str] = FEATURES,
-) -> Calibration:
-    """The calibration over the features ``names`` (columns of :func:`answer_features`): :func:`fit_logistic`.
-
-    Raises:
-        InvalidParameterError: As :func:`fit_logistic`, or ``names`` are not f distinct known features.
-    """
-    names = check_features(tuple(names))
-    x = np.asarray(features, dtype=np.float64)
-    if x.ndim != 2 or x.shape[1] != len(names):
-        raise InvalidParameterError(f"feature columns of shape {x.shape} for the {len(names)} features {names}")
-    weights, bias, mean, scale = fit_logistic(x, correct, l2, iterations)
-    return Calibration(weights, bias, mean, scale, names)
-
-
-def fit_logistic(
-    features: np.ndarray, correct: np.ndarray, l2: float = 1e-2, iterations: int = 50
-) -> tuple[tuple[float, ...], float, tuple[float, ...], tuple[float, ...]]:
-    """Logistic regression of ``correct`` (n,) on standardised ``features`` (n, f) by Newton's method with an L2
-    penalty: (weights, bias, mean, scale). A NaN feature counts at its column's mean, as
-    :meth:`Calibration.confidence` counts it.
-
-    Raises:
-        InvalidParameterError: Fewer than two examples, or only right or only wrong answers.
-    """
-    x = np.asarray(features, dtype=np.float64)
-    y = np.asarray(correct, dtype=np.float64)
-    if x.ndim != 2 or len(x) != len(y) or len(y) < 2 or y.min() == y.max():
-        raise InvalidParameterError("calibration needs at least one right and one wrong answer")
-    known = ~np.isnan(x)
-    mean = np.where(known, x, 0.0).sum(axis=0) / np.maximum(known.sum(axis=0), 1)
-    x = np.where(known, x, mean)
-    scale = x.std(axis=0)
-    scale[scale < 1e-9] = 1.0
-    z = np.hstack([(x - mean) / scale, np.ones((len(x), 1))])  # (n, f + 1)
-    w = np.zeros(z.shape[1])
-    penalty = np.full(z.shape[1], l2 * len(y))
-    penalty[-1] = 0.0  # the bias is not shrunk
-    for _ in range(iterations):
-        p = sigmoid(z @ w)
-        gradient = z.T @ (p - y) + penalty * w
-        hessian = (z * (p * (1 - p))[:, None]).T @ z + np.diag(penalty) + 1e-9 * np.eye(len(w))
-        step = np.linalg.solve(hessian, gradient)
-        w -= step
-        if np.abs(step).max() < 1e-8:
-            break
-    return tuple(w[:-1].tolist()), float(w[-1]), tuple(mean.tolist()), tuple(scale.tolist())
-
-
-def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:
-    """Area under the ROC curve: P(a right answer scores above a wrong one), ties counted half."""
-    s = np.asarray(scores, dtype=np.float64)
-    y = np.asarray(labels, dtype=bool)
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    _, inverse, counts = np.unique(s, return_inverse=True, return_counts=True)
-    ends = np.cumsum(counts)
-    ranks = (ends - (counts - 1) / 2)[inverse]  # 1-based ranks, averaged over ties
-    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
-
-
-def reliability(confidences: Sequence[float], labels: Sequence[bool], bins: int = 10) -> list[dict[str, float]]:
-    """Reliability table: per confidence bin, the mean confidence, the accuracy and the count."""
-    c = np.asarray(confidences, dtype=np.float64)
-    y = np.asarray(labels, dtype=np.float64)
-    edges = np.linspace(0.0, 1.0, bins + 1)
-    which = np.clip(np.searchsorted(edges, c, side="right") - 1, 0, bins - 1)
-    return [
-        {
-            "low": float(edges[b]),
-            "high": float(edges[b + 1]),
-            "confidence": float(c[which == b].mean()),
-            "accuracy": float(y[which == b].mean()),
-            "count": int((which == b).sum()),
-        }
-        for b in range(bins)
-        if (which == b).any()
-    ]
-
-
-def expected_calibration_error(confidences: Sequence[float], labels: Sequence[bool], bins: int = 10) -> float:
-    """Σ_bins (count / n) · |accuracy − mean confidence|."""
-    table = reliability(confidences, labels, bins)
-    n = sum(row["count"] for row in table)
-    return float(sum(row["count"] / n * abs(row["accuracy"] - row["confidence"]) for row in table)) if n else 0.0

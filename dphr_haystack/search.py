@@ -328,6 +328,7 @@ class PhraseSearcher:
                         calibration,
                         self.tidy_answers,
                         asked[qi] if asked else None,
+                        by_confidence,
                     )
                 hits = _by_confidence(hits)[:top_k] if by_confidence else hits
                 results[qi] = hits
@@ -521,11 +522,12 @@ def _aggregate(
     calibration: Calibration | None = None,
     trim: bool = False,
     asked: Sequence[str] | None = None,
+    most_confident: bool = False,
 ) -> list[Hit]:
     """The top-k passages or documents: each scored by its best phrase (``max``) or the log-sum-exp of all of its
     phrases' scores (``logsumexp``), carrying as its answer its best phrase that does not copy the question
-    (``words``), with the confidence that phrase has among the ranked phrase answers (:func:`_phrase_answers`),
-    its text trimmed with ``trim``; ties broken deterministically."""
+    (``words``; with ``most_confident``, its most confident one), with the confidence that phrase has among the
+    ranked phrase answers (:func:`_phrase_answers`), its text trimmed with ``trim``; ties broken deterministically."""
     tokens = index.tokens
     best: dict[str, tuple] = {}  # key -> its best phrase (the first in the deterministic phrase order)
     answer: dict[str, int] = {}  # passage id -> position in ``answers`` of its best phrase that is no copy
@@ -552,9 +554,12 @@ def _aggregate(
     answering = {key: index.passages[int(tokens["passage"][best[key][1]])]["id"] for key in order}
     confidence: dict[int, float] = {}
     if calibration is not None and answers:
-        at = sorted({answer[pid] for pid in answering.values() if pid in answer})
+        at = range(len(answers)) if most_confident else sorted({answer[p] for p in answering.values() if p in answer})
         found = answer_confidences(calibration, answers, at, asked, index.passages)
         confidence = dict(zip(at, found.tolist(), strict=True))
+        for i in at if most_confident else ():  # a passage answers with its most confident phrase
+            pid = index.passages[answers[i].passage_row]["id"]
+            answer[pid] = i if confidence[i] > confidence[answer[pid]] else answer[pid]
     out: list[Hit] = []
     for key in order:
         if answering[key] in answer:
@@ -578,23 +583,3 @@ def _aggregate(
             hit = DocumentHit(passage["document_id"], passage.get("title", ""), totals[key], hit)
         out.append(hit)
     return out
-
-
-def open_searcher(index_dir, model_dir=None, **kwargs: Any) -> PhraseSearcher:
-    """A searcher over a saved index, with ``model_dir`` or else the model the index records it was built with.
-
-    Raises:
-        ModelLoadError: No model given and none recorded in the index.
-        ModelMismatchError: The model's phrase encoder is not the one the index was built with.
-    """
-    from .errors import ModelLoadError, ModelMismatchError
-    from .model.loading import load_model
-
-    index = PhraseIndex.load(index_dir)
-    model_dir = model_dir or index.manifest.get("model_path")
-    if not model_dir:
-        raise ModelLoadError(f"{index_dir}: the index does not record its model; pass a model directory")
-    model = load_model(model_dir)
-    if model.phrase_fingerprint() != index.model_fingerprint:
-        raise ModelMismatchError(f"{model_dir}: phrase encoder differs from the one {index_dir} was built with")
-    return PhraseSearcher(index, model, **kwargs)

@@ -1,22 +1,22 @@
 """Fit the phrase-answer confidence of a model and store it with the model.
 
     python -m train.calibrate --model runs/x/qsft/best --out runs/x/calibrated \\
-        [--index benchmarks/cache/squad-open-small/phrases-...] [--paragraphs 427] [--features score,...]
+        [--index benchmarks/cache/squad-open-small/phrases-...] [--paragraphs 427] [--features score,...] [--no-ranker]
 
 Questions with known answers (by default those of the first ``--paragraphs`` paragraphs of SQuAD dev-public: the
 held-out validation articles) are asked against a phrase index: ``--index`` (e.g. the whole open-domain corpus the
-model will search), or else an in-memory index of those paragraphs. Each question's top phrase (question copies
-skipped, as at inference) gets the features of :func:`dphr_haystack.confidence.confidence_features` and the label
-"exact match"; a logistic calibration is fitted on ``1 − holdout`` of the questions and scored on the rest (AUROC
-of right vs wrong top-1 answers, expected calibration error, a reliability table), then refitted on all of them and
-written into ``<out>/dphr_config.json``. Out-of-corpus questions (those of the next paragraphs, which the in-memory
-index does not hold) show what a question about nothing in the corpus gets. Writes ``<out>/calibration.json`` and
-``<out>/reliability.png``.
-
-The features (``--features``; default all of :data:`~dphr_haystack.confidence.KNOWN_FEATURES`, while
-``score,log_softmax,log_agreement,margin`` fits the four of earlier calibrations) are those of
-:func:`dphr_haystack.confidence.answer_features` over each question's ranked candidates as the searcher gathers
-them for a top answer with a confidence (:func:`ranked_candidates`).
+model will search), or else an in-memory index of those paragraphs. Each question's ranked candidates (the first
+:data:`~dphr_haystack.confidence.CONFIDENCE_DEPTH`, trimmed, question copies skipped, as at inference;
+:func:`ranked_candidates`) get the features of :func:`dphr_haystack.confidence.answer_features` (``--features``;
+default all of :data:`~dphr_haystack.confidence.KNOWN_FEATURES`) and the label "exact match". An answer ranker
+(:func:`dphr_haystack.confidence.fit_ranker`) learns from all of them to put the right answer first, and a
+logistic calibration of its top answers (:data:`RANKED_CALIBRATION`) turns its scores into P(correct);
+``--no-ranker`` fits the calibration on the features of the top answers by score instead, as models calibrated
+before the ranker were. Both are fitted on ``1 − holdout`` of the questions and scored on the rest (EM@1 of the top
+answer by score and by confidence, AUROC of right vs wrong top answers, expected calibration error, a reliability
+table), then refitted on all of them and written into ``<out>/dphr_config.json``. Out-of-corpus questions (those
+of the next paragraphs, which the in-memory index does not hold) show what a question about nothing in the corpus
+gets. Writes ``<out>/calibration.json`` and ``<out>/reliability.png``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import random
 import shutil
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +40,15 @@ from dphr_haystack.answers import exact_match
 from dphr_haystack.confidence import (
     CONFIDENCE_DEPTH,
     KNOWN_FEATURES,
+    RANKER_FEATURES,
+    AnswerRanker,
+    Calibration,
     answer_features,
     auroc,
     copies_question,
     expected_calibration_error,
     fit_calibration,
+    fit_ranker,
     question_words,
     reliability,
 )
@@ -58,6 +62,10 @@ from .data import RCData, RCExample, load_squad
 from .validation import unique_questions
 
 logger = logging.getLogger(__name__)
+# What the calibration of a ranked model weighs of its top answer: the answer ranker's score and log-softmax (both
+# rise with the rank score within a query, so confidences order a query's answers as the ranker does), and how
+# high and how spread the query's raw scores are (the same for all of its answers).
+RANKED_CALIBRATION = ("rank_score", "rank_log_softmax", "best_score", "score_spread")
 DEFAULT_DEV = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "squad" / "dev-v1.1-public.json.gz"
 
 
@@ -96,24 +104,76 @@ def ranked_candidates(
     return out
 
 
-def top_answers(
+@dataclass
+class CandidateTable:
+    """The features of each question's ranked candidates (the first :data:`CONFIDENCE_DEPTH`): one row per
+    candidate, with its question's position and its exact-match label; ``candidates[q]`` and ``asked[q]`` are
+    question q's candidates and normalised words."""
+
+    features: np.ndarray
+    correct: np.ndarray
+    query: np.ndarray
+    candidates: list[list[PhraseHit]]
+    asked: list[tuple[str, ...]]
+
+
+def candidate_table(
     searcher: PhraseSearcher,
     examples: Sequence[RCExample],
-    batch_size: int = 64,
     features: Sequence[str] = KNOWN_FEATURES,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Confidence features (n, len(features)), exact-match labels (n,) and raw scores (n,) of each question's top
-    phrase, for the questions with an answer; ``searcher`` is a :func:`candidate_searcher`."""
-    rows, labels, scores = [], [], []
+    batch_size: int = 64,
+) -> CandidateTable:
+    """The :class:`CandidateTable` of ``examples``' questions; ``searcher`` is a :func:`candidate_searcher`."""
+    rows, labels, query = [], [], []
     ranked_lists = ranked_candidates(searcher, [ex.question for ex in examples], batch_size)
-    for ex, ranked in zip(examples, ranked_lists, strict=True):
-        if not ranked:
+    kept = [ranked[:CONFIDENCE_DEPTH] for ranked in ranked_lists]
+    asked = [question_words(ex.question) for ex in examples]
+    for q, (ex, ranked) in enumerate(zip(examples, kept, strict=True)):
+        if ranked:
+            rows.append(answer_features(features, ranked, None, asked[q], searcher.index.passages))
+            labels += [exact_match(hit.text, ex.answers) for hit in ranked]
+            query += [q] * len(ranked)
+    table = np.vstack(rows) if rows else np.zeros((0, len(features)))
+    return CandidateTable(table, np.array(labels, dtype=bool), np.array(query, dtype=np.int64), kept, asked)
+
+
+def top_answers(
+    table: CandidateTable,
+    passages: Sequence[dict],
+    questions: np.ndarray,
+    ranker: AnswerRanker | None,
+    names: Sequence[str],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each of ``questions`` (positions in ``table``) that has candidates: the calibration features ``names`` of
+    its top answer (by ``ranker``, else by score), whether it is right, and its raw score."""
+    rows, labels, scores = [], [], []
+    rank = ranker.scores(table.features[:, [KNOWN_FEATURES.index(n) for n in ranker.features]]) if ranker else None
+    for q in questions:
+        at = np.flatnonzero(table.query == q)
+        if not len(at):
             continue
-        asked = question_words(ex.question)
-        rows.append(answer_features(features, ranked, [0], asked, searcher.index.passages)[0])
-        labels.append(exact_match(ranked[0].text, ex.answers))
-        scores.append(ranked[0].score)
-    return np.array(rows).reshape(len(rows), len(features)), np.array(labels, dtype=bool), np.array(scores)
+        top = int(np.argmax(rank[at])) if rank is not None else 0  # argmax: the first of equals, as a stable sort
+        ranked = table.candidates[q]
+        rows.append(answer_features(names, ranked, [top], table.asked[q], passages, ranker)[0])
+        labels.append(bool(table.correct[at[top]]))
+        scores.append(ranked[top].score)
+    return np.array(rows).reshape(len(rows), len(names)), np.array(labels, dtype=bool), np.array(scores)
+
+
+def fit_confidence(
+    table: CandidateTable, passages: Sequence[dict], questions: np.ndarray, names: Sequence[str], ranked: bool
+) -> Calibration:
+    """The calibration fitted on ``questions`` (positions in ``table``): with ``ranked`` an answer ranker over the
+    features ``names`` of every candidate, then the :data:`RANKED_CALIBRATION` features of its top answers; else
+    ``names`` of the top answers by score."""
+    if not ranked:
+        features, labels, _ = top_answers(table, passages, questions, None, names)
+        return fit_calibration(features, labels, names=names)
+    rows = np.isin(table.query, questions)
+    columns = [KNOWN_FEATURES.index(n) for n in names]
+    ranker = fit_ranker(table.features[rows][:, columns], table.correct[rows], table.query[rows], names=names)
+    features, labels, _ = top_answers(table, passages, questions, ranker, RANKED_CALIBRATION)
+    return fit_calibration(features, labels, names=RANKED_CALIBRATION, ranker=ranker)
 
 
 def calibrate(
@@ -124,41 +184,69 @@ def calibrate(
     seed: int = 0,
     outside: Sequence[RCExample] = (),
     names: Sequence[str] = KNOWN_FEATURES,
+    ranked: bool = True,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Fit the features ``names`` on ``data``'s questions against ``index``; returns (the calibration dict, a
-    report)."""
+    """Fit the confidence (an answer ranker over the features ``names`` and a calibration of its top answers, or
+    with ``ranked=False`` a calibration of the features ``names`` of the top answers by score) on ``data``'s
+    questions against ``index``; returns (the calibration dict, a report)."""
+    names = tuple(names)
     searcher = candidate_searcher(index, model)
     questions = unique_questions(data.examples)
-    features, labels, score = top_answers(searcher, questions, features=names)
-    order = list(range(len(labels)))
+    table = candidate_table(searcher, questions, KNOWN_FEATURES)
+    passages = index.passages
+    answered = np.unique(table.query)
+    order = list(range(len(questions)))
     random.Random(seed).shuffle(order)
     n_held = int(round(holdout * len(order)))
-    held, fit = np.array(order[:n_held], dtype=int), np.array(order[n_held:], dtype=int)
+    held, fit = np.array(sorted(order[:n_held]), dtype=int), np.array(sorted(order[n_held:]), dtype=int)
+    _, by_score, _ = top_answers(table, passages, np.arange(len(questions)), None, names)
     report: dict[str, Any] = {
-        "questions": len(labels),
-        "em@1": float(labels.mean()) if len(labels) else 0.0,
+        "questions": len(questions),
+        "answered": len(answered),
+        "em@1": float(by_score.sum() / len(questions)) if len(questions) else 0.0,
         "fit_questions": len(fit),
         "held_out_questions": len(held),
+        "ranker": ranked,
     }
     if len(held):
-        on_fit = fit_calibration(features[fit], labels[fit], names=names)
-        confidence = on_fit.confidence(features[held])
+        on_fit = fit_confidence(table, passages, fit, names, ranked)
+        features, labels, score = top_answers(table, passages, held, on_fit.ranker, on_fit.features)
+        confidence = on_fit.confidence(features)
+        _, held_by_score, _ = top_answers(table, passages, held, None, names)
         report.update(
             {
-                "held_out_auroc": auroc(confidence, labels[held]),
-                "held_out_raw_score_auroc": auroc(score[held], labels[held]),
-                "held_out_ece": expected_calibration_error(confidence, labels[held]),
-                "held_out_reliability": reliability(confidence, labels[held]),
+                "held_out_em@1": {
+                    "by score": float(held_by_score.sum() / len(held)),
+                    "by confidence": float(labels.sum() / len(held)),
+                },
+                "held_out_auroc": auroc(confidence, labels),
+                "held_out_raw_score_auroc": auroc(score, labels),
+                "held_out_ece": expected_calibration_error(confidence, labels),
+                "held_out_reliability": reliability(confidence, labels),
                 "held_out_mean_confidence": {
-                    "right": float(confidence[labels[held]].mean()),
-                    "wrong": float(confidence[~labels[held]].mean()),
+                    "right": float(confidence[labels].mean()),
+                    "wrong": float(confidence[~labels].mean()),
                 },
             }
         )
-    calibration = fit_calibration(features, labels, names=names)
+    calibration = fit_confidence(table, passages, np.arange(len(questions)), names, ranked)
+    if ranked:
+        rising = all(
+            w >= 0 for f, w in zip(calibration.features, calibration.weights, strict=True) if f in RANKER_FEATURES
+        )
+        report["confidence_orders_as_ranker"] = rising
+        if not rising:
+            logger.warning("the calibration weighs a rank feature negatively: its confidences do not order answers")
+    features, labels, _ = top_answers(
+        table, passages, np.arange(len(questions)), calibration.ranker, calibration.features
+    )
+    report["in_sample_em@1"] = float(labels.sum() / len(questions)) if len(questions) else 0.0
     report["in_sample_auroc"] = auroc(calibration.confidence(features), labels)
     if outside:
-        out_features, _, _ = top_answers(searcher, unique_questions(list(outside)), features=names)
+        others = candidate_table(searcher, unique_questions(list(outside)), KNOWN_FEATURES)
+        out_features, _, _ = top_answers(
+            others, passages, np.arange(len(others.candidates)), calibration.ranker, calibration.features
+        )
         out_conf = calibration.confidence(out_features)
         report["out_of_corpus"] = {
             "questions": len(out_conf),
@@ -223,6 +311,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=KNOWN_FEATURES,
         help=f"comma-separated features to fit (default all: {','.join(KNOWN_FEATURES)})",
     )
+    parser.add_argument(
+        "--ranker",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fit an answer ranker over --features and calibrate its top answers (default); --no-ranker fits "
+        "--features of the top answers by score",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     if not 0 <= args.holdout < 1:
@@ -243,7 +338,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         index = PhraseIndex.create(model, filter_threshold=model.config.filter_threshold)
         add_passages(index, model, data.passages, progress=True)
         outside_examples = outside.examples
-    calibration, report = calibrate(model, data, index, args.holdout, outside=outside_examples, names=args.features)
+    calibration, report = calibrate(
+        model, data, index, args.holdout, outside=outside_examples, names=args.features, ranked=args.ranker
+    )
     model_dir = Path(args.model)
     if not model_dir.is_dir():  # a shipped model name
         from dphr_haystack.model.registry import shipped_model_path

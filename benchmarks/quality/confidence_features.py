@@ -16,10 +16,12 @@ questions, which it never saw: AUROC of the top answer's confidence for right (e
 expected calibration error, with 95% bootstrap intervals, and the paired bootstrap interval of the AUROC gain over
 today's four features; beside it the 5-fold cross-validated AUROC on the validation questions. Rows: the raw score,
 today's four features, each answer feature of :func:`dphr_haystack.confidence.answer_features` added alone, each
-feature tried and left out (computed here) added alone, the library's nine (``train.calibrate``'s default), a greedy
-forward selection by validation cross-validation, all of them. A check asks ``--check`` questions of each group
-again through a default searcher with the shipped calibration and with the library's nine (fitted on the validation
-questions): the cached candidates must give its top answers and confidences; it also times the searcher with each.
+feature tried and left out (computed here) added alone, all of the library's (``train.calibrate --no-ranker``), a
+greedy forward selection by validation cross-validation, all of them. A check asks ``--check`` questions of each group
+again through a searcher ranking by score with the shipped calibration (unless it calibrates an answer ranker's top
+answers: ``benchmarks.quality.confidence_ranking`` measures those) and with all of the library's features (fitted on
+the validation questions): the cached candidates must give its top answers and confidences; it also times the
+searcher with each.
 Writes results/confidence_features.json and .png.
 """
 
@@ -142,7 +144,7 @@ def searcher_check(
     model_name: str, index_dir: Path, records: list[dict[str, Any]], calibrations: dict[str, Any]
 ) -> dict[str, dict[str, Any]]:
     """Per calibration: of ``records``' questions asked again through a default searcher with it, for how many its
-    top answer and its confidence are those the cached candidates give (:func:`answer_confidences`), and the
+    top answer by score and its confidence are those the cached candidates give (:func:`answer_confidences`), and the
     searcher's milliseconds per question (query vectors encoded beforehand; the calibrations take turns, A B B A,
     the faster of each one's two passes)."""
     from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
@@ -151,7 +153,9 @@ def searcher_check(
     model = PhraseModel.load(model_name)
     index = PhraseIndex.load(index_dir, model=model)
     questions = [r["question"] for r in records]
-    searchers = {name: PhraseSearcher(index, model, calibration=c) for name, c in calibrations.items()}
+    searchers = {
+        name: PhraseSearcher(index, model, calibration=c, ranking="score") for name, c in calibrations.items()
+    }
     # encoded as these (default) searchers encode them, and as the cached candidates were gathered
     precision = next(iter(searchers.values())).query_precision
     q_start, q_end = model.encode_queries(questions, batch_size=BATCH, precision=precision)
@@ -230,13 +234,6 @@ class Top:
         content = self.content()
         return len(content & set(normalize_answer(text).split())) / len(content) if content else float("nan")
 
-    def sentence(self) -> str:
-        """The top answer's sentence, the answer left out."""
-        text = self.passages[self.top.passage_row]["text"]
-        begin = max(text.rfind(". ", 0, self.top.start), 0)
-        stop = text.find(". ", self.top.end)
-        return text[begin : self.top.start] + " " + text[self.top.end : len(text) if stop < 0 else stop]
-
 
 def _type_agreement(t: Top) -> float:
     digit = any(ch.isdigit() for ch in t.top.text)
@@ -282,7 +279,6 @@ TRIED: dict[str, Callable[[Top], float]] = {
         t.passages[t.top.passage_row]["title"] + " " + t.passages[t.top.passage_row]["text"]
     ),
     "title_support": lambda t: t.share(t.passages[t.top.passage_row]["title"].replace("_", " ")),
-    "sentence_support": lambda t: t.share(t.sentence()),
     "window_support_exact_words": _window_exact,
 }
 
@@ -313,12 +309,11 @@ def feature_table(
 def _fit_predict(x_fit: np.ndarray, y_fit: np.ndarray, x_test: np.ndarray) -> np.ndarray:
     """Confidences of ``x_test`` by the logistic calibration fitted on ``x_fit`` (:func:`fit_calibration`'s fit;
     a NaN feature counts at its mean)."""
-    from dphr_haystack.confidence import Calibration, fit_logistic
+    from dphr_haystack.confidence import fit_logistic, sigmoid
+    from dphr_haystack.model.calibration import standardised
 
     weights, bias, mean, scale = fit_logistic(x_fit, y_fit)
-    return Calibration(weights, bias, mean, scale, features=tuple(f"f{i}" for i in range(len(mean)))).confidence(
-        x_test
-    )
+    return sigmoid(standardised(x_test, mean, scale) @ np.asarray(weights) + bias)
 
 
 def cross_validated_auroc(x: np.ndarray, y: np.ndarray, folds: int = 5, seed: int = 0) -> float:
@@ -393,7 +388,7 @@ def measure(model_name: str, index_dir: Path, open_small: int, refresh: bool, ga
     sets: dict[str, list[str]] = {"raw score only": ["score"], "today's 4 features": base}
     sets.update({f"+ {n}": [*base, n] for n in ANSWER_FEATURES})
     sets.update({f"+ {n} (tried)": [*base, n] for n in TRIED})
-    sets["library's 9 (train.calibrate default)"] = list(KNOWN_FEATURES)
+    sets[f"library's {len(KNOWN_FEATURES)} (train.calibrate --no-ranker)"] = list(KNOWN_FEATURES)
     sets["greedy selection (validation CV)"] = selected
     sets["all"] = names
     confidences, cv = {}, {}
@@ -402,6 +397,8 @@ def measure(model_name: str, index_dir: Path, open_small: int, refresh: bool, ga
         confidences[label] = _fit_predict(x_fit[:, cols], y_fit, x_test[:, cols])
         cv[label] = cross_validated_auroc(x_fit[:, cols], y_fit)
     stored = PhraseModel.load(model_name).config.calibration
+    if stored is not None and stored.get("ranker") is not None:
+        stored = None  # it calibrates its answer ranker's top answers: benchmarks.quality.confidence_ranking
     if stored is not None:
         calibration = Calibration.from_dict(stored)
         confidences["shipped calibration"] = calibration.confidence(
@@ -409,7 +406,11 @@ def measure(model_name: str, index_dir: Path, open_small: int, refresh: bool, ga
         )
         sets["shipped calibration"] = list(calibration.features)
     scored = bootstrap(y_test, confidences, "today's 4 features")
-    checked = {"library's 9": fit_calibration(x_fit[:, : len(KNOWN_FEATURES)], y_fit, names=KNOWN_FEATURES)}
+    checked = {
+        f"library's {len(KNOWN_FEATURES)}": fit_calibration(
+            x_fit[:, : len(KNOWN_FEATURES)], y_fit, names=KNOWN_FEATURES
+        )
+    }
     if stored is not None:
         checked["shipped"] = Calibration.from_dict(stored)
     sample = data["groups"]["validation"][:check] + data["groups"]["open_small"][:check]

@@ -9,7 +9,7 @@ checkout's ``dphr index`` from the first ``--paragraphs`` SQuAD dev-public parag
 
 (a) cold start: ``python -m dphr_haystack search --index IDX QUESTION`` (the default shipped model, phrase answers),
 alternating between the checkouts, ``--runs`` times each; median wall time and peak RSS of the child.
-(b) concurrent clients: ``--clients`` processes each open the index with ``dphr_haystack.search.open_searcher``
+(b) concurrent clients: ``--clients`` processes each open the index with ``dphr_haystack.saved_index.open_searcher``
 (the Python API, default settings), answer one warm-up question, wait until all are ready, then ask ``--queries``
 SQuAD questions one at a time (``search(q, unit="phrase", top_k=10)``); p50/p95 ms per query over all clients and
 total queries/s (all queries / wall time from the common start to the last client's end). The checkouts take
@@ -36,7 +36,7 @@ QUESTION = "Which NFL team represented the AFC at Super Bowl 50?"
 # One client: open the searcher, warm up, say "ready", wait for "go", time each query, print the latencies as JSON.
 CLIENT = """
 import json, sys, time
-from dphr_haystack.search import open_searcher
+from dphr_haystack.saved_index import open_searcher
 index, questions = sys.argv[1], json.loads(open(sys.argv[2]).read())
 searcher = open_searcher(index)
 searcher.search(questions[0], unit="phrase", top_k=10)

@@ -156,7 +156,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.index is not None:
         if args.corpus or args.store or args.set:
             raise InvalidParameterError("--corpus, --store and --set apply to --pipeline, not --index")
-        from ..search import open_searcher
+        from ..saved_index import open_searcher
 
         report = evaluate_searcher(
             open_searcher(args.index, args.model, truecase=args.truecase),

@@ -74,7 +74,8 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
 
 def run_search(args: argparse.Namespace) -> int:
     """Run ``dphr search``."""
-    from ..search import check_unit, open_searcher
+    from ..saved_index import open_searcher
+    from ..search import check_unit
 
     check_unit(args.unit)
     searcher = open_searcher(

@@ -4,7 +4,9 @@ The features themselves are computed by :func:`dphr_haystack.confidence.answer_f
 fitted by :func:`dphr_haystack.confidence.fit_calibration`; this module holds the stored form alone, so that the
 model's config can check it without importing the query layer. A calibration names the features it weighs, in its
 order: one stored over today's four score features (:data:`FEATURES`) computes exactly what it always did, one
-over more of :data:`KNOWN_FEATURES` computes those too.
+over more of :data:`KNOWN_FEATURES` computes those too. A calibration may carry an :class:`AnswerRanker`, a linear
+score of the answer features fitted to put a query's right answer first: its features :data:`RANKER_FEATURES` then
+read each answer's place in that ranking, and the searchers order answers by it.
 """
 
 from __future__ import annotations
@@ -21,9 +23,58 @@ from ..errors import InvalidParameterError
 # confidence_features`), in order: what every calibration before the answer features weighed.
 FEATURES = ("score", "log_softmax", "log_agreement", "margin")
 # Features of the answer's text, passage and question (:func:`dphr_haystack.confidence.answer_features`).
-ANSWER_FEATURES = ("window_support", "support_gap", "answer_words", "agreeing_passages", "score_spread")
-# Every feature a calibration may name.
+ANSWER_FEATURES = (
+    "window_support",
+    "support_gap",
+    "answer_words",
+    "agreeing_passages",
+    "score_spread",
+    "sentence_support",
+    "support_distance",
+    "type_match",
+    "question_overlap",
+    "best_score",
+)
+# Every feature of a candidate on its own: what a calibration or an answer ranker may name.
 KNOWN_FEATURES = FEATURES + ANSWER_FEATURES
+# An answer's place among its query's candidates as an answer ranker scores them: only a calibration with a ranker.
+RANKER_FEATURES = ("rank_score", "rank_log_softmax")
+
+
+def standardised(features: np.ndarray, mean: tuple[float, ...], scale: tuple[float, ...]) -> np.ndarray:
+    """``(features − mean) / scale``, a NaN feature counted at its mean (0)."""
+    m = np.asarray(mean)
+    x = np.asarray(features, dtype=np.float64)
+    return (np.where(np.isnan(x), m, x) - m) / np.asarray(scale)
+
+
+@dataclass(frozen=True)
+class AnswerRanker:
+    """A linear score ``w · standardised features`` of a query's candidate answers, fitted so that the query's right
+    answers come first (:func:`dphr_haystack.confidence.fit_ranker`)."""
+
+    weights: tuple[float, ...]
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    features: tuple[str, ...]
+
+    def scores(self, features: np.ndarray) -> np.ndarray:
+        """The rank score of each row of :func:`~dphr_haystack.confidence.answer_features` over :attr:`features`."""
+        return standardised(features, self.mean, self.scale) @ np.asarray(self.weights)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "features": list(self.features),
+            "weights": list(self.weights),
+            "mean": list(self.mean),
+            "scale": list(self.scale),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> AnswerRanker:
+        """Read a stored ranker; InvalidParameterError on a malformed or foreign one."""
+        features, values = _read_linear(data, "answer ranker", ("weights", "mean", "scale"))
+        return cls(values[0], values[1], values[2], check_features(features))
 
 
 @dataclass(frozen=True)
@@ -43,52 +94,70 @@ class Calibration:
     mean: tuple[float, ...]
     scale: tuple[float, ...]
     features: tuple[str, ...] = FEATURES
+    ranker: AnswerRanker | None = None
+
+    def __post_init__(self) -> None:
+        check_features(self.features, ranked=self.ranker is not None)
 
     def confidence(self, features: np.ndarray) -> np.ndarray:
         """P(correct) of each row of :func:`~dphr_haystack.confidence.answer_features` over :attr:`features`:
         (n,) in [0, 1]."""
-        mean = np.asarray(self.mean)
-        x = np.asarray(features, dtype=np.float64)
-        x = (np.where(np.isnan(x), mean, x) - mean) / np.asarray(self.scale)
-        return sigmoid(x @ np.asarray(self.weights) + self.bias)
+        return sigmoid(standardised(features, self.mean, self.scale) @ np.asarray(self.weights) + self.bias)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "features": list(self.features),
             "weights": list(self.weights),
             "bias": self.bias,
             "mean": list(self.mean),
             "scale": list(self.scale),
         }
+        if self.ranker is not None:
+            out["ranker"] = self.ranker.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: Any) -> Calibration:
         """Read a stored calibration; InvalidParameterError on a malformed or foreign one."""
-        try:
-            features = tuple(str(f) for f in data["features"])
-            values = [tuple(float(v) for v in data[k]) for k in ("weights", "mean", "scale")]
-            bias = float(data["bias"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidParameterError(f"malformed calibration {data!r}: {exc}") from exc
-        check_features(features)
-        if (
-            any(len(v) != len(features) for v in values)
-            or not all(math.isfinite(x) for x in (*values[0], *values[1], *values[2], bias))
-            or min(values[2]) <= 0
-        ):
-            raise InvalidParameterError(
-                f"calibration values must be {len(features)} finite numbers each (one per feature), scales > 0"
-            )
-        return cls(values[0], bias, values[1], values[2], features)
+        features, values = _read_linear(data, "calibration", ("weights", "mean", "scale", "bias"))
+        ranker = AnswerRanker.from_dict(data["ranker"]) if data.get("ranker") is not None else None
+        return cls(values[0], values[3][0], values[1], values[2], features, ranker)
 
 
-def check_features(features: tuple[str, ...]) -> tuple[str, ...]:
-    """``features`` if it names known features, each once; InvalidParameterError otherwise."""
-    unknown = [f for f in features if f not in KNOWN_FEATURES]
-    if not features or unknown or len(set(features)) != len(features):
+def _read_linear(data: Any, what: str, keys: tuple[str, ...]) -> tuple[tuple[str, ...], list[tuple[float, ...]]]:
+    """The feature names and the numbers under ``keys`` (one per feature; ``bias`` one) of a stored linear model."""
+    try:
+        features = tuple(str(f) for f in data["features"])
+        values = [tuple(float(v) for v in (data[k] if k != "bias" else [data[k]])) for k in keys]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InvalidParameterError(f"malformed {what} {data!r}: {exc}") from exc
+    sizes = [1 if k == "bias" else len(features) for k in keys]
+    if (
+        any(len(v) != n for v, n in zip(values, sizes, strict=True))
+        or not all(math.isfinite(x) for v in values for x in v)
+        or min(values[keys.index("scale")], default=1.0) <= 0
+    ):
         raise InvalidParameterError(
-            f"calibration over features {features}: expected distinct names among {', '.join(KNOWN_FEATURES)}"
-            + (f" ({', '.join(unknown)} unknown to this library)" if unknown else "")
+            f"{what} values must be {len(features)} finite numbers each (one per feature), scales > 0"
+        )
+    return features, values
+
+
+def check_features(features: tuple[str, ...], ranked: bool = False) -> tuple[str, ...]:
+    """``features`` if it names known features (with ``ranked``, also :data:`RANKER_FEATURES`), each once;
+    InvalidParameterError otherwise."""
+    known = KNOWN_FEATURES + RANKER_FEATURES if ranked else KNOWN_FEATURES
+    unknown = [f for f in features if f not in known]
+    if not features or unknown or len(set(features)) != len(features):
+        needs_ranker = [f for f in unknown if f in RANKER_FEATURES]
+        raise InvalidParameterError(
+            f"calibration over features {features}: expected distinct names among {', '.join(known)}"
+            + (f" ({', '.join(needs_ranker)} need an answer ranker)" if needs_ranker else "")
+            + (
+                f" ({', '.join(f for f in unknown if f not in needs_ranker)} unknown to this library)"
+                if set(unknown) - set(needs_ranker)
+                else ""
+            )
         )
     return features
 

@@ -15,6 +15,7 @@ from dphr_haystack.confidence import (
     CONFIDENCE_DEPTH,
     FEATURES,
     KNOWN_FEATURES,
+    AnswerRanker,
     answer_confidences,
     answer_features,
     auroc,
@@ -22,7 +23,10 @@ from dphr_haystack.confidence import (
     copies_question,
     expected_calibration_error,
     fit_calibration,
+    fit_ranker,
+    fits_kind,
     normalized_words,
+    question_kind,
     question_words,
     reliability,
 )
@@ -251,6 +255,49 @@ def test_answer_features_on_a_hand_made_candidate_list():
     assert answer_features(KNOWN_FEATURES, CANDIDATES, [2, 0], ASKED, PASSAGES) == pytest.approx(table[[2, 0]])
 
 
+def test_sentence_distance_kind_and_overlap_features_by_hand():
+    names = ("sentence_support", "support_distance", "type_match", "question_overlap", "best_score")
+    table = answer_features(names, CANDIDATES, asked=ASKED, passages=PASSAGES)
+    column = {name: table[:, j] for j, name in enumerate(names)}
+    # sentences: "The tower was designed by [Gustave Eiffel].", "[Eiffel] lived there.", "The tower was designed by
+    # Gustave [Eiffel].", "[Lyon] has an old tower."
+    assert column["sentence_support"] == pytest.approx([2 / 3, 0.0, 2 / 3, 1 / 3])
+    # nearest question word: designed (1 word away), paris (2: "city", "is"), designed (2), tower (2: "has", "old")
+    assert column["support_distance"] == pytest.approx(np.log1p([1, 2, 2, 2]))
+    assert column["type_match"].tolist() == [1, 1, 1, 1]  # "who": names, all capitalised
+    assert column["question_overlap"].tolist() == [0, 0, 0, 0]
+    assert column["best_score"].tolist() == [12.0] * 4
+    # a phrase with no question word in its passage is MAX_DISTANCE words away; a phrase of the question's words
+    alone = [_candidate(3.0, 1, "city")]
+    far = answer_features(names, alone, asked=question_words("When was the tower designed?"), passages=PASSAGES)
+    assert far[0].tolist() == pytest.approx([0.0, np.log1p(100), 0.0, 0.0, 3.0])
+    tower = answer_features(["question_overlap"], [_candidate(1.0, 2, "old tower")], asked=ASKED, passages=PASSAGES)
+    assert tower[0, 0] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    ("question", "kind"),
+    [
+        ("How many people live in Paris?", "number"),
+        ("When was the tower built?", "number"),
+        ("In what year did it open?", "number"),
+        ("Who designed the tower?", "name"),
+        ("Where does Eiffel live?", "name"),
+        ("What is the tower made of?", None),
+        ("Which architect won?", None),
+    ],
+)
+def test_question_kinds(question, kind):
+    assert question_kind(question) == kind
+    assert question_kind(" ".join(question_words(question))) == kind  # as answer_features sees the question
+
+
+def test_answer_kinds():
+    assert fits_kind("number", "1889") and fits_kind("number", "three hundred") and fits_kind("number", "May 1")
+    assert not fits_kind("number", "Gustave Eiffel")
+    assert fits_kind("name", "Gustave Eiffel") and not fits_kind("name", "iron")
+
+
 def test_a_candidate_below_the_reference_list_counts_its_own_passage():
     far = _candidate(1.0, 2, "tower")  # "Lyon has an old tower.": tower; position CONFIDENCE_DEPTH
     ranked = [_candidate(20.0 - i, 1, "Paris") for i in range(CONFIDENCE_DEPTH)] + [far]
@@ -262,7 +309,11 @@ def test_a_candidate_below_the_reference_list_counts_its_own_passage():
 def test_question_features_are_nan_without_the_question_and_count_at_their_mean():
     table = answer_features(KNOWN_FEATURES, CANDIDATES, [0, 1], None, PASSAGES)
     names = list(KNOWN_FEATURES)
-    question_columns = [names.index("window_support"), names.index("support_gap")]
+    question_columns = [
+        names.index(n)
+        for n in ("window_support", "support_gap", "sentence_support", "support_distance", "type_match")
+        + ("question_overlap",)
+    ]
     assert np.isnan(table[:, question_columns]).all()
     assert not np.isnan(np.delete(table, question_columns, axis=1)).any()
     # a question of stopwords only has no content words to count
@@ -379,3 +430,108 @@ def test_searcher_confidences_use_the_calibrations_features(tiny_model, index):
 )
 def test_normalized_words_are_the_squad_normalised_words(text):
     assert normalized_words(text) == normalize_answer(text).split()
+
+
+# ----------------------------------------------------------------------------- answer ranker
+def _ranking_problem(queries: int = 300, k: int = 6, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Candidates whose right answer is the one with the largest feature 1 (plus noise); feature 0 is noise."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(queries * k, 2))
+    query = np.repeat(np.arange(queries), k)
+    correct = np.zeros(queries * k, dtype=bool)
+    for q in range(queries):
+        at = np.flatnonzero(query == q)
+        correct[at[np.argmax(x[at, 1] + 0.3 * rng.normal(size=k))]] = True
+    return x, correct, query
+
+
+def _top_right(scores: np.ndarray, correct: np.ndarray, query: np.ndarray) -> float:
+    return float(
+        np.mean([correct[at[np.argmax(scores[at])]] for at in (np.flatnonzero(query == q) for q in set(query))])
+    )
+
+
+def test_fitted_ranker_puts_the_right_answer_first():
+    x, correct, query = _ranking_problem()
+    ranker = fit_ranker(x, correct, query, names=("score", "window_support"))
+    assert ranker.features == ("score", "window_support")
+    assert ranker.weights[1] > 1.0 and abs(ranker.weights[0]) < 0.2 * ranker.weights[1]
+    x_new, correct_new, query_new = _ranking_problem(seed=1)
+    best = _top_right(x_new[:, 1], correct_new, query_new)  # the rule that made the answers (without its noise)
+    assert best > 0.7 and _top_right(ranker.scores(x_new), correct_new, query_new) == pytest.approx(best, abs=0.01)
+    assert _top_right(x_new[:, 0], correct_new, query_new) < 0.35  # by "score": chance is 1/6
+    x_new[::5, 0] = np.nan  # a missing feature counts at its mean
+    assert np.isfinite(ranker.scores(x_new)).all()
+    assert AnswerRanker.from_dict(ranker.to_dict()) == ranker
+
+
+def test_ranker_needs_queries_with_right_and_wrong_answers():
+    x, correct, query = _ranking_problem(queries=4)
+    with pytest.raises(InvalidParameterError, match="right and a wrong"):
+        fit_ranker(x, np.zeros_like(correct), query, names=("score", "margin"))
+    with pytest.raises(InvalidParameterError):
+        fit_ranker(x, correct, query, names=("score",))  # two columns for one name
+
+
+def _ranked_calibration() -> Calibration:
+    ranker = AnswerRanker((1.5, -0.5), (0.3, 1.0), (0.2, 1.0), ("window_support", "answer_words"))
+    return Calibration(
+        (1.0, 0.5, 0.2), -0.4, (0.0, -1.0, 10.0), (1.0, 1.0, 2.0), ("rank_score", "rank_log_softmax", "best_score"),
+        ranker,
+    )  # fmt: skip
+
+
+def test_rank_features_are_the_rankers_scores_and_their_log_softmax():
+    calibration = _ranked_calibration()
+    ranker = calibration.ranker
+    rank = ranker.scores(answer_features(ranker.features, CANDIDATES, asked=ASKED, passages=PASSAGES))
+    table = answer_features(calibration.features, CANDIDATES, None, ASKED, PASSAGES, ranker)
+    assert table[:, 0] == pytest.approx(rank)
+    assert table[:, 1] == pytest.approx(rank - np.logaddexp.reduce(rank))
+    assert table[:, 2].tolist() == [12.0] * 4
+    # the rows asked for, in their order; the softmax always over the reference list
+    assert answer_features(calibration.features, CANDIDATES, [3, 1], ASKED, PASSAGES, ranker) == pytest.approx(
+        table[[3, 1]]
+    )
+    # confidences rise with the rank score within a query: they order answers as the ranker does
+    confidence = answer_confidences(calibration, CANDIDATES, range(4), ASKED, PASSAGES)
+    assert np.argsort(-confidence).tolist() == np.argsort(-rank, kind="stable").tolist()
+    below = [
+        *(_candidate(20.0 - i, 1, "Paris") for i in range(CONFIDENCE_DEPTH)),
+        _candidate(1.0, 0, "Gustave Eiffel"),
+    ]
+    row = answer_features(calibration.features, below, [CONFIDENCE_DEPTH], ASKED, PASSAGES, ranker)[0]
+    own = ranker.scores(answer_features(ranker.features, below, asked=ASKED, passages=PASSAGES))
+    assert row[1] == pytest.approx(own[-1] - np.logaddexp.reduce(own))  # its own score counted in
+    with pytest.raises(InvalidParameterError, match="need an answer ranker"):
+        answer_features(calibration.features, CANDIDATES, None, ASKED, PASSAGES)
+
+
+def test_ranked_calibrations_are_stored_and_checked():
+    calibration = _ranked_calibration()
+    stored = json.loads(json.dumps(calibration.to_dict()))
+    assert stored["ranker"]["features"] == ["window_support", "answer_words"]
+    assert Calibration.from_dict(stored) == calibration
+    for bad in (
+        {k: v for k, v in stored.items() if k != "ranker"},  # rank features without a ranker
+        {**stored, "ranker": {**stored["ranker"], "weights": [1.0]}},
+        {**stored, "ranker": {**stored["ranker"], "features": ["window_support", "rank_score"]}},
+        {**stored, "ranker": {**stored["ranker"], "scale": [0.0, 1.0]}},
+        {**stored, "ranker": "best"},
+    ):
+        with pytest.raises(InvalidParameterError):
+            Calibration.from_dict(bad)
+
+
+def test_searcher_ranks_answers_by_a_ranked_calibration(tiny_model, index):
+    calibration = _ranked_calibration()
+    question = "What is the capital of France?"
+    asked = question_words(question)
+    by_score = PhraseSearcher(index, tiny_model, calibration=calibration, tidy_answers=False, ranking="score")
+    hits = by_score.search(question, unit="phrase", top_k=CONFIDENCE_DEPTH)
+    expected = answer_confidences(calibration, hits, range(len(hits)), asked, index.passages)
+    assert [h.confidence for h in hits] == pytest.approx(expected.tolist())
+    by_confidence = PhraseSearcher(index, tiny_model, calibration=calibration, tidy_answers=False)
+    ranked = by_confidence.search(question, unit="phrase", top_k=CONFIDENCE_DEPTH)
+    assert sorted(h.text for h in ranked) == sorted(h.text for h in hits)
+    assert [h.confidence for h in ranked] == sorted((h.confidence for h in hits), reverse=True)

@@ -123,7 +123,7 @@ def test_cli_index_model_with_auto_map_exits_with_a_message(model_copy, corpus_f
 def test_index_manifest_model_path_with_auto_map_is_refused(model_copy, corpus_file, tmp_path, monkeypatch, capsys):
     """The index records the model it was built with; a directory changed afterwards to ask for code is refused
     when ``dphr search`` (or ``open_searcher``) loads it from the manifest."""
-    from dphr_haystack.search import open_searcher
+    from dphr_haystack.saved_index import open_searcher
 
     index_dir = tmp_path / "idx"
     args = ["index", "--model", str(model_copy), "--corpus", str(corpus_file), "--out", str(index_dir)]

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
+from dphr_haystack.confidence import KNOWN_FEATURES
 from dphr_haystack.encode.add import add_passages
-from train.calibrate import calibrate, write_calibrated
+from train.calibrate import RANKED_CALIBRATION, calibrate, write_calibrated
 from train.data import RCData, RCExample, load_squad
 
 pytestmark = pytest.mark.unit
@@ -32,7 +33,14 @@ def test_calibrate_fits_reports_and_stores_the_confidence(tiny_model, tmp_path):
     assert report["em@1"] == pytest.approx(0.5)
     assert report["fit_questions"] + report["held_out_questions"] == len(examples)
     assert 0.0 <= report["held_out_auroc"] <= 1.0
+    assert set(report["held_out_em@1"]) == {"by score", "by confidence"}
     assert report["out_of_corpus"]["questions"] == 3
+    # an answer ranker over every feature, and a calibration of its top answers
+    assert report["ranker"] and calibration["ranker"]["features"] == list(KNOWN_FEATURES)
+    assert calibration["features"] == list(RANKED_CALIBRATION)
+    plain, plain_report = calibrate(tiny_model, RCData(sample.passages, examples), index, holdout=0.25, ranked=False)
+    assert "ranker" not in plain and plain["features"] == list(KNOWN_FEATURES) and not plain_report["ranker"]
+    assert plain_report["held_out_em@1"]["by confidence"] == plain_report["held_out_em@1"]["by score"]
     model_dir = tmp_path / "model"
     tiny_model.save(model_dir)
     write_calibrated(model_dir, tmp_path / "calibrated", calibration)
@@ -48,7 +56,7 @@ def test_calibrate_fits_reports_and_stores_the_confidence(tiny_model, tmp_path):
 def test_ranked_candidates_give_the_searchers_top_answer_and_confidence(tiny_model):
     import numpy as np
 
-    from dphr_haystack.confidence import KNOWN_FEATURES, answer_confidences, fit_calibration, question_words
+    from dphr_haystack.confidence import answer_confidences, fit_calibration, question_words
     from train.calibrate import candidate_searcher, ranked_candidates
 
     sample = load_squad("builtin")

@@ -1,0 +1,27 @@
+"""A searcher over a phrase index saved on disk, with the model it was built with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import ModelLoadError, ModelMismatchError
+from .index.phrase_index import PhraseIndex
+from .model.loading import load_model
+from .search import PhraseSearcher
+
+
+def open_searcher(index_dir, model_dir=None, **kwargs: Any) -> PhraseSearcher:
+    """A searcher over a saved index, with ``model_dir`` or else the model the index records it was built with.
+
+    Raises:
+        ModelLoadError: No model given and none recorded in the index.
+        ModelMismatchError: The model's phrase encoder is not the one the index was built with.
+    """
+    index = PhraseIndex.load(index_dir)
+    model_dir = model_dir or index.manifest.get("model_path")
+    if not model_dir:
+        raise ModelLoadError(f"{index_dir}: the index does not record its model; pass a model directory")
+    model = load_model(model_dir)
+    if model.phrase_fingerprint() != index.model_fingerprint:
+        raise ModelMismatchError(f"{model_dir}: phrase encoder differs from the one {index_dir} was built with")
+    return PhraseSearcher(index, model, **kwargs)
