@@ -167,13 +167,22 @@ def _confidence_lines(config: dict[str, Any]) -> list[str]:
     """The answer confidence: its features and how well it separates right from wrong (results of
     ``benchmarks.quality.confidence_features`` and ``answer_trust``)."""
     calibration = config.get("calibration") or {}
+    ranker = calibration.get("ranker") or {}
+    named = ", ".join(f"`{f}`" for f in calibration.get("features", []))
+    if ranker:
+        what = (
+            f"an answer ranker over {len(ranker.get('features', []))} features of each of the top 10 candidates "
+            f"({', '.join(f'`{f}`' for f in ranker.get('features', []))}; fitted listwise so that the right answer "
+            f"comes first), which orders the answers, and a logistic calibration of its top answers over {named}"
+        )
+    else:
+        what = f"a logistic calibration over {len(calibration.get('features', []))} features: {named}"
     lines = [
         "## Confidence",
         "",
-        "Phrase answers carry a logistic calibration (`python -m train.calibrate`, fitted on the validation "
-        f"articles' questions against the SQuAD-open-small index) over {len(calibration.get('features', []))} "
-        f"features: {', '.join(f'`{f}`' for f in calibration.get('features', []))}; it was refitted after the export, "
-        "so `dphr_config.json` is larger than the table above says.",
+        f"Phrase answers carry {what} (`python -m train.calibrate`, fitted on the validation articles' questions "
+        "against the SQuAD-open-small index); it was refitted after the export, so `dphr_config.json` is larger than "
+        "the table above says. `benchmarks/quality/confidence_ranking.py` measures what the ranking gains.",
         "",
     ]
     for name, command in (

@@ -143,10 +143,10 @@ def load_or_collect(model_name: str, index_dir: Path, open_small: int, refresh: 
 def searcher_check(
     model_name: str, index_dir: Path, records: list[dict[str, Any]], calibrations: dict[str, Any]
 ) -> dict[str, dict[str, Any]]:
-    """Per calibration: of ``records``' questions asked again through a default searcher with it, for how many its
-    top answer by score and its confidence are those the cached candidates give (:func:`answer_confidences`), and the
-    searcher's milliseconds per question (query vectors encoded beforehand; the calibrations take turns, A B B A,
-    the faster of each one's two passes)."""
+    """Per calibration: of ``records``' questions asked again through a searcher ranking by score with it, for how
+    many its top answer by score and its confidence are those the cached candidates give
+    (:func:`answer_confidences`), and the searcher's milliseconds per question (query vectors encoded beforehand;
+    the calibrations take turns, A B B A, the faster of each one's two passes)."""
     from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
     from dphr_haystack.confidence import answer_confidences, question_words
 
@@ -309,8 +309,8 @@ def feature_table(
 def _fit_predict(x_fit: np.ndarray, y_fit: np.ndarray, x_test: np.ndarray) -> np.ndarray:
     """Confidences of ``x_test`` by the logistic calibration fitted on ``x_fit`` (:func:`fit_calibration`'s fit;
     a NaN feature counts at its mean)."""
-    from dphr_haystack.confidence import fit_logistic, sigmoid
-    from dphr_haystack.model.calibration import standardised
+    from dphr_haystack.confidence import fit_logistic
+    from dphr_haystack.model.calibration import sigmoid, standardised
 
     weights, bias, mean, scale = fit_logistic(x_fit, y_fit)
     return sigmoid(standardised(x_test, mean, scale) @ np.asarray(weights) + bias)
@@ -473,7 +473,8 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     for name, check in result["searcher_check"].items():
         lines.append(
-            f"Asked again through a default searcher with the {name} calibration, {check['questions']} questions: "
+            f"Asked again through a searcher ranking by score with the {name} calibration, {check['questions']} "
+            "questions: "
             f"the cached candidates give its top answer for {check['top_answer']} and its confidence for "
             f"{check['confidence']}; {check['ms_per_question']:.1f} ms a question (query vectors encoded "
             f"beforehand; the top answer's confidence alone: {result['confidence_us_per_question'][name]:.0f} µs)."

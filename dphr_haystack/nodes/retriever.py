@@ -79,7 +79,7 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
         threads: torch/FAISS intra-op threads a query runs on (default: ``$DPHR_THREADS``, else 1, fastest when
             several queries run at once; see ``dphr_haystack._util.threads``). Indexing keeps torch's default.
         ranking: ``confidence`` (default): the first 10 results by score are ordered by their answer's calibrated
-            confidence (on SQuAD-open-small EM@1 29.1 → 33.9, passage acc@1 56.1 → 62.7; raw scores then need not
+            confidence (on SQuAD-open-small EM@1 29.1 → 38.1, passage acc@1 56.1 → 71.1; raw scores then need not
             decrease down the list); ``score``: by score alone (DensePhrases). A model without a calibration ranks by
             score.
         query_precision: ``int8`` (default): queries are encoded on the CPU by an int8 copy of the query side,

@@ -535,3 +535,21 @@ def test_searcher_ranks_answers_by_a_ranked_calibration(tiny_model, index):
     ranked = by_confidence.search(question, unit="phrase", top_k=CONFIDENCE_DEPTH)
     assert sorted(h.text for h in ranked) == sorted(h.text for h in hits)
     assert [h.confidence for h in ranked] == sorted((h.confidence for h in hits), reverse=True)
+
+
+def test_passages_answer_with_their_most_confident_phrase_under_the_confidence_ranking(tiny_model, index):
+    calibration = _ranked_calibration()
+    question = "What is the capital of France?"
+    q_start, q_end = tiny_model.encode_queries([question])
+    by_score = PhraseSearcher(index, tiny_model, calibration=calibration, tidy_answers=False, ranking="score")
+    by_confidence = PhraseSearcher(index, tiny_model, calibration=calibration, tidy_answers=False)
+    scored = {h.passage_id: h for h in by_score.search_vectors(q_start, q_end, "passage", 20, questions=[question])[0]}
+    ranked = by_confidence.search_vectors(q_start, q_end, "passage", 20, questions=[question])[0]
+    confidences = [h.best_phrase.confidence for h in ranked]
+    assert len(ranked) > 1 and confidences == sorted(confidences, reverse=True)
+    for hit in ranked:
+        plain = scored[hit.passage_id].best_phrase  # its best phrase by score, among the same answers
+        assert hit.best_phrase.passage_row == plain.passage_row
+        assert hit.best_phrase.confidence >= plain.confidence
+    # some passage answers with a phrase other than its best one by score (the ranker weighs other features)
+    assert any(h.best_phrase.text != scored[h.passage_id].best_phrase.text for h in ranked)
