@@ -71,3 +71,13 @@ def fused_scores(examples: list, ranked: list[tuple[list, list]], weight: float 
         for pair in ranked
     ]
     return passage_scores(examples, fused, top_k)
+
+
+def linear_scores(examples: list, ranked: list[tuple[list, list]], weight: float, top_k: int) -> dict:
+    """Passage scores of the project's ``LinearFusionJoin`` without normalisation, BM25 weight ``weight`` and phrase
+    weight 1 − weight: BM25's scaled score plus the phrase passages' answer confidence, as ``hybrid_confidence.yml``
+    fuses them."""
+    from dphr_haystack.nodes.joins import fuse_linear
+
+    fused = [fuse_linear(list(pair), [weight, 1.0 - weight], normalization="none")[:top_k] for pair in ranked]
+    return passage_scores(examples, fused, top_k)

@@ -58,6 +58,7 @@ SYSTEMS = [
     ("Phrase answers", "phrase_qa.yml", {"Retriever": {}}, False, False),
     ("Hybrid RRF (BM25 + phrase)", "hybrid_rrf.yml", {"Retriever": {}}, False, False),
     ("Hybrid DPR-λ (BM25 + phrase)", "hybrid_dpr.yml", {"Retriever": {}}, False, False),
+    ("Hybrid linear (BM25 + phrase confidence)", "hybrid_confidence.yml", {"Retriever": {}}, False, False),
 ]
 
 

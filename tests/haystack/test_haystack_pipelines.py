@@ -48,6 +48,7 @@ def test_every_pipeline_file_is_tested():
         "hybrid_rrf.yml",
         "hybrid_dpr.yml",
         "hybrid_answers.yml",
+        "hybrid_confidence.yml",
         "indexing.yml",
         "dense_faiss.yml",
         "rest_api.yml",  # served and tested over HTTP in test_rest_api.py
@@ -122,6 +123,21 @@ def test_hybrid_rrf(tiny_model_dir, haystack_docs):
     docs = pipeline.run(query=QUERY)["documents"]
     assert len(docs) == 6 and len({d.id for d in docs}) == 6
     assert docs[0].score == pytest.approx(max(d.score for d in docs))
+
+
+@pytest.mark.unit
+def test_hybrid_confidence_adds_bm25_scores_and_phrase_confidences(tiny_model_dir, haystack_docs):
+    pipeline = _load("hybrid_confidence.yml", tiny_model_dir)
+    _fill(pipeline, haystack_docs)
+    out = pipeline.run(query=QUERY, debug=True)
+    bm25 = {d.id: d.score for d in out["_debug"]["BM25"]["output"]["documents"]}
+    phrase = {d.id: d.score for d in out["_debug"]["Retriever"]["output"]["documents"]}
+    assert all(0.0 <= v <= 1.0 for v in (*bm25.values(), *phrase.values()))  # scaled BM25, confidences
+    expected = {i: 0.8 * bm25.get(i, 0.0) + 0.2 * phrase.get(i, 0.0) for i in set(bm25) | set(phrase)}
+    got = {d.id: d.score for d in out["documents"]}
+    assert got == pytest.approx({i: expected[i] for i in got})
+    assert list(got.values()) == sorted(expected.values(), reverse=True)[: len(got)]
+    assert all(0.0 <= v <= 1.0 for v in got.values())
 
 
 @pytest.mark.unit
