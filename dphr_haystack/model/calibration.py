@@ -51,7 +51,7 @@ def standardised(features: np.ndarray, mean: tuple[float, ...], scale: tuple[flo
 @dataclass(frozen=True)
 class AnswerRanker:
     """A linear score ``w · standardised features`` of a query's candidate answers, fitted so that the query's right
-    answers come first (:func:`dphr_haystack.confidence.fit_ranker`)."""
+    answers come first (:func:`dphr_haystack.fitting.fit_ranker`)."""
 
     weights: tuple[float, ...]
     mean: tuple[float, ...]
