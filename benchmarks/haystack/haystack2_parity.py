@@ -9,11 +9,12 @@ measures: every paragraph of SQuAD train-rebuilt and dev-public with the same pa
 questions (same seed, the held-out validation articles excluded), top-20, the same metrics
 (:mod:`dphr_haystack.evaluation`), and the same phrase index: the 1.x build's cached
 ``<cache>/phrases-<fingerprint>-filter-<threshold>``, attached to one Haystack 2 ``PhraseDocumentStore`` without
-encoding anything again. BM25, phrase passages, phrase answers and the BM25 + phrase RRF hybrid are the YAML pipelines
-of ``pipelines/haystack2`` over that store; BM25 takes the 1.x store's settings (BM25Okapi, Haystack 1.x's
-tokenisation) unless ``--bm25 haystack2`` asks for the 2.x store's defaults (BM25L, Haystack 2's tokenisation). Even
-with the 1.x settings the BM25 scores are not the 1.x ones: Haystack 2's in-memory BM25 counts a query term once
-however often the question repeats it ("of", "the"), rank_bm25 (Haystack 1.x) once per occurrence.
+encoding anything again. BM25, phrase passages, phrase answers and the BM25 + phrase hybrids (RRF, and the linear
+fusion with the answers' confidence) are the YAML pipelines of ``pipelines/haystack2`` over that store; BM25 takes
+the 1.x store's settings (BM25Okapi, Haystack 1.x's tokenisation) unless ``--bm25 haystack2`` asks for the 2.x
+store's defaults (BM25L, Haystack 2's tokenisation). Even with the 1.x settings the BM25 scores are not the 1.x
+ones: Haystack 2's in-memory BM25 counts a query term once however
+often the question repeats it ("of", "the"), rank_bm25 (Haystack 1.x) once per occurrence.
 
 When ``results/squad_open_small.json`` holds a 1.x run of the same model on the same phrase index, every metric is
 compared with it: paired per question when that run's predictions are in the cache's ``eval/`` folder (and reproduce
@@ -60,6 +61,7 @@ SYSTEMS = [
     ("Phrase → passages", "phrase_passages.yml", "retriever"),
     ("Phrase answers", "phrase_qa.yml", "retriever"),
     ("Hybrid RRF (BM25 + phrase)", "hybrid_rrf.yml", "phrase"),
+    ("Hybrid linear (BM25 + phrase confidence)", "hybrid_confidence.yml", "phrase"),
 ]
 METRICS = ("phrase_em@1", "phrase_f1@1", "passage_acc@1", "passage_acc@5", "passage_acc@20", "mrr@20")
 # The headline of parity: the hybrid's passage accuracy and the phrase answers' EM equal the 1.x pipelines'.

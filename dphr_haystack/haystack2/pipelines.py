@@ -1,4 +1,5 @@
-"""Ready-made Haystack 2 pipelines: indexing, BM25, phrase QA, phrase passages and BM25 + phrase hybrids.
+"""Ready-made Haystack 2 pipelines: indexing, BM25, phrase QA, phrase passages and BM25 + phrase hybrids (rank
+fusion and score fusion with the answers' confidence).
 
 ``pipelines/haystack2/*.yml`` are these pipelines saved with ``Pipeline.dumps`` (``write_pipeline_files``); load them
 with :func:`dphr_haystack.haystack2.load_pipeline`. All of them name one store (the index ``dphr``), so in one process
@@ -79,12 +80,33 @@ def hybrid_rrf_pipeline(
     return pipeline
 
 
+def hybrid_confidence_pipeline(
+    store: PhraseDocumentStore, model: str = DEFAULT_MODEL, top_k: int = 10, candidates: int = 20
+) -> Pipeline:
+    """BM25 and phrase passages fused by score (``joiner.documents``): 0.8 · BM25's scaled score (in [0, 1]) +
+    0.2 · the passage's answer confidence, a passage only one retriever found counting 0 for the other (the weight
+    chosen on validation questions for the Haystack 1.x ``hybrid_confidence.yml``); phrase ``answers`` too.
+
+    Run with ``{"bm25": {"query": q}, "phrase": {"query": q}}``.
+    """
+    pipeline = Pipeline()
+    pipeline.add_component("bm25", InMemoryBM25Retriever(document_store=store, top_k=candidates, scale_score=True))
+    pipeline.add_component(
+        "phrase", PhraseRetriever(document_store=store, model=model, unit="passage", top_k=candidates)
+    )
+    pipeline.add_component("joiner", DocumentJoiner(join_mode="merge", weights=[0.8, 0.2], top_k=top_k))
+    pipeline.connect("bm25.documents", "joiner.documents")
+    pipeline.connect("phrase.documents", "joiner.documents")
+    return pipeline
+
+
 PIPELINES: dict[str, Callable[..., Pipeline]] = {
     "indexing": indexing_pipeline,
     "bm25": bm25_pipeline,
     "phrase_qa": phrase_qa_pipeline,
     "phrase_passages": phrase_passages_pipeline,
     "hybrid_rrf": hybrid_rrf_pipeline,
+    "hybrid_confidence": hybrid_confidence_pipeline,
 }
 
 
@@ -121,6 +143,7 @@ __all__ = [
     "bm25_pipeline",
     "corpus_documents",
     "default_store",
+    "hybrid_confidence_pipeline",
     "hybrid_rrf_pipeline",
     "indexing_pipeline",
     "phrase_passages_pipeline",

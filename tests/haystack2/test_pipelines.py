@@ -64,3 +64,13 @@ def test_index_then_query_through_yaml_pipelines(tiny_model_dir, hs2_docs, one_t
     assert joined and {d.id for d in joined} <= {d.id for d in hs2_docs}
     assert joined[0].id == "p3"  # BM25 finds "Hamlet"; the untrained phrase model cannot push it below first
     assert hybrid["phrase"]["answers"]  # the phrase answers come out of the hybrid too
+
+    inputs = {"bm25": {"query": query}, "phrase": {"query": query}}
+    fused = pipelines["hybrid_confidence"].run(inputs, include_outputs_from={"bm25", "phrase"})
+    bm25 = {d.id: d.score for d in fused["bm25"]["documents"]}
+    phrase = {d.id: d.score for d in fused["phrase"]["documents"]}
+    assert all(0.0 <= v <= 1.0 for v in (*bm25.values(), *phrase.values()))  # scaled BM25, phrase scores
+    expected = {i: 0.8 * bm25.get(i, 0.0) + 0.2 * phrase.get(i, 0.0) for i in set(bm25) | set(phrase)}
+    got = {d.id: d.score for d in fused["joiner"]["documents"]}
+    assert got and got == pytest.approx({i: expected[i] for i in got})
+    assert list(got.values()) == sorted(got.values(), reverse=True)
