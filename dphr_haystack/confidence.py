@@ -329,7 +329,7 @@ def answer_features(
     keys = {i: normalize_answer(candidates[i].text) for i in (*range(depth), *wanted)}
     spread = float(np.std([c.score for c in reference]))
     best = float(max(c.score for c in reference))
-    kind = question_kind(" ".join(asked)) if asked is not None else None
+    kind = question_kind(" ".join(asked)) if asked is not None and "type_match" in column else None
     asked_set = set(asked or ())
     for r, i in enumerate(wanted):
         phrase = candidates[i]

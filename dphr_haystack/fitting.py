@@ -82,17 +82,14 @@ def fit_ranker(
         raise InvalidParameterError(
             f"feature columns of shape {x.shape} for {len(names)} features and {len(y)} labels"
         )
-    known = ~np.isnan(x)
-    mean = np.where(known, x, 0.0).sum(axis=0) / np.maximum(known.sum(axis=0), 1)
-    scale = np.where(known, x, mean).std(axis=0)
-    scale[scale < 1e-9] = 1.0
-    z = standardised(x, tuple(mean), tuple(scale))
+    mean, scale = _scaling(x)
+    z = standardised(x, mean, scale)
     # queries as rows of a padded (queries, candidates) table
     ids, position = np.unique(groups, return_inverse=True)
     counts = np.bincount(position, minlength=len(ids))
-    column = np.zeros(len(y), dtype=np.int64)
-    for q in range(len(ids)):
-        column[position == q] = np.arange(counts[q])
+    order = np.argsort(position, kind="stable")  # each query's candidates in their order
+    column = np.empty(len(y), dtype=np.int64)
+    column[order] = np.arange(len(y)) - (np.cumsum(counts) - counts)[position[order]]
     pad = np.zeros((len(ids), int(counts.max(initial=0)), x.shape[1]))
     pad[position, column] = z
     present = np.zeros(pad.shape[:2], dtype=bool)
@@ -126,7 +123,7 @@ def fit_ranker(
                 break
             step /= 2
         w, loss, gradient, step = trial, trial_loss, trial_gradient, 2 * step
-    return AnswerRanker(tuple(w.tolist()), tuple(mean.tolist()), tuple(scale.tolist()), names)
+    return AnswerRanker(tuple(w.tolist()), mean, scale, names)
 
 
 def fit_logistic(
@@ -143,12 +140,8 @@ def fit_logistic(
     y = np.asarray(correct, dtype=np.float64)
     if x.ndim != 2 or len(x) != len(y) or len(y) < 2 or y.min() == y.max():
         raise InvalidParameterError("calibration needs at least one right and one wrong answer")
-    known = ~np.isnan(x)
-    mean = np.where(known, x, 0.0).sum(axis=0) / np.maximum(known.sum(axis=0), 1)
-    x = np.where(known, x, mean)
-    scale = x.std(axis=0)
-    scale[scale < 1e-9] = 1.0
-    z = np.hstack([(x - mean) / scale, np.ones((len(x), 1))])  # (n, f + 1)
+    mean, scale = _scaling(x)
+    z = np.hstack([standardised(x, mean, scale), np.ones((len(x), 1))])  # (n, f + 1)
     w = np.zeros(z.shape[1])
     penalty = np.full(z.shape[1], l2 * len(y))
     penalty[-1] = 0.0  # the bias is not shrunk
@@ -160,7 +153,17 @@ def fit_logistic(
         w -= step
         if np.abs(step).max() < 1e-8:
             break
-    return tuple(w[:-1].tolist()), float(w[-1]), tuple(mean.tolist()), tuple(scale.tolist())
+    return tuple(w[:-1].tolist()), float(w[-1]), mean, scale
+
+
+def _scaling(x: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Each column's mean and standard deviation over its known (not NaN) values, a NaN counted at the mean; a
+    constant column scales by 1."""
+    known = ~np.isnan(x)
+    mean = np.where(known, x, 0.0).sum(axis=0) / np.maximum(known.sum(axis=0), 1)
+    scale = np.where(known, x, mean).std(axis=0)
+    scale[scale < 1e-9] = 1.0
+    return tuple(mean.tolist()), tuple(scale.tolist())
 
 
 def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:

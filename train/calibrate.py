@@ -148,13 +148,17 @@ def top_answers(
     its top answer (by ``ranker``, else by score), whether it is right, and its raw score."""
     rows, labels, scores = [], [], []
     rank = ranker.scores(table.features[:, [KNOWN_FEATURES.index(n) for n in ranker.features]]) if ranker else None
+    columns = [KNOWN_FEATURES.index(n) for n in names] if ranker is None else []
     for q in questions:
         at = np.flatnonzero(table.query == q)
         if not len(at):
             continue
         top = int(np.argmax(rank[at])) if rank is not None else 0  # argmax: the first of equals, as a stable sort
         ranked = table.candidates[q]
-        rows.append(answer_features(names, ranked, [top], table.asked[q], passages, ranker)[0])
+        if ranker is None:  # the table holds them
+            rows.append(table.features[at[top], columns])
+        else:  # the rank features read the other candidates' rank scores
+            rows.append(answer_features(names, ranked, [top], table.asked[q], passages, ranker)[0])
         labels.append(bool(table.correct[at[top]]))
         scores.append(ranked[top].score)
     return np.array(rows).reshape(len(rows), len(names)), np.array(labels, dtype=bool), np.array(scores)

@@ -79,12 +79,13 @@ def stale_passage_ids(
 
 
 def unencoded_passages(
-    phrase_index: PhraseIndex | None, passages: Iterable[dict[str, str] | None]
+    phrase_index: PhraseIndex | None, ids: Iterable[str], passage_of: Callable[[str], dict[str, str] | None]
 ) -> list[dict[str, str]]:
-    """The passages (None ones skipped) that have no phrases in ``phrase_index`` yet."""
-    return [
-        p for p in passages if p is not None and (phrase_index is None or phrase_index.passage_row(p["id"]) is None)
-    ]
+    """The passages (``passage_of`` each id, None ones skipped) of the ids that have no phrases in ``phrase_index``
+    yet. A passage's id is its document's: the id is looked up first, so a store whose documents are all encoded
+    pays one dictionary lookup a document, not a passage record."""
+    pending = (i for i in ids if phrase_index is None or phrase_index.passage_row(i) is None)
+    return [p for p in map(passage_of, pending) if p is not None]
 
 
 def check_attachable(
