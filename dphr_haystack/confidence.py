@@ -44,6 +44,7 @@ from .fitting import (
 )
 from .model.calibration import (
     ANSWER_FEATURES,
+    CONFIDENCE_DEPTH,
     FEATURES,
     KNOWN_FEATURES,
     RANKER_FEATURES,
@@ -76,8 +77,6 @@ __all__ = [
     "reliability",
 ]
 
-# How many ranked candidate phrases the confidence features look at (the search fetches at least this many).
-CONFIDENCE_DEPTH = 10
 # Words of a question that say little about where its answer lies: left out when a passage's support is counted.
 STOPWORDS = frozenset(
     "a an the of in on at to for from by with about as into over after before during under between through "
@@ -145,12 +144,12 @@ def copies_question(phrase: str, words: Sequence[str]) -> bool:
 
 
 def confidence_features(
-    scores: Sequence[float], texts: Sequence[str], rows: Sequence[int] | None = None
+    scores: Sequence[float], texts: Sequence[str], rows: Sequence[int] | None = None, depth: int = CONFIDENCE_DEPTH
 ) -> np.ndarray:
     """Features of each candidate phrase within its query's ranked candidates: (n, len(FEATURES)).
 
-    ``scores`` are the candidates' raw scores in descending order and ``texts`` their texts. The first
-    :data:`CONFIDENCE_DEPTH` candidates are the reference list. Per candidate: its raw score; its log-softmax
+    ``scores`` are the candidates' raw scores in descending order and ``texts`` their texts. The first ``depth``
+    candidates are the reference list. Per candidate: its raw score; its log-softmax
     against the reference list; the log of the softmax mass of the reference candidates with its normalised
     text (how much the list agrees on this answer); and the margin to the best reference candidate with another
     text (for the top candidate: how far ahead it is; 10 when the whole list agrees). ``rows`` (positions in
@@ -161,7 +160,7 @@ def confidence_features(
     wanted = list(range(n)) if rows is None else [int(i) for i in rows]
     if n == 0 or not wanted:
         return np.zeros((0, len(FEATURES)))
-    depth = min(n, CONFIDENCE_DEPTH)
+    depth = min(n, depth)
     keys = {i: normalize_answer(texts[i]) for i in (*range(depth), *wanted)}
     log_z = s[:depth].max() + np.log(np.exp(s[:depth] - s[:depth].max()).sum())
     p = np.exp(s - log_z)
@@ -270,12 +269,13 @@ def answer_features(
     asked: Sequence[str] | None = None,
     passages: Sequence[Mapping[str, Any]] | None = None,
     ranker: AnswerRanker | None = None,
+    depth: int = CONFIDENCE_DEPTH,
 ) -> np.ndarray:
     """The features ``names`` (of :data:`KNOWN_FEATURES`) of candidates within their query's ranked candidates:
     (len(rows), len(names)), rows in the order of ``rows`` (positions in ``candidates``; default all).
 
-    ``candidates`` are ranked best first (descending score); the first :data:`CONFIDENCE_DEPTH` are the reference
-    list, as in :func:`confidence_features`, which gives :data:`FEATURES`. The answer features:
+    ``candidates`` are ranked best first (descending score); the first ``depth`` are the reference list, as in
+    :func:`confidence_features`, which gives :data:`FEATURES`. The answer features:
 
     - ``window_support``: the share of the question's content words (``asked``, its normalised words, stopwords
       left out; words match on their first :data:`STEM` letters) within :data:`SUPPORT_WINDOW` words either side
@@ -306,20 +306,20 @@ def answer_features(
     """
     names = check_features(tuple(names), ranked=ranker is not None)
     if ranker is not None and set(names) & set(RANKER_FEATURES):
-        return _ranked_features(names, candidates, rows, asked, passages, ranker)
+        return _ranked_features(names, candidates, rows, asked, passages, ranker, depth)
     wanted = list(range(len(candidates))) if rows is None else [int(i) for i in rows]
     out = np.full((len(wanted), len(names)), np.nan)
     if not wanted:
         return out
     column = {name: j for j, name in enumerate(names)}
     if any(name in column for name in FEATURES):
-        scored = confidence_features([c.score for c in candidates], [c.text for c in candidates], wanted)
+        scored = confidence_features([c.score for c in candidates], [c.text for c in candidates], wanted, depth)
         for k, name in enumerate(FEATURES):
             if name in column:
                 out[:, column[name]] = scored[:, k]
     if not any(name in column for name in ANSWER_FEATURES):
         return out
-    depth = min(len(candidates), CONFIDENCE_DEPTH)
+    depth = min(len(candidates), depth)
     reference = candidates[:depth]
     needs_passages = {"window_support", "support_gap", "sentence_support", "support_distance"} & set(names)
     if needs_passages and passages is None:
@@ -366,13 +366,18 @@ def _ranked_features(
     asked: Sequence[str] | None,
     passages: Sequence[Mapping[str, Any]] | None,
     ranker: AnswerRanker,
+    depth: int,
 ) -> np.ndarray:
     """:func:`answer_features` with :data:`RANKER_FEATURES` among ``names``."""
     wanted = list(range(len(candidates))) if rows is None else [int(i) for i in rows]
-    depth = min(len(candidates), CONFIDENCE_DEPTH)
+    depth = min(len(candidates), depth)
     scored = sorted({*range(depth), *wanted})  # the reference list and the rows asked for
     plain = tuple(dict.fromkeys(n for n in (*names, *ranker.features) if n not in RANKER_FEATURES))
-    table = answer_features(plain, candidates, scored, asked, passages) if plain else np.zeros((len(scored), 0))
+    table = (
+        answer_features(plain, candidates, scored, asked, passages, depth=depth)
+        if plain
+        else np.zeros((len(scored), 0))
+    )
     at = {i: k for k, i in enumerate(scored)}
     rank = ranker.scores(table[:, [plain.index(n) for n in ranker.features]])
     reference = rank[[at[i] for i in range(depth)]]
@@ -411,7 +416,9 @@ def answer_confidences(
 ) -> np.ndarray:
     """P(correct) of the candidates at ``rows`` within their query's ranked ``candidates``, by ``calibration``
     over the features it names (:func:`answer_features`): (len(rows),)."""
-    features = answer_features(calibration.features, candidates, rows, asked, passages, calibration.ranker)
+    features = answer_features(
+        calibration.features, candidates, rows, asked, passages, calibration.ranker, calibration.depth
+    )
     return calibration.confidence(features)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from .errors import InvalidParameterError
 from .model.calibration import (
+    CONFIDENCE_DEPTH,
     FEATURES,
     KNOWN_FEATURES,
     AnswerRanker,
@@ -42,9 +43,10 @@ def fit_calibration(
     iterations: int = 50,
     names: Sequence[str] = FEATURES,
     ranker: AnswerRanker | None = None,
+    depth: int = CONFIDENCE_DEPTH,
 ) -> Calibration:
     """The calibration over the features ``names`` (columns of :func:`answer_features`, with ``ranker`` when they
-    name :data:`RANKER_FEATURES`): :func:`fit_logistic`.
+    name :data:`RANKER_FEATURES`, computed with a reference list of ``depth`` candidates): :func:`fit_logistic`.
 
     Raises:
         InvalidParameterError: As :func:`fit_logistic`, or ``names`` are not f distinct known features.
@@ -54,7 +56,7 @@ def fit_calibration(
     if x.ndim != 2 or x.shape[1] != len(names):
         raise InvalidParameterError(f"feature columns of shape {x.shape} for the {len(names)} features {names}")
     weights, bias, mean, scale = fit_logistic(x, correct, l2, iterations)
-    return Calibration(weights, bias, mean, scale, names, ranker)
+    return Calibration(weights, bias, mean, scale, names, ranker, depth)
 
 
 def fit_ranker(

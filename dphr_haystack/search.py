@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ._util.threads import check_threads, resolve_threads, using_threads
-from .confidence import CONFIDENCE_DEPTH, Calibration, answer_confidences, copies_question, question_words
+from .confidence import Calibration, answer_confidences, copies_question, question_words
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
 from .index.phrase_index import PhraseIndex
 from .index.rounds import TokenRounds
@@ -47,10 +47,12 @@ PASSAGE_SCORINGS = ("max", "logsumexp")
 # How results are ordered: by the calibrated confidence of their answer (a model with a calibration; else by score)
 # or by score alone (DensePhrases' order).
 RANKINGS = ("confidence", "score")
-# Results a confidence ranking reorders, whatever top_k is: the first RANKING_POOL by score. On SQuAD-open-small
-# (2,000 questions the calibration never saw) it lifts EM@1 from 29.1 to 38.1 and passage acc@1 from 56.1 to 71.1
-# (benchmarks/quality/confidence_ranking.py).
-RANKING_POOL = 10
+# Results a confidence ranking reorders, whatever top_k is: the first RANKING_POOL[unit] passages or documents by
+# score, or the first calibration.depth phrase answers (20 for the shipped model: the ranker was fitted to order as
+# many). On SQuAD-open-small (2,000 questions the calibration never saw) it lifts EM@1 from 29.1 to 39.1 (38.1 when
+# it ranked 10 phrase answers; search p50 +0.4 ms) and passage acc@1 from 56.1 to 71.8; ranking 20 passages would
+# cost ~4 ms more, twice the phrases to gather (benchmarks/quality/confidence_ranking.py).
+RANKING_POOL = {"passage": 10, "document": 10}
 
 
 @dataclass(frozen=True)
@@ -159,9 +161,11 @@ class PhraseSearcher:
     confidences are computed over the unfolded candidates, as the calibration was fitted. False returns the raw
     spans of DensePhrases' search.
 
-    ``ranking="confidence"`` (default) orders the first :data:`RANKING_POOL` results by score, then by the calibrated
-    confidence of their answer (scores stay the phrase scores; a passage or document answers with its most confident
-    phrase); a model without a calibration keeps the score order, which ``ranking="score"`` (DensePhrases') keeps.
+    ``ranking="confidence"`` (default) orders the first results by score (as many phrase answers as the
+    calibration's depth, 20 for the shipped model; 10 passages or documents, :data:`RANKING_POOL`), then by the
+    calibrated confidence of their answer (scores stay the phrase scores; a passage or document answers with its
+    most confident phrase); a model without a calibration keeps the score order, which ``ranking="score"``
+    (DensePhrases') keeps.
     ``query_precision`` (default ``"int8"``) encodes queries on the CPU with an int8 copy of the query side
     (:mod:`dphr_haystack.model.int8`: about half the time, the same EM on the shipped model); ``"float32"`` encodes
     them as DensePhrases does (on a GPU, always).
@@ -293,12 +297,15 @@ class PhraseSearcher:
         words = asked if self.skip_question_copies else None
         calibration = self.calibration
         by_confidence = self.ranking == "confidence" and calibration is not None
-        wanted = max(top_k, RANKING_POOL) if by_confidence else top_k  # results ranked before the cut to top_k
+        if by_confidence:  # results ranked before the cut to top_k
+            wanted = max(top_k, calibration.depth if unit == "phrase" else RANKING_POOL[unit])
+        else:
+            wanted = top_k
         first = wanted * FIRST_CANDIDATES_PER_RESULT[unit]
         # confidences look at a fixed number of candidates, whatever top_k is (passages and documents keep
         # their own candidates)
         if calibration is not None and unit == "phrase":
-            first = max(first, CONFIDENCE_DEPTH)
+            first = max(first, calibration.depth)
         c = min(candidates or first, total)
         pending = np.arange(n_queries)
         rounds = TokenRounds(self.index, q_start, q_end, c, ahead=candidates is None)  # one search, several rounds
@@ -482,7 +489,7 @@ def _phrase_answers(
     """The top-k phrase answers, skipping copies of the question (``words``), with confidences; with ``tidy``
     trimmed and folded (an answer repeating a better one is left out), the confidences computed over the unfolded
     candidates."""
-    depth = CONFIDENCE_DEPTH if calibration is not None else 0
+    depth = calibration.depth if calibration is not None else 0
     kept: list[PhraseHit] = []  # the ranked candidates that do not copy the question
     chosen: list[int] = []  # positions in ``kept`` of the answers
     folder = AnswerFolder() if tidy else None
@@ -539,7 +546,7 @@ def _aggregate(
         key = passage["id"] if unit == "passage" else passage["document_id"]
         best.setdefault(key, p)
         scores.setdefault(key, []).append(p[0])
-        needed = passage["id"] not in answer or (calibration is not None and len(answers) < CONFIDENCE_DEPTH)
+        needed = passage["id"] not in answer or (calibration is not None and len(answers) < calibration.depth)
         if needed and (words is not None or calibration is not None):
             hit = _make_phrase(index, *p, trim=trim)
             if words is None or not copies_question(hit.text, words):
@@ -555,7 +562,7 @@ def _aggregate(
     confidence: dict[int, float] = {}
     if calibration is not None and answers:
         at = sorted({answer[p] for p in answering.values() if p in answer})  # the answers of the results
-        at = sorted({*at, *range(min(len(answers), CONFIDENCE_DEPTH))}) if most_confident else at  # and the ranked
+        at = sorted({*at, *range(min(len(answers), calibration.depth))}) if most_confident else at  # and the ranked
         found = answer_confidences(calibration, answers, at, asked, index.passages)
         confidence = dict(zip(at, found.tolist(), strict=True))
         for i in at if most_confident else ():  # a passage answers with its most confident phrase

@@ -75,8 +75,11 @@ def _questions(open_small: int) -> dict[str, list[dict[str, Any]]]:
 
 
 def _cache_path(index_dir: Path, model_name: str, open_small: int) -> Path:
+    from dphr_haystack.confidence import CONFIDENCE_DEPTH  # how many candidates a question's search gathers
+
     manifest = json.loads((index_dir / "manifest.json").read_text())
     key = f"{manifest['uid'][:8]}-{manifest.get('faiss_generation', 0)}-{Path(model_name).name}-{open_small}"
+    key += f"-depth{CONFIDENCE_DEPTH}"
     return CACHE / f"candidates-{key}.json.gz"
 
 

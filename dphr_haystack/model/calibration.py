@@ -39,6 +39,10 @@ ANSWER_FEATURES = (
 KNOWN_FEATURES = FEATURES + ANSWER_FEATURES
 # An answer's place among its query's candidates as an answer ranker scores them: only a calibration with a ranker.
 RANKER_FEATURES = ("rank_score", "rank_log_softmax")
+# How many ranked candidate phrases a calibration's features look at (their reference list) and its ranker orders;
+# a calibration stored without a depth was fitted on the first 10.
+CONFIDENCE_DEPTH = 20
+STORED_DEPTH = 10
 
 
 def standardised(features: np.ndarray, mean: tuple[float, ...], scale: tuple[float, ...]) -> np.ndarray:
@@ -82,7 +86,8 @@ class Calibration:
     """P(correct) = σ(w · standardised features + b), over the named ``features`` (default :data:`FEATURES`).
 
     A feature that cannot be computed for an answer (NaN: say, a question feature when the question text is not
-    known) counts at its mean, adding nothing to the sum.
+    known) counts at its mean, adding nothing to the sum. ``depth``: how many ranked candidates the features look
+    at and the searchers rank phrase answers among (:data:`CONFIDENCE_DEPTH`; a stored calibration without one: 10).
 
     Example:
         >>> calibration = fit_calibration(features, correct)
@@ -95,9 +100,12 @@ class Calibration:
     scale: tuple[float, ...]
     features: tuple[str, ...] = FEATURES
     ranker: AnswerRanker | None = None
+    depth: int = CONFIDENCE_DEPTH
 
     def __post_init__(self) -> None:
         check_features(self.features, ranked=self.ranker is not None)
+        if isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 1:
+            raise InvalidParameterError(f"calibration depth must be a positive integer, got {self.depth!r}")
 
     def confidence(self, features: np.ndarray) -> np.ndarray:
         """P(correct) of each row of :func:`~dphr_haystack.confidence.answer_features` over :attr:`features`:
@@ -111,6 +119,7 @@ class Calibration:
             "bias": self.bias,
             "mean": list(self.mean),
             "scale": list(self.scale),
+            "depth": self.depth,
         }
         if self.ranker is not None:
             out["ranker"] = self.ranker.to_dict()
@@ -121,7 +130,7 @@ class Calibration:
         """Read a stored calibration; InvalidParameterError on a malformed or foreign one."""
         features, values = _read_linear(data, "calibration", ("weights", "mean", "scale", "bias"))
         ranker = AnswerRanker.from_dict(data["ranker"]) if data.get("ranker") is not None else None
-        return cls(values[0], values[3][0], values[1], values[2], features, ranker)
+        return cls(values[0], values[3][0], values[1], values[2], features, ranker, data.get("depth", STORED_DEPTH))
 
 
 def _read_linear(data: Any, what: str, keys: tuple[str, ...]) -> tuple[tuple[str, ...], list[tuple[float, ...]]]:

@@ -93,10 +93,11 @@ def test_confidence_ranking_reorders_the_score_ranking_by_answer_confidence(tiny
         searcher = PhraseSearcher(index, model, **options)
         return searcher.search_vectors(q_start, q_end, unit=unit, top_k=top_k, questions=[QUESTION])[0]
 
-    by_score = ranked(RANKING_POOL, ranking="score")
+    pool = CALIBRATION.depth if unit == "phrase" else RANKING_POOL[unit]
+    by_score = ranked(pool, ranking="score")
     expected = sorted(by_score, key=lambda h: -best_phrase(h).confidence)  # stable: ties keep the score order
     assert [_key(best_phrase(h)) for h in expected] != [_key(best_phrase(h)) for h in by_score]  # it reorders
-    for top_k in (3, RANKING_POOL):
+    for top_k in (3, pool):
         by_confidence = ranked(top_k)
         confidences = [best_phrase(h).confidence for h in by_confidence]
         assert confidences == sorted(confidences, reverse=True)

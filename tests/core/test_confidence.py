@@ -553,3 +553,48 @@ def test_passages_answer_with_their_most_confident_phrase_under_the_confidence_r
         assert hit.best_phrase.confidence >= plain.confidence
     # some passage answers with a phrase other than its best one by score (the ranker weighs other features)
     assert any(h.best_phrase.text != scored[h.passage_id].best_phrase.text for h in ranked)
+
+
+def test_a_calibration_stores_its_depth_and_a_stored_one_without_it_was_fitted_on_ten():
+    calibration = _ranked_calibration()
+    assert calibration.depth == CONFIDENCE_DEPTH == 20
+    assert Calibration.from_dict(json.loads(json.dumps(calibration.to_dict()))) == calibration
+    shallow = dataclasses.replace(calibration, depth=3)
+    assert Calibration.from_dict(shallow.to_dict()).depth == 3
+    assert Calibration.from_dict(FOUR_FEATURE_CALIBRATION).depth == 10  # stored before calibrations had a depth
+    for bad in (0, -1, 2.5, "20", True):
+        with pytest.raises(InvalidParameterError, match="depth"):
+            Calibration.from_dict({**calibration.to_dict(), "depth": bad})
+    features, labels = _synthetic()
+    assert fit_calibration(features, labels, depth=7).depth == 7
+
+
+def test_the_reference_list_is_the_calibrations_depth():
+    """The score and agreement features read the first ``depth`` candidates; answer_confidences uses the
+    calibration's."""
+    scores, texts = [c.score for c in CANDIDATES], [c.text for c in CANDIDATES]
+    two = confidence_features(scores, texts, depth=2)
+    s = np.asarray(scores)
+    assert two[:, 1] == pytest.approx(s - np.logaddexp.reduce(s[:2]))
+    assert not np.allclose(two, confidence_features(scores, texts))  # the default depth holds all four
+    calibration = dataclasses.replace(Calibration.from_dict(FOUR_FEATURE_CALIBRATION), depth=2)
+    x = (two - np.array(calibration.mean)) / np.array(calibration.scale)
+    expected = 1 / (1 + np.exp(-(x @ np.array(calibration.weights) + calibration.bias)))
+    assert answer_confidences(calibration, CANDIDATES, range(4)) == pytest.approx(expected)
+
+
+def test_the_confidence_ranking_orders_as_many_phrase_answers_as_the_calibrations_depth(tiny_model, index):
+    question = "What is the capital of France?"
+    q_start, q_end = tiny_model.encode_queries([question])
+    sizes = []
+    for depth in (3, 12):
+        calibration = dataclasses.replace(_ranked_calibration(), depth=depth)
+        by_score = PhraseSearcher(index, tiny_model, calibration=calibration, tidy_answers=False, ranking="score")
+        # the first ``depth`` by score, from one search of ``depth`` start and end tokens, as the ranking gathers them
+        pool = by_score.search_vectors(q_start, q_end, "phrase", depth, candidates=depth, questions=[question])[0]
+        sizes.append(len(pool))
+        by_confidence = PhraseSearcher(index, tiny_model, calibration=calibration, tidy_answers=False)
+        ranked = by_confidence.search_vectors(q_start, q_end, "phrase", 1, questions=[question])[0]
+        best = max(pool, key=lambda h: h.confidence)
+        assert (ranked[0].text, ranked[0].confidence) == (best.text, pytest.approx(best.confidence))
+    assert 0 < sizes[0] < sizes[1]  # a deeper calibration ranks more answers
