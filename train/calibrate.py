@@ -2,15 +2,16 @@
 
     python -m train.calibrate --model runs/x/qsft/best --out runs/x/calibrated \\
         [--index benchmarks/cache/squad-open-small/phrases-...] [--paragraphs 427] [--features score,...] [--no-ranker]
+        [--depth 20]
 
 Questions with known answers (by default those of the first ``--paragraphs`` paragraphs of SQuAD dev-public: the
 held-out validation articles) are asked against a phrase index: ``--index`` (e.g. the whole open-domain corpus the
 model will search), or else an in-memory index of those paragraphs. Each question's ranked candidates (the first
-:data:`~dphr_haystack.confidence.CONFIDENCE_DEPTH`, trimmed, question copies skipped, as at inference;
-:func:`ranked_candidates`) get the features of :func:`dphr_haystack.confidence.answer_features` (``--features``;
-default all of :data:`~dphr_haystack.confidence.KNOWN_FEATURES`) and the label "exact match". An answer ranker
-(:func:`dphr_haystack.confidence.fit_ranker`) learns from all of them to put the right answer first, and a
-logistic calibration of its top answers (:data:`RANKED_CALIBRATION`) turns its scores into P(correct);
+``--depth``, default :data:`~dphr_haystack.confidence.CONFIDENCE_DEPTH`, trimmed, question copies skipped, as at
+inference; :func:`ranked_candidates`) get the features of :func:`dphr_haystack.confidence.answer_features`
+(``--features``; default all of :data:`~dphr_haystack.confidence.KNOWN_FEATURES`) and the label "exact match". An
+answer ranker (:func:`dphr_haystack.confidence.fit_ranker`) learns from all of them to put the right answer first,
+and a logistic calibration of its top answers (:data:`RANKED_CALIBRATION`) turns its scores into P(correct);
 ``--no-ranker`` fits the calibration on the features of the top answers by score instead, as models calibrated
 before the ranker were. Both are fitted on ``1 − holdout`` of the questions and scored on the rest (EM@1 of the top
 answer by score and by confidence, AUROC of right vs wrong top answers, expected calibration error, a reliability
@@ -75,11 +76,11 @@ def candidate_searcher(index: PhraseIndex, model: PhraseModel) -> PhraseSearcher
 
 
 def ranked_candidates(
-    searcher: PhraseSearcher, questions: Sequence[str], batch_size: int = 64
+    searcher: PhraseSearcher, questions: Sequence[str], batch_size: int = 64, depth: int = CONFIDENCE_DEPTH
 ) -> list[list[PhraseHit]]:
     """Each question's ranked candidates as a default :class:`PhraseSearcher` gathers them for a top answer with a
-    confidence: the spans of the first :data:`CONFIDENCE_DEPTH` start and end tokens, best first, trimmed (tidy
-    answers), question copies left out, before answers are folded. ``searcher`` is a
+    confidence of a calibration of ``depth``: the spans of the first ``depth`` start and end tokens, best first,
+    trimmed (tidy answers), question copies left out, before answers are folded. ``searcher`` is a
     :func:`candidate_searcher`."""
     out: list[list[PhraseHit]] = []
     passages = searcher.index.passages
@@ -88,10 +89,8 @@ def ranked_candidates(
         q_start, q_end = searcher.model.encode_queries(
             batch, batch_size=batch_size, precision=searcher.query_precision
         )
-        # one token search of CONFIDENCE_DEPTH candidates holds at most 2 * CONFIDENCE_DEPTH spans
-        found = searcher.search_vectors(
-            q_start, q_end, "phrase", top_k=4 * CONFIDENCE_DEPTH, candidates=CONFIDENCE_DEPTH
-        )
+        # one token search of ``depth`` candidates holds at most 2 * depth spans
+        found = searcher.search_vectors(q_start, q_end, "phrase", top_k=4 * depth, candidates=depth)
         for question, ranked in zip(batch, found, strict=True):
             words = question_words(question)
             kept = []
@@ -106,15 +105,16 @@ def ranked_candidates(
 
 @dataclass
 class CandidateTable:
-    """The features of each question's ranked candidates (the first :data:`CONFIDENCE_DEPTH`): one row per
-    candidate, with its question's position and its exact-match label; ``candidates[q]`` and ``asked[q]`` are
-    question q's candidates and normalised words."""
+    """The features of each question's ranked candidates (the first ``depth``, the reference list of their
+    features): one row per candidate, with its question's position and its exact-match label; ``candidates[q]`` and
+    ``asked[q]`` are question q's candidates and normalised words."""
 
     features: np.ndarray
     correct: np.ndarray
     query: np.ndarray
     candidates: list[list[PhraseHit]]
     asked: list[tuple[str, ...]]
+    depth: int = CONFIDENCE_DEPTH
 
 
 def candidate_table(
@@ -122,19 +122,21 @@ def candidate_table(
     examples: Sequence[RCExample],
     features: Sequence[str] = KNOWN_FEATURES,
     batch_size: int = 64,
+    depth: int = CONFIDENCE_DEPTH,
 ) -> CandidateTable:
-    """The :class:`CandidateTable` of ``examples``' questions; ``searcher`` is a :func:`candidate_searcher`."""
+    """The :class:`CandidateTable` of ``examples``' questions with ``depth`` candidates each; ``searcher`` is a
+    :func:`candidate_searcher`."""
     rows, labels, query = [], [], []
-    ranked_lists = ranked_candidates(searcher, [ex.question for ex in examples], batch_size)
-    kept = [ranked[:CONFIDENCE_DEPTH] for ranked in ranked_lists]
+    ranked_lists = ranked_candidates(searcher, [ex.question for ex in examples], batch_size, depth)
+    kept = [ranked[:depth] for ranked in ranked_lists]
     asked = [question_words(ex.question) for ex in examples]
     for q, (ex, ranked) in enumerate(zip(examples, kept, strict=True)):
         if ranked:
-            rows.append(answer_features(features, ranked, None, asked[q], searcher.index.passages))
+            rows.append(answer_features(features, ranked, None, asked[q], searcher.index.passages, depth=depth))
             labels += [exact_match(hit.text, ex.answers) for hit in ranked]
             query += [q] * len(ranked)
     table = np.vstack(rows) if rows else np.zeros((0, len(features)))
-    return CandidateTable(table, np.array(labels, dtype=bool), np.array(query, dtype=np.int64), kept, asked)
+    return CandidateTable(table, np.array(labels, dtype=bool), np.array(query, dtype=np.int64), kept, asked, depth)
 
 
 def top_answers(
@@ -158,7 +160,7 @@ def top_answers(
         if ranker is None:  # the table holds them
             rows.append(table.features[at[top], columns])
         else:  # the rank features read the other candidates' rank scores
-            rows.append(answer_features(names, ranked, [top], table.asked[q], passages, ranker)[0])
+            rows.append(answer_features(names, ranked, [top], table.asked[q], passages, ranker, table.depth)[0])
         labels.append(bool(table.correct[at[top]]))
         scores.append(ranked[top].score)
     return np.array(rows).reshape(len(rows), len(names)), np.array(labels, dtype=bool), np.array(scores)
@@ -172,12 +174,12 @@ def fit_confidence(
     ``names`` of the top answers by score."""
     if not ranked:
         features, labels, _ = top_answers(table, passages, questions, None, names)
-        return fit_calibration(features, labels, names=names)
+        return fit_calibration(features, labels, names=names, depth=table.depth)
     rows = np.isin(table.query, questions)
     columns = [KNOWN_FEATURES.index(n) for n in names]
     ranker = fit_ranker(table.features[rows][:, columns], table.correct[rows], table.query[rows], names=names)
     features, labels, _ = top_answers(table, passages, questions, ranker, RANKED_CALIBRATION)
-    return fit_calibration(features, labels, names=RANKED_CALIBRATION, ranker=ranker)
+    return fit_calibration(features, labels, names=RANKED_CALIBRATION, ranker=ranker, depth=table.depth)
 
 
 def calibrate(
@@ -189,14 +191,16 @@ def calibrate(
     outside: Sequence[RCExample] = (),
     names: Sequence[str] = KNOWN_FEATURES,
     ranked: bool = True,
+    depth: int = CONFIDENCE_DEPTH,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Fit the confidence (an answer ranker over the features ``names`` and a calibration of its top answers, or
     with ``ranked=False`` a calibration of the features ``names`` of the top answers by score) on ``data``'s
-    questions against ``index``; returns (the calibration dict, a report)."""
+    questions against ``index``, over each question's first ``depth`` candidates; returns (the calibration dict, a
+    report)."""
     names = tuple(names)
     searcher = candidate_searcher(index, model)
     questions = unique_questions(data.examples)
-    table = candidate_table(searcher, questions, KNOWN_FEATURES)
+    table = candidate_table(searcher, questions, KNOWN_FEATURES, depth=depth)
     passages = index.passages
     answered = np.unique(table.query)
     order = list(range(len(questions)))
@@ -247,7 +251,7 @@ def calibrate(
     report["in_sample_em@1"] = float(labels.sum() / len(questions)) if len(questions) else 0.0
     report["in_sample_auroc"] = auroc(calibration.confidence(features), labels)
     if outside:
-        others = candidate_table(searcher, unique_questions(list(outside)), KNOWN_FEATURES)
+        others = candidate_table(searcher, unique_questions(list(outside)), KNOWN_FEATURES, depth=depth)
         out_features, _, _ = top_answers(
             others, passages, np.arange(len(others.candidates)), calibration.ranker, calibration.features
         )
@@ -322,10 +326,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="fit an answer ranker over --features and calibrate its top answers (default); --no-ranker fits "
         "--features of the top answers by score",
     )
+    parser.add_argument(
+        "--depth",
+        type=int,
+        default=CONFIDENCE_DEPTH,
+        help=f"how many ranked candidates the features read and the ranker orders (default {CONFIDENCE_DEPTH}; "
+        "the searchers rank as many phrase answers)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     if not 0 <= args.holdout < 1:
         parser.error("--holdout must be in [0, 1)")
+    if args.depth < 1:
+        parser.error("--depth must be at least 1")
     try:
         check_features(args.features)
     except InvalidParameterError as exc:
@@ -343,7 +356,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         add_passages(index, model, data.passages, progress=True)
         outside_examples = outside.examples
     calibration, report = calibrate(
-        model, data, index, args.holdout, outside=outside_examples, names=args.features, ranked=args.ranker
+        model,
+        data,
+        index,
+        args.holdout,
+        outside=outside_examples,
+        names=args.features,
+        ranked=args.ranker,
+        depth=args.depth,
     )
     model_dir = Path(args.model)
     if not model_dir.is_dir():  # a shipped model name

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
-from dphr_haystack.confidence import KNOWN_FEATURES
+from dphr_haystack.confidence import CONFIDENCE_DEPTH, KNOWN_FEATURES
 from dphr_haystack.encode.add import add_passages
 from train.calibrate import RANKED_CALIBRATION, calibrate, write_calibrated
 from train.data import RCData, RCExample, load_squad
@@ -38,6 +38,9 @@ def test_calibrate_fits_reports_and_stores_the_confidence(tiny_model, tmp_path):
     # an answer ranker over every feature, and a calibration of its top answers
     assert report["ranker"] and calibration["ranker"]["features"] == list(KNOWN_FEATURES)
     assert calibration["features"] == list(RANKED_CALIBRATION)
+    assert calibration["depth"] == CONFIDENCE_DEPTH  # the searchers rank as many phrase answers
+    shallow, _ = calibrate(tiny_model, RCData(sample.passages, examples), index, holdout=0.25, depth=5)
+    assert shallow["depth"] == 5 and shallow != calibration
     plain, plain_report = calibrate(tiny_model, RCData(sample.passages, examples), index, holdout=0.25, ranked=False)
     assert "ranker" not in plain and plain["features"] == list(KNOWN_FEATURES) and not plain_report["ranker"]
     assert plain_report["held_out_em@1"]["by confidence"] == plain_report["held_out_em@1"]["by score"]
@@ -63,15 +66,21 @@ def test_ranked_candidates_give_the_searchers_top_answer_and_confidence(tiny_mod
     index = PhraseIndex.create(tiny_model)
     add_passages(index, tiny_model, sample.passages, progress=False)
     x = np.random.default_rng(0).normal(size=(100, len(KNOWN_FEATURES)))
-    calibration = fit_calibration(x, x[:, 4] > 0, names=KNOWN_FEATURES)
     questions = [ex.question for ex in sample.examples]
-    # the calibration is fitted on the top answer by score
-    served = PhraseSearcher(index, tiny_model, calibration=calibration, ranking="score").search_batch(
-        questions, top_k=1
-    )
-    ranked = ranked_candidates(candidate_searcher(index, tiny_model), questions)
-    for question, hits, candidates in zip(questions, served, ranked, strict=True):
-        assert hits[0].text == candidates[0].text
-        asked = question_words(question)
-        expected = answer_confidences(calibration, candidates, [0], asked, index.passages)[0]
-        assert hits[0].confidence == pytest.approx(expected)
+    for depth in (CONFIDENCE_DEPTH, 3):  # the searcher gathers as many candidates as the calibration's depth
+        calibration = fit_calibration(x, x[:, 4] > 0, names=KNOWN_FEATURES, depth=depth)
+        # the calibration is fitted on the top answer by score
+        served = PhraseSearcher(index, tiny_model, calibration=calibration, ranking="score").search_batch(
+            questions, top_k=1
+        )
+        ranked = ranked_candidates(candidate_searcher(index, tiny_model), questions, depth=depth)
+        checked = 0
+        for question, hits, candidates in zip(questions, served, ranked, strict=True):
+            if not candidates:  # every span of the first tokens copies the question: the searcher looks further
+                continue
+            checked += 1
+            assert hits[0].text == candidates[0].text
+            asked = question_words(question)
+            expected = answer_confidences(calibration, candidates, [0], asked, index.passages)[0]
+            assert hits[0].confidence == pytest.approx(expected)
+        assert checked >= len(questions) // 2
