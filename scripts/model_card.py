@@ -171,7 +171,8 @@ def _confidence_lines(config: dict[str, Any]) -> list[str]:
     named = ", ".join(f"`{f}`" for f in calibration.get("features", []))
     if ranker:
         what = (
-            f"an answer ranker over {len(ranker.get('features', []))} features of each of the top 10 candidates "
+            f"an answer ranker over {len(ranker.get('features', []))} features of each of the top "
+            f"{calibration.get('depth', 10)} candidates "
             f"({', '.join(f'`{f}`' for f in ranker.get('features', []))}; fitted listwise so that the right answer "
             f"comes first), which orders the answers, and a logistic calibration of its top answers over {named}"
         )

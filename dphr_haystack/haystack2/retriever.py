@@ -72,8 +72,9 @@ class PhraseRetriever:
             (default) follows the model, which turns it on for cased DensePhrases checkpoints.
         filter_policy: How ``run``'s filters combine with ``filters``: ``REPLACE`` (default: they replace them) or
             ``MERGE`` (both apply), as in Haystack's retrievers; a ``FilterPolicy`` or its name.
-        ranking: ``confidence`` (default): the first 10 results by score are ordered by their answer's calibrated
-            confidence (raw scores then need not decrease down the list); ``score``: by score alone. A model without a
+        ranking: ``confidence`` (default): the first results by score (20 phrase answers for the shipped model, 10
+            passages or documents) are ordered by their answer's calibrated confidence (raw scores then need not
+            decrease down the list); ``score``: by score alone. A model without a
             calibration ranks by score.
         query_precision: ``int8`` (default): queries are encoded on the CPU by an int8 copy of the query side, in
             about half the time of ``float32`` (DensePhrases' way, and always on a GPU), with the same EM on the
