@@ -149,10 +149,10 @@ def confidence_features(
     """Features of each candidate phrase within its query's ranked candidates: (n, len(FEATURES)).
 
     ``scores`` are the candidates' raw scores in descending order and ``texts`` their texts. The first ``depth``
-    candidates are the reference list. Per candidate: its raw score; its log-softmax
-    against the reference list; the log of the softmax mass of the reference candidates with its normalised
-    text (how much the list agrees on this answer); and the margin to the best reference candidate with another
-    text (for the top candidate: how far ahead it is; 10 when the whole list agrees). ``rows`` (positions in
+    candidates are the reference list. Per candidate: its raw score; its log-softmax against the reference list; the
+    log of the softmax mass of the reference candidates with its normalised text (how much the list agrees on this
+    answer); and the margin to the best reference candidate with another text (for the top candidate: how far ahead
+    it is; 10 when the whole list agrees). ``rows`` (positions in
     the list) asks for those candidates' features only, the same as the full table's rows.
     """
     s = np.asarray(scores, dtype=np.float64)
