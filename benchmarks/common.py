@@ -173,6 +173,28 @@ def validation_data(questions: int):
     return data, unique_questions(data.examples)
 
 
+def gold_window_spans(model, data, examples, questions: int | None) -> dict[str, float]:
+    """Gold-window span EM / F1 (%) of ``model`` (``train.reader.span_metrics``, the reader stage's measure: the best
+    span of each answerable window of the question's own paragraph, cut by the model's window settings, against the
+    gold span) for ``questions`` evenly spaced ``examples`` of ``data`` (None or 0: all), with the seconds taken."""
+    import numpy as np
+
+    from train.data import PassageWindows, RCData, build_features
+    from train.reader import phrase_model_logits, span_metrics
+
+    started = time.perf_counter()
+    picked = list(examples)
+    if questions and questions < len(picked):  # evenly spaced, as train.data.load_squad caps questions
+        picked = [picked[i] for i in sorted(set(np.linspace(0, len(picked) - 1, questions).round().astype(int)))]
+    gold = RCData(data.passages, picked)
+    features = build_features(gold, PassageWindows(model.tokenizer, model.config, gold.passages))
+    return {
+        **span_metrics(phrase_model_logits(model), gold, features, model.tokenizer, model.config),
+        "questions": len(picked),
+        "seconds": time.perf_counter() - started,
+    }
+
+
 # The first 8 dev-public articles (by file order) are held out for model selection; the benchmark never asks
 # their questions (their paragraphs stay in the corpus).
 VALIDATION_ARTICLES = 8
@@ -209,9 +231,19 @@ def hit_scores(examples, answers: list | None, passages: list | None, top_k: int
     """EM@1 / F1@1 of each question's top phrase and passage acc@1 / acc@``top_k`` of its passage ranking, from
     ``PhraseSearcher`` hits (one list per question; ``None``: not measured), by ``dphr_haystack.evaluation``'s
     rules."""
-    from dphr_haystack.evaluation import question_result, short_metrics
+    from dphr_haystack.evaluation import short_metrics
 
-    results = [
+    results = hit_results(examples, answers, passages, top_k)
+    # question_result keeps the first top_k passages, so acc@top_k counts any hit among them
+    return short_metrics(results, ks=(1, top_k), has_answers=answers is not None, has_passages=passages is not None)
+
+
+def hit_results(examples, answers: list | None, passages: list | None, top_k: int) -> list:
+    """One ``dphr_haystack.evaluation`` question result per example from ``PhraseSearcher`` hits (what
+    :func:`hit_scores` averages; ``question_metrics`` gives them per question)."""
+    from dphr_haystack.evaluation import question_result
+
+    return [
         question_result(
             example,
             [(h.text, h.score, h.passage_id) for h in (answers[i] if answers is not None else [])],
@@ -221,8 +253,6 @@ def hit_scores(examples, answers: list | None, passages: list | None, top_k: int
         )
         for i, example in enumerate(examples)
     ]
-    # question_result keeps the first top_k passages, so acc@top_k counts any hit among them
-    return short_metrics(results, ks=(1, top_k), has_answers=answers is not None, has_passages=passages is not None)
 
 
 def filter_digest(model) -> str:

@@ -43,6 +43,7 @@ from benchmarks.common import (
     SQUAD_TRAIN,
     VALIDATION_PARAGRAPHS,
     finish_result,
+    gold_window_spans,
     machine,
     model_id,
     pyplot,
@@ -173,8 +174,6 @@ def read_setting(
     from dphr_haystack.evaluation import SearcherEvaluator, question_metrics, short_metrics
     from dphr_haystack.model.inputs import count_windows
     from dphr_haystack.search import PhraseSearcher
-    from train.data import PassageWindows, RCData, build_features
-    from train.reader import phrase_model_logits, span_metrics
     from train.validation import build_index, qa_examples
 
     evaluator = SearcherEvaluator(qa_examples(examples), KS)
@@ -201,16 +200,7 @@ def read_setting(
             "build_seconds_per_1k": 1000 * build_seconds / index.num_passages,
             "search_seconds": time.perf_counter() - started,
         }
-    started = time.perf_counter()
-    picked = list(examples)
-    if gold_questions and gold_questions < len(picked):  # evenly spaced, as train.data.load_squad caps questions
-        picked = [picked[i] for i in sorted(set(np.linspace(0, len(picked) - 1, gold_questions).round().astype(int)))]
-    gold = RCData(data.passages, picked)
-    features = build_features(gold, PassageWindows(model.tokenizer, model.config, gold.passages))
-    out["gold_window"] = {
-        **span_metrics(phrase_model_logits(model), gold, features, model.tokenizer, model.config),
-        "seconds": time.perf_counter() - started,
-    }
+    out["gold_window"] = gold_window_spans(model, data, examples, gold_questions)
     return out
 
 
