@@ -42,6 +42,8 @@ RECIPES = {
     ("filter-mlp", "filter"): "train/configs/cpu_converge_filter.yaml",
     ("cpu-more", "rc"): "train/configs/cpu_converge_more.yaml",
     ("cpu-more", "filter"): "train/configs/cpu_converge_filter.yaml",
+    ("cpu-windows", "rc"): "train/configs/cpu_windows.yaml",
+    ("cpu-windows", "filter"): "train/configs/cpu_converge_filter.yaml",
 }
 
 # Where each stage ran, for runs whose stages did not all run on the project's 2-core CPU.
