@@ -6,9 +6,12 @@
   whole validation corpus for each question.
 
 A model is scored on each by indexing the subcorpus with it and reporting phrase EM@1 and passage
-accuracy@k (a top-k passage contains a normalised gold answer). The scoring is
-:class:`dphr_haystack.evaluation.SearcherEvaluator`'s: on the same index and questions the numbers equal
-``dphr eval --index ... --top-k max(ks)``'s ``phrase_em@1`` and ``passage_acc@k``.
+accuracy@k (a top-k passage contains a normalised gold answer). Results are ranked by phrase score, as DensePhrases
+validates: the encoder is measured, not a confidence calibration fitted after it, so a calibrated model (the shipped
+one) and an uncalibrated checkpoint compare alike, and the hard subcorpora are what the reference model's scores
+retrieve. The scoring is :class:`dphr_haystack.evaluation.SearcherEvaluator`'s: on the same index and questions the
+numbers of an uncalibrated model equal ``dphr eval --index ... --top-k max(ks)``'s ``phrase_em@1`` and
+``passage_acc@k``.
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ def build_subcorpora(
     if reference is not None and hard_k:
         index = build_index(reference, data.passages, batch_size)
         questions = [ex.question for ex in unique_questions(data.examples)]
-        hits = PhraseSearcher(index, reference, tidy_answers=False).search_batch(
+        hits = PhraseSearcher(index, reference, tidy_answers=False, ranking="score").search_batch(
             questions, unit="phrase", top_k=max(hard_k)
         )  # the raw top phrases pick the hard passages, as before answers were folded
         for k in hard_k:
@@ -97,7 +100,7 @@ def evaluate_index(
     questions = unique_questions(examples)
     if not questions:
         return {"em@1": 0.0, **{f"acc@{k}": 0.0 for k in ks}}
-    scores = SearcherEvaluator(qa_examples(questions), ks)(PhraseSearcher(index, model))
+    scores = SearcherEvaluator(qa_examples(questions), ks)(PhraseSearcher(index, model, ranking="score"))
     return {"em@1": scores["em@1"], **{f"acc@{k}": scores[f"acc@{k}"] for k in ks}}
 
 

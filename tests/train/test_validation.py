@@ -76,3 +76,30 @@ def test_validation_numbers_equal_dphr_eval(tmp_path, tiny_model_dir, ks):
         assert scores[f"all/acc@{k}"] == reported.get(
             f"passage_acc@{k}", float(np.mean(per_question[f"passage_acc@{k}"]))
         )
+
+
+def test_validation_ranks_by_phrase_score_so_a_calibration_changes_nothing(tiny_model_dir, monkeypatch):
+    """Training checkpoints carry no calibration and the shipped model does: both are measured by phrase score."""
+    import copy
+
+    import train.validation as validation
+    from dphr_haystack._util.io import read_json
+    from dphr_haystack.model.registry import shipped_model_path
+
+    model = load_model(tiny_model_dir)
+    passages = tiny_passages()
+    data = RCData(passages, _examples(model, passages))
+    subcorpora = {"all": [p["id"] for p in passages]}
+    rankings = []
+
+    def searcher(*args, **kwargs):
+        rankings.append(kwargs.get("ranking", "confidence"))
+        return PhraseSearcher(*args, **kwargs)
+
+    monkeypatch.setattr(validation, "PhraseSearcher", searcher)
+    calibrated = copy.deepcopy(model)
+    calibrated.config.calibration = read_json(shipped_model_path("dphr-minilm-squad") / "dphr_config.json")[
+        "calibration"
+    ]
+    assert Validator(data, subcorpora)(calibrated) == Validator(data, subcorpora)(model)
+    assert rankings == ["score", "score"]
