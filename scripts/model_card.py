@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import RESULTS, ROOT, model_id
+from dphr_haystack.model.calibration import STORED_DEPTH
 from dphr_haystack.model.registry import DEFAULT_MODEL
 
 
@@ -174,7 +175,7 @@ def _confidence_lines(config: dict[str, Any]) -> list[str]:
     if ranker:
         what = (
             f"an answer ranker over {len(ranker.get('features', []))} features of each of the top "
-            f"{calibration.get('depth', 10)} candidates "
+            f"{calibration.get('depth', STORED_DEPTH)} candidates "
             f"({', '.join(f'`{f}`' for f in ranker.get('features', []))}; fitted listwise so that the right answer "
             f"comes first), which orders the answers, and a logistic calibration of its top answers over {named}"
         )

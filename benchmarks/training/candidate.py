@@ -77,15 +77,17 @@ def open_corpus(model, index, examples) -> tuple[dict[str, Any], dict[str, Any]]
     return summary, {name: per_question[name] for name in PAIRED}
 
 
-def measure_model(name: str, questions: int, gold_questions: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One model on every measure: (its row, its per-question arrays by question set)."""
+def measure_model(
+    name: str, data, examples, sets: dict[str, list], gold_questions: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One model on every measure (``data`` / ``examples``: the validation articles for the gold windows; ``sets``:
+    the question sets asked of the open corpus): (its row, its per-question arrays by question set)."""
     from dphr_haystack.index.phrase_index import PhraseIndex
     from dphr_haystack.nodes import load_phrase_model
 
     started = time.perf_counter()
     model = load_phrase_model(name, "cpu")
     index = PhraseIndex.load(cached_open_small_phrases(model))
-    data, examples = validation_data(None)
     row: dict[str, Any] = {
         "model": name,
         "model_id": model_id(name),
@@ -96,7 +98,6 @@ def measure_model(name: str, questions: int, gold_questions: int) -> tuple[dict[
         "vectors_per_passage": len(index) / index.num_passages,
         "gold_window": gold_window_spans(model, data, examples, gold_questions),
     }
-    sets = {"validation": held_out_questions(10_000), "unseen": squad_open_small_questions(questions)}
     arrays = {}
     for key, qs in sets.items():
         row[key], arrays[key] = open_corpus(model, index, qs)
@@ -113,9 +114,11 @@ def measure(candidates: list[str], questions: int, gold_questions: int) -> dict[
     import numpy as np
 
     started = time.perf_counter()
+    data, examples = validation_data(None)
+    sets = {"validation": held_out_questions(10_000), "unseen": squad_open_small_questions(questions)}
     rows, arrays = [], []
     for name in [SHIPPED, *candidates]:
-        row, per_question = measure_model(name, questions, gold_questions)
+        row, per_question = measure_model(name, data, examples, sets, gold_questions)
         rows.append(row)
         arrays.append(per_question)
     for row, per_question in zip(rows[1:], arrays[1:]):
