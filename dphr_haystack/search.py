@@ -324,6 +324,7 @@ class PhraseSearcher:
                         calibration,
                         self.tidy_answers,
                         asked[qi] if asked else None,
+                        by_confidence,
                     )
                 else:
                     hits = _aggregate(
@@ -486,13 +487,16 @@ def _phrase_answers(
     calibration: Calibration | None,
     tidy: bool = False,
     asked: Sequence[str] | None = None,
+    by_confidence: bool = False,
 ) -> list[Hit]:
     """The top-k phrase answers, skipping copies of the question (``words``), with confidences; with ``tidy``
     trimmed and folded (an answer repeating a better one is left out), the confidences computed over the unfolded
-    candidates."""
+    candidates. With ``by_confidence`` (and a calibration) the candidates are offered to the folding most confident
+    first, so each answer is the most confident of the candidates it folds (as the calibration picked its top
+    answers), and the answers come out most confident first."""
     depth = calibration.depth if calibration is not None else 0
     kept: list[PhraseHit] = []  # the ranked candidates that do not copy the question
-    chosen: list[int] = []  # positions in ``kept`` of the answers
+    chosen: list[int] = []  # positions in ``kept`` of the answers by score
     folder = AnswerFolder() if tidy else None
     for p in _ranked(index, phrases):
         if len(chosen) == top_k and len(kept) >= depth:
@@ -505,8 +509,19 @@ def _phrase_answers(
             chosen.append(len(kept) - 1)
     if calibration is None or not chosen:
         return [kept[i] for i in chosen]
-    confidence = answer_confidences(calibration, kept, chosen, asked, index.passages)
-    return [replace(kept[i], confidence=float(c)) for i, c in zip(chosen, confidence, strict=True)]
+    if not by_confidence:
+        confidence = answer_confidences(calibration, kept, chosen, asked, index.passages)
+        return [replace(kept[i], confidence=float(c)) for i, c in zip(chosen, confidence, strict=True)]
+    confidence = answer_confidences(calibration, kept, range(len(kept)), asked, index.passages)
+    folder = AnswerFolder() if tidy else None
+    answers: list[Hit] = []
+    for i in sorted(range(len(kept)), key=lambda i: -confidence[i]):  # stable: equals keep the score order
+        hit = kept[i]
+        if folder is None or folder.keep(hit.text, hit.passage_row, hit.start, hit.end):
+            answers.append(replace(hit, confidence=float(confidence[i])))
+            if len(answers) == top_k:
+                break
+    return answers
 
 
 def _by_confidence(hits: list[Hit]) -> list[Hit]:

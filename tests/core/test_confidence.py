@@ -32,6 +32,7 @@ from dphr_haystack.confidence import (
 )
 from dphr_haystack.encode.add import add_passages
 from dphr_haystack.model.calibration import Calibration
+from dphr_haystack.spans import AnswerFolder, trim_span
 from tests.conftest import tiny_passages
 
 pytestmark = pytest.mark.unit
@@ -535,6 +536,45 @@ def test_searcher_ranks_answers_by_a_ranked_calibration(tiny_model, index):
     ranked = by_confidence.search(question, unit="phrase", top_k=CONFIDENCE_DEPTH)
     assert sorted(h.text for h in ranked) == sorted(h.text for h in hits)
     assert [h.confidence for h in ranked] == sorted((h.confidence for h in hits), reverse=True)
+
+
+def test_folded_answers_are_the_most_confident_of_what_they_fold_under_the_confidence_ranking(tiny_model, index):
+    """Under the confidence ranking, candidates are folded most confident first: an answer is the most confident of
+    the candidates it folds (the calibration's top answer is the most confident candidate), not the best by score."""
+    calibration = _ranked_calibration()
+    depth, top_k = calibration.depth, 3
+    raw = PhraseSearcher(index, tiny_model, skip_question_copies=False, calibration=None, tidy_answers=False)
+    tidy = PhraseSearcher(index, tiny_model, calibration=calibration)
+    questions = ["What is the capital of France?", "Who wrote Hamlet?", "When was the tower built?", "Where is Rome?"]
+    q_start, q_end = tiny_model.encode_queries(questions)
+    spans = raw.search_vectors(q_start, q_end, "phrase", 4 * depth, candidates=depth, questions=questions)
+    answers = tidy.search_vectors(q_start, q_end, "phrase", top_k, candidates=depth, questions=questions)
+    moved = 0
+    for question, ranked, hits in zip(questions, spans, answers, strict=True):
+        asked = question_words(question)
+        # the candidates trimmed, copies of the question left out, best score first: at least ``depth`` of them, until
+        # they hold ``top_k`` different answers
+        kept, by_score, firsts = [], AnswerFolder(), []
+        for hit in ranked:
+            if len(firsts) == top_k and len(kept) >= depth:
+                break
+            text = index.passages[hit.passage_row]["text"]
+            start, end = trim_span(text, hit.start, hit.end)
+            if not copies_question(text[start:end], asked):
+                kept.append(dataclasses.replace(hit, text=text[start:end], start=start, end=end))
+                if by_score.keep(kept[-1].text, hit.passage_row, start, end):
+                    firsts.append((kept[-1].text, hit.passage_row))
+        confidence = answer_confidences(calibration, kept, range(len(kept)), asked, index.passages)
+        folder, expected = AnswerFolder(), []
+        for i in np.argsort(-confidence, kind="stable"):
+            if folder.keep(kept[i].text, kept[i].passage_row, kept[i].start, kept[i].end):
+                expected.append((kept[i].text, kept[i].passage_row, kept[i].start, float(confidence[i])))
+        got = [(h.text, h.passage_row, h.start, h.confidence) for h in hits]
+        assert [g[:3] for g in got] == [e[:3] for e in expected[:top_k]]
+        assert [g[3] for g in got] == pytest.approx([e[3] for e in expected[:top_k]])
+        assert hits[0].confidence == pytest.approx(confidence.max())
+        moved += (hits[0].text, hits[0].passage_row) not in firsts
+    assert moved, "some top answer must fold into a better-scored one for this test to mean anything"
 
 
 def test_passages_answer_with_their_most_confident_phrase_under_the_confidence_ranking(tiny_model, index):
