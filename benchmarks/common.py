@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dphr_haystack.model.registry import DEFAULT_MODEL
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -447,7 +449,7 @@ def squad_open_small_store(model_name: str):
 def split_arguments(description: str) -> argparse.ArgumentParser:
     """The options of a benchmark that chooses on validation questions and reports on SQuAD-open-small ones."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--model", default="dphr-minilm-squad")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--validation-questions", type=int, default=1000)
     parser.add_argument("--questions", type=int, default=300, help="SQuAD-open-small questions (default 300)")
     parser.add_argument("--seed", type=int, default=0)

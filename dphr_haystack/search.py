@@ -33,7 +33,7 @@ from .index.phrase_index import PhraseIndex
 from .index.rounds import TokenRounds
 from .model.truecase import corpus_truecaser, is_all_lowercase
 from .params import check_choice, check_param, check_query_precision
-from .spans import AnswerFolder, inside_word, trim_span
+from .spans import AnswerFolder, first_answers, inside_word, trim_span
 
 UNITS = ("phrase", "passage", "document")
 # Start and end tokens searched first, per result asked for: passages and documents gather several phrases
@@ -491,9 +491,8 @@ def _phrase_answers(
 ) -> list[Hit]:
     """The top-k phrase answers, skipping copies of the question (``words``), with confidences; with ``tidy``
     trimmed and folded (an answer repeating a better one is left out), the confidences computed over the unfolded
-    candidates. With ``by_confidence`` (and a calibration) the candidates are offered to the folding most confident
-    first, so each answer is the most confident of the candidates it folds (as the calibration picked its top
-    answers), and the answers come out most confident first."""
+    candidates. With ``by_confidence`` the candidates fold most confident first (each answer is the most confident of
+    those it folds, as the calibration picks top answers) and come out most confident first."""
     depth = calibration.depth if calibration is not None else 0
     kept: list[PhraseHit] = []  # the ranked candidates that do not copy the question
     chosen: list[int] = []  # positions in ``kept`` of the answers by score
@@ -509,19 +508,11 @@ def _phrase_answers(
             chosen.append(len(kept) - 1)
     if calibration is None or not chosen:
         return [kept[i] for i in chosen]
-    if not by_confidence:
-        confidence = answer_confidences(calibration, kept, chosen, asked, index.passages)
-        return [replace(kept[i], confidence=float(c)) for i, c in zip(chosen, confidence, strict=True)]
-    confidence = answer_confidences(calibration, kept, range(len(kept)), asked, index.passages)
-    folder = AnswerFolder() if tidy else None
-    answers: list[Hit] = []
-    for i in sorted(range(len(kept)), key=lambda i: -confidence[i]):  # stable: equals keep the score order
-        hit = kept[i]
-        if folder is None or folder.keep(hit.text, hit.passage_row, hit.start, hit.end):
-            answers.append(replace(hit, confidence=float(confidence[i])))
-            if len(answers) == top_k:
-                break
-    return answers
+    rows = range(len(kept)) if by_confidence else chosen
+    confidence = dict(zip(rows, answer_confidences(calibration, kept, rows, asked, index.passages), strict=True))
+    if by_confidence:  # most confident first; equals keep the score order
+        chosen = first_answers(kept, sorted(rows, key=lambda i: -confidence[i]), top_k, tidy)
+    return [replace(kept[i], confidence=float(confidence[i])) for i in chosen]
 
 
 def _by_confidence(hits: list[Hit]) -> list[Hit]:

@@ -21,7 +21,8 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any
 
 from .answers import normalize_answer
 
@@ -284,4 +285,18 @@ class AnswerFolder:
         return True
 
 
-__all__ = ["AnswerFolder", "inside_word", "trim_span"]
+def first_answers(hits: Sequence[Any], order: Iterable[int], k: int, fold: bool = True) -> list[int]:
+    """The positions of the first ``k`` hits offered in ``order`` (positions in ``hits``: objects with ``text``,
+    ``passage_row``, ``start``, ``end``) that do not fold into one offered before them (:class:`AnswerFolder`;
+    ``fold=False`` keeps every hit)."""
+    folder, chosen = AnswerFolder(), []
+    for i in order:
+        if len(chosen) == k:
+            break
+        hit = hits[i]
+        if not fold or folder.keep(hit.text, hit.passage_row, hit.start, hit.end):
+            chosen.append(i)
+    return chosen
+
+
+__all__ = ["AnswerFolder", "first_answers", "inside_word", "trim_span"]

@@ -1,6 +1,6 @@
 """Haystack 2.x/3.x quickstart: index the SQuAD dev paragraphs shipped with the package, ask through YAML pipelines.
 
-    .venv-hs2/bin/python examples/haystack2_quickstart.py               # all 1,702 paragraphs, dphr-minilm-squad
+    .venv-hs2/bin/python examples/haystack2_quickstart.py               # all 1,702 paragraphs, the default model
     .venv-hs2/bin/python examples/haystack2_quickstart.py --limit 300   # quicker: 300 paragraphs over the 40 articles
     .venv-hs2/bin/python examples/haystack2_quickstart.py --model DIR   # another phrase model directory
     .venv-hs2/bin/python examples/haystack2_quickstart.py --store DIR   # keep the store in DIR (reused next time)
@@ -35,7 +35,7 @@ from dphr_haystack.haystack2.pipelines import corpus_documents
 
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines" / "haystack2"
 CORPUS = "squad-dev"  # the shipped corpus: a name every corpus and question reader of dphr_haystack accepts
-MODEL_SELECTION_ARTICLES = 8  # dphr-minilm-squad chose its checkpoint on the first 8 dev articles' questions
+MODEL_SELECTION_ARTICLES = 8  # the shipped models were chosen on the first 8 dev articles' questions
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ everything runs offline with nothing to download. The script
    median milliseconds per query.
 
 Every pipeline is loaded with ``components={"DocumentStore": store}``: one store and one phrase index serve all
-four. The default phrase model is ``dphr-minilm-squad``, trained from all-MiniLM-L6-v2 on SQuAD train and shipped
+four. The default phrase model is ``dphr-minilm-squad-384``, trained from all-MiniLM-L6-v2 on SQuAD train and shipped
 inside the package (see its MODEL_CARD.md). Its checkpoint was selected on the questions of the first 8 dev
 articles, so the questions here come from the other 32 (the 8 articles' paragraphs stay in the corpus). With all
 paragraphs indexed and seed 0 they are the 200 questions of ``benchmarks/quality/squad_open_small.py --questions
@@ -39,11 +39,13 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from dphr_haystack.model.registry import DEFAULT_MODEL  # noqa: E402  (after the environment)
+
 CORPUS = "squad-dev"  # the shipped corpus: a name every corpus and question reader of dphr_haystack accepts
-MODEL_SELECTION_ARTICLES = 8  # dphr-minilm-squad chose its checkpoint on the first 8 dev articles' questions
+MODEL_SELECTION_ARTICLES = 8  # the shipped models were chosen on the first 8 dev articles' questions
 UNTRAINED_NOTE = (
     "NOTE: model 'minilm' is an UNTRAINED phrase model (all-MiniLM-L6-v2 copied into the three "
-    "encoders), so its phrase answers are not meaningful; the default is the trained dphr-minilm-squad."
+    "encoders), so its phrase answers are not meaningful; the default is the trained " + DEFAULT_MODEL + "."
 )
 # (row name, pipeline file, node settings for this script)
 SYSTEMS = [
@@ -69,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=3, help="questions to print answers for (default 3)")
     parser.add_argument(
         "--model",
-        default="dphr-minilm-squad",
-        help="phrase model: 'dphr-minilm-squad' (shipped, trained), 'minilm' (untrained) or a directory",
+        default=DEFAULT_MODEL,
+        help=f"phrase model: '{DEFAULT_MODEL}' (shipped, trained; 'dphr-minilm-squad' indexes faster), 'minilm' "
+        "(untrained) or a directory",
     )
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1 or args.questions < 1 or args.examples < 0:

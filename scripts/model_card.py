@@ -52,6 +52,8 @@ MACHINES = {
     ("gpu-converge", "rc"): "one H200",
 }
 CPU = "2-core CPU"
+# Stages that ran in several sessions, each resuming from the last checkpoint: their summary times the last one only.
+RESUMED = {("cpu-windows", "rc")}
 
 
 STORAGE = {
@@ -76,6 +78,8 @@ def _stage_lines(training: list[dict[str, Any]]) -> list[str]:
             a = entry["train_args"]
             seconds, best = stages.get(stage, {}).get("seconds"), stages.get(stage, {}).get("best_metric")
             minutes = "–" if seconds is None else f"{seconds / 60:.0f}"
+            if seconds is not None and (name, stage) in RESUMED:
+                minutes += " (the last of several resumed sessions)"
             best_text = "–" if best is None else f"{100 * best:.1f}"
             lines.append(
                 f"| {name} / {stage} | `{RECIPES.get((name, stage), '?')}` | {MACHINES.get((name, stage), CPU)} | "
@@ -84,6 +88,21 @@ def _stage_lines(training: list[dict[str, Any]]) -> list[str]:
                 f"{best_text} |"
             )
     return lines
+
+
+def _threshold_origin(config: dict[str, Any], training: list[dict[str, Any]]) -> str:
+    """How the filter threshold was chosen: by the filter stage's rule, or from its sweep by the vector budget."""
+    filters = [run["stages"]["filter"] for run in training if "filter" in run["stages"]]
+    metrics = filters[-1].get("metrics", {}) if filters else {}
+    chosen, sweep = metrics.get("filter_threshold"), metrics.get("sweep") or []
+    if chosen is None or chosen == config["filter_threshold"]:
+        return "chosen by the filter stage"
+    row = next((r for r in sweep if r.get("threshold") == config["filter_threshold"]), None)
+    kept = f", {row['vectors_per_passage']:.1f} vectors per H_10 passage" if row else ""
+    return (
+        f"taken from the filter stage's sweep{kept}, within 40 vectors per SQuAD-open-small passage; the stage's own "
+        f"rule, the fewest vectors within 1 EM point of no filtering, picked {chosen}"
+    )
 
 
 def _parts(config: dict[str, Any]) -> str:
@@ -151,7 +170,7 @@ def _scale_line() -> str:
         "`minilm` model, below published DensePhrases (BERT-base and larger, more data)."
     )
     squad = _read("squad_open_small")
-    if squad is None or squad.get("model_id") != model_id("dphr-minilm-squad"):
+    if squad is None or squad.get("model_id") != model_id(DEFAULT_MODEL):
         return text
     rows = {row["system"]: row["metrics"] for row in squad["systems"]}
     answers, bm25 = rows.get("Phrase answers", {}), rows.get("BM25", {})
@@ -185,8 +204,8 @@ def _confidence_lines(config: dict[str, Any]) -> list[str]:
         "## Confidence",
         "",
         f"Phrase answers carry {what} (`python -m train.calibrate`, fitted on the validation articles' questions "
-        "against the SQuAD-open-small index); it was refitted after the export, so `dphr_config.json` is larger than "
-        "the table above says. `benchmarks/quality/confidence_ranking.py` measures what the ranking gains.",
+        "against the SQuAD-open-small index). `benchmarks/quality/confidence_ranking.py` measures what the ranking "
+        "gains.",
         "",
     ]
     for name, command in (
@@ -194,7 +213,9 @@ def _confidence_lines(config: dict[str, Any]) -> list[str]:
         ("answer_trust", "benchmarks/quality/answer_trust.py"),
     ):
         result = _read(name)
-        if result:
+        if result and result.get("model_id") != model_id(DEFAULT_MODEL):
+            lines += [f"`{command}`: not yet measured with these weights.", ""]
+        elif result:
             lines += [
                 f"`{command}`:",
                 "",
@@ -216,12 +237,12 @@ def render() -> str:
     e, training = default["export"], default["training"]
     config = json.loads((ROOT / e["path"] / "dphr_config.json").read_text())
     lines = [
-        "# dphr-minilm-squad",
+        f"# {DEFAULT_MODEL}",
         "",
         f"A DensePhrases-style phrase model ({_parts(config)}) trained from "
         f"all-MiniLM-L6-v2 on SQuAD v1.1 train-rebuilt with this repository's `train/` recipes ({_where(training)}). "
         "It is the default of `PhraseRetriever`, the YAML pipelines and the quickstart, and loads offline: "
-        '`PhraseModel.load("dphr-minilm-squad")` (alias `default`).',
+        f'`PhraseModel.load("{DEFAULT_MODEL}")` (alias `default`).',
         "",
         _scale_line(),
         "",
@@ -241,8 +262,8 @@ def render() -> str:
         f"Query layout `{config['query_layout']}` ({_parts(config)}), "
         f"passage windows {config['max_passage_length']} subwords "
         f"(stride {config['passage_stride']}), queries ≤ {config['max_query_length']} subwords, phrases ≤ "
-        f"{config['max_answer_length']} subwords, filter threshold {config['filter_threshold']} (chosen by the filter "
-        f"stage), phrase fingerprint `{e['phrase_fingerprint'][:12]}`.",
+        f"{config['max_answer_length']} subwords, filter threshold {config['filter_threshold']} "
+        f"({_threshold_origin(config, training)}), phrase fingerprint `{e['phrase_fingerprint'][:12]}`.",
         "",
         "## Data and recipe",
         "",
@@ -322,6 +343,10 @@ def render() -> str:
             part = name.split("_")[0]
             lines += [
                 f"## Kim et al. 2022 {title} (`benchmarks/training/kim2022.py {part}`)",
+                "",
+                "Ablation runs of the recipe"
+                + (f" ({', '.join(f'`{run}`' for run in result['runs'])})" if result.get("runs") else "")
+                + ", not these weights:",
                 "",
                 result["markdown"],
                 "",

@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from dphr_haystack.model.registry import DEFAULT_MODEL
+
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -375,7 +377,7 @@ def build_hint(model: str, max_passages: int | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="dphr-minilm-squad", help="phrase model: as for quality.squad_open_small")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="phrase model: as for quality.squad_open_small")
     parser.add_argument(
         "--cache",
         type=Path,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import ROOT, finish_result, machine, model_id, percentiles, pyplot, save_figure, squad_passages
+from dphr_haystack.model.registry import DEFAULT_MODEL
 
 CLIENTS = 4
 WARMUP = 4
@@ -208,7 +209,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--paragraphs", type=int, default=100)
     parser.add_argument("--queries", type=int, default=60)
-    parser.add_argument("--model", default="dphr-minilm-squad")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
     args = parser.parse_args()
     finish_result("rest_api", measure(args.paragraphs, args.queries, args.model), markdown, plot)
 

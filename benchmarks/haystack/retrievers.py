@@ -38,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dphr_haystack.model.registry import DEFAULT_MODEL
+
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -287,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="dev paragraphs (default: all 1,702)")
     parser.add_argument("--queries", type=int, default=200, help="timed questions (default 200)")
     parser.add_argument("--top-k", type=int, default=10)
-    parser.add_argument("--model", default="dphr-minilm-squad", help="phrase model (default: the shipped one)")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="phrase model (default: the shipped one)")
     parser.add_argument("--threads", type=int, default=1, help="query-time intra-op threads, all retrievers")
     parser.add_argument("--dump-topk", type=Path, default=None, help="write each question's phrase answers here")
     args = parser.parse_args(argv)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import ROOT, finish_result, machine, model_id, percentiles, pyplot, save_figure
+from dphr_haystack.model.registry import DEFAULT_MODEL
 
 COLUMNS = ("answers", "bm25", "passages", "hybrid")
 WARMUP = 3
@@ -106,8 +107,8 @@ def measure(paragraphs: int, questions: int) -> dict[str, Any]:
     started = time.perf_counter()
     result: dict[str, Any] = {
         "machine": machine(),
-        "model": "dphr-minilm-squad",
-        "model_id": model_id("dphr-minilm-squad"),
+        "model": DEFAULT_MODEL,
+        "model_id": model_id(DEFAULT_MODEL),
     }
     with tempfile.TemporaryDirectory(prefix="dphr-serve-bench-") as tmp:
         work = Path(tmp)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import ROOT, finish_result, machine, model_id, pyplot, save_figure, squad_passages
+from dphr_haystack.model.registry import DEFAULT_MODEL
 
 _DPHR = "import sys; from dphr_haystack.cli import main; sys.exit(main(sys.argv[1:]))"
 
@@ -159,7 +160,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--paragraphs", type=int, default=300)
     parser.add_argument("--questions", type=int, default=100)
-    parser.add_argument("--model", default="dphr-minilm-squad")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
     args = parser.parse_args()
     finish_result("store_reuse", measure(args.paragraphs, args.questions, args.model), markdown, plot)
 

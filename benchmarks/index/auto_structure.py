@@ -34,6 +34,7 @@ from benchmarks.common import (
     save_figure,
     squad_open_small_questions,
 )
+from dphr_haystack.model.registry import DEFAULT_MODEL
 
 RECALL_KS = (20, 64, 256)
 ANSWER_TOP_K = 10  # a Haystack retriever's default
@@ -199,7 +200,7 @@ def plot(result: dict[str, Any], path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="dphr-minilm-squad")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--cache", type=Path, default=None, help="a SQuAD-open-small cache (default: the first found)")
     parser.add_argument("--nprobe", default="32,64,128,256,512", help="nprobe values to sweep, comma-separated")
     parser.add_argument("--questions", type=int, default=300)

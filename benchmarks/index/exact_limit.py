@@ -33,6 +33,7 @@ from benchmarks.common import (
     save_figure,
     squad_passages,
 )
+from dphr_haystack.model.registry import DEFAULT_MODEL
 
 CACHE = ROOT / "runs" / "bench-cache" / "squad-dev-exact"
 CHUNK = 256  # passages a store adds at a time (the Haystack stores' default write batch)
@@ -181,7 +182,7 @@ def plot(result: dict[str, Any], path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="dphr-minilm-squad")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--questions", type=int, default=2000)
     args = parser.parse_args()
     finish_result("exact_limit", measure(args.model, args.questions), markdown, plot)

@@ -32,6 +32,7 @@ from benchmarks.common import (
     squad_open_small_questions,
     squad_passages,
 )
+from dphr_haystack.model.registry import DEFAULT_MODEL
 
 FACTORS = (1, 2, 4, 8, 16, 32)
 UNITS = ("passage", "document")
@@ -174,7 +175,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="dphr-minilm-squad")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--questions", type=int, default=100)
     parser.add_argument("--paragraphs", type=int, default=300, help="dev paragraphs when no cached index fits")
     parser.add_argument("--top-k", type=int, default=20)

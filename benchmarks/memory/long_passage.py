@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from dphr_haystack.model.registry import DEFAULT_MODEL
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -167,7 +169,7 @@ def _plot(result: dict, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="dphr-minilm-squad", help="dphr-minilm-squad (shipped), tiny, or a dir")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="a shipped model name, tiny, or a directory")
     parser.add_argument("--sizes-kb", type=int, nargs="+", default=[10, 250, 1000])
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--batch-size", type=int, default=32)

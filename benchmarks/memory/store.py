@@ -29,6 +29,7 @@ from benchmarks.common import (
     pyplot,
     save_figure,
 )
+from dphr_haystack.model.registry import DEFAULT_MODEL
 
 
 def _child(kind: str, model_name: str) -> dict[str, Any]:
@@ -124,7 +125,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="dphr-minilm-squad")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--child", choices=["phrase", "dense"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

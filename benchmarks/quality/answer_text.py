@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from dphr_haystack.model.registry import DEFAULT_MODEL
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.common import SQUAD_DEV, finish_result, machine, model_id, pyplot, save_figure
@@ -351,7 +353,7 @@ def plot(result: dict[str, Any], path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="dphr-minilm-squad")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--paragraphs", type=int, default=600)
     parser.add_argument("--questions", type=int, default=1000)
     parser.add_argument("--top-k", type=int, default=5)

@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from dphr_haystack.model.registry import DEFAULT_MODEL
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.common import (
@@ -505,7 +507,7 @@ def plot(result: dict[str, Any], path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="dphr-minilm-squad")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--index", type=Path, default=DEFAULT_INDEX, help="a phrase index built with --model")
     parser.add_argument("--questions", type=int, default=2000, help="SQuAD-open-small questions to score on")
     parser.add_argument("--gain", type=float, default=0.002, help="least CV AUROC gain to add a feature")

@@ -35,6 +35,7 @@ from benchmarks.common import (
     save_figure,
     squad_open_small_questions,
 )
+from dphr_haystack.model.registry import DEFAULT_MODEL
 
 RANKINGS = ("score", "confidence")
 
@@ -163,7 +164,7 @@ def plot(result: dict[str, Any], path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="dphr-minilm-squad")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--questions", type=int, default=2000)
     args = parser.parse_args()
     finish_result("confidence_ranking", measure(args.model, args.questions), markdown, plot)

@@ -32,6 +32,7 @@ from benchmarks.common import (
     save_figure,
     squad_open_small_questions,
 )
+from dphr_haystack.model.registry import DEFAULT_MODEL
 
 DEPTHS = (10, 15, 20, 30, 40)
 TIMED_QUESTIONS = 300
@@ -181,7 +182,7 @@ def plot(result: dict[str, Any], path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="dphr-minilm-squad")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--questions", type=int, default=2000)
     parser.add_argument(
         "--depths", type=lambda text: tuple(int(x) for x in text.split(",")), default=DEPTHS, help="e.g. 10,20"

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dphr_haystack.model.registry import DEFAULT_MODEL
+
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -212,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--model",
-        default="dphr-minilm-squad",
+        default=DEFAULT_MODEL,
         help="phrase model: 'dphr-minilm-squad' (shipped), 'minilm' (untrained) or a directory",
     )
     parser.add_argument("--questions", type=int, default=300, help="dev questions to sample (default 300)")

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dphr_haystack.model.registry import DEFAULT_MODEL
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -163,7 +165,7 @@ def plot(result: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="dphr-minilm-squad")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--questions", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--top-k", type=int, default=20)

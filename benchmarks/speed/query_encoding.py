@@ -37,6 +37,7 @@ from benchmarks.common import (
     save_figure,
     squad_open_small_questions,
 )
+from dphr_haystack.model.registry import DEFAULT_MODEL
 
 QUERY_MODULES = ("query_encoder", "query_start_encoder", "query_end_encoder", "query_start_head", "query_end_head")
 FLOAT32, TORCH_INT8, INT8 = "float32", "int8, PyTorch dynamic (per tensor)", "int8, per row (default)"
@@ -190,7 +191,7 @@ def plot(result: dict[str, Any], path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="dphr-minilm-squad")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--timing-questions", type=int, default=200)
     args = parser.parse_args()
     finish_result("query_encoding", measure(args.model, args.timing_questions), markdown, plot)

@@ -26,6 +26,8 @@ import os
 import time
 from typing import Any
 
+from dphr_haystack.model.registry import DEFAULT_MODEL
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -45,7 +47,7 @@ from benchmarks.common import (
 )
 from benchmarks.significance import paired
 
-SHIPPED = "dphr-minilm-squad"
+SHIPPED = DEFAULT_MODEL
 SETS = ("validation", "unseen")
 # per-question measures kept for the paired differences, and how they are named in the table
 PAIRED = {"phrase_em@1": "EM@1", "phrase_f1@1": "F1@1", "passage_acc@1": "acc@1"}

@@ -34,6 +34,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from dphr_haystack.model.registry import DEFAULT_MODEL
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -402,7 +404,7 @@ def plot(r: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="dphr-minilm-squad")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--windows", nargs="+", type=parse_window, default=[parse_window(w) for w in DEFAULT_WINDOWS])
     parser.add_argument("--skip-train-stats", action="store_true", help="only the validation paragraphs' statistics")
     parser.add_argument(

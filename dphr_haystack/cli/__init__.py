@@ -1,7 +1,7 @@
 """``dphr``: create phrase models, index corpora and search phrase indexes from the shell.
 
 dphr model init --base minilm --out models/minilm-phrase
-dphr index --corpus corpus.jsonl --out my-index              # the shipped dphr-minilm-squad model
+dphr index --corpus corpus.jsonl --out my-index              # the shipped default model
 dphr search --index my-index --unit passage --top-k 5 "Who wrote Hamlet?"
 dphr eval --index my-index --questions NQ-open.dev.jsonl.gz --out eval-out
 dphr dump --model models/minilm-phrase --corpus corpus.jsonl --out dump --ray --num-workers 4

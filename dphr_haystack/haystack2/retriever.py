@@ -45,13 +45,14 @@ class PhraseRetriever:
     before; ``meta["raw_score"]`` keeps the raw one.
 
     Example:
-        >>> retriever = PhraseRetriever(document_store=store)      # the shipped dphr-minilm-squad model
+        >>> retriever = PhraseRetriever(document_store=store)      # the shipped default model
         >>> retriever.warm_up()
         >>> retriever.run(query="Who wrote Hamlet?", unit="phrase", top_k=1)["answers"][0].data
 
     Args:
         document_store: The store to search.
-        model: ``dphr-minilm-squad`` (shipped, trained), ``minilm`` (untrained) or a phrase model directory.
+        model: ``dphr-minilm-squad-384`` (shipped, trained, the default), ``dphr-minilm-squad`` (shipped), ``minilm``
+            (untrained) or a phrase model directory.
         top_k: Results per query (overridable in ``run``).
         unit: ``phrase``, ``passage`` or ``document`` (overridable in ``run``).
         filters: Haystack 2 filters of every search (see ``filter_policy``).

@@ -40,13 +40,14 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
 
     Example:
         >>> store = PhraseDocumentStore()
-        >>> retriever = PhraseRetriever(document_store=store, unit="phrase")   # the shipped dphr-minilm-squad
+        >>> retriever = PhraseRetriever(document_store=store, unit="phrase")   # the shipped default model
         >>> store.index_documents([Document("Hamlet was written by Shakespeare.")], retriever)
         >>> retriever.run_query("Who wrote Hamlet?")[0]["answers"][0].answer
 
     Args:
         document_store: The PhraseDocumentStore to search.
-        model: Phrase model: ``dphr-minilm-squad`` (the default: trained, shipped with the package, offline),
+        model: Phrase model: ``dphr-minilm-squad-384`` (the default: trained, shipped with the package, offline),
+            ``dphr-minilm-squad`` (shipped, 192-subword windows: indexes faster on a CPU, answers less well),
             ``minilm`` (untrained, built on the offline all-MiniLM-L6-v2), a model directory, a DensePhrases
             checkpoint directory or a hub name. Loaded once per process and device.
         top_k: Results per query.

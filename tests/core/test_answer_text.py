@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 import pytest
@@ -10,7 +11,7 @@ from dphr_haystack import InvalidParameterError, PhraseIndex, PhraseSearcher
 from dphr_haystack.answers import normalize_answer
 from dphr_haystack.confidence import copies_question, question_words
 from dphr_haystack.encode.add import add_passages
-from dphr_haystack.spans import AnswerFolder, trim_span
+from dphr_haystack.spans import AnswerFolder, first_answers, trim_span
 from tests.conftest import tiny_passages
 from tests.core.test_answers_every_unit import CALIBRATION
 
@@ -104,6 +105,15 @@ def test_answer_folder_folds_equal_texts_and_overlapping_spans():
     assert not folder.keep("x 100", "p1", 8, 11)
     assert folder.keep("by default", "p1", 13, 23)  # touches, does not overlap
     assert folder.keep("other", "p2", 10, 15)  # the same offsets in another passage
+
+
+def test_first_answers_are_the_first_that_fold_into_none_offered_before_them_in_the_given_order():
+    Span = collections.namedtuple("Span", "text passage_row start end")
+    hits = [Span("Paris", 0, 0, 5), Span("Paris, France", 0, 0, 13), Span("paris", 1, 4, 9), Span("Lyon", 1, 20, 24)]
+    assert first_answers(hits, [0, 1, 2, 3], 10) == [0, 3]
+    assert first_answers(hits, [1, 2, 0, 3], 10) == [1, 2, 3]  # "Paris" folds into the longer span offered first
+    assert first_answers(hits, [3, 1, 2, 0], 2) == [3, 1]  # at most k
+    assert first_answers(hits, [2, 0], 5, fold=False) == [2, 0]
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ def stand_in(monkeypatch, tmp_path, tiny_model):
 
 @pytest.mark.unit
 def test_shipped_names_and_alias_load_the_shipped_directory(stand_in):
-    for name in (shipped.DEFAULT_MODEL, "default", "DPHR-MiniLM-SQuAD", " default "):
+    for name in (shipped.DEFAULT_MODEL, "default", shipped.DEFAULT_MODEL.upper(), " default "):
         assert shipped.is_shipped_name(name)
         assert PhraseModel.load(name).phrase_fingerprint() == stand_in.phrase_fingerprint()
     assert shipped.shipped_model_names() == [shipped.DEFAULT_MODEL]
@@ -85,14 +85,17 @@ def shipped_model(minilm_available):
 
 @pytest.mark.integration
 def test_shipped_files_fit_the_budget_and_load_offline(shipped_model):
-    path = shipped.SHIPPED_DIR / shipped.DEFAULT_MODEL
-    sizes = {f.name: f.stat().st_size for f in path.iterdir() if f.is_file()}
-    assert sum(sizes.values()) <= SIZE_BUDGET_BYTES, sizes
-    assert max(sizes.values()) <= 16 * 2**20  # every file moves between machines (16 MiB per file)
-    assert (path / "MODEL_CARD.md").is_file()
-    config = shipped_model.config
-    assert config.base_model == "minilm" and config.query_layout == "shared"
-    assert isinstance(config.filter_threshold, float)
+    # the default, and the previous default one argument away (192-subword windows: faster to index on a CPU)
+    assert {shipped.DEFAULT_MODEL, "dphr-minilm-squad"} <= set(shipped.shipped_model_names())
+    for name in shipped.shipped_model_names():
+        path = shipped.SHIPPED_DIR / name
+        sizes = {f.name: f.stat().st_size for f in path.iterdir() if f.is_file()}
+        assert sum(sizes.values()) <= SIZE_BUDGET_BYTES, (name, sizes)
+        assert max(sizes.values()) <= 16 * 2**20  # every file moves between machines (16 MiB per file)
+        assert (path / "MODEL_CARD.md").is_file()
+        config = shipped_model.config if name == shipped.DEFAULT_MODEL else PhraseModel.load(name).config
+        assert config.base_model == "minilm" and config.query_layout == "shared", name
+        assert isinstance(config.filter_threshold, float) and config.calibration is not None, name
 
 
 @pytest.mark.integration

@@ -229,7 +229,7 @@ def test_missing_model_path_in_yaml_names_the_path(tmp_path):
     missing = tmp_path / "missing-model"
     with pytest.raises(ModelLoadError, match=str(missing)):
         load_pipeline(PIPELINES / "phrase_qa.yml", overrides={"Retriever": {"model": str(missing)}})
-    text = (PIPELINES / "phrase_qa.yml").read_text().replace("model: dphr-minilm-squad", f"model: {missing}")
+    text = (PIPELINES / "phrase_qa.yml").read_text().replace("model: dphr-minilm-squad-384", f"model: {missing}")
     (tmp_path / "p.yml").write_text(text)
     with pytest.raises(PipelineConfigError) as excinfo:  # plain Haystack loading keeps it as the cause
         Pipeline.load_from_yaml(tmp_path / "p.yml")
