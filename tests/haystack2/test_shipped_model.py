@@ -20,9 +20,9 @@ PARAGRAPHS = {
     "Marie Curie": "Marie Curie was a physicist and chemist who conducted pioneering research on radioactivity. "
     "She was the first woman to win a Nobel Prize.",
 }
-QUESTIONS = {
-    "When was the Eiffel Tower completed?": "1889",
-    "Which ocean does the Amazon flow into?": "Atlantic Ocean",
+QUESTIONS = {  # the right answers
+    "When was the Eiffel Tower completed?": ("1889",),
+    "Which ocean does the Amazon flow into?": ("Atlantic Ocean", "Atlantic"),
 }
 
 
@@ -38,7 +38,7 @@ def test_shipped_model_answers_like_the_core(minilm_available, one_torch_thread)
     searcher = PhraseSearcher(index, model)
     for question, expected in QUESTIONS.items():
         answers = pipeline.run({"retriever": {"query": question}})["retriever"]["answers"]
-        assert answers[0].data == expected
+        assert answers[0].data in expected
         core = searcher.search(question, unit="phrase", top_k=3)
         assert [(a.data, a.document.id) for a in answers] == [(h.text, h.passage_id) for h in core]
         assert [a.meta["raw_score"] for a in answers] == pytest.approx([h.score for h in core], rel=1e-5)
