@@ -35,13 +35,12 @@ from typing import Any
 
 import numpy as np
 
-from dphr_haystack.model.registry import DEFAULT_MODEL
-
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.common import (
+    DEFAULT_MODEL,
     RESULTS,
     SQUAD_DEV,
     SQUAD_TRAIN,

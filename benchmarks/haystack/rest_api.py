@@ -24,8 +24,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT, finish_result, machine, model_id, percentiles, pyplot, save_figure, squad_passages
-from dphr_haystack.model.registry import DEFAULT_MODEL
+from benchmarks.common import (
+    DEFAULT_MODEL,
+    ROOT,
+    finish_result,
+    machine,
+    model_id,
+    percentiles,
+    pyplot,
+    save_figure,
+    squad_passages,
+)
 
 CLIENTS = 4
 WARMUP = 4

@@ -26,8 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT, finish_result, machine, model_id, percentiles, pyplot, save_figure
-from dphr_haystack.model.registry import DEFAULT_MODEL
+from benchmarks.common import DEFAULT_MODEL, ROOT, finish_result, machine, model_id, percentiles, pyplot, save_figure
 
 COLUMNS = ("answers", "bm25", "passages", "hybrid")
 WARMUP = 3

@@ -28,8 +28,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT, finish_result, machine, model_id, pyplot, save_figure, squad_passages
-from dphr_haystack.model.registry import DEFAULT_MODEL
+from benchmarks.common import (
+    DEFAULT_MODEL,
+    ROOT,
+    finish_result,
+    machine,
+    model_id,
+    pyplot,
+    save_figure,
+    squad_passages,
+)
 
 _DPHR = "import sys; from dphr_haystack.cli import main; sys.exit(main(sys.argv[1:]))"
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
+    DEFAULT_MODEL,
     cached_open_small_phrases,
     finish_result,
     held_out_questions,
@@ -34,7 +35,6 @@ from benchmarks.common import (
     save_figure,
     squad_open_small_questions,
 )
-from dphr_haystack.model.registry import DEFAULT_MODEL
 
 RECALL_KS = (20, 64, 256)
 ANSWER_TOP_K = 10  # a Haystack retriever's default

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
+    DEFAULT_MODEL,
     ROOT,
     SQUAD_DEV,
     finish_result,
@@ -33,7 +34,6 @@ from benchmarks.common import (
     save_figure,
     squad_passages,
 )
-from dphr_haystack.model.registry import DEFAULT_MODEL
 
 CACHE = ROOT / "runs" / "bench-cache" / "squad-dev-exact"
 CHUNK = 256  # passages a store adds at a time (the Haystack stores' default write batch)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
+    DEFAULT_MODEL,
     SQUAD_OPEN_SMALL_CACHE,
     finish_result,
     hit_scores,
@@ -32,7 +33,6 @@ from benchmarks.common import (
     squad_open_small_questions,
     squad_passages,
 )
-from dphr_haystack.model.registry import DEFAULT_MODEL
 
 FACTORS = (1, 2, 4, 8, 16, 32)
 UNITS = ("passage", "document")

@@ -30,12 +30,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from dphr_haystack.model.registry import DEFAULT_MODEL
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from benchmarks.common import (
+    DEFAULT_MODEL,
     ROOT,
     SQUAD_TRAIN,
     machine,

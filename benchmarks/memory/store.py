@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
+    DEFAULT_MODEL,
     SQUAD_OPEN_SMALL_CACHE,
     finish_result,
     machine,
@@ -29,7 +30,6 @@ from benchmarks.common import (
     pyplot,
     save_figure,
 )
-from dphr_haystack.model.registry import DEFAULT_MODEL
 
 
 def _child(kind: str, model_name: str) -> dict[str, Any]:

@@ -20,11 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from dphr_haystack.model.registry import DEFAULT_MODEL
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.common import SQUAD_DEV, finish_result, machine, model_id, pyplot, save_figure
+from benchmarks.common import DEFAULT_MODEL, SQUAD_DEV, finish_result, machine, model_id, pyplot, save_figure
 
 VALIDATION_PARAGRAPHS = 427
 

@@ -38,11 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from dphr_haystack.model.registry import DEFAULT_MODEL
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.common import (
+    DEFAULT_MODEL,
     ROOT,
     SQUAD_DEV,
     VALIDATION_PARAGRAPHS,

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import (
+    DEFAULT_MODEL,
     cached_open_small_phrases,
     finish_result,
     held_out_questions,
@@ -35,7 +36,6 @@ from benchmarks.common import (
     save_figure,
     squad_open_small_questions,
 )
-from dphr_haystack.model.registry import DEFAULT_MODEL
 
 RANKINGS = ("score", "confidence")
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import (
+    DEFAULT_MODEL,
     cached_open_small_phrases,
     finish_result,
     held_out_questions,
@@ -32,7 +33,6 @@ from benchmarks.common import (
     save_figure,
     squad_open_small_questions,
 )
-from dphr_haystack.model.registry import DEFAULT_MODEL
 
 DEPTHS = (10, 15, 20, 30, 40)
 TIMED_QUESTIONS = 300

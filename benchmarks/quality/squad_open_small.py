@@ -27,13 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from dphr_haystack.model.registry import DEFAULT_MODEL
-
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.common import (
+    DEFAULT_MODEL,
     SQUAD_DEV,
     SQUAD_TRAIN,
     analyze_sqlite,

@@ -23,8 +23,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from benchmarks.common import finish_result, machine, model_id, pyplot, save_figure
-from dphr_haystack.model.registry import DEFAULT_MODEL
+from benchmarks.common import DEFAULT_MODEL, finish_result, machine, model_id, pyplot, save_figure
 
 
 def index_once(model, passages: list[dict]) -> dict[str, float]:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import (
+    DEFAULT_MODEL,
     cached_open_small_phrases,
     finish_result,
     held_out_questions,
@@ -37,7 +38,6 @@ from benchmarks.common import (
     save_figure,
     squad_open_small_questions,
 )
-from dphr_haystack.model.registry import DEFAULT_MODEL
 
 QUERY_MODULES = ("query_encoder", "query_start_encoder", "query_end_encoder", "query_start_head", "query_end_head")
 FLOAT32, TORCH_INT8, INT8 = "float32", "int8, PyTorch dynamic (per tensor)", "int8, per row (default)"

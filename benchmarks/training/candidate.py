@@ -26,12 +26,11 @@ import os
 import time
 from typing import Any
 
-from dphr_haystack.model.registry import DEFAULT_MODEL
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.common import (
+    DEFAULT_MODEL,
     SQUAD_DEV,
     cached_open_small_phrases,
     finish_result,

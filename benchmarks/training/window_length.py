@@ -34,12 +34,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dphr_haystack.model.registry import DEFAULT_MODEL
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.common import (
+    DEFAULT_MODEL,
     KS,
     SQUAD_DEV,
     SQUAD_TRAIN,
