@@ -4,6 +4,10 @@
     .venv/bin/python -m benchmarks.training.kim2022 loss --runs runs/cpu-ul runs/cpu-original
     # (b) hard-negative fine-tuning vs the same fine-tuning without: train/configs/cpu_hn{,_control}.yaml
     .venv/bin/python -m benchmarks.training.kim2022 hn --runs runs/cpu-hn runs/cpu-hn-control
+    # (a) and (b) as continuations of the default model, three arms from one start (cpu_hn{,_control}_384.yaml,
+    # cpu_original_384.yaml), written to kim2022_hn_384:
+    .venv/bin/python -m benchmarks.training.kim2022 hn --baseline dphr-minilm-squad-384 --tag 384 \
+        --runs runs/cpu-hn-384 runs/cpu-hn-control-384 runs/cpu-original-384
     # (c) the filter: AUC-PR and accuracy vs index size, separate filter vs the jointly trained one
     .venv/bin/python -m benchmarks.training.kim2022 filter \
         --models runs/cpu-ul/filter/final runs/cpu-original/rc/best
@@ -33,7 +37,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.checkpoints import load_checkpoint, score
-from benchmarks.common import KS, SQUAD_DEV, SQUAD_TRAIN, finish_result, machine, pyplot, save_figure, validation_data
+from benchmarks.common import (
+    KS,
+    SQUAD_DEV,
+    SQUAD_TRAIN,
+    finish_result,
+    gold_window_spans,
+    machine,
+    pyplot,
+    save_figure,
+    validation_data,
+)
 
 
 def large_corpus(extra_train: str) -> list[dict[str, Any]]:
@@ -106,21 +120,26 @@ def run_hn(args) -> dict[str, Any]:
     from train.validation import build_subcorpora
 
     data, examples = validation_data(args.questions)
+    gold_data, gold_examples = validation_data(None)
     sub = build_subcorpora(data, load_checkpoint(args.baseline), (10,), (0.1,), seed=0)
     corpora = _corpora(data, sub, args.extra_train_passages)
     runs = {}
     for run in map(Path, args.runs):
         stage = "hn" if (run / "hn" / "metrics.jsonl").is_file() else "rc"
         runs[run.name] = run_record(run, stage, corpora, examples)
+        if args.gold_questions:
+            model = load_checkpoint(runs[run.name]["model"])
+            runs[run.name]["gold_window"] = gold_window_spans(model, gold_data, gold_examples, args.gold_questions)
         mining = run / "mine" / "stats.json"
         if mining.is_file():
             runs[run.name]["mining"] = json.loads(mining.read_text())
+    start_model = load_checkpoint(args.baseline)
     start = {
         "model": args.baseline,
-        "scores": {
-            name: score(load_checkpoint(args.baseline), passages, examples) for name, passages in corpora.items()
-        },
+        "scores": {name: score(start_model, passages, examples) for name, passages in corpora.items()},
     }
+    if args.gold_questions:
+        start["gold_window"] = gold_window_spans(start_model, gold_data, gold_examples, args.gold_questions)
     return {
         "start": start,
         "runs": runs,
@@ -134,26 +153,41 @@ def run_hn(args) -> dict[str, Any]:
 def hn_markdown(r: dict) -> str:
     corpora = list(r["start"]["scores"])
     sizes = {**r["subcorpora"], "large": r["large_passages"]}
+    gold = "gold_window" in r["start"]
     lines = [
         f"Questions: {r['questions']} (held-out validation articles); H_10 built with `{r['reference']}`, the "
-        "start model of both runs. Phrase EM@1 / passage acc@20 (%) per corpus (passages):",
+        "start model of every run. Phrase EM@1 / passage acc@20 (%) per corpus (passages)"
+        + (
+            f"; reading: span EM / F1 (%) in the gold window of {r['start']['gold_window']['questions']:,} "
+            "validation questions"
+            if gold
+            else ""
+        )
+        + ":",
         "",
-        "| model | hard passages per question | steps × batch | train min | "
+        "| model | loss | hard passages per question | steps × batch | train min | "
         + " | ".join(f"{c} ({sizes[c]})" for c in corpora)
-        + " |",
-        "|---|---:|---:|---:|" + "---:|" * len(corpora),
+        + (" | gold-window span EM / F1 |" if gold else " |"),
+        "|---|---|---:|---:|---:|" + "---:|" * len(corpora) + ("---:|" if gold else ""),
     ]
 
     def cells(scores: dict) -> str:
         return " | ".join(f"{100 * scores[c]['em@1']:.1f} / {100 * scores[c]['acc@20']:.1f}" for c in corpora)
 
-    lines.append(f"| start: `{r['start']['model']}` | – | – | – | {cells(r['start']['scores'])} |")
+    def reading(entry: dict) -> str:
+        g = entry.get("gold_window")
+        return f" | {g['em']:.1f} / {g['f1']:.1f} |" if g else (" | – |" if gold else " |")
+
+    lines.append(
+        f"| start: `{r['start']['model']}` | – | – | – | – | {cells(r['start']['scores'])}{reading(r['start'])}"
+    )
     for name, run in r["runs"].items():
         a = run["train_args"]
         minutes = f"{run['train_seconds'] / 60:.0f}" if run.get("train_seconds") else "–"
         lines.append(
-            f"| {name} ({run['stage']}, best on {a.get('select_metric')}) | {run['hard_per_example']} | "
-            f"{a.get('max_steps')} × {a.get('batch_size')} | {minutes} | {cells(run['scores'])} |"
+            f"| {name} ({run['stage']}, best on {a.get('select_metric')}) | {run.get('loss') or '–'} | "
+            f"{run['hard_per_example']} | "
+            f"{a.get('max_steps')} × {a.get('batch_size')} | {minutes} | {cells(run['scores'])}{reading(run)}"
         )
     for name, run in r["runs"].items():
         if run.get("mining"):
@@ -467,7 +501,13 @@ def main(argv: list[str] | None = None) -> int:
         "SQuAD-open-small's from quality/squad_open_small.py; every checkpoint must share its phrase "
         "encoder (query-side checkpoints), and the subcorpora get its filter threshold",
     )
+    parser.add_argument(
+        "--gold-questions", type=int, default=1000, help="(hn) gold-window reading questions per model (0: skip)"
+    )
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--tag", help="suffix of the result's name (kim2022_<part>_<tag>), to keep it beside an earlier model's"
+    )
     args = parser.parse_args(argv)
     args.runs = args.runs or {
         "loss": ["runs/cpu-ul", "runs/cpu-original"],
@@ -491,7 +531,8 @@ def main(argv: list[str] | None = None) -> int:
     result["seconds"] = time.perf_counter() - started
     # Against the whole SQuAD-open-small corpus: kept beside the smaller-scale run.
     full = args.part == "validation" and (args.extra_train_passages == "all" or bool(args.large_index))
-    finish_result(f"kim2022_{args.part}" + ("_full" if full else ""), result, markdown, plot)
+    name = f"kim2022_{args.part}" + ("_full" if full else "") + (f"_{args.tag}" if args.tag else "")
+    finish_result(name, result, markdown, plot)
     return 0
 
 
