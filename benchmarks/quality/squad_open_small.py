@@ -3,6 +3,7 @@
     .venv/bin/python -m benchmarks.quality.squad_open_small                 # build (cached, resumable) + evaluate
     .venv/bin/python -m benchmarks.quality.squad_open_small --questions 200 # quicker
     .venv/bin/python -m benchmarks.quality.squad_open_small --model DIR     # another model (minilm: untrained)
+    .venv/bin/python -m benchmarks.quality.squad_open_small --model DIR --tag NAME  # results/squad_open_small_NAME
 
 Corpus: every paragraph of SQuAD train-rebuilt and dev-public (~20.6k). Questions: dev-public
 questions, open-domain (no gold passage given), without those of the held-out validation articles
@@ -234,6 +235,11 @@ def main(argv: list[str] | None = None) -> int:
         help="smoke run: only the first N dev paragraphs (separate cache; not SQuAD-open-small)",
     )
     parser.add_argument(
+        "--tag",
+        default="",
+        help="write results/squad_open_small_<tag>.json (e.g. a candidate model beside the default's result)",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=1,
@@ -260,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     payload["machine"] = machine()
     payload["command"] = "python -m benchmarks.quality.squad_open_small " + " ".join(argv or sys.argv[1:])
     payload["markdown"] = markdown(payload)
-    path = write_result("squad_open_small" + (f"_smoke{args.max_passages}" if args.max_passages else ""), payload)
+    name = "squad_open_small" + (f"_smoke{args.max_passages}" if args.max_passages else "")
+    path = write_result(name + (f"_{args.tag}" if args.tag else ""), payload)
     plot(payload, path.with_suffix(".png"))
     print(f"wrote {path} in {payload['benchmark_seconds'] / 60:.1f} min")
     return 0
