@@ -174,6 +174,21 @@ def filter_metrics(scores: dict[str, np.ndarray]) -> dict[str, float]:
     }
 
 
+def kept_tokens(filter_logits: np.ndarray, threshold: float | None) -> np.ndarray:
+    """Positions of a passage's tokens that ``threshold`` keeps: those whose start or end filter logit exceeds it
+    (None: all); a passage left empty keeps its first token, as the dump does."""
+    n = len(filter_logits)
+    keep = np.arange(n) if threshold is None else np.nonzero(filter_logits.max(axis=1) > threshold)[0]
+    return np.zeros(1, dtype=np.int64) if keep.size == 0 and n else keep
+
+
+def sample_passages(passages: Sequence[dict[str, Any]], count: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``count`` passages drawn at random (``seed``), in their order: a stand-in for the corpus a model will index
+    when a vector budget is counted (a hard subcorpus keeps other counts than the corpus does)."""
+    chosen = np.random.default_rng(seed).choice(len(passages), size=min(count, len(passages)), replace=False)
+    return [passages[i] for i in sorted(chosen.tolist())]
+
+
 def threshold_sweep(
     model: PhraseModel,
     passages: Sequence[dict[str, Any]],
@@ -181,15 +196,22 @@ def threshold_sweep(
     thresholds: Sequence[float | None],
     batch_size: int = 32,
     ks: Sequence[int] = (1, 5, 20),
+    sample: Sequence[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Index size and retrieval accuracy for each filter threshold (None = no filtering).
 
-    Passages are encoded once; each threshold keeps the tokens whose start or end filter logit exceeds it
-    (a passage left empty keeps its first token, as the dump does) and is indexed and searched.
+    Passages are encoded once; each threshold keeps the tokens :func:`kept_tokens` keeps and is indexed and
+    searched. With ``sample`` (passages drawn at random from the corpus to be indexed, :func:`sample_passages`),
+    each row also counts the vectors per passage that threshold keeps of them (``sample_vectors_per_passage``):
+    what a vector budget should be held to, as the sweep's subcorpus may store more or fewer per passage.
     """
     encoded = model.encode_passages(
         [p["text"] for p in passages], [p.get("title", "") for p in passages], batch_size=batch_size
     )
+    sample_logits = None
+    if sample:
+        texts, titles = [p["text"] for p in sample], [p.get("title", "") for p in sample]
+        sample_logits = [e.filter_logits for e in model.encode_passages(texts, titles, batch_size=batch_size)]
     total = sum(len(e.vectors) for e in encoded)
     codec = VectorCodec("float16")
     rows = []
@@ -197,9 +219,7 @@ def threshold_sweep(
         vec_parts, tok_parts, records = [], [], []
         for local, (passage, enc) in enumerate(zip(passages, encoded, strict=True)):
             n = len(enc.vectors)
-            keep = np.arange(n) if th is None else np.nonzero(enc.filter_logits.max(axis=1) > th)[0]
-            if keep.size == 0 and n:
-                keep = np.zeros(1, dtype=np.int64)
+            keep = kept_tokens(enc.filter_logits, th)
             tokens = np.zeros(len(keep), dtype=TOKEN_DTYPE)
             tokens["passage"], tokens["position"] = local, keep
             tokens["char_start"], tokens["char_end"] = enc.char_offsets[keep, 0], enc.char_offsets[keep, 1]
@@ -219,15 +239,16 @@ def threshold_sweep(
         index = PhraseIndex.create(model, filter_threshold=th)
         index.add_shard(shard)
         metrics = evaluate_index(index, model, examples, ks)
-        rows.append(
-            {
-                "threshold": th,
-                "vectors": len(index),
-                "kept_fraction": len(index) / max(1, total),
-                "vectors_per_passage": len(index) / max(1, len(passages)),
-                **metrics,
-            }
-        )
+        row = {
+            "threshold": th,
+            "vectors": len(index),
+            "kept_fraction": len(index) / max(1, total),
+            "vectors_per_passage": len(index) / max(1, len(passages)),
+        }
+        if sample_logits is not None:
+            kept = sum(len(kept_tokens(logits, th)) for logits in sample_logits)
+            row["sample_vectors_per_passage"] = kept / len(sample_logits)
+        rows.append({**row, **metrics})
     return rows
 
 
@@ -252,14 +273,16 @@ def choose_threshold(
     With ``vector_budget`` (stored vectors per passage; rows need ``vectors_per_passage``), the most accurate index
     within the budget: among the rows keeping at most ``vector_budget`` vectors per passage, the one with the
     highest ``metric`` (ties: fewer vectors, then higher threshold). When no row fits the budget, the smallest
-    index. ``max_drop`` is not used.
+    index. ``max_drop`` is not used. The budget is held to ``sample_vectors_per_passage`` (counted on a random
+    sample of the corpus, :func:`threshold_sweep`) when every row has it, else to the sweep's own count.
 
     Kim et al. (2022, App. A) note that filtering can even raise accuracy and that the best threshold moves
     with the corpus size: the rule is applied on the validation subcorpus the sweep ran on.
 
     Returns:
         ``threshold``, the ``metric``, ``max_drop`` and ``vector_budget`` used, ``reference`` and ``chosen`` metric
-        values, ``kept_fraction`` (and ``vectors_per_passage`` when swept) of the chosen row and a one-line ``rule``.
+        values, ``kept_fraction`` (and ``vectors_per_passage`` / ``sample_vectors_per_passage`` when swept) of the
+        chosen row, the count a budget was held to (``budget_count``) and a one-line ``rule``.
     """
     if not rows:
         raise ValueError("choose_threshold: the sweep has no rows")
@@ -278,14 +301,17 @@ def choose_threshold(
     def higher_threshold_first(row: dict[str, Any]) -> float:  # no filtering counts as the lowest threshold
         return math.inf if row["threshold"] is None else -row["threshold"]
 
+    sampled = all("sample_vectors_per_passage" in r for r in rows)
+    count = "sample_vectors_per_passage" if sampled else "vectors_per_passage"
     if vector_budget is not None:
-        within = [r for r in rows if r["vectors_per_passage"] <= vector_budget + 1e-12]
+        where = "of the corpus sample" if sampled else "of the sweep"
+        within = [r for r in rows if r[count] <= vector_budget + 1e-12]
         if within:
             chosen = min(within, key=lambda r: (-r[metric], r["vectors"], higher_threshold_first(r)))
-            rule = f"highest {metric} with <= {vector_budget:g} vectors per passage"
+            rule = f"highest {metric} with <= {vector_budget:g} vectors per passage {where}"
         else:
             chosen = min(rows, key=lambda r: (r["vectors"], -r[metric], higher_threshold_first(r)))
-            rule = f"no threshold keeps <= {vector_budget:g} vectors per passage: the smallest index"
+            rule = f"no threshold keeps <= {vector_budget:g} vectors per passage {where}: the smallest index"
     else:
         floor = reference[metric] - max_drop
         acceptable = [r for r in rows if r[metric] >= floor - 1e-12] if reference[metric] > 0 else [reference]
@@ -300,14 +326,16 @@ def choose_threshold(
         "metric": metric,
         "max_drop": max_drop,
         "vector_budget": vector_budget,
+        "budget_count": count if vector_budget is not None else None,
         "reference": reference[metric],
         "reference_threshold": reference["threshold"],
         "chosen": chosen[metric],
         "kept_fraction": chosen["kept_fraction"],
         "rule": rule,
     }
-    if "vectors_per_passage" in chosen:
-        choice["vectors_per_passage"] = chosen["vectors_per_passage"]
+    for key in ("vectors_per_passage", "sample_vectors_per_passage"):
+        if key in chosen:
+            choice[key] = chosen[key]
     return choice
 
 

@@ -211,6 +211,7 @@ def run_filter(ctx: Context) -> dict[str, Any]:
         filter_metrics,
         filter_scores,
         plot_sweep,
+        sample_passages,
         store_filter_threshold,
         threshold_sweep,
     )
@@ -251,6 +252,7 @@ def run_filter(ctx: Context) -> dict[str, Any]:
         if name != f.sweep_subcorpus:
             logger.warning("filter sweep: subcorpus %s unavailable (no reference model?), using C0", f.sweep_subcorpus)
         passages = [dev.passages[dev.passage_index[p]] for p in sub[name]]
+        counted = f.vector_budget is not None and f.budget_sample > 0
         rows = threshold_sweep(
             model,
             passages,
@@ -258,6 +260,7 @@ def run_filter(ctx: Context) -> dict[str, Any]:
             f.thresholds,
             recipe.validate.batch_size,
             recipe.validate.ks,
+            sample=sample_passages(train.passages, f.budget_sample, recipe.seed) if counted else None,
         )
         choice = choose_threshold(rows, f.choose_metric, f.max_drop, f.vector_budget)
         for directory in {result.final_dir, result.best_dir}:

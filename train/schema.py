@@ -81,6 +81,9 @@ class FilterSection:
     max_drop: float = 0.01
     # stored vectors per passage: when set, the rule is "highest choose_metric within this budget" (max_drop unused)
     vector_budget: float | None = None
+    # with vector_budget: how many training passages, drawn at random, the budget is counted on (0: on the sweep's
+    # subcorpus, whose passages may keep more or fewer vectors than the corpus a model will index)
+    budget_sample: int = 500
     train: dict[str, Any] = field(default_factory=dict)
 
 
@@ -204,6 +207,8 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
             f"{path}: filter.choose_metric {recipe.filter.choose_metric!r} is not swept; valid: "
             f"{', '.join(metrics)} (validate.ks)"
         )
+    if recipe.filter.budget_sample < 0:
+        raise ValueError(f"{path}: filter.budget_sample must be >= 0 passages, got {recipe.filter.budget_sample}")
     if recipe.filter.vector_budget is not None and not recipe.filter.vector_budget > 0:
         raise ValueError(
             f"{path}: filter.vector_budget must be > 0 vectors per passage, got {recipe.filter.vector_budget}"

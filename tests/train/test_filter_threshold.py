@@ -87,6 +87,24 @@ def test_vector_budget_nothing_fits_or_rows_lack_the_count():
         choose_threshold(BUDGET_SWEEP, "em@1", vector_budget=0)
 
 
+def test_vector_budget_is_held_to_the_corpus_sample_when_every_row_counts_one():
+    # the sweep's hard subcorpus keeps fewer vectors per passage than a random sample of the corpus does
+    sampled = [{**row, "sample_vectors_per_passage": 1.4 * row["vectors_per_passage"]} for row in BUDGET_SWEEP]
+    choice = choose_threshold(sampled, "em@1", vector_budget=40)
+    assert choice["threshold"] == 2.0 and choice["budget_count"] == "sample_vectors_per_passage"
+    assert choice["sample_vectors_per_passage"] == pytest.approx(28.0) and "corpus sample" in choice["rule"]
+    partly = [sampled[0], *BUDGET_SWEEP[1:]]  # a count on some rows only: the sweep's own count decides
+    assert choose_threshold(partly, "em@1", vector_budget=40)["budget_count"] == "vectors_per_passage"
+    assert choose_threshold(sampled, "em@1", max_drop=0.01)["budget_count"] is None
+
+
+def test_recipe_rejects_a_negative_budget_sample(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("filter: {vector_budget: 40, budget_sample: -1}\n")
+    with pytest.raises(ValueError, match="budget_sample"):
+        load_recipe(bad)
+
+
 def test_recipe_rejects_a_non_positive_vector_budget(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("filter: {vector_budget: -1}\n")

@@ -143,3 +143,31 @@ def test_filter_stage_trains_a_fresh_mlp_head(tmp_path, run_tiny_recipe):
     assert result["filter_hidden"] == 8 and result["labels"] == "window" and result["steps"] == 3
     saved = json.loads((tmp_path / "run" / "filter" / "final" / "dphr_config.json").read_text())
     assert saved["filter_hidden"] == 8 and "filter_threshold" in saved
+
+
+def test_filter_stage_holds_a_vector_budget_to_a_random_sample_of_the_training_passages(tmp_path, run_tiny_recipe):
+    overrides = {
+        "filter.thresholds": [None, -0.5, 0.0, 0.5],
+        "filter.sweep_subcorpus": "C0",
+        "filter.vector_budget": 1000.0,
+        "filter.budget_sample": 4,
+        "filter.train": {"max_steps": 2, "batch_size": 4, "lr": 1e-2, "log_every": 1, "progress": False},
+    }
+    result = run_tiny_recipe(overrides, "filter")
+    counts = [row["sample_vectors_per_passage"] for row in result["sweep"]]
+    assert counts[0] > 0 and counts == sorted(counts, reverse=True)  # a higher threshold keeps no more
+    assert all(c >= 1 for c in counts)  # a passage the filter empties keeps its first token, as the dump does
+    choice = result["threshold_choice"]
+    assert choice["budget_count"] == "sample_vectors_per_passage" and "corpus sample" in choice["rule"]
+    # every row fits a budget this large: the most accurate one is chosen
+    assert choice["chosen"] == max(row[choice["metric"]] for row in result["sweep"])
+
+
+def test_sample_passages_is_seeded_and_keeps_corpus_order():
+    from train.filter import sample_passages
+
+    passages = [{"id": str(i), "text": f"passage {i}"} for i in range(50)]
+    drawn = sample_passages(passages, 10, seed=3)
+    assert drawn == sample_passages(passages, 10, seed=3) and drawn != sample_passages(passages, 10, seed=4)
+    assert [int(p["id"]) for p in drawn] == sorted(int(p["id"]) for p in drawn) and len(drawn) == 10
+    assert sample_passages(passages, 500) == passages  # a sample larger than the corpus is the corpus
