@@ -331,20 +331,25 @@ def answer_features(
     best = float(max(c.score for c in reference))
     kind = question_kind(" ".join(asked)) if asked is not None and "type_match" in column else None
     asked_set = set(asked or ())
+    giving: dict[str, set[int]] = {}  # each normalised text of the reference list: the passages that give it
+    for j in range(depth):
+        giving.setdefault(keys[j], set()).add(reference[j].passage_row)
+    # the two best-supported passages of the reference list: the best other than any one passage is among them
+    held = {c.passage_row: support.passage(c.passage_row) for c in reference} if support is not None else {}
+    best_held = sorted(held.items(), key=lambda item: -item[1])[:2]
     for r, i in enumerate(wanted):
         phrase = candidates[i]
         if "answer_words" in column:
             out[r, column["answer_words"]] = len(keys[i].split())
         if "agreeing_passages" in column:
-            agreeing = {reference[j].passage_row for j in range(depth) if keys[j] == keys[i]} | {phrase.passage_row}
-            out[r, column["agreeing_passages"]] = len(agreeing)
+            out[r, column["agreeing_passages"]] = len(giving.get(keys[i], set()) | {phrase.passage_row})
         if "score_spread" in column:
             out[r, column["score_spread"]] = spread
         if support is not None and "window_support" in column:
             out[r, column["window_support"]] = support.near(phrase)
         if support is not None and "support_gap" in column:
-            others = [support.passage(c.passage_row) for c in reference if c.passage_row != phrase.passage_row]
-            out[r, column["support_gap"]] = support.passage(phrase.passage_row) - (max(others) if others else 0.0)
+            other = next((share for row, share in best_held if row != phrase.passage_row), 0.0)
+            out[r, column["support_gap"]] = support.passage(phrase.passage_row) - other
         if support is not None and "sentence_support" in column:
             out[r, column["sentence_support"]] = support.sentence(phrase)
         if support is not None and "support_distance" in column:

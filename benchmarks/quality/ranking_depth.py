@@ -33,6 +33,7 @@ from benchmarks.common import (
     save_figure,
     squad_open_small_questions,
 )
+from benchmarks.significance import paired
 
 DEPTHS = (10, 15, 20, 30, 40)
 TIMED_QUESTIONS = 300
@@ -58,9 +59,10 @@ def _reachable(searcher, examples, depth: int) -> float:
 
 
 def _answers(index, model, calibration, vectors, examples, units: tuple[str, ...]) -> dict[str, Any]:
-    """EM@1 / F1@1 (and passage acc@1 with ``"passage"`` in ``units``) and the top answer's AUROC."""
+    """EM@1 / F1@1 (and passage acc@1 with ``"passage"`` in ``units``), the top answer's AUROC, and each question's
+    EM@1 and F1@1 (``per_question``, for the paired differences)."""
     from dphr_haystack import PhraseSearcher
-    from dphr_haystack.answers import exact_match
+    from dphr_haystack.answers import exact_match, f1_score
     from dphr_haystack.confidence import auroc
 
     searcher = PhraseSearcher(index, model, calibration=calibration)
@@ -70,6 +72,8 @@ def _answers(index, model, calibration, vectors, examples, units: tuple[str, ...
     scores = hit_scores(examples, answers, passages, 5)
     right = [bool(a) and exact_match(a[0].text, ex.answers) for ex, a in zip(examples, answers)]
     scores["auroc"] = auroc([a[0].confidence if a else 0.0 for a in answers], right)
+    f1 = [f1_score(a[0].text, ex.answers) if a else 0.0 for ex, a in zip(examples, answers)]
+    scores["per_question"] = {"em@1": np.asarray(right, dtype=float), "f1@1": np.asarray(f1)}
     return scores
 
 
@@ -125,8 +129,12 @@ def measure(model_name: str, questions: int, depths: tuple[int, ...]) -> dict[st
             }
         )
     latency = _latency(index, model, calibrations, vectors["unseen"], [ex.question for ex in unseen])
+    first = rows[0]["unseen"]["per_question"]
     for row in rows:
         row["p50_ms"] = latency[row["depth"]]
+        per_question = row["unseen"].pop("per_question")
+        row["validation"].pop("per_question")
+        row["vs_first"] = {metric: paired(first[metric], per_question[metric]) for metric in first}
     return {
         "machine": machine(),
         "model": model_name,
@@ -139,24 +147,33 @@ def measure(model_name: str, questions: int, depths: tuple[int, ...]) -> dict[st
     }
 
 
+def _difference(row: dict[str, Any], metric: str) -> str:
+    d = row["vs_first"][metric]
+    p = f", p {d['mcnemar_p']:.3f}" if "mcnemar_p" in d else ""
+    return f"{100 * d['diff']:+.2f} ± {100 * d['se']:.2f}{p}"
+
+
 def markdown(result: dict[str, Any]) -> str:
     q = result["questions"]
+    first = result["rows"][0]["depth"]
     lines = [
         f"Confidence ranking depth, `{result['model']}`, the SQuAD-open-small index ({result['passages']:,} passages, "
         f"{result['vectors']:,} vectors), int8 queries, {result['machine']['cpu']}: a calibration fitted at each "
         f"depth on {q['validation']:,} validation questions, asked on {q['unseen']:,} SQuAD-open-small questions it "
-        f"never saw; p50 of one search (query vectors given, one thread, {TIMED_QUESTIONS} questions).",
+        f"never saw; p50 of one search (query vectors given, one thread, {TIMED_QUESTIONS} questions); "
+        f"differences to depth {first} paired by question (± standard error, McNemar's p).",
         "",
         "| depth | right answer among the first d (%) | EM@1 | F1@1 | passage acc@1 | AUROC | validation EM@1 "
-        "(in-sample) | phrase search p50 ms | passage search p50 ms |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"(in-sample) | phrase search p50 ms | passage search p50 ms | EM@1 − depth {first} | F1@1 − depth {first} |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["rows"]:
         u = r["unseen"]
         lines.append(
             f"| {r['depth']} | {100 * r['reachable']:.2f} | {100 * u['em@1']:.2f} | {100 * u['f1@1']:.2f} | "
             f"{100 * u['acc@1']:.2f} | {u['auroc']:.3f} | {100 * r['validation']['em@1']:.2f} | "
-            f"{r['p50_ms']['phrase']:.2f} | {r['p50_ms']['passage']:.2f} |"
+            f"{r['p50_ms']['phrase']:.2f} | {r['p50_ms']['passage']:.2f} | "
+            f"{_difference(r, 'em@1')} | {_difference(r, 'f1@1')} |"
         )
     return "\n".join(lines)
 
