@@ -33,7 +33,7 @@ from .index.phrase_index import PhraseIndex
 from .index.rounds import TokenRounds
 from .model.truecase import corpus_truecaser, is_all_lowercase
 from .params import check_choice, check_param, check_query_precision
-from .spans import AnswerFolder, first_answers, inside_word, trim_span
+from .spans import AnswerFolder, first_answers, trim_span, word_boundaries
 
 UNITS = ("phrase", "passage", "document")
 # Start and end tokens searched first, per result asked for: passages and documents gather several phrases
@@ -418,25 +418,6 @@ def _passage_window(index: PhraseIndex, model) -> int | None:
     return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
 
 
-def word_boundaries(index: PhraseIndex, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Masks over token rows: does each start row begin a word, does each end row finish one?
-
-    Judged on the passage text: a boundary lies between two characters unless both are word characters
-    (letters or digits outside CJK, which WordPiece splits into one word per character).
-    """
-    rows = np.unique(np.concatenate([starts, ends]))
-    picked = np.asarray(index.tokens[rows])  # one read of the token table, then plain Python ints
-    passages = index.passages
-    begins, finishes = np.empty(len(rows), dtype=bool), np.empty(len(rows), dtype=bool)
-    for i, (passage, cs, ce) in enumerate(
-        zip(picked["passage"].tolist(), picked["char_start"].tolist(), picked["char_end"].tolist(), strict=True)
-    ):
-        text = passages[passage]["text"]
-        begins[i] = not inside_word(text, cs)
-        finishes[i] = not inside_word(text, ce)
-    return begins[np.searchsorted(rows, starts)], finishes[np.searchsorted(rows, ends)]
-
-
 def _argmax_groups(keys: np.ndarray, scores: np.ndarray, mask: np.ndarray) -> set[int]:
     """Indices of the best-scoring element per key among masked elements (ties: lowest index)."""
     idx = np.nonzero(mask)[0]
@@ -493,26 +474,39 @@ def _phrase_answers(
     """The top-k phrase answers, skipping copies of the question (``words``), with confidences; with ``tidy``
     trimmed and folded (an answer repeating a better one is left out), the confidences computed over the unfolded
     candidates. With ``by_confidence`` the candidates fold most confident first (each answer is the most confident of
-    those it folds, as the calibration picks top answers) and come out most confident first."""
+    those it folds, as the calibration picks top answers) and come out most confident first; when that folds the
+    candidates into fewer than top-k answers, the next candidates by score are added one at a time until it does not
+    (or the phrases run out), so that a search never asks the index for more phrases it would fold the same way."""
     depth = calibration.depth if calibration is not None else 0
     kept: list[PhraseHit] = []  # the ranked candidates that do not copy the question
     chosen: list[int] = []  # positions in ``kept`` of the answers by score
     folder = AnswerFolder() if tidy else None
-    for p in _ranked(index, phrases):
-        if len(chosen) == top_k and len(kept) >= depth:
-            break
-        hit = _make_phrase(index, *p, trim=tidy)
-        if words is not None and copies_question(hit.text, words):
-            continue
-        kept.append(hit)
+    pending = iter(_ranked(index, phrases))
+
+    def next_candidate() -> PhraseHit | None:
+        """The next ranked phrase that does not copy the question, added to ``kept``; None when none is left."""
+        for p in pending:
+            hit = _make_phrase(index, *p, trim=tidy)
+            if words is None or not copies_question(hit.text, words):
+                kept.append(hit)
+                return hit
+        return None
+
+    while not (len(chosen) == top_k and len(kept) >= depth) and (hit := next_candidate()) is not None:
         if len(chosen) < top_k and (folder is None or folder.keep(hit.text, hit.passage_row, hit.start, hit.end)):
             chosen.append(len(kept) - 1)
     if calibration is None or not chosen:
         return [kept[i] for i in chosen]
     rows = range(len(kept)) if by_confidence else chosen
     confidence = dict(zip(rows, answer_confidences(calibration, kept, rows, asked, index.passages), strict=True))
-    if by_confidence:  # most confident first; equals keep the score order
-        chosen = first_answers(kept, sorted(rows, key=lambda i: -confidence[i]), top_k, tidy)
+    if not by_confidence:
+        return [replace(kept[i], confidence=float(confidence[i])) for i in chosen]
+    # most confident first; equals keep the score order (``confidence`` is in score order)
+    chosen = first_answers(kept, sorted(confidence, key=lambda i: -confidence[i]), top_k, tidy)
+    while len(chosen) < top_k and next_candidate() is not None:  # one more candidate by score at a time
+        new = [len(kept) - 1]  # below the reference list (kept holds ``depth`` already): it stays the same
+        confidence.update(zip(new, answer_confidences(calibration, kept, new, asked, index.passages), strict=True))
+        chosen = first_answers(kept, sorted(confidence, key=lambda i: -confidence[i]), top_k, tidy)
     return [replace(kept[i], confidence=float(confidence[i])) for i in chosen]
 
 

@@ -24,6 +24,8 @@ import re
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
+
 from .answers import normalize_answer
 
 # Characters dropped from an edge wherever they are (outside a code span).
@@ -299,4 +301,23 @@ def first_answers(hits: Sequence[Any], order: Iterable[int], k: int, fold: bool 
     return chosen
 
 
-__all__ = ["AnswerFolder", "first_answers", "inside_word", "trim_span"]
+def word_boundaries(index: Any, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Masks over token rows: does each start row begin a word, does each end row finish one?
+
+    Judged on the passage text: a boundary lies between two characters unless both are word characters
+    (letters or digits outside CJK, which WordPiece splits into one word per character).
+    """
+    rows = np.unique(np.concatenate([starts, ends]))
+    picked = np.asarray(index.tokens[rows])  # one read of the token table, then plain Python ints
+    passages = index.passages
+    begins, finishes = np.empty(len(rows), dtype=bool), np.empty(len(rows), dtype=bool)
+    for i, (passage, cs, ce) in enumerate(
+        zip(picked["passage"].tolist(), picked["char_start"].tolist(), picked["char_end"].tolist(), strict=True)
+    ):
+        text = passages[passage]["text"]
+        begins[i] = not inside_word(text, cs)
+        finishes[i] = not inside_word(text, ce)
+    return begins[np.searchsorted(rows, starts)], finishes[np.searchsorted(rows, ends)]
+
+
+__all__ = ["AnswerFolder", "first_answers", "inside_word", "trim_span", "word_boundaries"]

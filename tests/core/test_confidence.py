@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import re
 
 import numpy as np
 import pytest
@@ -34,6 +35,8 @@ from dphr_haystack.encode.add import add_passages
 from dphr_haystack.model.calibration import Calibration
 from dphr_haystack.spans import AnswerFolder, trim_span
 from tests.conftest import tiny_passages
+
+FOLDED = ("text", "passage_row", "start", "end")
 
 pytestmark = pytest.mark.unit
 
@@ -575,6 +578,50 @@ def test_folded_answers_are_the_most_confident_of_what_they_fold_under_the_confi
         assert hits[0].confidence == pytest.approx(confidence.max())
         moved += (hits[0].text, hits[0].passage_row) not in firsts
     assert moved, "some top answer must fold into a better-scored one for this test to mean anything"
+
+
+def _most_confident_first(candidates, confidence: np.ndarray, top_k: int) -> list[int]:
+    """The first len(confidence) candidates folded most confident first: the positions of the first top_k answers."""
+    folder, out = AnswerFolder(), []
+    for i in np.argsort(-confidence, kind="stable"):
+        if len(out) < top_k and folder.keep(*(getattr(candidates[i], k) for k in FOLDED)):
+            out.append(int(i))
+    return out
+
+
+class _WordIndex:
+    """What phrase answers read of an index: one passage, one token per word."""
+
+    def __init__(self, text: str) -> None:
+        words = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+        self.tokens = np.zeros(
+            len(words), dtype=[("passage", "i8"), ("position", "i8"), ("char_start", "i8"), ("char_end", "i8")]
+        )
+        self.tokens["position"] = np.arange(len(words))
+        self.tokens["char_start"], self.tokens["char_end"] = zip(*words, strict=True)
+        self.passages = [{"id": "p", "document_id": "p", "title": "", "text": text}]
+
+
+def test_answers_folded_together_by_the_confidence_ranking_are_made_up_from_the_next_candidates():
+    """Folding most confident first can merge answers that were apart in score order (a long confident span over
+    the shorter ones it holds): the next candidates by score make up the top-k. Before, such a question came back
+    short of top_k however many phrases the index gave, and the search asked the index again with twice the
+    candidates, up to every vector (seconds a query on SQuAD-open-small)."""
+    from dphr_haystack.search import _phrase_answers
+
+    index = _WordIndex("Alpha Beta Gamma Delta Epsilon Zeta")
+    long_first = AnswerRanker((0.0, 2.0), (0.3, 1.0), (0.2, 1.0), ("window_support", "answer_words"))
+    calibration = dataclasses.replace(_ranked_calibration(), ranker=long_first, depth=4)
+    # (score, start row, end row, start score, end score), best first: three words, then the span over them
+    phrases = [(10.0, 0, 0, 5, 5), (9.0, 1, 1, 4, 5), (8.0, 2, 2, 4, 4), (7.0, 0, 2, 5, 2)]
+    phrases += [(6.0, 3, 3, 3, 3), (5.0, 4, 4, 2, 3), (4.0, 5, 5, 2, 2)]
+    hits = _phrase_answers(index, phrases, 3, None, calibration, tidy=True, by_confidence=True)
+    assert [h.text for h in hits] == ["Alpha Beta Gamma", "Delta", "Epsilon"]
+    assert [h.confidence for h in hits] == sorted((h.confidence for h in hits), reverse=True)
+    # the reference list (the first 4 candidates) is what the confidences read, whatever follows it
+    alone = _phrase_answers(index, phrases[:5], 3, None, calibration, tidy=True, by_confidence=True)
+    assert [h.confidence for h in alone] == pytest.approx([h.confidence for h in hits[:2]])
+    assert len(alone) == 2  # the phrases ran out: as many answers as they hold
 
 
 def test_passages_answer_with_their_most_confident_phrase_under_the_confidence_ranking(tiny_model, index):
