@@ -182,6 +182,11 @@ def kept_tokens(filter_logits: np.ndarray, threshold: float | None) -> np.ndarra
     return np.zeros(1, dtype=np.int64) if keep.size == 0 and n else keep
 
 
+def vectors_per_passage(filter_logits: Sequence[np.ndarray], threshold: float | None) -> float:
+    """The vectors per passage ``threshold`` keeps (:func:`kept_tokens`) of passages with these filter logits."""
+    return sum(len(kept_tokens(logits, threshold)) for logits in filter_logits) / len(filter_logits)
+
+
 def sample_passages(passages: Sequence[dict[str, Any]], count: int, seed: int = 0) -> list[dict[str, Any]]:
     """``count`` passages drawn at random (``seed``), in their order: a stand-in for the corpus a model will index
     when a vector budget is counted (a hard subcorpus keeps other counts than the corpus does)."""
@@ -246,8 +251,7 @@ def threshold_sweep(
             "vectors_per_passage": len(index) / max(1, len(passages)),
         }
         if sample_logits is not None:
-            kept = sum(len(kept_tokens(logits, th)) for logits in sample_logits)
-            row["sample_vectors_per_passage"] = kept / len(sample_logits)
+            row["sample_vectors_per_passage"] = vectors_per_passage(sample_logits, th)
         rows.append({**row, **metrics})
     return rows
 

@@ -7,8 +7,8 @@ The filter stage chooses a threshold within a vector budget (``filter.vector_bud
 passage a threshold keeps either on its sweep's subcorpus (H_10 of the validation articles: passages the reference
 model retrieves for hard questions) or, with ``filter.budget_sample`` (the default), on that many SQuAD train
 paragraphs drawn at random (``train.filter.sample_passages``, the seed of the recipe). This benchmark encodes the
-same sample with each model, counts what every threshold keeps (``train.filter.kept_tokens``) and sets the count at
-the model's own threshold beside what its cached SQuAD-open-small index (20,598 passages) stores. Writes
+same sample with each model, counts what every threshold keeps (``train.filter.vectors_per_passage``) and sets the
+count at the model's own threshold beside what its cached SQuAD-open-small index (20,598 passages) stores. Writes
 ``results/filter_budget.json`` and ``.png``.
 """
 
@@ -41,16 +41,14 @@ def measure_model(name: str, passages: list[dict[str, Any]]) -> dict[str, Any]:
     """One model's vectors per sampled passage at every threshold, and its corpus index's count."""
     from dphr_haystack.index.phrase_index import MANIFEST, PhraseIndex
     from dphr_haystack.nodes import load_phrase_model
-    from train.filter import kept_tokens
+    from train.filter import vectors_per_passage
 
     model = load_phrase_model(name, "cpu")
     started = time.perf_counter()
     encoded = model.encode_passages([p["text"] for p in passages], [p.get("title", "") for p in passages])
+    logits = [e.filter_logits for e in encoded]
     own = model.config.filter_threshold
-    counts = {
-        th: sum(len(kept_tokens(e.filter_logits, th)) for e in encoded) / len(encoded)
-        for th in sorted({*THRESHOLDS, *([own] if own is not None else [])})
-    }
+    counts = {th: vectors_per_passage(logits, th) for th in sorted({*THRESHOLDS, *([own] if own is not None else [])})}
     row: dict[str, Any] = {
         "model": name,
         "model_id": model_id(name),

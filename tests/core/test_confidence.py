@@ -36,8 +36,6 @@ from dphr_haystack.model.calibration import Calibration
 from dphr_haystack.spans import AnswerFolder, trim_span
 from tests.conftest import tiny_passages
 
-FOLDED = ("text", "passage_row", "start", "end")
-
 pytestmark = pytest.mark.unit
 
 
@@ -578,15 +576,6 @@ def test_folded_answers_are_the_most_confident_of_what_they_fold_under_the_confi
         assert hits[0].confidence == pytest.approx(confidence.max())
         moved += (hits[0].text, hits[0].passage_row) not in firsts
     assert moved, "some top answer must fold into a better-scored one for this test to mean anything"
-
-
-def _most_confident_first(candidates, confidence: np.ndarray, top_k: int) -> list[int]:
-    """The first len(confidence) candidates folded most confident first: the positions of the first top_k answers."""
-    folder, out = AnswerFolder(), []
-    for i in np.argsort(-confidence, kind="stable"):
-        if len(out) < top_k and folder.keep(*(getattr(candidates[i], k) for k in FOLDED)):
-            out.append(int(i))
-    return out
 
 
 class _WordIndex:
