@@ -24,10 +24,10 @@ with the other candidates, so a passage's answer can be more confident than the 
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import re
-import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -52,6 +52,7 @@ from .model.calibration import (
     Calibration,
     check_features,
 )
+from .passage_words import STEM, PassageWords
 
 __all__ = [
     "ANSWER_FEATURES",
@@ -84,19 +85,10 @@ STOPWORDS = frozenset(
     "might must shall it its this that these those there their they them he she his her him i you we our your "
     "what which who whom whose when where why how many much one ones other than then also s".split()
 )
-# Question and passage words match on their first letters, so that "invented" meets "invention".
-STEM = 5
 # How many words either side of an answer count as near it (window_support).
 SUPPORT_WINDOW = 20
 # support_distance counts at most this many words to the nearest question word.
 MAX_DISTANCE = 100
-# A word of a passage before normalisation: what stands between white space.
-_TOKEN = re.compile(r"\S+")
-# SQuAD normalisation word by word: punctuation dropped (marked first, so that offsets hold), articles dropped.
-_PUNCTUATION_MARK = str.maketrans(dict.fromkeys(string.punctuation, "\x00"))
-_ARTICLES = frozenset(("a", "an", "the"))
-# Where a sentence ends (sentence_support): a full stop, question or exclamation mark before a space.
-SENTENCE_END = re.compile(r"[.!?]\s")
 # What kind of answer a question asks for (type_match), tried in order; other questions ask for no known kind.
 QUESTION_KINDS = (
     (
@@ -156,21 +148,35 @@ def confidence_features(
     the list) asks for those candidates' features only, the same as the full table's rows.
     """
     s = np.asarray(scores, dtype=np.float64)
-    n = len(s)
-    wanted = list(range(n)) if rows is None else [int(i) for i in rows]
-    if n == 0 or not wanted:
+    wanted = list(range(len(s))) if rows is None else [int(i) for i in rows]
+    if len(s) == 0 or not wanted:
         return np.zeros((0, len(FEATURES)))
-    depth = min(n, depth)
+    depth = min(len(s), depth)
     keys = {i: normalize_answer(texts[i]) for i in (*range(depth), *wanted)}
+    return _score_features(s, keys, wanted, depth)
+
+
+def _score_features(s: np.ndarray, keys: Mapping[int, str], wanted: list[int], depth: int) -> np.ndarray:
+    """:func:`confidence_features` of the candidates ``wanted`` (non-empty), their normalised texts ``keys`` (the
+    reference list's and theirs), ``depth`` ≤ ``len(s)``."""
     log_z = s[:depth].max() + np.log(np.exp(s[:depth] - s[:depth].max()).sum())
     p = np.exp(s - log_z)
+    # each text of the reference list: the softmax mass of its candidates and the best score of the others
+    texts = {key: k for k, key in enumerate(dict.fromkeys(keys[j] for j in range(depth)))}
+    text_of = np.array([texts[keys[j]] for j in range(depth)])
+    mass, margin_to = {}, {}
+    for key, k in texts.items():
+        same = text_of == k
+        mass[key] = float(p[:depth][same].sum())
+        others = s[:depth][~same]
+        margin_to[key] = others.max() if len(others) else None
+    best = s[:depth].max()
     out = np.empty((len(wanted), len(FEATURES)))
     for row, i in enumerate(wanted):
-        same = np.array([keys[j] == keys[i] for j in range(depth)])
-        mass = float(p[:depth][same].sum()) + (float(p[i]) if i >= depth else 0.0)
-        others = s[:depth][~same]
-        margin = s[i] - others.max() if len(others) else 10.0
-        out[row] = (s[i], s[i] - log_z, math.log(max(mass, 1e-12)), margin)
+        key = keys[i]
+        total = mass.get(key, 0.0) + (float(p[i]) if i >= depth else 0.0)
+        other = margin_to[key] if key in margin_to else best
+        out[row] = (s[i], s[i] - log_z, math.log(max(total, 1e-12)), s[i] - other if other is not None else 10.0)
     return out
 
 
@@ -187,79 +193,67 @@ def _content_stems(asked: Sequence[str]) -> set[str]:
     return _stems([w for w in asked if w not in STOPWORDS])
 
 
-class _PassageWords:
-    """A passage text's normalised words (SQuAD normalisation, word by word) with their character spans."""
-
-    def __init__(self, text: str) -> None:
-        self.starts: list[int] = []
-        self.ends: list[int] = []
-        self.stems: list[str] = []
-        lowered = text.lower()
-        if len(lowered) == len(text):  # punctuation marked in place: the words keep their offsets
-            marked = lowered.translate(_PUNCTUATION_MARK)
-            words = ((m, m.group().replace("\x00", "")) for m in _TOKEN.finditer(marked))
-        else:  # a letter whose lower case is longer: normalise word by word
-            words = ((m, normalize_answer(m.group()).replace(" ", "")) for m in _TOKEN.finditer(text))
-        for match, word in words:
-            if word and word not in _ARTICLES:  # not punctuation or an article alone
-                self.starts.append(match.start())
-                self.ends.append(match.end())
-                self.stems.append(word[:STEM])
-
-    def before(self, position: int, low: int = 0) -> list[str]:
-        """The stems of the words that end at or before ``position`` and start at or after ``low``, in order."""
-        return self.stems[bisect.bisect_left(self.starts, low) : bisect.bisect_right(self.ends, position)]
-
-    def after(self, position: int, high: int | None = None) -> list[str]:
-        """The stems of the words that start at or after ``position`` and end at or before ``high``, in order."""
-        stop = len(self.ends) if high is None else bisect.bisect_right(self.ends, high)
-        return self.stems[bisect.bisect_left(self.starts, position) : stop]
-
-
 class _Support:
     """The share of a question's content words (stopwords left out, matched on their first :data:`STEM` letters)
-    that a passage holds, in its title or text, or near an answer; per passage row, computed once."""
+    that a passage holds, in its title or text, or near an answer; per passage row, computed once. ``words`` reads
+    a row's :class:`PassageWords` (e.g. from the index's cache); by default each row is tokenised here."""
 
-    def __init__(self, asked: Sequence[str], passages: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(
+        self,
+        asked: Sequence[str],
+        passages: Sequence[Mapping[str, Any]],
+        words: Callable[[int], PassageWords] | None = None,
+    ) -> None:
         self.content = _content_stems(asked)
-        self.passages = passages
+        self.read = words if words is not None else (lambda row: PassageWords.of(passages[row]))
         self.by_row: dict[int, float] = {}
-        self.words: dict[int, _PassageWords] = {}
+        self.words: dict[int, PassageWords] = {}
+        self.hits: dict[int, list[int]] = {}  # per row: the positions of its words that are content words
 
     def passage(self, row: int) -> float:
         if row not in self.by_row:
-            title = normalized_words(self.passages[row].get("title") or "")
-            self.by_row[row] = self._share(self._words(row).stems + [w[:STEM] for w in title])
+            words = self._words(row)
+            self.by_row[row] = self._share(itertools.chain(words.stems, words.title_stems))
         return self.by_row[row]
 
-    def _words(self, row: int) -> _PassageWords:
+    def _words(self, row: int) -> PassageWords:
         if row not in self.words:
-            self.words[row] = _PassageWords(self.passages[row]["text"])
+            self.words[row] = self.read(row)
         return self.words[row]
 
-    def _share(self, stems: list[str]) -> float:
+    def _share(self, stems: Iterable[str]) -> float:
         return len(self.content.intersection(stems)) / len(self.content)
 
     def near(self, phrase: RankedPhrase) -> float:
         words = self._words(phrase.passage_row)
-        return self._share(words.before(phrase.start)[-SUPPORT_WINDOW:] + words.after(phrase.end)[:SUPPORT_WINDOW])
-
-    def sentence(self, phrase: RankedPhrase) -> float:
-        text = self.passages[phrase.passage_row]["text"]
-        starts = [m.end() for m in SENTENCE_END.finditer(text, 0, phrase.start)]
-        end = SENTENCE_END.search(text, phrase.end)
-        words = self._words(phrase.passage_row)
+        below, first = words.ending_by(phrase.start), words.starting_from(phrase.end)
         return self._share(
-            words.before(phrase.start, starts[-1] if starts else 0)
-            + words.after(phrase.end, end.start() + 1 if end else None)
+            words.stems[max(0, below - SUPPORT_WINDOW) : below] + words.stems[first : first + SUPPORT_WINDOW]
         )
 
-    def distance(self, phrase: RankedPhrase) -> int:
+    def sentence(self, phrase: RankedPhrase) -> float:
         words = self._words(phrase.passage_row)
-        before = words.before(phrase.start)[::-1][:MAX_DISTANCE]
-        after = words.after(phrase.end)[:MAX_DISTANCE]
-        hits = (k for side in (before, after) for k, w in enumerate(side) if w in self.content)
-        return min(hits, default=MAX_DISTANCE)
+        low, high = words.sentence_bounds(phrase.start, phrase.end)
+        stop = len(words) if high is None else words.ending_by(high)
+        before = words.stems[words.starting_from(low) : words.ending_by(phrase.start)]
+        return self._share(before + words.stems[words.starting_from(phrase.end) : stop])
+
+    def distance(self, phrase: RankedPhrase) -> int:
+        """Words between the phrase and the nearest content word of its passage, at most :data:`MAX_DISTANCE`."""
+        row = phrase.passage_row
+        words = self._words(row)
+        if row not in self.hits:
+            self.hits[row] = [k for k, stem in enumerate(words.stems) if stem in self.content]
+        hits = self.hits[row]
+        below, first = words.ending_by(phrase.start), words.starting_from(phrase.end)
+        nearest = MAX_DISTANCE
+        k = bisect.bisect_left(hits, below)  # hits[k - 1]: the last content word before the phrase
+        if k:
+            nearest = min(nearest, below - 1 - hits[k - 1])
+        k = bisect.bisect_left(hits, first)  # hits[k]: the first one after it
+        if k < len(hits):
+            nearest = min(nearest, hits[k] - first)
+        return nearest
 
 
 def answer_features(
@@ -270,6 +264,7 @@ def answer_features(
     passages: Sequence[Mapping[str, Any]] | None = None,
     ranker: AnswerRanker | None = None,
     depth: int = CONFIDENCE_DEPTH,
+    words: Callable[[int], PassageWords] | None = None,
 ) -> np.ndarray:
     """The features ``names`` (of :data:`KNOWN_FEATURES`) of candidates within their query's ranked candidates:
     (len(rows), len(names)), rows in the order of ``rows`` (positions in ``candidates``; default all).
@@ -295,8 +290,10 @@ def answer_features(
     - ``question_overlap``: the share of the phrase's normalised words that the question holds;
     - ``best_score``: the best score of the reference list (the same for every candidate of a query).
 
-    ``passages`` are the passage records by row (``{"text", "title"}``, e.g. ``PhraseIndex.passages``). A feature
-    that needs what is not given (no ``asked``, or a question with no content words) is NaN: a
+    ``passages`` are the passage records by row (``{"text", "title"}``, e.g. ``PhraseIndex.passages``); ``words``,
+    when given, reads a row's :class:`~dphr_haystack.passage_words.PassageWords` (e.g. kept by the index,
+    :meth:`~dphr_haystack.index.phrase_index.PhraseIndex.passage_cache`), else each passage is tokenised anew.
+    A feature that needs what is not given (no ``asked``, or a question with no content words) is NaN: a
     :class:`Calibration` counts it at its mean. With a ``ranker`` the names may also be :data:`RANKER_FEATURES`:
     ``rank_score`` (the ranker's score of the candidate) and ``rank_log_softmax`` (that score's log-softmax against
     the reference list's, the candidate's own counted in when it lies below the list).
@@ -306,27 +303,27 @@ def answer_features(
     """
     names = check_features(tuple(names), ranked=ranker is not None)
     if ranker is not None and set(names) & set(RANKER_FEATURES):
-        return _ranked_features(names, candidates, rows, asked, passages, ranker, depth)
+        return _ranked_features(names, candidates, rows, asked, passages, ranker, depth, words)
     wanted = list(range(len(candidates))) if rows is None else [int(i) for i in rows]
     out = np.full((len(wanted), len(names)), np.nan)
     if not wanted:
         return out
     column = {name: j for j, name in enumerate(names)}
+    depth = min(len(candidates), depth)
+    keys = {i: normalize_answer(candidates[i].text) for i in (*range(depth), *wanted)}
     if any(name in column for name in FEATURES):
-        scored = confidence_features([c.score for c in candidates], [c.text for c in candidates], wanted, depth)
+        scored = _score_features(np.array([c.score for c in candidates], dtype=np.float64), keys, wanted, depth)
         for k, name in enumerate(FEATURES):
             if name in column:
                 out[:, column[name]] = scored[:, k]
     if not any(name in column for name in ANSWER_FEATURES):
         return out
-    depth = min(len(candidates), depth)
     reference = candidates[:depth]
     needs_passages = {"window_support", "support_gap", "sentence_support", "support_distance"} & set(names)
     if needs_passages and passages is None:
         raise InvalidParameterError(f"features {sorted(needs_passages)} need the passages the candidates come from")
     has_content = asked is not None and bool(_content_stems(asked))
-    support = _Support(asked, passages) if needs_passages and has_content else None
-    keys = {i: normalize_answer(candidates[i].text) for i in (*range(depth), *wanted)}
+    support = _Support(asked, passages, words) if needs_passages and has_content else None
     spread = float(np.std([c.score for c in reference]))
     best = float(max(c.score for c in reference))
     kind = question_kind(" ".join(asked)) if asked is not None and "type_match" in column else None
@@ -372,6 +369,7 @@ def _ranked_features(
     passages: Sequence[Mapping[str, Any]] | None,
     ranker: AnswerRanker,
     depth: int,
+    words: Callable[[int], PassageWords] | None,
 ) -> np.ndarray:
     """:func:`answer_features` with :data:`RANKER_FEATURES` among ``names``."""
     wanted = list(range(len(candidates))) if rows is None else [int(i) for i in rows]
@@ -379,7 +377,7 @@ def _ranked_features(
     scored = sorted({*range(depth), *wanted})  # the reference list and the rows asked for
     plain = tuple(dict.fromkeys(n for n in (*names, *ranker.features) if n not in RANKER_FEATURES))
     table = (
-        answer_features(plain, candidates, scored, asked, passages, depth=depth)
+        answer_features(plain, candidates, scored, asked, passages, depth=depth, words=words)
         if plain
         else np.zeros((len(scored), 0))
     )
@@ -418,11 +416,12 @@ def answer_confidences(
     rows: Sequence[int],
     asked: Sequence[str] | None = None,
     passages: Sequence[Mapping[str, Any]] | None = None,
+    words: Callable[[int], PassageWords] | None = None,
 ) -> np.ndarray:
     """P(correct) of the candidates at ``rows`` within their query's ranked ``candidates``, by ``calibration``
-    over the features it names (:func:`answer_features`): (len(rows),)."""
+    over the features it names (:func:`answer_features`; ``words`` as there): (len(rows),)."""
     features = answer_features(
-        calibration.features, candidates, rows, asked, passages, calibration.ranker, calibration.depth
+        calibration.features, candidates, rows, asked, passages, calibration.ranker, calibration.depth, words
     )
     return calibration.confidence(features)
 

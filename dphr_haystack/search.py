@@ -33,6 +33,7 @@ from .index.phrase_index import PhraseIndex
 from .index.rounds import TokenRounds
 from .model.truecase import corpus_truecaser, is_all_lowercase
 from .params import check_choice, check_param, check_query_precision
+from .passage_words import cached_words
 from .spans import AnswerFolder, first_answers, trim_span, word_boundaries
 
 UNITS = ("phrase", "passage", "document")
@@ -497,15 +498,18 @@ def _phrase_answers(
             chosen.append(len(kept) - 1)
     if calibration is None or not chosen:
         return [kept[i] for i in chosen]
-    rows = range(len(kept)) if by_confidence else chosen
-    confidence = dict(zip(rows, answer_confidences(calibration, kept, rows, asked, index.passages), strict=True))
+
+    def confident(rows: Sequence[int]) -> dict[int, float]:
+        found = answer_confidences(calibration, kept, rows, asked, index.passages, cached_words(index))
+        return dict(zip(rows, found.tolist(), strict=True))
+
+    confidence = confident(range(len(kept)) if by_confidence else chosen)
     if not by_confidence:
         return [replace(kept[i], confidence=float(confidence[i])) for i in chosen]
     # most confident first; equals keep the score order (``confidence`` is in score order)
     chosen = first_answers(kept, sorted(confidence, key=lambda i: -confidence[i]), top_k, tidy)
     while len(chosen) < top_k and next_candidate() is not None:  # one more candidate by score at a time
-        new = [len(kept) - 1]  # below the reference list (kept holds ``depth`` already): it stays the same
-        confidence.update(zip(new, answer_confidences(calibration, kept, new, asked, index.passages), strict=True))
+        confidence.update(confident([len(kept) - 1]))  # below the reference list: the list stays the same
         chosen = first_answers(kept, sorted(confidence, key=lambda i: -confidence[i]), top_k, tidy)
     return [replace(kept[i], confidence=float(confidence[i])) for i in chosen]
 
@@ -565,7 +569,7 @@ def _aggregate(
     if calibration is not None and answers:
         at = sorted({answer[p] for p in answering.values() if p in answer})  # the answers of the results
         at = sorted({*at, *range(min(len(answers), calibration.depth))}) if most_confident else at  # and the ranked
-        found = answer_confidences(calibration, answers, at, asked, index.passages)
+        found = answer_confidences(calibration, answers, at, asked, index.passages, cached_words(index))
         confidence = dict(zip(at, found.tolist(), strict=True))
         for i in at if most_confident else ():  # a passage answers with its most confident phrase
             pid = index.passages[answers[i].passage_row]["id"]

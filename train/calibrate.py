@@ -56,6 +56,7 @@ from dphr_haystack.confidence import (
 from dphr_haystack.encode.add import add_passages
 from dphr_haystack.errors import InvalidParameterError
 from dphr_haystack.model.calibration import check_features
+from dphr_haystack.passage_words import cached_words
 from dphr_haystack.search import PhraseHit
 from dphr_haystack.spans import trim_span
 
@@ -130,9 +131,10 @@ def candidate_table(
     ranked_lists = ranked_candidates(searcher, [ex.question for ex in examples], batch_size, depth)
     kept = [ranked[:depth] for ranked in ranked_lists]
     asked = [question_words(ex.question) for ex in examples]
+    passages, words = searcher.index.passages, cached_words(searcher.index)
     for q, (ex, ranked) in enumerate(zip(examples, kept, strict=True)):
         if ranked:
-            rows.append(answer_features(features, ranked, None, asked[q], searcher.index.passages, depth=depth))
+            rows.append(answer_features(features, ranked, None, asked[q], passages, depth=depth, words=words))
             labels += [exact_match(hit.text, ex.answers) for hit in ranked]
             query += [q] * len(ranked)
     table = np.vstack(rows) if rows else np.zeros((0, len(features)))

@@ -6,12 +6,38 @@ index is rebuilt. Ids map to their live row; a passage id may come back in a new
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
 from ..errors import IndexLoadError
+
+
+class RowCache:
+    """Values derived from passage records (``derive(record)``), one per row, computed when first asked for and kept
+    while the row holds the same record object: a row rolled back and written anew computes afresh. Any number of
+    threads may ask at once (two that compute one row at once store equal values)."""
+
+    def __init__(self, derive: Callable[[dict[str, Any]], Any]) -> None:
+        self.derive = derive
+        self._rows: dict[int, tuple[dict[str, Any], Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def get(self, row: int, record: dict[str, Any]) -> Any:
+        """The value of ``record``, the record at ``row``."""
+        entry = self._rows.get(row)
+        if entry is None or entry[0] is not record:
+            entry = (record, self.derive(record))
+            self._rows[row] = entry
+        return entry[1]
+
+    def forget_from(self, row: int) -> None:
+        """Drop the values of rows ``row`` and after (rows rolled back)."""
+        for stale in [r for r in list(self._rows) if r >= row]:
+            self._rows.pop(stale, None)
 
 
 class PassageTable:
@@ -28,6 +54,7 @@ class PassageTable:
         self.deleted = np.zeros(0, dtype=bool)
         self.live_by_id: dict[str, int] = {}
         self.hidden: dict[str, int] = {}
+        self.caches: dict[str, RowCache] = {}
 
     def __len__(self) -> int:
         return len(self.passages)
@@ -47,6 +74,12 @@ class PassageTable:
 
     def live_ids(self) -> list[str]:
         return list(self.live_by_id)
+
+    def cache(self, name: str, derive: Callable[[dict[str, Any]], Any]) -> RowCache:
+        """The :class:`RowCache` called ``name`` (made with ``derive`` when it is first asked for)."""
+        if name not in self.caches:
+            self.caches.setdefault(name, RowCache(derive))
+        return self.caches[name]
 
     def register(self, records: list[dict[str, Any]], counts: np.ndarray, num_vectors: int) -> None:
         """Track new passage records whose stored tokens (``counts`` each) end the ``num_vectors`` stored ones."""
@@ -69,6 +102,8 @@ class PassageTable:
         """Forget the rows registered and the deletions made since :meth:`mark` (a write that failed)."""
         rows, deleted, hidden = mark
         del self.passages[rows:]
+        for cache in self.caches.values():
+            cache.forget_from(rows)
         self.first_token, self.num_tokens = self.first_token[:rows], self.num_tokens[:rows]
         self.deleted, self.hidden = deleted.copy(), dict(hidden)
         self.live_by_id = {self.passages[row]["id"]: int(row) for row in np.flatnonzero(~deleted)}

@@ -14,7 +14,7 @@ import contextlib
 import json
 import logging
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from . import auto
 from . import structures as index_types
 from .codec import VectorCodec
 from .faiss_structure import FaissStructure
-from .passages import PassageTable
+from .passages import PassageTable, RowCache
 from .reindexing import Reindexing
 from .rounds import SearchedRows
 from .shards import PhraseShard, ShardPiece
@@ -304,6 +304,11 @@ class PhraseIndex(Reindexing):
     def passages(self) -> list[dict[str, Any]]:
         """Passage records by row (deleted rows included)."""
         return self.table.passages
+
+    def passage_cache(self, name: str, derive: Callable[[dict[str, Any]], Any]) -> RowCache:
+        """Values derived from the passage records by row (``derive(record)``), each computed once and shared by
+        every search of this index (e.g. a passage's words for the answer features); a reload starts afresh."""
+        return self.table.cache(name, derive)
 
     @property
     def deleted(self) -> np.ndarray:

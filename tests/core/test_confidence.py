@@ -32,6 +32,7 @@ from dphr_haystack.confidence import (
     reliability,
 )
 from dphr_haystack.encode.add import add_passages
+from dphr_haystack.index.passages import PassageTable
 from dphr_haystack.model.calibration import Calibration
 from dphr_haystack.spans import AnswerFolder, trim_span
 from tests.conftest import tiny_passages
@@ -589,6 +590,10 @@ class _WordIndex:
         self.tokens["position"] = np.arange(len(words))
         self.tokens["char_start"], self.tokens["char_end"] = zip(*words, strict=True)
         self.passages = [{"id": "p", "document_id": "p", "title": "", "text": text}]
+        self.table = PassageTable()
+
+    def passage_cache(self, name, derive):
+        return self.table.cache(name, derive)
 
 
 def test_answers_folded_together_by_the_confidence_ranking_are_made_up_from_the_next_candidates():
