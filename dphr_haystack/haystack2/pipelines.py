@@ -23,6 +23,9 @@ from .indexer import PhraseIndexer
 from .retriever import PhraseRetriever
 
 STORE_INDEX = "dphr"
+# hybrid_confidence: the weights of BM25's scaled score and of the answer confidence (benchmarks/quality/
+# hybrid_weights.py chose them on validation questions for the Haystack 1.x hybrid_confidence.yml)
+CONFIDENCE_FUSION_WEIGHTS = (0.5, 0.5)
 
 
 def default_store() -> PhraseDocumentStore:
@@ -83,9 +86,10 @@ def hybrid_rrf_pipeline(
 def hybrid_confidence_pipeline(
     store: PhraseDocumentStore, model: str = DEFAULT_MODEL, top_k: int = 10, candidates: int = 20
 ) -> Pipeline:
-    """BM25 and phrase passages fused by score (``joiner.documents``): 0.8 · BM25's scaled score (in [0, 1]) +
-    0.2 · the passage's answer confidence, a passage only one retriever found counting 0 for the other (the weight
-    chosen on validation questions for the Haystack 1.x ``hybrid_confidence.yml``); phrase ``answers`` too.
+    """BM25 and phrase passages fused by score (``joiner.documents``): :data:`CONFIDENCE_FUSION_WEIGHTS` of BM25's
+    scaled score (in [0, 1]) and the passage's answer confidence, a passage only one retriever found counting 0 for
+    the other (the weights chosen on validation questions for the Haystack 1.x ``hybrid_confidence.yml``); phrase
+    ``answers`` too.
 
     Run with ``{"bm25": {"query": q}, "phrase": {"query": q}}``.
     """
@@ -94,7 +98,9 @@ def hybrid_confidence_pipeline(
     pipeline.add_component(
         "phrase", PhraseRetriever(document_store=store, model=model, unit="passage", top_k=candidates)
     )
-    pipeline.add_component("joiner", DocumentJoiner(join_mode="merge", weights=[0.8, 0.2], top_k=top_k))
+    pipeline.add_component(
+        "joiner", DocumentJoiner(join_mode="merge", weights=list(CONFIDENCE_FUSION_WEIGHTS), top_k=top_k)
+    )
     pipeline.connect("bm25.documents", "joiner.documents")
     pipeline.connect("phrase.documents", "joiner.documents")
     return pipeline
@@ -138,6 +144,7 @@ def write_pipeline_files(folder: str | Path, model: str = DEFAULT_MODEL) -> list
 
 
 __all__ = [
+    "CONFIDENCE_FUSION_WEIGHTS",
     "PIPELINES",
     "STORE_INDEX",
     "bm25_pipeline",

@@ -133,7 +133,9 @@ def test_hybrid_confidence_adds_bm25_scores_and_phrase_confidences(tiny_model_di
     bm25 = {d.id: d.score for d in out["_debug"]["BM25"]["output"]["documents"]}
     phrase = {d.id: d.score for d in out["_debug"]["Retriever"]["output"]["documents"]}
     assert all(0.0 <= v <= 1.0 for v in (*bm25.values(), *phrase.values()))  # scaled BM25, confidences
-    expected = {i: 0.8 * bm25.get(i, 0.0) + 0.2 * phrase.get(i, 0.0) for i in set(bm25) | set(phrase)}
+    w_bm25, w_phrase = pipeline.get_node("Join").weights
+    assert (w_bm25, w_phrase) == (0.5, 0.5)  # as benchmarks/quality/hybrid_weights.py chose them
+    expected = {i: w_bm25 * bm25.get(i, 0.0) + w_phrase * phrase.get(i, 0.0) for i in set(bm25) | set(phrase)}
     got = {d.id: d.score for d in out["documents"]}
     assert got == pytest.approx({i: expected[i] for i in got})
     assert list(got.values()) == sorted(expected.values(), reverse=True)[: len(got)]

@@ -11,7 +11,12 @@ from haystack.core.errors import DeserializationError
 
 from dphr_haystack import DEFAULT_MODEL
 from dphr_haystack.haystack2 import ALLOWED_MODULES, PhraseDocumentStore, load_pipeline
-from dphr_haystack.haystack2.pipelines import PIPELINES, STORE_INDEX, write_pipeline_files
+from dphr_haystack.haystack2.pipelines import (
+    CONFIDENCE_FUSION_WEIGHTS,
+    PIPELINES,
+    STORE_INDEX,
+    write_pipeline_files,
+)
 
 FOLDER = Path(__file__).resolve().parents[2] / "pipelines" / "haystack2"
 
@@ -70,7 +75,8 @@ def test_index_then_query_through_yaml_pipelines(tiny_model_dir, hs2_docs, one_t
     bm25 = {d.id: d.score for d in fused["bm25"]["documents"]}
     phrase = {d.id: d.score for d in fused["phrase"]["documents"]}
     assert all(0.0 <= v <= 1.0 for v in (*bm25.values(), *phrase.values()))  # scaled BM25, phrase scores
-    expected = {i: 0.8 * bm25.get(i, 0.0) + 0.2 * phrase.get(i, 0.0) for i in set(bm25) | set(phrase)}
+    w_bm25, w_phrase = CONFIDENCE_FUSION_WEIGHTS
+    expected = {i: w_bm25 * bm25.get(i, 0.0) + w_phrase * phrase.get(i, 0.0) for i in set(bm25) | set(phrase)}
     got = {d.id: d.score for d in fused["joiner"]["documents"]}
     assert got and got == pytest.approx({i: expected[i] for i in got})
     assert list(got.values()) == sorted(got.values(), reverse=True)
