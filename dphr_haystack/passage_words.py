@@ -5,7 +5,7 @@ its sentence and in its passage. :class:`PassageWords` holds what they read of o
 normalised word by word (case and punctuation dropped, articles left out), each kept as its first :data:`STEM`
 letters with its character span; its title's stems; and where its sentences end. A phrase index keeps them per
 passage row once they are read (:meth:`dphr_haystack.index.phrase_index.PhraseIndex.passage_cache`), so that a
-search tokenises each passage once, not once per query: compact, about 16 bytes a word (the stems are interned).
+search tokenises each passage once, not once per query; they are compact (int32 character spans, interned stems).
 """
 
 from __future__ import annotations

@@ -49,12 +49,12 @@ PASSAGE_SCORINGS = ("max", "logsumexp")
 # or by score alone (DensePhrases' order).
 RANKINGS = ("confidence", "score")
 # Results a confidence ranking reorders, whatever top_k is: the first RANKING_POOL[unit] passages or documents by
-# score, or the first calibration.depth phrase answers (20 for the shipped model: the ranker was fitted to order as
+# score, or the first calibration.depth phrase answers (50 for the shipped default: the ranker was fitted to order as
 # many). On SQuAD-open-small (2,000 questions the calibration never saw) it lifts EM@1 from 29.1 to 39.1 and passage
 # acc@1 from 56.1 to 71.8 for the previous default (benchmarks/quality/confidence_ranking.py). For the default, a
-# calibration of depth 20 / 40 / 50 / 60 gives EM@1 41.15 / 41.90 / 42.25 / 42.80 for a phrase search p50 of
-# 7.2 / 10.4 / 12.1 / 13.7 ms (quality/ranking_depth.py): the answer features of the added candidates cost more
-# than the default's margin to dense FAISS. Ranking 20 passages instead of 10 would gather twice the phrases (~4 ms).
+# calibration of depth 20 / 50 / 60 gives EM@1 41.15 / 42.25 / 42.80 for a phrase search p50 of 5.4 / 8.0 / 8.9 ms
+# and AUROC 0.814 / 0.806 / 0.796 (quality/ranking_depth.py). Ranking 20 passages instead of 10 would gather twice
+# the phrases (~4 ms).
 RANKING_POOL = {"passage": 10, "document": 10}
 
 
@@ -165,7 +165,7 @@ class PhraseSearcher:
     spans of DensePhrases' search.
 
     ``ranking="confidence"`` (default) orders the first results by score (as many phrase answers as the
-    calibration's depth, 20 for the shipped model; 10 passages or documents, :data:`RANKING_POOL`), then by the
+    calibration's depth, 50 for the shipped default; 10 passages or documents, :data:`RANKING_POOL`), then by the
     calibrated confidence of their answer (scores stay the phrase scores; a passage or document answers with its
     most confident phrase); a model without a calibration keeps the score order, which ``ranking="score"``
     (DensePhrases') keeps.

@@ -19,6 +19,9 @@
 # original-objective continuation: 36.3 vs 52.5 at 0.6), the sample 0.7-1.1 more (38.8, 53.5;
 # benchmarks/training/filter_budget.py), so VECTOR_BUDGET=40 keeps a model within 40 on SQuAD-open-small.
 #
+# CALIBRATION_DEPTH (default 50, the shipped default's) is how many ranked candidates the calibration's answer ranker
+# orders (train.calibrate --depth; benchmarks/quality/ranking_depth.py measures the choice).
+#
 # QSFT=0 skips query-side fine-tuning (it did not validate better for the GPU-trained model) and calibrates the int8
 # phrase encoder directly. REFERENCE=<model dir> sets the model whose retrievals define the hard validation
 # subcorpus H_10 (default: this run's own rc/best; a continuation keeps its parent's, so its numbers compare and the
@@ -32,6 +35,7 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 RC_CONFIG=${RC_CONFIG:-train/configs/cpu_converge.yaml}
 QSFT=${QSFT:-1}
+CALIBRATION_DEPTH=${CALIBRATION_DEPTH:-50}
 RUN=$("$PY" -c "from train.schema import load_recipe; print(load_recipe('$RC_CONFIG').output_dir)")
 OUT=(--output-dir "$RUN")
 REFERENCE=${REFERENCE:-$RUN/rc/best}
@@ -90,6 +94,6 @@ print('$RUN/qsft/best' if models['qsft']['H_10/em@1'] > models['$PHRASE']['H_10/
 fi
 if [ ! -f "$RUN/calibrated/dphr_config.json" ]; then
     step "calibration of $CHOSEN"
-    "$PY" -m train.calibrate --model "$CHOSEN" --out "$RUN/calibrated" --index "$INDEX"
+    "$PY" -m train.calibrate --model "$CHOSEN" --out "$RUN/calibrated" --index "$INDEX" --depth "$CALIBRATION_DEPTH"
 fi
 step "done: $RUN/calibrated (export: python -m benchmarks.training.default_model --model $RUN/calibrated ... --export)"

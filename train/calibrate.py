@@ -2,7 +2,7 @@
 
     python -m train.calibrate --model runs/x/qsft/best --out runs/x/calibrated \\
         [--index benchmarks/cache/squad-open-small/phrases-...] [--paragraphs 427] [--features score,...] [--no-ranker]
-        [--depth 20]
+        [--depth 50]
 
 Questions with known answers (by default those of the first ``--paragraphs`` paragraphs of SQuAD dev-public: the
 held-out validation articles) are asked against a phrase index: ``--index`` (e.g. the whole open-domain corpus the

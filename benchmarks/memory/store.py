@@ -7,7 +7,9 @@ its resident set (VmRSS) and then loads one index from ``benchmarks/cache/squad-
 ``quality.squad_open_small``): the phrase index of ``--model`` as ``PhraseIndex.load`` keeps it (vectors in their
 stored codec, the FAISS structure, token and passage metadata), or the dense MiniLM embeddings of the same 20,598
 passages in a float32 ``IndexFlatIP`` (what Haystack's FAISSDocumentStore holds). Reported: the RSS added by
-the load, the bytes of the index files, and one search to prove the index answers.
+the load, the bytes of the index files, and one search to prove the index answers. For the phrase index also what
+its cache of the passages' words (what the answer features read, kept per passage once a search reads it) adds at
+most: every passage's words read, with the RSS they add and the seconds they take.
 """
 
 from __future__ import annotations
@@ -40,17 +42,27 @@ def _child(kind: str, model_name: str) -> dict[str, Any]:
 
     from benchmarks.common import phrase_cache
     from dphr_haystack import PhraseIndex, PhraseModel
+    from dphr_haystack.passage_words import cached_words
 
     model = PhraseModel.load(model_name)
     q_start, _ = model.encode_queries(["Which NFL team represented the AFC at Super Bowl 50?"])
     before = proc_memory()["VmRSS"]
     started = time.perf_counter()
+    extra: dict[str, float] = {}
     if kind == "phrase":
         path = phrase_cache(model, SQUAD_OPEN_SMALL_CACHE)
         index = PhraseIndex.load(path, model=model)
         files = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
         scores, _ = index.search_tokens(q_start, 10)
         items = len(index)
+        after, loaded_at = proc_memory()["VmRSS"], time.perf_counter()
+        words = cached_words(index)
+        for row in range(index.num_passages):  # the cache's largest: every passage read once
+            words(row)
+        extra = {
+            "answer_words_mib": proc_memory()["VmRSS"] - after,
+            "answer_words_seconds": time.perf_counter() - loaded_at,
+        }
     else:
         import faiss
 
@@ -63,11 +75,12 @@ def _child(kind: str, model_name: str) -> dict[str, Any]:
         dense_query = np.random.default_rng(0).standard_normal((1, index.d)).astype(np.float32)
         scores, _ = index.search(dense_query, 10)
         items = index.ntotal
-    after = proc_memory()["VmRSS"]
+        after, loaded_at = proc_memory()["VmRSS"], time.perf_counter()
     return {
+        **extra,
         "kind": kind,
         "items": int(items),
-        "load_seconds": time.perf_counter() - started,
+        "load_seconds": loaded_at - started,
         "rss_before_mib": before,
         "rss_after_mib": after,
         "added_rss_mib": after - before,
@@ -112,6 +125,12 @@ def markdown(result: dict[str, Any]) -> str:
             f"{r['load_seconds']:.1f} |"
         )
     lines.append(f"\nphrase / dense RSS: {result['phrase_vs_dense']:.1f}×")
+    words = next((r for r in result["rows"] if "answer_words_mib" in r), None)
+    if words is not None:
+        lines.append(
+            f"\nThe phrase index's cache of passage words (answer features), every passage read: "
+            f"+{words['answer_words_mib']:.0f} MiB in {words['answer_words_seconds']:.1f} s."
+        )
     return "\n".join(lines)
 
 

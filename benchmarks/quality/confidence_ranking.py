@@ -4,11 +4,11 @@ phrase index, one run.
     .venv/bin/python -m benchmarks.quality.confidence_ranking [--questions 2000]
 
 The shipped model's calibration predicts whether an answer is right from its answer ranker's score of 14 features
-of it (its score among the top 20, agreement between candidates, how many of the question's words surround it, ...).
-``ranking="score"`` orders phrase answers by phrase score and passages by their best phrase's (DensePhrases);
-``ranking="confidence"`` (the searchers' default) reorders the first 20 phrase answers (10 passages) by that
-confidence. Both answer the same query vectors (int8, the
-default): the validation questions (the held-out dev articles; the calibration was fitted on them, so they are
+of it (its score among the first 50 candidates, agreement between candidates, how many of the question's words
+surround it, ...). ``ranking="score"`` orders phrase answers by phrase score and passages by their best phrase's
+(DensePhrases); ``ranking="confidence"`` (the searchers' default) reorders the first 50 phrase answers (the
+calibration's depth; 10 passages) by that confidence. Both answer the same query vectors (int8, the default): the
+validation questions (the held-out dev articles; the calibration was fitted on them, so they are
 in-sample here) and ``--questions`` SQuAD-open-small questions it never saw. Reported: EM@1 / F1@1 / EM@5 of the
 phrase answers, passage acc@1 / acc@5, AUROC and ECE of the top answer's confidence, p50 of one phrase search
 (query vectors given, one thread, the two rankings in turn), and bootstrap 95% intervals of the EM@1 and acc@1 gains

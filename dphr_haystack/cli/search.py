@@ -55,8 +55,8 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
         "--ranking",
         choices=["confidence", "score"],
         default="confidence",
-        help="order the first results by their answer's calibrated confidence (20 phrase answers for the shipped "
-        "model, 10 passages or documents; confidence, default; a model without a calibration ranks by score) or by "
+        help="order the first results by their answer's calibrated confidence (50 phrase answers for the shipped "
+        "default, 10 passages or documents; confidence, default; a model without a calibration ranks by score) or by "
         "score alone (score)",
     )
     search.add_argument(

@@ -73,7 +73,7 @@ class PhraseRetriever:
             (default) follows the model, which turns it on for cased DensePhrases checkpoints.
         filter_policy: How ``run``'s filters combine with ``filters``: ``REPLACE`` (default: they replace them) or
             ``MERGE`` (both apply), as in Haystack's retrievers; a ``FilterPolicy`` or its name.
-        ranking: ``confidence`` (default): the first results by score (20 phrase answers for the shipped model, 10
+        ranking: ``confidence`` (default): the first results by score (50 phrase answers for the shipped default, 10
             passages or documents) are ordered by their answer's calibrated confidence (raw scores then need not
             decrease down the list); ``score``: by score alone. A model without a
             calibration ranks by score.

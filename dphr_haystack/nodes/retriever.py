@@ -79,7 +79,7 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
             evaluation, which cannot handle a node that emits both.
         threads: torch/FAISS intra-op threads a query runs on (default: ``$DPHR_THREADS``, else 1, fastest when
             several queries run at once; see ``dphr_haystack._util.threads``). Indexing keeps torch's default.
-        ranking: ``confidence`` (default): the first results by score (20 phrase answers for the shipped model, 10
+        ranking: ``confidence`` (default): the first results by score (50 phrase answers for the shipped default, 10
             passages or documents) are ordered by their answer's calibrated confidence (on SQuAD-open-small EM@1
             29.1 → 39.1, passage acc@1 56.1 → 71.8; raw scores then need not decrease down the list); ``score``: by
             score alone (DensePhrases). A model without a calibration ranks by score.

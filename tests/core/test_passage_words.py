@@ -9,7 +9,7 @@ import pytest
 
 from dphr_haystack import PhraseIndex, PhraseSearcher
 from dphr_haystack.answers import normalize_answer
-from dphr_haystack.confidence import KNOWN_FEATURES, answer_features, question_words
+from dphr_haystack.confidence import KNOWN_FEATURES, answer_features, fit_calibration, question_words
 from dphr_haystack.encode.add import add_passages
 from dphr_haystack.index.passages import PassageTable
 from dphr_haystack.passage_words import SENTENCE_END, STEM, PassageWords, cached_words
@@ -92,3 +92,19 @@ def test_features_read_from_the_index_cache_equal_those_tokenised_anew(tiny_mode
     rows = {h.passage_row for h in hits}
     assert len(index.passage_cache("answer_words", PassageWords.of)) >= len(rows)
     assert all(re.fullmatch(r"[a-z0-9]+", stem) for row in rows for stem in words(row).stems)
+
+
+def test_searches_tokenise_each_passage_once(tiny_model):
+    index = PhraseIndex.create(tiny_model)
+    add_passages(index, tiny_model, tiny_passages(), progress=False)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, len(KNOWN_FEATURES)))
+    calibration = fit_calibration(x, x[:, KNOWN_FEATURES.index("window_support")] > 0, names=KNOWN_FEATURES)
+    read = []
+    index.passage_cache("answer_words", lambda record: read.append(record["id"]) or PassageWords.of(record))
+    searcher = PhraseSearcher(index, tiny_model, calibration=calibration)
+    first = searcher.search("What is the capital of France?", unit="phrase", top_k=5)
+    assert read and len(read) == len(set(read))  # each passage the answers read, once
+    again = searcher.search("What is the capital of France?", unit="phrase", top_k=5)
+    assert [h.confidence for h in again] == [h.confidence for h in first]
+    assert len(read) == len(set(read))  # the second search read them from the cache
