@@ -33,7 +33,7 @@ from dphr_haystack.confidence import (
 )
 from dphr_haystack.encode.add import add_passages
 from dphr_haystack.index.passages import PassageTable
-from dphr_haystack.model.calibration import Calibration
+from dphr_haystack.model.calibration import Z_LIMIT, Calibration
 from dphr_haystack.spans import AnswerFolder, trim_span
 from tests.conftest import tiny_passages
 
@@ -348,14 +348,15 @@ FOUR_FEATURE_CALIBRATION = {
 
 def test_a_four_feature_calibration_computes_what_it_always_did():
     """A calibration stored over the first four features (as every model fitted before the answer features) loads
-    and gives the confidences of its own formula, σ(w · (confidence_features − mean) / scale + b), whatever the
-    question and passages."""
+    and gives the confidences of its own formula, σ(w · (confidence_features − mean) / scale + b), the standardised
+    features within ±Z_LIMIT, whatever the question and passages."""
     stored = json.loads(json.dumps(FOUR_FEATURE_CALIBRATION))
     assert stored["features"] == list(FEATURES)
     calibration = Calibration.from_dict(stored)
     assert calibration.features == FEATURES
     scores, texts = [c.score for c in CANDIDATES], [c.text for c in CANDIDATES]
     x = (confidence_features(scores, texts, [0, 3]) - np.array(stored["mean"])) / np.array(stored["scale"])
+    x = np.clip(x, -Z_LIMIT, Z_LIMIT)
     expected = 1 / (1 + np.exp(-(x @ np.array(stored["weights"]) + stored["bias"])))
     for asked in (ASKED, None):
         got = answer_confidences(calibration, CANDIDATES, [0, 3], asked, PASSAGES)
@@ -659,7 +660,7 @@ def test_the_reference_list_is_the_calibrations_depth():
     assert two[:, 1] == pytest.approx(s - np.logaddexp.reduce(s[:2]))
     assert not np.allclose(two, confidence_features(scores, texts))  # the default depth holds all four
     calibration = dataclasses.replace(Calibration.from_dict(FOUR_FEATURE_CALIBRATION), depth=2)
-    x = (two - np.array(calibration.mean)) / np.array(calibration.scale)
+    x = np.clip((two - np.array(calibration.mean)) / np.array(calibration.scale), -Z_LIMIT, Z_LIMIT)
     expected = 1 / (1 + np.exp(-(x @ np.array(calibration.weights) + calibration.bias)))
     assert answer_confidences(calibration, CANDIDATES, range(4)) == pytest.approx(expected)
 
@@ -679,3 +680,16 @@ def test_the_confidence_ranking_orders_as_many_phrase_answers_as_the_calibration
         best = max(pool, key=lambda h: h.confidence)
         assert (ranked[0].text, ranked[0].confidence) == (best.text, pytest.approx(best.confidence))
     assert 0 < sizes[0] < sizes[1]  # a deeper calibration ranks more answers
+
+
+def test_a_feature_far_outside_the_fitted_range_counts_at_the_limit():
+    """A linear score does not extrapolate: a feature 40 scales above its fitted mean (the score spread of a
+    two-passage corpus against the open corpus a model was calibrated on) counts as Z_LIMIT scales."""
+    calibration = Calibration(
+        weights=(0.3, 1.0), bias=0.0, mean=(3.0, 0.0), scale=(1.5, 1.0), features=("score_spread", "score")
+    )
+    at_limit = calibration.confidence(np.array([[3.0 + 1.5 * Z_LIMIT, 0.0]]))
+    far = calibration.confidence(np.array([[3.0 + 1.5 * 40, 0.0]]))
+    assert far == pytest.approx(at_limit, rel=1e-12) and at_limit[0] < 1 / (1 + np.exp(-0.3 * 6))
+    low = calibration.confidence(np.array([[3.0 - 1.5 * 40, 0.0]]))
+    assert low == pytest.approx(1 / (1 + np.exp(0.3 * Z_LIMIT)), rel=1e-12)
