@@ -498,9 +498,10 @@ def _phrase_answers(
             chosen.append(len(kept) - 1)
     if calibration is None or not chosen:
         return [kept[i] for i in chosen]
+    passage_words = cached_words(index)  # one reader for the first confidences and each candidate added after
 
     def confident(rows: Sequence[int]) -> dict[int, float]:
-        found = answer_confidences(calibration, kept, rows, asked, index.passages, cached_words(index))
+        found = answer_confidences(calibration, kept, rows, asked, index.passages, passage_words)
         return dict(zip(rows, found.tolist(), strict=True))
 
     confidence = confident(range(len(kept)) if by_confidence else chosen)
