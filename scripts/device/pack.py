@@ -214,7 +214,8 @@ def pack(
     if capacity < 4096:
         raise KitError(
             f"the working tree ({fmt_mib(tree)}) leaves {fmt_mib(max(0, call_limit - tree))} of the "
-            f"{fmt_mib(call_limit)} call limit, too little for a stage with a {fmt_mib(margin)} margin"
+            f"{fmt_mib(call_limit)} call limit, too little for a stage with a {fmt_mib(margin)} margin (the shipped "
+            "model weights need not travel: `scripts/device/travel.py hide`, and `restore` after the calls)"
         )
     for old in stage_dirs(device_dir):
         shutil.rmtree(old)
@@ -321,6 +322,7 @@ def describe(manifest: dict[str, Any], calls: list[dict[str, Any]]) -> str:
         "then give_back, and here: .venv/bin/python scripts/device/restore.py --files <files_at> "
         "--out runs/<name>/rc/best   (the rc stage's model, where `python -m train validate` looks)"
     )
+    lines.append("and `scripts/device/travel.py restore` if `travel.py hide` kept the shipped weights home")
     return "\n".join(lines)
 
 

@@ -11,9 +11,17 @@ import pytest
 import torch
 
 from scripts.device import assemble as assemble_mod
-from scripts.device import pack, rehearsal
+from scripts.device import pack, rehearsal, travel
 from scripts.device.export import ExportLimitError, OutFile, plan_out
-from scripts.device.kit import MIB, CorruptPieceError, MissingPiecesError, OutLimits, out_problems
+from scripts.device.kit import (
+    MIB,
+    CorruptPieceError,
+    KitError,
+    MissingPiecesError,
+    OutLimits,
+    out_problems,
+    tree_files,
+)
 from train.trainer import TimeBudgetReached, TrainArgs
 
 pytestmark = pytest.mark.unit
@@ -113,6 +121,31 @@ def test_stages_hold_every_byte_once_and_stay_within_the_capacity():
     assert sum(per_stage.values()) == 54_600 and max(per_stage.values()) <= 20_000
     assert max(per_stage.values()) - min(per_stage.values()) <= 1  # filled evenly
     assert len({p["stage"] for p in entries[1]["pieces"]}) >= 2  # the large file is cut
+
+
+def test_travel_hides_the_shipped_weights_from_the_call_and_restores_them(tmp_path):
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    shard = tmp_path / "dphr_haystack" / "shipped_models" / "m" / "model-00001.safetensors"
+    shard.parent.mkdir(parents=True)
+    shard.write_bytes(b"w" * 100)
+    (tmp_path / "keep.py").write_text("x = 1\n")
+    (tmp_path / ".git" / "info").mkdir(exist_ok=True)
+    (tmp_path / ".git" / "info" / "exclude").write_text("/mine/\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    assert travel.hide(tmp_path) == ["dphr_haystack/shipped_models/m/model-00001.safetensors"]
+    assert tree_files(tmp_path) == [tmp_path / "keep.py"] and shard.is_file()  # kept on disk, not travelling
+    with pytest.raises(KitError, match="hidden already"):
+        travel.hide(tmp_path)
+    assert travel.restore(tmp_path) == ["dphr_haystack/shipped_models/m/model-00001.safetensors"]
+    assert git("status", "--porcelain") == "" and shard in tree_files(tmp_path)
+    assert (tmp_path / ".git" / "info" / "exclude").read_text() == "/mine/\n"
+    assert travel.restore(tmp_path) == []  # nothing hidden: a no-op
 
 
 def test_the_out_plan_drops_optional_files_by_priority_and_refuses_what_cannot_fit(tmp_path):
