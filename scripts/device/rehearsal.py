@@ -252,6 +252,8 @@ def rehearse(
     _expect(first_summary["exported"] == "rc/checkpoint-1", f"call 1 exported {first_summary['exported']}")
     _expect(second_summary["exported"] == "rc/best", f"call 2 exported {second_summary['exported']}")
     _expect(len(second_summary["calls"]) == 2, "the second call does not list the first")
+    trained_with = second_summary["stages"]["rc"].get("train_args") or {}
+    _expect(trained_with.get("batch_size") == 4, f"summary.json lacks the rc stage's train_args: {trained_with}")
     _expect(any(item["name"] == "curves.png" for item in second_summary["export"]["left_out"]), "nothing left out")
     stop, after = _steps_after_stop(sim.device_dir / "runs" / NAME / "rc" / "metrics.jsonl")
     _expect(after == list(range(stop + 1, STEPS + 1)), f"resume after step {stop} logged steps {after}")

@@ -191,6 +191,8 @@ def train_stages(recipe: Any, run_dir: Path, args: argparse.Namespace, deadline:
     for stage, record in records.items():
         record["max_minutes"] = getattr(recipe, stage).train.get("max_minutes") if stage in TRAINING_STAGES else None
         record["last_logged"] = last_record(run_dir / stage / "metrics.jsonl")
+        args_file = run_dir / stage / "train_args.json"  # the stage's trainer arguments travel in summary.json
+        record["train_args"] = read_json(args_file) if args_file.is_file() else None
     return records
 
 
