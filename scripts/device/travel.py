@@ -1,7 +1,7 @@
 """Keep the shipped model weights from travelling with device calls, and put them back afterwards.
 
 A device call carries the working tree (tracked files and untracked files git does not ignore) and at most 64 MiB
-in all. The shipped models' weight shards are tracked and take most of that (about 68 MiB), yet no training call
+in all. The shipped models' weight shards are tracked and alone exceed it (33 MiB per model), yet no training call
 reads them: a recipe trains from the base that ``pack.py`` sends in its stages. ``hide`` takes the shards out of
 git's index (the files stay on disk) and ignores them in ``.git/info/exclude``, so they no longer travel; ``restore``
 puts both back. Run ``restore`` as soon as the device calls are done: while hidden, ``git status`` shows the shards
