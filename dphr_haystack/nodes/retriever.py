@@ -81,8 +81,8 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
             several queries run at once; see ``dphr_haystack._util.threads``). Indexing keeps torch's default.
         ranking: ``confidence`` (default): the first results by score (50 phrase answers for the shipped default, 10
             passages or documents) are ordered by their answer's calibrated confidence (on SQuAD-open-small EM@1
-            29.1 → 39.1, passage acc@1 56.1 → 71.8; raw scores then need not decrease down the list); ``score``: by
-            score alone (DensePhrases). A model without a calibration ranks by score.
+            29.1 → 39.1, passage acc@1 56.1 → 71.8 for the previous default; raw scores then need not decrease down
+            the list); ``score``: by score alone (DensePhrases). A model without a calibration ranks by score.
         query_precision: ``int8`` (default): queries are encoded on the CPU by an int8 copy of the query side,
             in about half the time of ``float32`` (DensePhrases' way, and always on a GPU) with the same EM on the
             shipped model (``dphr_haystack.model.int8``).

@@ -68,14 +68,14 @@ def hide(root: Path = REPO_ROOT, patterns: Sequence[str] = HIDDEN) -> list[str]:
 
 def restore(root: Path = REPO_ROOT) -> list[str]:
     """Track the hidden files again and drop their exclude lines; returns their paths (empty: nothing was hidden)."""
-    names = [line.lstrip("/") for line in hidden_lines(root)]
+    path = _exclude_file(root)
+    lines = path.read_text().splitlines() if path.is_file() else []
+    if MARK not in lines:
+        return []
+    names = [line.lstrip("/") for line in lines[lines.index(MARK) + 1 :] if line.strip()]
     if names:
         _git(root, "reset", "-q", "--", *names)
-    path = _exclude_file(root)
-    if path.is_file():
-        lines = path.read_text().splitlines()
-        if MARK in lines:
-            path.write_text("".join(f"{line}\n" for line in lines[: lines.index(MARK)]))
+    path.write_text("".join(f"{line}\n" for line in lines[: lines.index(MARK)]))
     return names
 
 
