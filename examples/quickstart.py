@@ -18,8 +18,8 @@ everything runs offline with nothing to download. The script
    median milliseconds per query.
 
 Every pipeline is loaded with ``components={"DocumentStore": store}``: one store and one phrase index serve all
-four. The default phrase model is ``dphr-minilm-squad-384``, trained from all-MiniLM-L6-v2 on SQuAD train and shipped
-inside the package (see its MODEL_CARD.md). Its checkpoint was selected on the questions of the first 8 dev
+four. The default phrase model is ``dphr-minilm-squad-distilled``, trained from all-MiniLM-L6-v2 on SQuAD train and
+shipped inside the package (see its MODEL_CARD.md). Its checkpoint was selected on the questions of the first 8 dev
 articles, so the questions here come from the other 32 (the 8 articles' paragraphs stay in the corpus). With all
 paragraphs indexed and seed 0 they are the 200 questions of ``benchmarks/quality/squad_open_small.py --questions
 200``, asked here of the 1,702 dev paragraphs instead of that benchmark's 20,598 passages.

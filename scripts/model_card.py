@@ -45,15 +45,23 @@ RECIPES = {
     ("cpu-more", "filter"): "train/configs/cpu_converge_filter.yaml",
     ("cpu-windows", "rc"): "train/configs/cpu_windows.yaml",
     ("cpu-windows", "filter"): "train/configs/cpu_converge_filter.yaml",
+    ("gpu-distill-windows", "reader"): "train/configs/gpu_distill_windows.yaml",
+    ("gpu-distill-windows", "rc"): "train/configs/gpu_distill_windows.yaml",
+    ("gpu-distill-windows", "filter"): "train/configs/cpu_converge_filter.yaml",
 }
 
 # Where each stage ran, for runs whose stages did not all run on the project's 2-core CPU.
 MACHINES = {
     ("gpu-converge", "rc"): "one H200",
+    ("gpu-distill-windows", "reader"): "one H100",
+    ("gpu-distill-windows", "rc"): "one H100",
 }
 CPU = "2-core CPU"
-# Stages that ran in several sessions, each resuming from the last checkpoint: their summary times the last one only.
-RESUMED = {("cpu-windows", "rc")}
+# Stages that ran in several sessions or calls, each resuming from the last checkpoint, and what their time counts.
+RESUMED = {
+    ("cpu-windows", "rc"): "the last of several resumed sessions",
+    ("gpu-distill-windows", "rc"): "two device calls, the second resuming the first",
+}
 
 
 STORAGE = {
@@ -64,6 +72,10 @@ STORAGE = {
     "float16: the phrase encoder came from an int8 copy and stayed frozen since, so it is stored "
     "exactly, and the fine-tuned query side keeps float16 precision",
 }
+
+
+def _epochs(epochs: Any) -> str:
+    return f"{epochs:g} epoch{'' if epochs == 1 else 's'}" if isinstance(epochs, (int, float)) else f"{epochs} epochs"
 
 
 def _stage_lines(training: list[dict[str, Any]]) -> list[str]:
@@ -79,11 +91,11 @@ def _stage_lines(training: list[dict[str, Any]]) -> list[str]:
             seconds, best = stages.get(stage, {}).get("seconds"), stages.get(stage, {}).get("best_metric")
             minutes = "–" if seconds is None else f"{seconds / 60:.0f}"
             if seconds is not None and (name, stage) in RESUMED:
-                minutes += " (the last of several resumed sessions)"
+                minutes += f" ({RESUMED[name, stage]})"
             best_text = "–" if best is None else f"{100 * best:.1f}"
             lines.append(
                 f"| {name} / {stage} | `{RECIPES.get((name, stage), '?')}` | {MACHINES.get((name, stage), CPU)} | "
-                f"{a.get('max_steps') or str(a.get('epochs')) + ' epochs'} × "
+                f"{a.get('max_steps') or _epochs(a.get('epochs'))} × "
                 f"{a.get('batch_size')} | {a.get('lr'):g} | {minutes} | {a.get('select_metric') or '–'} | "
                 f"{best_text} |"
             )
@@ -141,7 +153,8 @@ def _missing_stages(training: list[dict[str, Any]]) -> list[str]:
         if stage not in stages
     ]
     return [
-        f"- Not in its recipe: {', '.join(missing + ['no distillation'])} (see `benchmarks/FINDINGS.md` "
+        f"- Not in its recipe: {', '.join(missing + ([] if 'reader' in stages else ['no distillation']))} (see "
+        "`benchmarks/FINDINGS.md` "
         "for what each was measured to do at this scale)."
     ]
 

@@ -1,7 +1,7 @@
 """Indexing time per 1,000 passages of each shipped phrase model on this machine's CPU, side by side in one run.
 
-    .venv/bin/python -m benchmarks.speed.index_time [--models dphr-minilm-squad-384 dphr-minilm-squad]
-        [--passages 1000] [--rounds 2]
+    .venv/bin/python -m benchmarks.speed.index_time
+        [--models dphr-minilm-squad-distilled dphr-minilm-squad-384 dphr-minilm-squad] [--passages 1000] [--rounds 2]
 
 The first ``--passages`` paragraphs of the shipped SQuAD dev corpus (``squad-dev``, what the quickstart indexes)
 are encoded and added to a fresh in-memory phrase index by each model in turn (``add_passages``, as
@@ -119,7 +119,7 @@ def plot(r: dict[str, Any], path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", nargs="+", default=[DEFAULT_MODEL, "dphr-minilm-squad"])
+    parser.add_argument("--models", nargs="+", default=[DEFAULT_MODEL, "dphr-minilm-squad-384", "dphr-minilm-squad"])
     parser.add_argument("--passages", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)

@@ -17,8 +17,9 @@ fine-tuned in the other layout) both layouts are also scored, in the shipped sto
 corpus, so only the query side differs. The training record (stages, steps, wall time, validation scores) is read
 from the run
 directories (``--keep-training`` keeps the record already in ``results/default_model.json``, for runs no
-longer on disk, and adds ``--run``'s). With ``--export`` the chosen storage (``--dtype``) is written to
-``dphr_haystack/shipped_models/dphr-minilm-squad`` and its model card rendered (``scripts/model_card.py``).
+longer on disk, and adds ``--run``'s). With ``--export`` the chosen storage (``--dtype``) is written to the default
+model's shipped directory (``dphr_haystack/shipped_models/<DEFAULT_MODEL>``) and its model card rendered
+(``scripts/model_card.py``).
 Writes ``results/default_model.json`` and ``.png``.
 """
 
@@ -211,7 +212,7 @@ def layout_rows(
 def training_record(run: Path) -> dict[str, Any]:
     """What the run directory says about each stage: recipe file, steps, wall time, selection and validation."""
     record: dict[str, Any] = {"run": str(run), "stages": {}}
-    for stage in ("rc", "hn", "filter", "qsft"):
+    for stage in ("reader", "rc", "hn", "filter", "qsft"):
         args_file = run / stage / "train_args.json"
         if not args_file.is_file():
             continue

@@ -40,7 +40,8 @@ class PhraseIndexer:
 
     Args:
         document_store: The store to write to.
-        model: ``dphr-minilm-squad-384`` (shipped, trained, the default), ``dphr-minilm-squad`` (shipped), ``minilm``
+        model: ``dphr-minilm-squad-distilled`` (shipped, trained, the default), ``dphr-minilm-squad-384``,
+            ``dphr-minilm-squad`` (shipped), ``minilm``
             (untrained) or a phrase model directory; the
             ``PhraseRetriever`` of the store must use the same model.
         policy: Duplicate policy for ids already stored (``NONE`` means ``FAIL``, as in ``InMemoryDocumentStore``).

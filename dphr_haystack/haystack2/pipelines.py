@@ -25,7 +25,7 @@ from .retriever import PhraseRetriever
 STORE_INDEX = "dphr"
 # hybrid_confidence: the weights of BM25's scaled score and of the answer confidence (benchmarks/quality/
 # hybrid_weights.py chose them on validation questions for the Haystack 1.x hybrid_confidence.yml)
-CONFIDENCE_FUSION_WEIGHTS = (0.5, 0.5)
+CONFIDENCE_FUSION_WEIGHTS = (0.7, 0.3)
 
 
 def default_store() -> PhraseDocumentStore:

@@ -51,7 +51,8 @@ class PhraseRetriever:
 
     Args:
         document_store: The store to search.
-        model: ``dphr-minilm-squad-384`` (shipped, trained, the default), ``dphr-minilm-squad`` (shipped), ``minilm``
+        model: ``dphr-minilm-squad-distilled`` (shipped, trained, the default), ``dphr-minilm-squad-384``,
+            ``dphr-minilm-squad`` (shipped), ``minilm``
             (untrained) or a phrase model directory.
         top_k: Results per query (overridable in ``run``).
         unit: ``phrase``, ``passage`` or ``document`` (overridable in ``run``).

@@ -18,8 +18,8 @@ def load_phrase_model(model: str, device: str = "auto") -> PhraseModel:
     """Load (once per process and device) a phrase model by alias, local directory or Hugging Face hub name.
 
     Args:
-        model: ``dphr-minilm-squad-384`` (alias ``default``) or ``dphr-minilm-squad`` (trained, shipped with the
-            package),
+        model: ``dphr-minilm-squad-distilled`` (alias ``default``), ``dphr-minilm-squad-384`` or
+            ``dphr-minilm-squad`` (trained, shipped with the package),
             ``minilm`` (an untrained phrase model built on the offline all-MiniLM-L6-v2), a directory
             written by ``PhraseModel.save``, a DensePhrases checkpoint directory, a plain BERT-family encoder
             directory (an untrained phrase model is built on it), or a hub name ``org/name``.

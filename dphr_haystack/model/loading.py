@@ -13,10 +13,10 @@ def load_model(model: str | Path) -> PhraseModel:
     """Load a phrase model from any reference, to search or index with: what the CLI, the searcher and the Haystack
     nodes accept.
 
-    ``model`` is a shipped model (``dphr-minilm-squad-384``, alias ``default``; ``dphr-minilm-squad``), ``minilm`` (an
-    UNTRAINED phrase model on the offline all-MiniLM-L6-v2), a directory written by :meth:`PhraseModel.save`, a
-    DensePhrases checkpoint directory, a plain BERT-family encoder directory (an untrained phrase model is built on
-    it), or a hub name ``org/name``. A local directory wins over a shipped name
+    ``model`` is a shipped model (``dphr-minilm-squad-distilled``, alias ``default``; ``dphr-minilm-squad-384``,
+    ``dphr-minilm-squad``), ``minilm`` (an UNTRAINED phrase model on the offline all-MiniLM-L6-v2), a directory
+    written by :meth:`PhraseModel.save`, a DensePhrases checkpoint directory, a plain BERT-family encoder directory
+    (an untrained phrase model is built on it), or a hub name ``org/name``. A local directory wins over a shipped name
     (:func:`~dphr_haystack.model.sources.model_source`).
 
     Raises:

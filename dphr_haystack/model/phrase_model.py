@@ -122,11 +122,12 @@ class PhraseModel(nn.Module):
     def load(cls, path: str | Path, device: str | torch.device = "cpu", encoders: str = "transformers") -> PhraseModel:
         """Load a model saved by :meth:`save` (safetensors weights; nothing is unpickled).
 
-        ``path`` may also name a model shipped with the package (``dphr-minilm-squad-384``, alias ``default``;
-        ``dphr-minilm-squad``) when no directory of that name exists. ``encoders="dphr"`` computes plain BERT encoders
-        with :class:`~dphr_haystack.model.bert.BertEncoder` (the same outputs, bit for bit, without importing
-        transformers' modeling code: what :func:`~dphr_haystack.model.loading.load_model` does for search); other
-        encoders, and ``encoders="transformers"`` (default), are transformers models.
+        ``path`` may also name a model shipped with the package (``dphr-minilm-squad-distilled``, alias
+        ``default``; ``dphr-minilm-squad-384``, ``dphr-minilm-squad``) when no directory of that name exists.
+        ``encoders="dphr"`` computes plain BERT encoders with :class:`~dphr_haystack.model.bert.BertEncoder` (the same
+        outputs, bit for bit, without importing transformers' modeling code: what
+        :func:`~dphr_haystack.model.loading.load_model` does for search); other encoders, and
+        ``encoders="transformers"`` (default), are transformers models.
         """
         check_impl(encoders)
         transformers = require("transformers")

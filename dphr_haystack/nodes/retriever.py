@@ -46,7 +46,8 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
 
     Args:
         document_store: The PhraseDocumentStore to search.
-        model: Phrase model: ``dphr-minilm-squad-384`` (the default: trained, shipped with the package, offline),
+        model: Phrase model: ``dphr-minilm-squad-distilled`` (the default: trained, shipped with the package,
+            offline), ``dphr-minilm-squad-384`` (shipped, the previous default: the same windows without distillation),
             ``dphr-minilm-squad`` (shipped, 192-subword windows: indexes ~5% faster on a CPU, answers less well),
             ``minilm`` (untrained, built on the offline all-MiniLM-L6-v2), a model directory, a DensePhrases
             checkpoint directory or a hub name. Loaded once per process and device.
@@ -81,8 +82,8 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
             several queries run at once; see ``dphr_haystack._util.threads``). Indexing keeps torch's default.
         ranking: ``confidence`` (default): the first results by score (50 phrase answers for the shipped default, 10
             passages or documents) are ordered by their answer's calibrated confidence (on SQuAD-open-small EM@1
-            29.1 → 39.1, passage acc@1 56.1 → 71.8 for the previous default; raw scores then need not decrease down
-            the list); ``score``: by score alone (DensePhrases). A model without a calibration ranks by score.
+            32.85 → 45.35, passage acc@1 56.05 → 74.45 for the shipped default; raw scores then need not decrease
+            down the list); ``score``: by score alone (DensePhrases). A model without a calibration ranks by score.
         query_precision: ``int8`` (default): queries are encoded on the CPU by an int8 copy of the query side,
             in about half the time of ``float32`` (DensePhrases' way, and always on a GPU) with the same EM on the
             shipped model (``dphr_haystack.model.int8``).

@@ -85,8 +85,8 @@ def shipped_model(minilm_available):
 
 @pytest.mark.integration
 def test_shipped_files_fit_the_budget_and_load_offline(shipped_model):
-    # the default, and the previous default one argument away (192-subword windows: faster to index on a CPU)
-    assert {shipped.DEFAULT_MODEL, "dphr-minilm-squad"} <= set(shipped.shipped_model_names())
+    # the default, and the previous defaults one argument away (192-subword windows: faster to index on a CPU)
+    assert {shipped.DEFAULT_MODEL, "dphr-minilm-squad-384", "dphr-minilm-squad"} <= set(shipped.shipped_model_names())
     for name in shipped.shipped_model_names():
         path = shipped.SHIPPED_DIR / name
         sizes = {f.name: f.stat().st_size for f in path.iterdir() if f.is_file()}

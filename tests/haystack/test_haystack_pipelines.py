@@ -134,7 +134,7 @@ def test_hybrid_confidence_adds_bm25_scores_and_phrase_confidences(tiny_model_di
     phrase = {d.id: d.score for d in out["_debug"]["Retriever"]["output"]["documents"]}
     assert all(0.0 <= v <= 1.0 for v in (*bm25.values(), *phrase.values()))  # scaled BM25, confidences
     w_bm25, w_phrase = pipeline.get_node("Join").weights
-    assert (w_bm25, w_phrase) == (0.5, 0.5)  # as benchmarks/quality/hybrid_weights.py chose them
+    assert (w_bm25, w_phrase) == (0.7, 0.3)  # as benchmarks/quality/hybrid_weights.py chose them
     expected = {i: w_bm25 * bm25.get(i, 0.0) + w_phrase * phrase.get(i, 0.0) for i in set(bm25) | set(phrase)}
     got = {d.id: d.score for d in out["documents"]}
     assert got == pytest.approx({i: expected[i] for i in got})
@@ -228,10 +228,12 @@ def test_schema_errors_for_unknown_params_and_types(tiny_model_dir):
 
 @pytest.mark.unit
 def test_missing_model_path_in_yaml_names_the_path(tmp_path):
+    from dphr_haystack import DEFAULT_MODEL
+
     missing = tmp_path / "missing-model"
     with pytest.raises(ModelLoadError, match=str(missing)):
         load_pipeline(PIPELINES / "phrase_qa.yml", overrides={"Retriever": {"model": str(missing)}})
-    text = (PIPELINES / "phrase_qa.yml").read_text().replace("model: dphr-minilm-squad-384", f"model: {missing}")
+    text = (PIPELINES / "phrase_qa.yml").read_text().replace(f"model: {DEFAULT_MODEL}", f"model: {missing}")
     (tmp_path / "p.yml").write_text(text)
     with pytest.raises(PipelineConfigError) as excinfo:  # plain Haystack loading keeps it as the cause
         Pipeline.load_from_yaml(tmp_path / "p.yml")
