@@ -22,6 +22,12 @@ def _read(name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def _from_these_weights(part: str) -> list[dict[str, Any]]:
+    """``results/kim2022_<part>_*.json`` measured from the shipped default (their ``reference`` names it)."""
+    found = (json.loads(path.read_text()) for path in sorted(RESULTS.glob(f"kim2022_{part}_*.json")))
+    return [r for r in found if r.get("reference") == DEFAULT_MODEL]
+
+
 def _machine(m: dict[str, Any]) -> str:
     return f"{m.get('cpu')}, {m.get('cores')} cores, torch {m.get('torch')}, transformers {m.get('transformers')}"
 
@@ -344,6 +350,22 @@ def render() -> str:
             f"Command: `{result['command']}` · {_machine(result['machine'])}",
             "",
         ]
+    for part, title in (
+        ("hn", "(a) and (b) as continuations of these weights (`benchmarks/training/kim2022.py hn`)"),
+        (
+            "validation",
+            "(d) validation subcorpora on checkpoints of these weights (`benchmarks/training/kim2022.py validation`)",
+        ),
+    ):
+        for result in _from_these_weights(part):
+            lines += [
+                f"## Kim et al. 2022 {title}",
+                "",
+                result["markdown"],
+                "",
+                f"Command: `{result['command']}` · {_machine(result['machine'])}",
+                "",
+            ]
     for name, title in (
         ("loss", "(a) unified loss vs the DensePhrases objective"),
         ("hn", "(b) hard-negative fine-tuning"),
