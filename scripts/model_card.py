@@ -32,6 +32,19 @@ def _machine(m: dict[str, Any]) -> str:
     return f"{m.get('cpu')}, {m.get('cores')} cores, torch {m.get('torch')}, transformers {m.get('transformers')}"
 
 
+def _kim_section(heading: str, intro: str | None, result: dict[str, Any]) -> list[str]:
+    """A Kim et al. result as a card section: heading, optional intro, its table, the command and machine."""
+    return [
+        heading,
+        "",
+        *([intro, ""] if intro else []),
+        result["markdown"],
+        "",
+        f"Command: `{result['command']}` · {_machine(result['machine'])}",
+        "",
+    ]
+
+
 # The recipe behind each (run directory, stage) of the shipped model (train/README.md lists the commands).
 RECIPES = {
     ("cpu-ul", "rc"): "train/configs/cpu_ul.yaml",
@@ -358,14 +371,7 @@ def render() -> str:
         ),
     ):
         for result in _from_these_weights(part):
-            lines += [
-                f"## Kim et al. 2022 {title}",
-                "",
-                result["markdown"],
-                "",
-                f"Command: `{result['command']}` · {_machine(result['machine'])}",
-                "",
-            ]
+            lines += _kim_section(f"## Kim et al. 2022 {title}", None, result)
     for name, title in (
         ("loss", "(a) unified loss vs the DensePhrases objective"),
         ("hn", "(b) hard-negative fine-tuning"),
@@ -376,18 +382,12 @@ def render() -> str:
         result = _read(f"kim2022_{name}")
         if result:
             part = name.split("_")[0]
-            lines += [
+            runs = f" ({', '.join(f'`{run}`' for run in result['runs'])})" if result.get("runs") else ""
+            lines += _kim_section(
                 f"## Kim et al. 2022 {title} (`benchmarks/training/kim2022.py {part}`)",
-                "",
-                "Ablation runs of the recipe"
-                + (f" ({', '.join(f'`{run}`' for run in result['runs'])})" if result.get("runs") else "")
-                + ", not these weights:",
-                "",
-                result["markdown"],
-                "",
-                f"Command: `{result['command']}` · {_machine(result['machine'])}",
-                "",
-            ]
+                f"Ablation runs of the recipe{runs}, not these weights:",
+                result,
+            )
     lines += [
         "## Limits",
         "",
