@@ -77,5 +77,10 @@ class IndexWriteError(DphrError, OSError):
     memory and on disk, and the next write can succeed. ``errno`` is the failed call's."""
 
 
+class ReadOnlyStoreError(DphrError, PermissionError):
+    """A store directory cannot be written (a read-only mount, a directory without write permission): it can be read,
+    and every write is refused with this error before anything changes."""
+
+
 class InputTooLargeError(InvalidParameterError):
     """An input is over a size bound the server or caller set (a request body, an uploaded file, one passage)."""
