@@ -33,13 +33,13 @@ from typing import Any
 import numpy as np
 
 from .._util import atomic
-from .._util.lazy import require
 from .._util.lock import directory_entries
 from .._util.nofollow import is_temp_name, open_no_follow
 from ..errors import DphrError, IndexLoadError, InvalidParameterError, ModelMismatchError, SettingsConflictError
 from .auto import AUTO
 from .codec import VectorCodec
 from .columns import Column
+from .structures import write_faiss_file
 
 INDEX_FORMAT = "dphr-phrase-index"
 # One stored token (a row of ``tokens.bin``, of a dump shard's tokens.npy): its passage row, subword position and
@@ -163,9 +163,9 @@ def remove_uncommitted_files(path: Path) -> None:
 
 
 def write_faiss(index, file: Path) -> None:
-    """Write a FAISS index file atomically (fsynced, then renamed into place)."""
-    faiss = require("faiss")
-    atomic.write_file_atomic(file, lambda tmp: faiss.write_index(index, str(tmp)))
+    """Write a FAISS index file atomically (fsynced, then renamed into place), through Python writes: a full disk
+    raises OSError with errno ENOSPC (see :func:`~dphr_haystack.index.structures.write_faiss_to`)."""
+    atomic.write_file_atomic(file, lambda tmp: write_faiss_file(index, tmp))
 
 
 def sha256_prefix(file: Path, size: int | None) -> str:

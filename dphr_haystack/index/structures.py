@@ -44,13 +44,13 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from .._util.atomic import write_file_atomic
 from .._util.lazy import require
-from .._util.nofollow import refuse_symlink
+from .._util.nofollow import open_no_follow, refuse_symlink
 from ..errors import InvalidParameterError
 
 logger = logging.getLogger(__name__)
@@ -381,7 +381,7 @@ def build_faiss(
                 part, stored[start : start + block_rows], decode, first_id=start, with_ids=True, progress=progress
             )
             name = str(ivfdata.with_name(f"{ivfdata.name}.block-{len(blocks)}"))
-            write_file_atomic(Path(name), lambda tmp, part=part: faiss.write_index(part, str(tmp)), fsync=False)
+            write_file_atomic(Path(name), lambda tmp, part=part: write_faiss_file(part, tmp), fsync=False)
             blocks.append(name)
             del part
         ivfdata.unlink(missing_ok=True)
@@ -416,6 +416,38 @@ def has_ondisk_lists(index) -> bool:
     faiss = require("faiss")
     ivf = ivf_of(index)
     return ivf is not None and isinstance(faiss.downcast_InvertedLists(ivf.invlists), faiss.OnDiskInvertedLists)
+
+
+WRITE_BLOCK = 1 << 20  # bytes FAISS hands to each Python write
+
+
+def write_faiss_to(index, handle: IO[bytes]) -> None:
+    """Write a FAISS index into an open binary file through Python writes, a block at a time.
+
+    FAISS's own file writer uses C stdio: a full disk raises an untyped RuntimeError, or goes unnoticed when only
+    the final ``fclose`` fails. Through ``handle`` the failure is Python's OSError with its errno (ENOSPC)."""
+    faiss = require("faiss")
+    failed: list[OSError] = []
+
+    def write(data: bytes) -> int:
+        try:
+            return handle.write(data)
+        except OSError as exc:
+            failed.append(exc)
+            raise
+
+    try:
+        faiss.write_index(index, faiss.PyCallbackIOWriter(write, WRITE_BLOCK))
+    except RuntimeError:
+        if failed:  # FAISS reported our write's OSError as its own error
+            raise failed[0] from None
+        raise
+
+
+def write_faiss_file(index, file: Path) -> None:
+    """Write a FAISS index to ``file`` (opened without following a symbolic link) with :func:`write_faiss_to`."""
+    with open_no_follow(file, "wb") as handle:
+        write_faiss_to(index, handle)
 
 
 def read_faiss(file: Path, ondisk: bool = False):

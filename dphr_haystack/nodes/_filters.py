@@ -10,7 +10,11 @@ from typing import Any
 
 from haystack.document_stores.filter_utils import (
     AndOperation,
+    GteOperation,
+    GtOperation,
     LogicalFilterClause,
+    LteOperation,
+    LtOperation,
     NeOperation,
     NotOperation,
     OrOperation,
@@ -18,6 +22,8 @@ from haystack.document_stores.filter_utils import (
 
 from ..documents.filters import check_legacy_filters
 from ..errors import UnsupportedFilterError
+
+_ORDERING = (GtOperation, GteOperation, LtOperation, LteOperation)
 
 
 def checked_filters(filters: Any) -> Any:
@@ -38,8 +44,10 @@ def matches(clause, meta: dict[str, Any]) -> bool:
     """Whether a parsed filter accepts ``meta``.
 
     Same as Haystack's in-memory evaluation except that ``$ne`` accepts documents lacking the field, as
-    Elasticsearch (``must_not term``) and ``$nin`` already do; Haystack's conformance suite expects that. A range
-    comparison of values that do not compare (``{"x": {"$gt": 1}}`` on ``x="a"``) raises UnsupportedFilterError.
+    Elasticsearch (``must_not term``) and ``$nin`` already do; Haystack's conformance suite expects that; and a
+    range comparison (``$gt``, ``$gte``, ``$lt``, ``$lte``) never matches a None value (nor a None in a list), as it
+    never matches a missing field. A range comparison of values that do not compare (``{"x": {"$gt": 1}}`` on
+    ``x="a"``) raises UnsupportedFilterError.
     """
     if clause is None:
         return True
@@ -51,6 +59,12 @@ def matches(clause, meta: dict[str, Any]) -> bool:
         return any(matches(c, meta) for c in clause.conditions)
     if isinstance(clause, NeOperation) and clause.field_name not in meta:
         return True
+    if isinstance(clause, _ORDERING) and clause.field_name in meta:
+        value = meta[clause.field_name]
+        if value is None:
+            return False  # a null field is no value to compare, as a missing one
+        if isinstance(value, list) and any(item is None for item in value):
+            meta = {**meta, clause.field_name: [item for item in value if item is not None]}
     try:
         return clause.evaluate(meta)
     except TypeError as exc:

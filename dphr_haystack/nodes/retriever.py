@@ -213,7 +213,7 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
             raise InvalidParameterError("PhraseRetriever has no PhraseDocumentStore to index into")
         for doc in documents:  # refused before encoding: the store would refuse to write them
             if isinstance(doc, Document):
-                check_storable(doc.id, doc.content, doc.meta)
+                check_storable(doc.id, doc.content, doc.meta, embedding=doc.embedding)
         store.stage_phrases(documents, self)
         return {"documents": documents}, "output_1"
 

@@ -1,8 +1,8 @@
 """Checks of what a :class:`~dphr_haystack.nodes.PhraseDocumentStore` is given: BM25 settings and documents.
 
 A document whose id, text or meta holds a value the store could not serve back as JSON (NaN, an infinity, a lone
-surrogate: :mod:`dphr_haystack.documents.validation`) is refused with InvalidDocumentError, before anything of its
-write is stored.
+surrogate, a non-string meta key: :mod:`dphr_haystack.documents.validation`), or whose embedding holds a NaN or an
+infinity, is refused with InvalidDocumentError, before anything of its write is stored.
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ def document_line(doc: Document, index: str) -> str:
 
 def checked_documents(documents, field_map: dict) -> list[Document]:
     """Documents (dicts converted) whose content matches their content_type, else DocumentStoreError; a NaN, an
-    infinity or a lone surrogate in an id, a text or a meta raises InvalidDocumentError."""
+    infinity or a lone surrogate in an id, a text or a meta, a non-string meta key, or a NaN or an infinity in an
+    embedding raises InvalidDocumentError."""
     if isinstance(documents, (str, bytes, Document, dict)) or not isinstance(documents, (list, tuple)):
         raise DocumentStoreError(f"write_documents takes a list of Documents or dicts, got {type(documents).__name__}")
     checked = []
@@ -75,7 +76,7 @@ def checked_documents(documents, field_map: dict) -> list[Document]:
             raise DocumentStoreError(
                 f"document {doc.id!r}: content_type 'table' needs a pandas DataFrame, got {type(doc.content).__name__}"
             )
-        check_storable(doc.id, doc.content, doc.meta)
+        check_storable(doc.id, doc.content, doc.meta, embedding=doc.embedding)
         checked.append(doc)
     return checked
 
