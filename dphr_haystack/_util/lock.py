@@ -13,6 +13,9 @@ the swap puts in place is locked by the same holder until it lets go, and a writ
 directory's lock file finds, once it gets it, that it is no longer the lock file at the path, and waits on the new
 one (every acquisition checks that the file it locked is still the directory's lock file).
 
+A directory that cannot be written (a read-only mount, a directory that is not the writer's) raises
+:class:`~dphr_haystack.errors.ReadOnlyStoreError` instead of looking locked.
+
 The lock is re-entrant within one :class:`WriterLock` object (a write method calling another) and released when the
 process dies, whatever kills it. ``flock`` locks belong to an open file, so two lock objects on one directory exclude
 each other even inside one process.
@@ -25,6 +28,7 @@ does); writers of an earlier version and of this one should not write one direct
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -37,7 +41,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import DirectoryLockedError, InvalidParameterError, UnsafePathError
+from ..errors import DirectoryLockedError, InvalidParameterError, ReadOnlyStoreError, UnsafePathError
 from ..params import check_param
 
 logger = logging.getLogger(__name__)
@@ -46,6 +50,7 @@ DEFAULT_LOCK_TIMEOUT = 60.0  # seconds a writer waits for another writer of the 
 LOCK_NAME = ".dphr.lock"  # the lock file inside a locked directory
 _POLL_SECONDS = 0.05
 _FLAGS = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def lock_file_for(directory: Path) -> Path:
@@ -208,6 +213,10 @@ def _make_directory(directory: Path) -> bool:
         if not directory.is_dir():
             raise InvalidParameterError(f"{directory} exists and is not a directory") from None
         return False
+    except OSError as exc:
+        if exc.errno in _READ_ONLY:
+            raise ReadOnlyStoreError(f"cannot create {directory}: {exc.strerror or exc} (read-only)") from exc
+        raise
     return True
 
 
@@ -218,6 +227,10 @@ def _open_lock_file(file: Path) -> int:
     except OSError as exc:
         if file.is_symlink():
             raise UnsafePathError(f"{file} (the writer lock) is a symbolic link; refusing to follow it") from exc
+        if exc.errno in _READ_ONLY:
+            raise ReadOnlyStoreError(
+                f"{file.parent} is read-only (a read-only mount or directory, or not yours): cannot write ({exc})"
+            ) from exc
         raise DirectoryLockedError(f"cannot open the writer lock {file}: {exc}") from exc
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)

@@ -106,9 +106,9 @@ def store_source(store: Path, has_corpus: bool) -> dict[str, str]:
     """
     from .._util.lock import directory_entries
     from ..index.storage import MANIFEST
-    from ..nodes.persistence import STORE_FILE
+    from ..nodes.persistence import is_store
 
-    if (store / MANIFEST).is_file() and not (store / STORE_FILE).is_file():
+    if (store / MANIFEST).is_file() and not is_store(store):
         return {"phrase_index": str(store)}
     if store.exists() and not store.is_dir():
         raise InvalidParameterError(f"--store {store} is not a directory")
@@ -118,10 +118,10 @@ def store_source(store: Path, has_corpus: bool) -> dict[str, str]:
                 f"--store {store} holds no store yet: give --corpus to build it there (it is then reused by later "
                 "runs), or a phrase index directory built by `dphr index`"
             )
-    elif not (store / STORE_FILE).is_file():
+    elif not is_store(store):
         raise InvalidParameterError(
-            f"--store {store} is neither a store directory ({STORE_FILE}) nor a phrase index ({MANIFEST}): choose a "
-            "new directory for the store"
+            f"--store {store} is neither a store directory nor a phrase index ({MANIFEST}): choose a new directory "
+            "for the store"
         )
     return {"path": str(store)}
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import DirectoryLockedError, IndexLoadError, IndexWriteError, ReadOnlyStoreError
+from ..errors import DirectoryLockedError, IndexLoadError, IndexWriteError, ReadOnlyStoreError, UnsafePathError
 
 DATABASE_FILE = "store.sqlite3"
 FORMAT = "dphr-store"
@@ -110,17 +110,38 @@ class StoreDatabase:
         self._depth = 0
         self.store_id: str | None = None
         self.seq = 0  # the last change this object applied
-        self._connection = self._connect(create)
-        try:
-            self._prepare(create, config or {})
-        except BaseException:
-            self._connection.close()
-            raise
+        self._connection = self._open(create, config or {})
 
     # ----------------------------------------------------------------- opening
+    def _open(self, create: bool, config: dict[str, Any]) -> sqlite3.Connection:
+        connection = self._connect(create)
+        self._connection = connection
+        try:
+            self._prepare(create, config)
+        except BaseException:
+            connection.close()
+            raise
+        self._identity = _identity(self.file)  # the file this connection reads (a new file at the path: reopened)
+        return connection
+
+    def _reopen(self) -> None:
+        """Connect to the database file now at the path (the directory was removed and made again); when there is
+        none, IndexLoadError and this object keeps its connection."""
+        old = self._connection
+        try:
+            self._connection = self._open(create=False, config={})
+        except BaseException:
+            self._connection = old
+            raise
+        old.close()
+
     def _connect(self, create: bool) -> sqlite3.Connection:
         if self.file.is_symlink() or (self.file.exists() and not self.file.is_file()):
             raise IndexLoadError(f"{self.file} is not a regular file; refusing to open the store (nothing changed)")
+        for suffix in ("-wal", "-shm", "-journal"):  # SQLite would write through a link planted there
+            side = self.file.with_name(self.file.name + suffix)
+            if side.is_symlink() or (side.exists() and not side.is_file()):
+                raise UnsafePathError(f"{side} is not a regular file; refusing to write the store through it")
         if not self.file.exists():
             if not create:
                 raise IndexLoadError(f"{self.file} not found: {self.path} is not a store directory")
@@ -152,6 +173,8 @@ class StoreDatabase:
             if self.read_only or not create:
                 raise IndexLoadError(f"{self.file} holds no store")
             with self._begin():
+                if self._connection.execute("SELECT 1 FROM sqlite_master WHERE name = 'store'").fetchone():
+                    return self._prepare(create, config)  # another process created it meanwhile
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         self._connection.execute(statement)
@@ -317,6 +340,8 @@ class StoreDatabase:
     # ----------------------------------------------------------------- following other writers
     def changed(self) -> bool:
         """Whether a change was committed since this object last applied changes (a cheap check)."""
+        if _identity(self.file) != self._identity:
+            return True
         try:
             return self._last_seq() != self.seq or self._current_store_id() != self.store_id
         except IndexLoadError:
@@ -328,6 +353,11 @@ class StoreDatabase:
 
     def changes(self) -> Changes:
         """What was committed since this object last applied changes; advances its cursor past them."""
+        if _identity(self.file) != self._identity:
+            with self._mutex:
+                self._reopen()
+            self.seq = self._last_seq()
+            return Changes(everything=True, phrases=True)
         with self.snapshot():
             last = self._last_seq()
             store_id = self._current_store_id()
@@ -354,6 +384,15 @@ class StoreDatabase:
                 changes.documents[collection] = {i: current.get(i) for i in changed_ids}
             self.seq = last
         return changes
+
+    def reload(self, collection: str) -> list[dict[str, Any]]:
+        """Every stored body of ``collection``, with this object's cursor moved to the same state (a full read)."""
+        if _identity(self.file) != self._identity:
+            with self._mutex:
+                self._reopen()
+        with self.snapshot():
+            self.store_id, self.seq = self._current_store_id(), self._last_seq()
+            return self.items(collection)
 
     # ----------------------------------------------------------------- writes (inside transaction())
     def put(self, collection: str, bodies: list[dict[str, Any]], table: str = "documents") -> None:
@@ -448,6 +487,14 @@ class StoreDatabase:
                 destination.close()
         with open(target, "rb") as handle:
             os.fsync(handle.fileno())
+
+
+def _identity(file: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(file)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino)
 
 
 def _table(name: str) -> str:

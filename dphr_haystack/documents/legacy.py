@@ -23,7 +23,7 @@ from typing import Any
 
 from .._util.nofollow import make_temp_dir
 from ..errors import IndexLoadError
-from .database import DATABASE_FILE, StoreDatabase
+from .database import DATABASE_FILE, StoreDatabase, encode_body
 
 HS1_MANIFEST = "phrase_store.json"
 HS2_DOCUMENTS = "documents.jsonl"
@@ -179,6 +179,7 @@ def _read_hs2(path: Path) -> LegacyStore:
                 raise ValueError("not a document object with a string id")
             if not isinstance(doc.get("content"), str | None) or not isinstance(doc.get("meta", {}), dict):
                 raise ValueError("content must be text or null and meta an object")
+            encode_body(doc)  # NaN, infinities, lone surrogates: nothing the database would refuse later
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise IndexLoadError(f"{file}: document {number} is damaged ({exc})") from exc
         doc.pop("score", None)

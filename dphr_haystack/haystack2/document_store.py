@@ -8,7 +8,6 @@ document is one phrase-index passage with the same id.
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 import threading
@@ -22,24 +21,21 @@ from haystack.core.serialization import default_to_dict
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack.document_stores.types import DuplicatePolicy
 
-from ..documents.passages import (
-    PassageRule,
-    check_attachable,
-    passage_mask,
-    unencoded_passages,
-)
+from .._util.lock import DEFAULT_LOCK_TIMEOUT, check_lock_timeout
+from ..documents.database import encode_body
+from ..documents.passages import PassageRule, check_attachable, passage_mask, unencoded_passages
 from ..documents.results import hit_passage_id, pair_hits
-from ..documents.retrieval import PhraseSearchOptions, check_phrase_model, search_phrase_index
+from ..documents.retrieval import PhraseSearchOptions, search_phrase_index
 from ..documents.validation import check_meta, check_storable
-from ..encode.add import add_passages
-from ..errors import EmptyCorpusError, InvalidParameterError
+from ..errors import InvalidParameterError
 from ..index.phrase_index import PhraseIndex
 from ..model.phrase_model import PhraseModel
 from ..params import check_choice, check_param
 from ..search import Hit
+from . import phrase_updates
 from .filters import check_filters
 from .serialization import component_from_dict
-from .store_directory import StoreDirectory
+from .store_directory import StoreDirectory, document_body
 from .syncing import StoreSync
 
 logger = logging.getLogger(__name__)
@@ -52,7 +48,7 @@ _OPEN: weakref.WeakValueDictionary[str, PhraseDocumentStore] = weakref.WeakValue
 _OPEN_LOCK = threading.Lock()
 
 
-class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
+class PhraseDocumentStore(InMemoryDocumentStore):
     """An ``InMemoryDocumentStore`` whose documents are also searchable by phrase.
 
     ``write_documents`` stores documents only (no model is needed, nothing is encoded); their phrases are encoded
@@ -61,18 +57,21 @@ class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
     too. Deleting a document, or overwriting it with another text, title or document id, removes its phrases at
     once; an overwrite with the same text keeps them.
 
-    Persistence: with ``path`` the store lives in that directory (:mod:`~dphr_haystack.haystack2.store_directory`):
-    ``documents.jsonl`` (replaced atomically after every change) and ``phrases/`` (a phrase index, committed
-    crash-safely by the core as each chunk is encoded). Store objects in any number of processes may share one path:
-    every write holds the directory's writer lock (another writer waits, then gets DirectoryLockedError), reads
-    what the others committed, then commits the documents first and only then deletes the phrases of deleted or
-    changed documents; reads catch up too. A process killed at any point reopens to a store whose documents have
-    their phrases (or wait for them, as after an overwrite with a new text); phrases of documents gone are left
-    out of results and deleted by the next write. Opening never writes, and refuses a directory it would damage
-    (documents file missing beside phrases, not a regular file, ``phrases/`` a symbolic link). Without ``path``
-    everything lives in memory, like ``InMemoryDocumentStore()``.
+    Persistence: with ``path`` the store lives in that directory (:mod:`~dphr_haystack.haystack2.store_directory`),
+    in the format the Haystack 1.x store keeps too: one SQLite database (``store.sqlite3``, the documents in its
+    collection ``document``) and the phrase index folder it names (committed crash-safely by the core as each chunk
+    is encoded). Each write commits only the documents it changed, in one database transaction. Store objects in
+    any number of processes may share one path: every write holds the directory's writer lock (another writer waits
+    ``lock_timeout`` seconds, then gets DirectoryLockedError), applies what the others committed, commits, and only
+    then deletes the phrases of deleted or changed documents; reads apply what changed too. A process killed at any
+    point reopens to a store whose documents have their phrases (or wait for them, as after an overwrite with a new
+    text); phrases of documents gone are left out of results and deleted by the next write. A directory of an
+    earlier format (``documents.jsonl`` + ``phrases/``) is converted on open, its files left as they were; a damaged
+    one is refused untouched. A read-only directory opens and answers; its writes raise ReadOnlyStoreError.
+    Without ``path`` everything lives in memory, like ``InMemoryDocumentStore()``.
 
-    Thread safety: one lock serialises writes, phrase encoding and phrase searches of a store.
+    Thread safety: one lock serialises writes, phrase commits and phrase searches of a store; phrases are encoded
+    outside it (and outside the directory's writer lock).
 
     Example:
         >>> store = PhraseDocumentStore()
@@ -98,6 +97,7 @@ class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
             ``title_field`` / ``document_id_field``) and the index serves their phrases, nothing encoded again
             (:meth:`from_index`). The directory is never written: the store's first phrase change (new documents
             encoded, documents deleted or overwritten) moves its phrases to a private copy. Not with ``path``.
+        lock_timeout: Seconds a write waits for another writer of ``path`` before DirectoryLockedError.
     """
 
     def __init__(
@@ -115,8 +115,10 @@ class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
         embedding_similarity_function: Literal["dot_product", "cosine"] = "dot_product",
         return_embedding: bool = True,
         phrase_index: str | None = None,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     ) -> None:
         check_choice("phrase_dtype", phrase_dtype, PHRASE_DTYPES)
+        self.lock_timeout = check_lock_timeout(lock_timeout)
         if phrase_index is not None and (path is not None or not isinstance(phrase_index, str | os.PathLike)):
             raise InvalidParameterError(
                 "phrase_index must be a phrase index directory, and it cannot be combined with path (to keep such a "
@@ -149,14 +151,8 @@ class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
         self.document_id_field = document_id_field
         self.passage_rule = PassageRule(title_field, document_id_field)
         self.progress_bar = progress_bar
-        self._lock = threading.RLock()
-        self._depth = 0
-        self._touched: set[str] = set()
-        self._phrase_index: PhraseIndex | None = None
-        self._read_only = False
         self.phrase_index_source = str(phrase_index) if phrase_index is not None else None
-        self._dirty = False  # documents changed by the write in progress
-        self._directory = StoreDirectory(Path(self.path)) if self.path is not None else None
+        self._sync = StoreSync(self, self.passage_rule, None)
         key = self._registry_key()
         with _OPEN_LOCK:
             if self.path is not None and key in _OPEN:
@@ -169,9 +165,10 @@ class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
             _OPEN[key] = self
         try:
             if self.path is not None:
-                self._open()
+                self._sync.directory = StoreDirectory(Path(self.path), self.lock_timeout, self._settings())
+                self._sync.load()
             elif phrase_index is not None:
-                self._open_index(Path(phrase_index))
+                self._sync.open_index(Path(phrase_index))
         except BaseException:
             self.close()
             raise
@@ -197,6 +194,11 @@ class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
     def _registry_key(self) -> str:
         return f"path:{Path(self.path).resolve()}" if self.path is not None else f"index:{self.index}"
 
+    def _settings(self) -> dict[str, Any]:
+        """The settings a new store directory records."""
+        settings = self.to_dict()["init_parameters"]
+        return {k: v for k, v in settings.items() if k not in ("path", "index", "phrase_index")}
+
     def to_dict(self) -> dict[str, Any]:
         """Serialises the store's settings (not its documents: a ``path`` store reloads them from there)."""
         return default_to_dict(
@@ -213,6 +215,7 @@ class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
             bm25_parameters=dict(self.bm25_parameters),
             embedding_similarity_function=self.embedding_similarity_function,
             return_embedding=self.return_embedding,
+            lock_timeout=self.lock_timeout,
             **({} if self.phrase_index_source is None else {"phrase_index": self.phrase_index_source}),
         )
 
@@ -239,19 +242,18 @@ class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
 
     def _stored_passage(self, doc_id: str) -> dict[str, str] | None:
         """The passage of the stored document ``doc_id`` (None: not stored, or without text)."""
-        doc = self.storage.get(doc_id)
-        return self._passage(doc) if doc is not None else None
+        return self._sync.passage_of(doc_id)
 
     # ----------------------------------------------------------------- DocumentStore protocol (reads)
     def count_documents(self) -> int:
         """Number of stored documents (a store with a ``path`` first reads other writers' commits)."""
-        self._follow()
+        self._sync.follow()
         return super().count_documents()
 
     def filter_documents(self, filters: dict[str, Any] | None = None) -> list[Document]:
         """``InMemoryDocumentStore.filter_documents`` (a store with a ``path`` first reads other writers' commits)."""
         check_filters(filters)  # an operator the store lacks is refused, never skipped
-        self._follow()
+        self._sync.follow()
         return super().filter_documents(filters)
 
     # ----------------------------------------------------------------- DocumentStore protocol (mutations)
@@ -260,78 +262,83 @@ class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
 
         An overwritten document keeps its phrases only when its text, title and document id are unchanged.
         """
-        for doc in documents if isinstance(documents, list) else ():  # NaN, lone surrogates: refused before storing
-            if isinstance(doc, Document):
-                check_storable(doc.id, doc.content, doc.meta)
-        if self.path is not None and isinstance(documents, list):
-            for doc in documents:
-                if isinstance(doc, Document):
-                    try:
-                        json.dumps(doc.to_dict(flatten=False))
-                    except (TypeError, ValueError) as exc:
-                        raise InvalidParameterError(
-                            f"document {doc.id!r} cannot be stored as JSON in {self.path}: {exc}"
-                        ) from exc
-        with self._mutating():
-            if isinstance(documents, list):
-                self._touched.update(doc.id for doc in documents if isinstance(doc, Document))
-            self._dirty = True
+        docs = [doc for doc in documents if isinstance(doc, Document)] if isinstance(documents, list) else []
+        for doc in docs:  # NaN, infinities, lone surrogates: refused before anything is stored
+            check_storable(
+                doc.id, doc.content, doc.meta, embedding=doc.embedding, sparse_embedding=doc.sparse_embedding
+            )
+            if self.path is not None:
+                self._check_json(doc)
+        with self._sync.writing():
+            self._sync.touch(doc.id for doc in docs)
             return super().write_documents(documents, policy=policy)
+
+    def _check_json(self, doc: Document) -> None:
+        try:
+            encode_body(document_body(doc))
+        except (TypeError, ValueError) as exc:
+            raise InvalidParameterError(
+                f"document {doc.id!r:.60} cannot be stored as JSON in {self.path}: {exc}"
+            ) from exc
 
     def delete_documents(self, document_ids: list[str]) -> None:
         """Deletes documents and their phrases."""
-        with self._mutating():
-            self._touched.update(document_ids)
-            self._dirty = True
+        with self._sync.writing():
+            self._sync.touch(document_ids)
             super().delete_documents(document_ids)
 
     def delete_all_documents(self) -> None:
         """Deletes every document and every phrase."""
-        with self._mutating():
-            if self._phrase_index is not None:
-                self._touched.update(self._phrase_index.live_passage_ids())
-            self._dirty = True
+        with self._sync.writing():
+            self._sync.touch(self.storage)
+            if self._sync.index is not None:
+                self._sync.touch(self._sync.index.live_passage_ids())
+            self._sync.dropped = True
             super().delete_all_documents()
 
     def delete_by_filter(self, filters: dict[str, Any]) -> int:
-        """Deletes the documents matching ``filters`` and their phrases."""
-        check_filters(filters)
-        with self._mutating():
-            self._dirty = True
-            return super().delete_by_filter(filters)
+        """Deletes the documents matching ``filters`` and their phrases (all of them: :meth:`delete_all_documents`)."""
+        self._check_filter_argument("delete_by_filter", filters)
+        with self._sync.writing():
+            ids = [doc.id for doc in InMemoryDocumentStore.filter_documents(self, filters)]
+            self._sync.touch(ids)
+            super().delete_documents(ids)
+            return len(ids)
 
     def update_by_filter(self, filters: dict[str, Any], meta: dict[str, Any]) -> int:
         """Merges ``meta`` into matching documents; a changed title or document id drops their phrases."""
-        check_filters(filters)
+        self._check_filter_argument("update_by_filter", filters)
         check_meta("(update_by_filter)", meta)
-        with self._mutating():
-            self._dirty = True
-            count = super().update_by_filter(filters, meta)
-            if (
-                self._phrase_index is not None
-                and isinstance(meta, dict)
-                and (self.title_field in meta or self.document_id_field in meta)
-            ):
-                self._touched.update(self._phrase_index.live_passage_ids())
-            return count
+        with self._sync.writing():
+            ids = [doc.id for doc in InMemoryDocumentStore.filter_documents(self, filters)]
+            self._sync.touch(ids)
+            return super().update_by_filter(filters, meta)
+
+    @staticmethod
+    def _check_filter_argument(method: str, filters: Any) -> None:
+        if filters is None:
+            raise InvalidParameterError(
+                f"{method} needs filters (None given): to delete every document, use delete_all_documents"
+            )
+        check_filters(filters)
 
     # ----------------------------------------------------------------- phrases
     @property
     def phrase_index(self) -> PhraseIndex | None:
         """The phrase index (None until phrases were first encoded)."""
-        return self._phrase_index
+        return self._sync.index
 
     def phrase_count(self) -> int:
         """Number of documents whose phrases are encoded."""
-        self._follow()
-        with self._lock:
-            return 0 if self._phrase_index is None else self._phrase_index.num_live_passages
+        self._sync.follow()
+        with self._sync.lock:
+            return 0 if self._sync.index is None else self._sync.index.num_live_passages
 
     def pending_documents(self) -> list[Document]:
         """Documents with text whose phrases are not encoded yet."""
-        self._follow()
-        with self._lock:
-            pending = {p["id"] for p in unencoded_passages(self._phrase_index, self.storage, self._stored_passage)}
+        self._sync.follow()
+        with self._sync.lock:
+            pending = {p["id"] for p in unencoded_passages(self._sync.index, self.storage, self._stored_passage)}
             return [doc for doc in self.storage.values() if doc.id in pending]
 
     def update_phrases(
@@ -339,36 +346,17 @@ class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
     ) -> int:
         """Encodes the phrases of every document that has none yet; returns how many documents were encoded.
 
-        Phrases are committed every ``chunk_size`` documents: a run killed part-way keeps what it committed, and the
-        next run encodes the rest.
+        Each chunk of ``chunk_size`` documents is encoded without holding the store's locks (other writers and
+        searches go on), then committed: a run killed part-way keeps what it committed, and the next run encodes
+        the rest. A document deleted or changed while its chunk was encoded is left for a later run.
 
         Raises:
             ModelMismatchError: The store's phrases were encoded by another phrase model.
         """
         batch_size, chunk_size = check_param("batch_size", batch_size), check_param("chunk_size", chunk_size)
-        with self._mutating():
-            records = unencoded_passages(self._phrase_index, self.storage, self._stored_passage)
-            if self._phrase_index is not None:
-                self._check_model(model)
-            if not records:
-                return 0
-            self._phrase_index_for(model)
-            index = self._writable_index()  # an index the store was opened from is copied first
-            assert index is not None
-            show = self.progress_bar if progress_bar is None else progress_bar
-            try:
-                add_passages(
-                    index,
-                    model,
-                    records,
-                    batch_size=batch_size,
-                    chunk_size=chunk_size,
-                    duplicates="overwrite",
-                    progress=show,
-                )
-            except EmptyCorpusError:
-                return 0
-            return len(records)
+        show = self.progress_bar if progress_bar is None else progress_bar
+        settings = (self.faiss_factory, self.phrase_dtype)
+        return phrase_updates.update_phrases(self._sync, model, settings, batch_size, chunk_size, bool(show))
 
     def attach_phrase_index(self, phrase_index: PhraseIndex) -> None:
         """Serve the stored documents' phrases from an index built elsewhere over the same documents (``dphr
@@ -378,40 +366,14 @@ class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
         id (as :meth:`update_phrases` would have encoded it); stored documents it lacks stay pending. The index
         replaces the store's phrases. A store with a ``path`` keeps a copy of it in its directory; an in-memory
         store uses it as given, so the store's later phrase changes (deleted or overwritten documents, phrases of
-        new documents) are written to it, and to its directory when it has one.
+        new documents) are written to it.
 
         Raises:
             InvalidParameterError: A passage of the index is not a stored document, or differs from it.
         """
-        with self._mutating():
+        with self._sync.writing():
             check_attachable(phrase_index, self._stored_passage, self.title_field, self.document_id_field)
-            if self._directory is not None:
-                folder = self._directory.check_phrases_dir()
-                if phrase_index.path is None or phrase_index.path.resolve() != folder.resolve():
-                    phrase_index.save(folder)
-                    phrase_index = PhraseIndex.load(folder, verify=False)
-            self._phrase_index, self._read_only = phrase_index, False
-
-    def _check_model(self, model: PhraseModel) -> None:
-        assert self._phrase_index is not None
-        check_phrase_model(
-            self._phrase_index,
-            model,
-            "this store's phrases were encoded by another phrase model: use that model, or a new store "
-            "(or delete_all_documents and write them again)",
-        )
-
-    def _phrase_index_for(self, model: PhraseModel) -> PhraseIndex:
-        if self._phrase_index is None:
-            folder = self._directory.check_phrases_dir() if self._directory is not None else None
-            self._phrase_index = PhraseIndex.create(
-                model,
-                path=folder,
-                faiss_factory=self.faiss_factory,
-                filter_threshold=model.config.filter_threshold,
-                dtype=self.phrase_dtype,
-            )
-        return self._phrase_index
+            self._sync.replace_index(phrase_index)
 
     def search_phrases(
         self,
@@ -459,14 +421,14 @@ class PhraseDocumentStore(StoreSync, InMemoryDocumentStore):
             query_precision=query_precision,
             ranking=ranking,
         )
-        self._follow()
-        with self._lock:
-            index = self._phrase_index
+        self._sync.follow()
+        with self._sync.lock:
+            index = self._sync.index
             if index is None or index.num_live_passages == 0:
                 if filters:
                     self.filter_documents(filters)  # bad filters raise even on an empty store
                 return [[] for _ in queries]
-            self._check_model(model)
+            phrase_updates.check_model(index, model)
             allowed = passage_mask(index, {doc.id for doc in self.filter_documents(filters)}) if filters else None
             results = search_phrase_index(index, model, list(queries), options, allowed)
             stored = {hit_passage_id(hit): self.storage.get(hit_passage_id(hit)) for hits in results for hit in hits}

@@ -1,160 +1,152 @@
-"""The directory of a Haystack 2 :class:`~dphr_haystack.haystack2.PhraseDocumentStore`.
+"""The directory of a Haystack 2 :class:`~dphr_haystack.haystack2.PhraseDocumentStore`: one store database and the
+phrase index folder it names, the format the Haystack 1.x store keeps too.
 
-``documents.jsonl`` (every stored document, replaced atomically by each write) and ``phrases/`` (a phrase index,
-committed in place by the core). Every store object on the directory, in any process, writes under its
-inter-process writer lock (:class:`~dphr_haystack._util.lock.WriterLock`) after catching up with what the others
-committed; the documents file's identity says when another writer replaced it. Opening never writes: a directory
-that cannot be opened without losing something (documents file missing beside phrases, not a regular file, a
-symbolic link in place of ``phrases/``) is refused.
+The documents are the collection ``document`` of :class:`~dphr_haystack.documents.database.StoreDatabase` (the
+Haystack 1.x store's default index, so a 1.x store opened on the directory serves them), the settings its config key
+``haystack2``, the phrases the folder the database names for that collection. A directory of an earlier format
+(``documents.jsonl`` + ``phrases/``, or 1.x journals) is converted on open under the writer lock, its files left as
+they were; a damaged one is refused untouched. Writers hold the directory's
+:class:`~dphr_haystack._util.lock.WriterLock` (it also covers the phrase folder); readers never write.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import stat
-from collections.abc import Iterable
+import shutil
 from pathlib import Path
 from typing import Any
 
-from .._util.atomic import fsync_directory, write_file_atomic
+from haystack import Document
+
 from .._util.lock import WriterLock
-from .._util.nofollow import open_no_follow, temp_name_parts
-from ..documents.validation import check_storable
-from ..errors import IndexLoadError, InvalidDocumentError, InvalidParameterError, UnsafePathError
+from ..documents.database import Changes, StoreDatabase
+from ..documents.legacy import convert_legacy, legacy_kind
+from ..errors import IndexLoadError, InvalidParameterError, UnsafePathError
 
-DOCUMENTS_FILE = "documents.jsonl"
-PHRASES_DIR = "phrases"
+COLLECTION = "document"  # the Haystack 1.x store's default index
+CONFIG_KEY = "haystack2"
+BODY_KEYS = ("id", "content", "meta", "embedding", "blob", "sparse_embedding")
 
 
-def _stamp(file: Path) -> tuple[int, int, int] | None:
+def document_body(doc: Document) -> dict[str, Any]:
+    """The stored body of a document: ``to_dict(flatten=False)`` without its score."""
+    body = doc.to_dict(flatten=False)
+    body.pop("score", None)
+    return body
+
+
+def body_document(body: Any) -> Document:
+    """The Document of a stored body (either layer's), built from the known keys only; a 1.x body whose
+    ``content_type`` is not ``text`` has no content here. IndexLoadError for a body of the wrong shape."""
+    if not isinstance(body, dict) or not isinstance(body.get("id"), str):
+        raise IndexLoadError("a stored document is not an object with a string id (the database is damaged)")
+    if not isinstance(body.get("content"), str | None) or not isinstance(body.get("meta") or {}, dict):
+        raise IndexLoadError(f"stored document {body['id']!r:.80}: content must be text or null and meta an object")
+    data = {key: body[key] for key in BODY_KEYS if body.get(key) is not None}
+    if body.get("content_type", "text") != "text":
+        data.pop("content", None)
     try:
-        info = os.stat(file)
-    except FileNotFoundError:
-        return None
-    return (info.st_ino, info.st_mtime_ns, info.st_size)
+        return Document.from_dict(data)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise IndexLoadError(f"stored document {body['id']!r:.80} cannot be read: {exc}") from exc
+
+
+def check_folder(folder: Path) -> Path:
+    """``folder``, unless it is a symbolic link (UnsafePathError) or something other than a directory."""
+    if folder.is_symlink():
+        raise UnsafePathError(f"{folder} is a symbolic link; refusing to read or write phrases through it")
+    if folder.exists() and not folder.is_dir():
+        raise IndexLoadError(f"{folder} is not a directory")
+    return folder
 
 
 class StoreDirectory:
-    """The files and the writer lock of one store directory.
+    """The database, the writer lock and the phrase folder of one store directory.
 
     Args:
-        path: The directory (created by the first open when missing).
-        lock_timeout: Seconds a write waits for another writer before DirectoryLockedError (None: the default).
+        path: The directory (created, parents included, when missing).
+        lock_timeout: Seconds a write waits for another writer before DirectoryLockedError.
+        settings: The store's settings, recorded when the database is created.
     """
 
-    def __init__(self, path: Path, lock_timeout: float | None = None) -> None:
+    def __init__(self, path: Path, lock_timeout: float, settings: dict[str, Any]) -> None:
         self.path = Path(path).absolute()
-        self.lock = WriterLock(self.path, lock_timeout)
-        self.stamp: tuple[int, int, int] | None = None  # the documents file this object last read or wrote
-        self.count = 0  # documents it held
-
-    @property
-    def documents_file(self) -> Path:
-        return self.path / DOCUMENTS_FILE
-
-    @property
-    def phrases_dir(self) -> Path:
-        return self.path / PHRASES_DIR
-
-    def check(self) -> None:
-        """Refuse a directory that opening would damage or that redirects writes elsewhere; writes nothing.
-
-        Raises:
-            InvalidParameterError: The path exists and is not a directory.
-            IndexLoadError: The documents file is missing beside a phrase index, or is not a regular file.
-            UnsafePathError: ``phrases/`` is a symbolic link.
-        """
         if self.path.exists() and not self.path.is_dir():
             raise InvalidParameterError(f"path {self.path} exists and is not a directory")
-        self.check_phrases_dir()
-        file = self.documents_file
-        try:
-            info = os.stat(file)
-        except FileNotFoundError:
-            if (self.phrases_dir / "manifest.json").exists():
-                raise IndexLoadError(
-                    f"{file} is missing but {self.phrases_dir} holds phrases: restore the documents file (opening "
-                    "would drop every phrase); nothing was changed"
-                ) from None
-            return
-        if not stat.S_ISREG(info.st_mode):
-            raise IndexLoadError(f"{file} is not a regular file; refusing to open the store (nothing was changed)")
+        self.lock = WriterLock(self.path, lock_timeout)
+        if legacy_kind(self.path) is not None:
+            with self.lock.hold():  # a damaged directory: IndexLoadError, nothing written
+                convert_legacy(self.path, lock_timeout)
+        self.db = StoreDatabase(self.path, lock_timeout, config={CONFIG_KEY: settings})
+        self.retired: set[str] = set()  # folders this object stopped naming or abandoned
 
-    def check_phrases_dir(self) -> Path:
-        """``phrases/``, unless it is a symbolic link (UnsafePathError) or not a directory (IndexLoadError)."""
-        folder = self.phrases_dir
-        if folder.is_symlink():
-            raise UnsafePathError(f"{folder} is a symbolic link; refusing to read or write phrases through it")
-        if folder.exists() and not folder.is_dir():
-            raise IndexLoadError(f"{folder} is not a directory")
-        return folder
+    @property
+    def read_only(self) -> bool:
+        return self.db.read_only
 
-    def has_phrases(self) -> bool:
-        return (self.check_phrases_dir() / "manifest.json").is_file()
+    # ----------------------------------------------------------------- reads
+    def documents(self) -> list[Document]:
+        """Every stored document; the change cursor moves to the state read."""
+        return [body_document(body) for body in self.db.reload(COLLECTION)]
 
     def changed(self) -> bool:
-        """Whether the documents file was replaced since this object last read or wrote it."""
-        return _stamp(self.documents_file) != self.stamp
+        return self.db.changed()
 
-    def read_documents(self) -> list[dict[str, Any]]:
-        """The stored documents as dicts (none when the file does not exist yet); remembers the file's identity."""
-        file = self.documents_file
-        stamp = _stamp(file)
-        if stamp is None:
-            if self.count or (self.phrases_dir / "manifest.json").exists():
-                raise IndexLoadError(
-                    f"{file} is missing (it held {self.count} documents, or phrases exist): restore it; reading it "
-                    "as empty would drop every document and phrase"
-                )
-            self.stamp = None
-            return []
-        if not file.is_file():
-            raise IndexLoadError(f"{file} is not a regular file")
-        try:  # replaced meanwhile: the newer file is read under the older identity, so it is read again later
-            with file.open(encoding="utf-8") as handle:
-                docs = [json.loads(line) for line in handle if line.strip()]
-        except (OSError, ValueError, RecursionError) as exc:
-            raise IndexLoadError(f"{file} cannot be read: {exc}") from exc
-        for number, doc in enumerate(docs, 1):
-            check_stored_document(doc, f"{file}: document {number}")
-        self.stamp, self.count = stamp, len(docs)
-        return docs
+    def changes(self) -> Changes:
+        return self.db.changes()
 
-    def write_documents(self, lines: Iterable[str]) -> None:
-        """Replace the documents file with these JSON lines (atomically, fsynced); the caller holds the lock."""
-        file = self.documents_file
-        count = 0
+    def phrase_folder(self) -> Path | None:
+        """The phrase index folder the database names (None: no phrases yet)."""
+        name = self.db.phrase_folders().get(COLLECTION)
+        if name is None:
+            return None
+        if Path(name).name != name or name.startswith("."):
+            raise IndexLoadError(f"{self.db.file}: the phrase folder {name!r:.80} is not a folder of {self.path}")
+        return check_folder(self.path / name)
 
-        def write(tmp: Path) -> None:
-            nonlocal count
-            with open_no_follow(tmp, "w", encoding="utf-8") as handle:
-                for line in lines:
-                    handle.write(line + "\n")
-                    count += 1
+    # ----------------------------------------------------------------- writes (the lock held)
+    def new_phrase_folder(self) -> Path:
+        """A fresh folder name for a phrase index, recorded as the store's own (named by a later commit)."""
+        folder = self.db.new_folder()
+        self.retired.add(folder.name)  # deleted unless a commit names it
+        return check_folder(folder)
 
-        write_file_atomic(file, write)  # a fresh temporary name per call; a symbolic link at ``file`` is refused
-        fsync_directory(self.path)
-        self.stamp, self.count = _stamp(file), count
+    def commit(
+        self, put: list[Document], deleted: list[str], dropped: bool, phrases: bool, folder: Path | None
+    ) -> None:
+        """One database transaction: the documents written and deleted (``dropped``: every earlier one first),
+        and that phrases changed (``folder``: the collection's new phrase folder)."""
+        bodies = [document_body(doc) for doc in put]
+        with self.db.transaction() as db:
+            if dropped:
+                db.drop(COLLECTION)
+            if deleted:
+                db.delete(COLLECTION, deleted)
+            if bodies:
+                db.put(COLLECTION, bodies)
+            if folder is not None:
+                db.set_phrase_folder(COLLECTION, folder.name)
+            elif phrases:
+                db.phrases_changed()
+        self.db.prune()
 
-    def remove_leftovers(self) -> None:
-        """Delete temporary documents files of writes killed before their rename (the caller holds the lock)."""
-        for leftover in self.path.glob(f".{DOCUMENTS_FILE}.tmp-*"):
-            if temp_name_parts(leftover.name) is not None and leftover.is_file() and not leftover.is_symlink():
-                leftover.unlink(missing_ok=True)
+    def retire(self, folder: Path | None) -> None:
+        """Delete ``folder`` once no commit names it (see :meth:`remove_retired`)."""
+        if folder is not None and folder.parent == self.path:
+            self.retired.add(folder.name)
+
+    def remove_retired(self) -> None:
+        """Delete the retired folders that the store created and its database no longer names."""
+        if not self.retired:
+            return
+        named, created = set(self.db.phrase_folders().values()), self.db.created()
+        for name in sorted(self.retired):
+            if name in named:
+                self.retired.discard(name)
+                continue
+            folder = self.path / name
+            if name in created and folder.is_dir() and not folder.is_symlink():
+                shutil.rmtree(folder, ignore_errors=True)
+            self.retired.discard(name)
 
 
-__all__ = ["DOCUMENTS_FILE", "PHRASES_DIR", "StoreDirectory"]
-
-
-def check_stored_document(doc: Any, where: str) -> None:
-    """Raise IndexLoadError unless ``doc`` is a document as this store writes them: an object with a string id,
-    text or null content, an object (or no) meta, and no value a store refuses to keep (NaN, lone surrogates)."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("id"), str):
-        raise IndexLoadError(f"{where} is not a document object with a string id (the file is damaged)")
-    if not isinstance(doc.get("content"), str | None) or not isinstance(doc.get("meta", {}), dict):
-        raise IndexLoadError(f"{where}: content must be text or null and meta an object (the file is damaged)")
-    try:
-        check_storable(doc["id"], doc.get("content"), doc.get("meta", {}))
-    except InvalidDocumentError as exc:
-        raise IndexLoadError(f"{where}: {exc} (the file is damaged)") from exc
+__all__ = ["COLLECTION", "StoreDirectory", "body_document", "check_folder", "document_body"]

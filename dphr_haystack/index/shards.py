@@ -41,6 +41,17 @@ class PhraseShard:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def subset(self, keep: list[int]) -> PhraseShard:
+        """The passages at positions ``keep`` (ascending) of the shard, with their tokens and vectors."""
+        if len(keep) == len(self.passages):
+            return self
+        position = np.full(len(self.passages), -1, dtype=np.int64)
+        position[keep] = np.arange(len(keep))
+        rows = position[self.tokens["passage"]] >= 0
+        tokens = self.tokens[rows].copy()
+        tokens["passage"] = position[tokens["passage"]]
+        return PhraseShard(self.vectors[rows], tokens, [self.passages[i] for i in keep], self.codec)
+
     def save(self, path: str | Path) -> None:
         """Write the shard atomically: a fresh temporary directory renamed into place (a symbolic link at ``path``
         is refused)."""

@@ -19,7 +19,7 @@ from haystack.document_stores import BaseDocumentStore, KeywordDocumentStore
 from haystack.errors import DocumentStoreError
 from haystack.schema import Document, Label
 
-from .._util.lock import DEFAULT_LOCK_TIMEOUT, WriterLock, check_lock_timeout
+from .._util.lock import DEFAULT_LOCK_TIMEOUT, check_lock_timeout
 from .._util.nofollow import refuse_symlink
 from ..documents.passages import PassageRule
 from ..errors import DphrError, InvalidParameterError
@@ -27,8 +27,8 @@ from ..index.phrase_index import PhraseIndex
 from ..params import check_choice, check_param
 from ._rwlock import ReadWriteLock, write_locked
 from ._schema import typed_init
-from .live import StoreDirectory, op_line, store_read, store_write
-from .persistence import STORE_FILE, read_manifest, save_store
+from .live import StoreDirectory, store_read, store_write
+from .persistence import is_store, save_store, saved_settings
 from .phrases import PhraseIndexingStats
 from .store_checks import check_bm25, check_meta, checked_documents, document_line
 from .stores import InnerQueries, make_inner_store
@@ -55,21 +55,26 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
     phrase-indexing run per store at a time. Documents deleted or changed while their chunk was being encoded
     are left out of that commit. ``get_all_documents_generator`` yields a snapshot.
 
-    Shared directory (``path``): every write is committed to the directory as it happens (documents and labels
-    as append-only journals, phrases in place, a manifest replaced last), under an inter-process writer lock:
-    any number of store objects and processes may open one path, write to it (one write at a time; a writer
-    waits up to ``lock_timeout`` seconds, then gets a DirectoryLockedError naming the holder) and see each
-    other's committed writes at their next read or query, without a restart. Opening and reading never write.
-    This is how Haystack's REST API, which builds its indexing and query pipelines separately, shares one store.
+    Shared directory (``path``): every write is committed to the directory as it happens, in one transaction of
+    its store database (documents and labels per Haystack index, the settings, which ``phrases-N`` folder holds
+    each phrase index; phrases are committed in place just before), under an inter-process writer lock: any number
+    of store objects and processes may open one path, write to it (one write at a time; a writer waits up to
+    ``lock_timeout`` seconds, then gets a DirectoryLockedError naming the holder) and see each other's committed
+    writes at their next read or query, without a restart. Opening and reading never write; a read-only directory
+    (or mount) is read, and its writes raise ReadOnlyStoreError. The store deletes only folders it made, and
+    never anything else in the directory. A directory of an earlier version is converted on open (its old files
+    are left as they are). This is how Haystack's REST API, which builds its indexing and query pipelines
+    separately, shares one store; the Haystack 2 store reads and writes the same directories (its documents are
+    this layer's default index ``document``).
 
-    Snapshots (``save`` / ``load`` / ``load_path``): :meth:`save` replaces its target directory atomically: a save
-    killed at any point leaves the previous one. A store loaded from a snapshot keeps the snapshot's settings
-    for any argument not given. After :meth:`load` or :meth:`save`, phrase indexes kept on disk live in that
-    directory and phrase *additions* are committed there as they happen, so an ``update_embeddings`` killed
-    part-way resumes where it stopped; documents and phrase *deletions* reach the directory only through
-    :meth:`save` (the first deletion moves the phrase index to a private copy). Phrases whose document the
-    directory does not hold (added by a run killed before its save) are left out of results; nothing is written
-    on load.
+    Snapshots (``save`` / ``load`` / ``load_path``): :meth:`save` replaces what its target directory holds in one
+    commit: a save killed at any point leaves the previous content. A store loaded from a snapshot keeps the
+    snapshot's settings for any argument not given. After :meth:`load` or :meth:`save`, phrase indexes kept on
+    disk live in that directory and phrase *additions* are committed there as they happen, so an
+    ``update_embeddings`` killed part-way resumes where it stopped; documents and phrase *deletions* reach the
+    directory only through :meth:`save` (the first deletion moves the phrase index to a private copy). Phrases
+    whose document the directory does not hold (added by a run killed before its save) are left out of results;
+    nothing is written on load. Opened with ``path`` instead, a saved directory is a shared store.
 
     Args:
         index: Default Haystack index for documents.
@@ -90,8 +95,8 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
         title_field: Meta field holding a document's title (encoded before the text, as in DensePhrases).
         document_id_field: Meta field grouping passages into documents for ``unit="document"``
             (absent → each Haystack document is its own document).
-        load_path: A directory written by :meth:`save`; its documents, labels and phrase indexes are loaded, and
-            its settings are used for every argument not given.
+        load_path: A store directory (written by :meth:`save` or shared); its documents, labels and phrase indexes
+            are loaded, and its settings are used for every argument not given.
         path: A shared store directory (created when missing): every write is committed there and other store
             objects and processes on the same path see it (see above). Its settings are used for every argument
             not given. A directory written by :meth:`save` opens as a shared directory too.
@@ -141,7 +146,8 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
                 "give one of path (a shared store directory), load_path (a snapshot) and phrase_index (a phrase "
                 "index directory); to keep a store opened from a phrase index, save() it"
             )
-        saved = _saved_settings(Path(path or load_path)) if (path or load_path) else {}
+        where = path or load_path
+        saved = saved_settings(Path(where), check_lock_timeout(lock_timeout)) if where else {}
         passed = self._component_config.get("params", {})
         settings.update({name: value for name, value in saved.items() if name not in passed and name in settings})
         self._setup(**settings)
@@ -242,7 +248,6 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
         self.similarity = similarity
         self.lock_timeout = check_lock_timeout(lock_timeout)
         self._live: StoreDirectory | None = None
-        self._journal_read: dict[str, int] = {}  # bytes of each journal already applied to the inner store
         if path:
             self._open_shared(Path(path))
         elif load_path:
@@ -308,14 +313,14 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
         policy = duplicate_documents or self.duplicate_documents
         documents = checked_documents(documents, self._create_document_field_map())
         if self._live is not None:
-            for doc in documents:  # a document the journal cannot hold fails before anything is written
+            for doc in documents:  # a document the directory cannot hold fails before anything is written
                 document_line(doc, index)
         phrase_index = self._phrase_indexes.get(index)
         stale: list[str] = []
         if phrase_index is not None and policy == "overwrite":
             stale = [doc.id for doc in documents if self._phrases_outdated(phrase_index, doc)]
         self._drop_phrases(index, stale, written=False)
-        # Under "skip", stored documents stay as they are: only the new ones go to the journal.
+        # Under "skip", stored documents stay as they are: only the new ones are committed.
         kept = {doc.id for doc in documents if self._inner.has_document(index, doc.id)} if policy == "skip" else set()
         self._inner.write(
             index,
@@ -327,7 +332,7 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
         written = list(dict.fromkeys(doc.id for doc in documents))
         if self._staged:
             self._commit_staged(index, written)
-        self._journal_documents(index, [i for i in written if i not in kept])
+        self._touch(index, [i for i in written if i not in kept])
 
     def get_all_documents(
         self,
@@ -348,6 +353,7 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
         headers: dict[str, str] | None = None,
     ) -> Iterator[Document]:
         index = index or self.index
+        self._follow()
         with self._lock.read():  # in memory a snapshot: the lock is not held while the caller iterates
             docs = self._inner.documents(index, filters, return_embedding, batch_size=batch_size, headers=headers)
         yield from docs
@@ -402,7 +408,7 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
         self._drop_phrases(index, stale, written=False)
         self.inner.update_document_meta(id, meta, index=index)
         self._drop_phrases(index, stale, written=True)
-        self._journal("documents", index, [op_line("meta", id=id, meta=meta)])
+        self._touch(index, [id])
 
     @store_write
     def delete_documents(
@@ -422,8 +428,7 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
         if not ids and not filters:
             self._phrase_indexes.pop(index, None)
             self._inner.write(index, lambda: self.inner.delete_documents(index=index, headers=headers))
-            if self._live is not None:
-                self._live.forget("documents", index)  # a new journal; the old one goes with the commit
+            self._touch_all(index)  # its phrase folder is removed once the commit no longer names it
             return
         targets = list(ids) if ids else None
         if filters:
@@ -434,22 +439,20 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
         self._drop_phrases(index, targets, written=False)
         self._inner.write(index, lambda: self.inner.delete_documents(index=index, ids=targets, headers=headers))
         self._drop_phrases(index, targets, written=True)
-        self._journal("documents", index, [op_line("delete", ids=targets)])
+        self._touch(index, targets)
 
     @store_write
     def delete_index(self, index: str):
         """Delete an index: its documents, its labels if it is a label index, and its phrase index."""
         self._phrase_indexes.pop(index, None)
         self.inner.delete_index(index)
-        if self._live is not None:
-            self._live.forget("documents", index)
-            self._live.forget("labels", index)
+        self._touch_all(index, labels=True)
 
     # ----------------------------------------------------------------- labels
     @store_write
     def write_labels(self, labels, index: str | None = None, headers: dict[str, str] | None = None):
         self.inner.write_labels(labels, index=index or self.label_index, headers=headers)
-        self._journal_labels(index or self.label_index)
+        self._touch_labels(index or self.label_index)
 
     @store_read
     def get_all_labels(
@@ -470,38 +473,46 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
         headers: dict[str, str] | None = None,
     ):
         self._inner.delete_labels(index=index or self.label_index, ids=ids, filters=filters, headers=headers)
-        self._journal_labels(index or self.label_index)
+        self._touch_labels(index or self.label_index)
 
     # ----------------------------------------------------------------- persistence
     @write_locked
     def save(self, path: str | Path) -> None:
-        """Write documents, labels (in-memory store only; Elasticsearch keeps its own) and phrase indexes to
-        ``path``, atomically: a complete temporary directory, fsynced, then swapped with ``path`` under its writer
-        lock (other writers of ``path`` wait).
+        """Write documents, labels (in-memory store only; Elasticsearch keeps its own), phrase indexes and settings
+        to the store directory ``path`` (created when missing), replacing what it held in one commit under its
+        writer lock (other writers of ``path`` wait; its readers see the copy at their next read). A save stopped at
+        any point leaves ``path``'s previous state. A shared store saving to its own ``path`` has nothing to copy
+        (every write is committed there).
 
         Raises:
             DocumentStoreError: A document or label cannot be written as JSON (e.g. a ``set`` in its meta);
                 ``path`` is left as it was.
         """
         path = refuse_symlink(Path(path).absolute())
-        own = self._live is not None and path.resolve() == self._live.path.resolve()
-        lock = self._live.lock if own else WriterLock(path, self.lock_timeout)  # type: ignore[union-attr]
-        manifest = save_store(path, self._config, self._inner.saved_collections(), self._phrase_indexes, lock)
+        if self._live is not None:
+            if self._live.db.changed():
+                self._catch_up()
+            if path.resolve() == self._live.path.resolve():
+                return
+        folders = save_store(
+            path, self._config, self._inner.saved_collections(), self._phrase_indexes, self.lock_timeout
+        )
         if self._live is not None:
             return  # a shared store keeps committing to its own directory; the copy is a snapshot
-        # Phrase indexes kept on disk now live in the new copy (their folder may have been renumbered): later
-        # phrase additions are committed there.
+        # Phrase indexes kept on disk now live in the new copy: later phrase additions are committed there.
         self._snapshots = set()
-        for name, folder in manifest["phrases"].items():
+        for name, folder in folders.items():
             if self._phrase_indexes[name].path is not None:
                 self._phrase_indexes[name] = PhraseIndex.load(path / folder, verify=False)
                 self._snapshots.add((path / folder).resolve())
 
     @classmethod
     def load(cls, path: str | Path, elasticsearch_password: str = "") -> PhraseDocumentStore:
-        """A store rebuilt from a directory written by :meth:`save`, with the settings it was saved with."""
-        manifest = read_manifest(Path(path))
-        config = dict(manifest["config"])
+        """A store rebuilt from a store directory (written by :meth:`save`, or a shared ``path``), with the settings
+        it was saved with."""
+        if not is_store(Path(path)):
+            raise DocumentStoreError(f"{path} holds no store: not a directory written by PhraseDocumentStore.save")
+        config = saved_settings(Path(path), DEFAULT_LOCK_TIMEOUT)
         if config.get("elasticsearch_host"):
             config["elasticsearch_password"] = elasticsearch_password
         try:
@@ -509,7 +520,7 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
         except (DphrError, DocumentStoreError):
             raise
         except (TypeError, ValueError, KeyError) as exc:  # a damaged config section
-            raise DocumentStoreError(f"{Path(path) / STORE_FILE}: unusable store settings ({exc})") from exc
+            raise DocumentStoreError(f"{path}: unusable store settings ({exc})") from exc
 
     @classmethod
     def from_index(cls, phrase_index: str | Path, **settings: Any) -> PhraseDocumentStore:
@@ -521,13 +532,6 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
             >>> retriever = PhraseRetriever(document_store=store)   # the model the index was built with
         """
         return cls(phrase_index=str(phrase_index), **settings)
-
-
-def _saved_settings(path: Path) -> dict[str, Any]:
-    """The settings a store directory was written with (none for a directory that does not hold a store yet)."""
-    if not (path / STORE_FILE).is_file():
-        return {}
-    return dict(read_manifest(path)["config"])
 
 
 __all__ = ["PhraseDocumentStore", "PhraseIndexingStats"]

@@ -1,141 +1,194 @@
-"""Saving and loading a :class:`~dphr_haystack.nodes.PhraseDocumentStore` directory.
+"""The store directory of a :class:`~dphr_haystack.nodes.PhraseDocumentStore` on disk: one
+:class:`~dphr_haystack.documents.database.StoreDatabase` (documents and labels per Haystack index, the settings under
+``"haystack1"``, the phrase folder of each index) beside its ``phrases-N`` folders.
 
-Layout: ``phrase_store.json`` (format, version, the store's settings and what each file holds),
-``documents-N.jsonl`` / ``labels-N.jsonl`` (in-memory store only; Elasticsearch keeps its own) and one phrase-index
-directory ``phrases-N`` per Haystack index. The directory is written complete and fsynced, then swapped in
-(:func:`~dphr_haystack._util.atomic.replace_directory`).
+Opening converts a directory of an earlier format first (:mod:`~dphr_haystack.documents.legacy`, its old files left as
+they are). :func:`save_store` replaces what another directory holds with a complete copy in one database commit;
+:func:`read_snapshot` reads a directory whole (:meth:`PhraseDocumentStore.load`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
+import logging
 import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from haystack.errors import DocumentStoreError
 from haystack.schema import Document, Label
 
-from .._util.atomic import fsync_directory, recover_directory, replace_directory
 from .._util.lock import WriterLock
-from .._util.nofollow import make_temp_dir, open_no_follow
 from .._util.write_errors import write_errors
+from ..documents.database import StoreDatabase, is_store_directory
+from ..documents.legacy import convert_legacy, legacy_kind, read_legacy
+from ..errors import ReadOnlyStoreError
 from ..index.phrase_index import PhraseIndex
+from .store_checks import document_line
 
-STORE_FILE = "phrase_store.json"
-STORE_FORMAT = "dphr-phrase-document-store"
-STORE_FORMAT_VERSION = 1
+logger = logging.getLogger("dphr_haystack.nodes.document_store")
+
+LAYER = "haystack1"  # the database config key of this layer's settings
+_DOCUMENT_KEYS = ("id", "content", "content_type", "meta", "embedding", "id_hash_keys")
 
 
-def save_store(
-    path: Path,
-    config: dict[str, Any],
-    collections: list[tuple[str, dict[str, Any]]],
-    phrase_indexes: dict[str, PhraseIndex],
-    lock: WriterLock,
-) -> dict[str, Any]:
-    """Replace ``path`` with a complete snapshot (:func:`write_snapshot` into a fresh sibling, then swapped in), under
-    ``lock``, the writer lock of ``path``: other writers of the directory wait, and the copy swapped in stays locked
-    until the save ends. A failure leaves ``path`` as it was (a full disk: IndexWriteError). Returns the manifest."""
-    with write_errors("document store", path), lock.hold():
-        tmp = make_temp_dir(path)
+# ----------------------------------------------------------------- stored bodies
+def document_body(doc: Document, index: str) -> dict[str, Any]:
+    """The stored JSON body of a document (DocumentStoreError when it is not JSON)."""
+    body = json.loads(document_line(doc, index))
+    body.pop("score", None)
+    return body
+
+
+def document_from_body(body: dict[str, Any]) -> Document:
+    """A Haystack 1.x document from a stored body (the keys it knows; a body without text has empty text)."""
+    data = {key: body[key] for key in _DOCUMENT_KEYS if key in body}
+    data["content_type"] = data.get("content_type") or "text"
+    if data.get("content") is None:
+        data["content"] = ""
+    doc = Document.from_dict(data)
+    if doc.embedding is not None:
+        doc.embedding = np.asarray(doc.embedding, dtype=np.float32)
+    return doc
+
+
+def label_body(label: Label) -> dict[str, Any]:
+    return json.loads(label.to_json())
+
+
+# ----------------------------------------------------------------- opening
+def open_database(path: Path, lock_timeout: float, config: dict[str, Any] | None = None) -> StoreDatabase:
+    """The database of the store directory ``path``: an earlier format converted first, a new one created (with
+    ``config`` under :data:`LAYER`), both under the directory's writer lock."""
+    path = Path(path).absolute()
+    if is_store_directory(path):
+        return StoreDatabase(path, lock_timeout, create=False)
+    with WriterLock(path, lock_timeout).hold():  # two first writers make one database
+        if legacy_kind(path) is not None:
+            convert_legacy(path, lock_timeout)
+        return StoreDatabase(path, lock_timeout, config={LAYER: config or {}})
+
+
+def saved_settings(path: Path, lock_timeout: float) -> dict[str, Any]:
+    """The settings a store directory was written with (none for a directory that holds no store yet)."""
+    path = Path(path)
+    if is_store_directory(path):
+        db = StoreDatabase(path, lock_timeout, create=False)
         try:
-            manifest = write_snapshot(tmp, config, collections, phrase_indexes)
-            lock.lock_replacement(tmp)
-            replace_directory(tmp, path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    return manifest
+            return dict(db.config.get(LAYER) or {})
+        finally:
+            db.close()
+    if legacy_kind(path) is None:
+        return {}
+    try:
+        db = open_database(path, lock_timeout)
+    except ReadOnlyStoreError:
+        return dict(read_legacy(path).config)  # read where it is, never converted
+    try:
+        return dict(db.config.get(LAYER) or {})
+    finally:
+        db.close()
 
 
-def write_snapshot(
-    tmp: Path,
+@dataclass
+class Snapshot:
+    """What a store directory holds: document and label bodies per index, the phrase folder per index."""
+
+    documents: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    labels: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    phrases: dict[str, str] = field(default_factory=dict)
+
+
+def read_snapshot(path: Path, lock_timeout: float) -> Snapshot:
+    """Everything a store directory holds (an earlier format converted first; read in place when read-only)."""
+    path = Path(path).absolute()
+    if not is_store_directory(path) and legacy_kind(path) is not None:
+        try:
+            open_database(path, lock_timeout).close()
+        except ReadOnlyStoreError:
+            legacy = read_legacy(path)
+            return Snapshot(
+                {c: list(d.values()) for c, d in legacy.documents.items()}, dict(legacy.labels), dict(legacy.phrases)
+            )
+    db = StoreDatabase(path, lock_timeout, create=False)
+    try:
+        with db.snapshot():
+            return Snapshot(
+                {c: db.items(c) for c in db.collections()},
+                {c: db.items(c, "labels") for c in db.collections("labels")},
+                db.phrase_folders(),
+            )
+    finally:
+        db.close()
+
+
+# ----------------------------------------------------------------- saving a copy
+def save_store(
+    target: Path,
     config: dict[str, Any],
     collections: list[tuple[str, dict[str, Any]]],
     phrase_indexes: dict[str, PhraseIndex],
-) -> dict[str, Any]:
-    """Write a store into the empty directory ``tmp`` (fsynced) and return its manifest.
+    lock_timeout: float,
+) -> dict[str, str]:
+    """Replace what the store directory ``target`` holds with these documents, labels, phrase indexes and settings:
+    phrase indexes copied into fresh folders, then one database commit; the folders it stopped naming are removed
+    after it. A failure at any point leaves ``target``'s previous committed state (a full disk: IndexWriteError).
+    Returns the phrase folder of each index."""
+    with write_errors("document store", target), WriterLock(target, lock_timeout).hold():
+        db = StoreDatabase(target, lock_timeout)
+        try:
+            before = set(db.phrase_folders().values())
+            folders: dict[str, str] = {}
+            try:
+                for name, phrase_index in sorted(phrase_indexes.items()):
+                    folder = db.new_folder()
+                    folders[name] = folder.name
+                    phrase_index.save(folder)
+                _replace_content(db, config, collections, folders)
+            except BaseException:
+                remove_folders(db, folders.values())
+                raise
+            remove_folders(db, before - set(folders.values()))
+        finally:
+            db.close()
+    return folders
 
-    Args:
-        tmp: The directory to fill.
-        config: The store's settings (rebuilt with them on load).
-        collections: ``(index, {id: document or label})`` of the inner store; empty ones are skipped.
-        phrase_indexes: The phrase index of each Haystack index.
 
-    Raises:
-        DocumentStoreError: A document or label cannot be written as JSON.
-    """
-    manifest = empty_manifest(config)
-    for n, (name, items) in enumerate(collections):
-        values = list(items.values())
-        if not values:
+def _replace_content(
+    db: StoreDatabase, config: dict[str, Any], collections: list[tuple[str, dict[str, Any]]], folders: dict[str, str]
+) -> None:
+    """One commit: every document and label of ``db`` replaced, the phrase folders named, the settings recorded."""
+    with db.transaction():
+        for collection in db.collections():
+            db.drop(collection)
+        for collection in db.collections("labels"):
+            db.drop(collection, "labels")
+        for name, items in collections:
+            values = list(items.values())
+            if values and isinstance(values[0], Label):
+                db.replace_labels(name, [label_body(label) for label in values])
+            elif values:
+                db.put(name, [document_body(doc, name) for doc in values])
+        for name in db.phrase_folders():
+            if name not in folders:
+                db.set_phrase_folder(name, None)
+        for name, folder in folders.items():
+            db.set_phrase_folder(name, folder)
+        db.set_config({**db.config, LAYER: config})
+
+
+def remove_folders(db: StoreDatabase, names: Iterable[str]) -> None:
+    """Delete these folders of the directory (best effort): only those the store created, never a symbolic link."""
+    created = db.created()
+    for name in names:
+        folder = db.path / name
+        if name not in created or folder.is_symlink() or not folder.is_dir():
             continue
-        kind = "labels" if isinstance(values[0], Label) else "documents"
-        file = f"{kind}-{n}.jsonl"
-        with open_no_follow(tmp / file, "x", encoding="utf-8") as handle:
-            for item in values:
-                try:
-                    line = item.to_json()
-                except (TypeError, ValueError, RecursionError) as exc:
-                    raise DocumentStoreError(
-                        f"cannot save {kind[:-1]} {item.id!r} of index {name!r}: "
-                        f"its content or meta is not JSON ({exc})"
-                    ) from exc
-                handle.write(line + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        manifest[kind][name] = file
-    for n, (name, phrase_index) in enumerate(sorted(phrase_indexes.items())):
-        phrase_index.save(tmp / f"phrases-{n}")
-        manifest["phrases"][name] = f"phrases-{n}"
-    with open_no_follow(tmp / STORE_FILE, "x", encoding="utf-8") as handle:
-        handle.write(json.dumps(manifest, indent=1))
-        handle.flush()
-        os.fsync(handle.fileno())
-    fsync_directory(tmp)
-    return manifest
-
-
-def empty_manifest(config: dict[str, Any]) -> dict[str, Any]:
-    """The manifest of a store with nothing in it yet, saved with ``config``."""
-    return {
-        "format": STORE_FORMAT,
-        "format_version": STORE_FORMAT_VERSION,
-        "config": config,
-        "documents": {},
-        "labels": {},
-        "phrases": {},
-    }
-
-
-def read_manifest(path: Path) -> dict[str, Any]:
-    file = path / STORE_FILE
-    recover_directory(path)  # a save() killed mid-swap (platforms without an atomic exchange)
-    if not file.is_file():
-        raise DocumentStoreError(f"{file} not found: not a directory written by PhraseDocumentStore.save")
-    try:
-        manifest = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise DocumentStoreError(f"{file} is corrupted: {exc}") from exc
-    if (
-        not isinstance(manifest, dict)
-        or manifest.get("format") != STORE_FORMAT
-        or manifest.get("format_version") != STORE_FORMAT_VERSION
-    ):
-        raise DocumentStoreError(f"{file}: not a {STORE_FORMAT} v{STORE_FORMAT_VERSION} manifest")
-    if not isinstance(manifest.get("config"), dict):
-        raise DocumentStoreError(f"{file} is corrupted: no store settings")
-    for kind in ("documents", "labels", "phrases"):
-        entries = manifest.get(kind)
-        if not isinstance(entries, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) and Path(v).name == v and not v.startswith(".")
-            for k, v in entries.items()
-        ):
-            raise DocumentStoreError(f"{file} is corrupted: {kind} must map index names to files of {path}")
-    return manifest
+        with contextlib.suppress(OSError):
+            shutil.rmtree(folder)
 
 
 def index_passages(
@@ -155,9 +208,9 @@ def index_passages(
     return out
 
 
-def document_from_json(line: str) -> Document:
-    data = json.loads(line)
-    doc = Document.from_dict(data)
-    if isinstance(doc.embedding, list):
-        doc.embedding = np.asarray(doc.embedding, dtype=np.float32)
-    return doc
+def is_store(path: Path) -> bool:
+    """Whether ``path`` holds a store directory (of this format or an earlier one)."""
+    return is_store_directory(path) or legacy_kind(path) is not None
+
+
+__all__ = ["LAYER", "Snapshot", "document_body", "document_from_body", "is_store", "open_database", "save_store"]

@@ -8,7 +8,6 @@ whose locks, documents and settings it uses (declared below).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
@@ -77,7 +76,7 @@ class PhraseIndexing:
 
     def _transaction(self) -> AbstractContextManager[None]: ...
 
-    def _journal_documents(self, index: str, ids: list[str]) -> None: ...
+    def _touch(self, index: str, ids: Iterable[str]) -> None: ...
 
     def reading(self) -> AbstractContextManager[None]:
         """The store's read lock, for a multi-step read such as a retrieval (see the class docstring); a shared
@@ -211,9 +210,9 @@ class PhraseIndexing:
                     )
                 finally:
                     self.inner.return_embedding = shown
-                if exists:  # the documents whose embedding changed (a reused store keeps its journal short)
+                if exists:  # the documents whose embedding changed (a reused store commits only those)
                     docs = self._inner.documents(index, filters, return_embedding=False)
-                    self._journal_documents(index, [doc.id for doc in docs if doc.id not in kept])
+                    self._touch(index, [doc.id for doc in docs if doc.id not in kept])
                 return result
         batch_size = check_param("batch_size", batch_size)
         with self._indexing.write():
@@ -271,13 +270,10 @@ class PhraseIndexing:
                 if hidden:  # phrases of a changed text, left out since load: deleted before new ones are added
                     phrase_index = self._private(index)
                     phrase_index.delete_passages(hidden)
-                if update:
-                    phrase_index = self._private(index)
-                    phrase_index.delete_passages([chunk[i]["id"] for i in keep])
-                keep = [i for i in keep if phrase_index.passage_row(chunk[i]["id"]) is None]
+                if not update:
+                    keep = [i for i in keep if phrase_index.passage_row(chunk[i]["id"]) is None]
                 if keep:
-                    phrase_index = self._private(index, adding=True)
-                    phrase_index.add_shard(_subset_shard(shard, keep))
+                    self._replace_phrases(index, shard, keep, [chunk[i]["id"] for i in keep] if update else [])
                 stats.encoded += len(keep)
             del shard
             release_free_memory()  # flat peak memory however many chunks (see dphr_haystack/_memory.py)
@@ -285,6 +281,15 @@ class PhraseIndexing:
         bar.close()
         logger.info("update_embeddings(%r): %s", index, stats)
         return stats
+
+    def _replace_phrases(self, index: str, shard: PhraseShard, keep: list[int], replaced: list[str]) -> None:
+        """Add the passages ``keep`` of ``shard``, deleting the phrases of ``replaced`` in the same commit (a run
+        stopped at any point leaves each document its old phrases or its new ones)."""
+        phrase_index = self._private(index, adding=not replaced)
+        with phrase_index.writing():
+            if replaced:
+                phrase_index.delete_passages(replaced, commit=False)
+            phrase_index.append_shard(shard.subset(keep))
 
     def _phrase_index_for(self, retriever, index: str) -> PhraseIndex:
         """The phrase index of ``index`` (created for the retriever's model when missing); the model must match."""
@@ -348,7 +353,7 @@ class PhraseIndexing:
             mine = [i for i, p in enumerate(shard.passages) if p["id"] in wanted]
             others = [i for i, p in enumerate(shard.passages) if p["id"] not in wanted]
             if others:
-                left.append((retriever, _subset_shard(shard, others)))
+                left.append((retriever, shard.subset(others)))
             if not mine:
                 continue
             phrase_index = self._phrase_index_for(retriever, index)
@@ -360,7 +365,7 @@ class PhraseIndexing:
                 and phrase_index.passage_row(shard.passages[i]["id"]) is None
             ]
             if keep:
-                self._private(index, adding=True).add_shard(_subset_shard(shard, keep))
+                self._private(index, adding=True).add_shard(shard.subset(keep))
         with self._staging:
             self._staged = left[-64:] + self._staged  # shards of documents not written (yet): a bounded few
 
@@ -398,14 +403,8 @@ class PhraseIndexing:
         self._phrase_indexes[index] = phrase_index
 
     def _new_phrase_folder(self) -> Path | None:
-        """A free ``phrases-N`` folder of the shared directory for a new phrase index (None: not shared)."""
-        if self._live is None:
-            return None
-        used = {p.path.name for p in self._phrase_indexes.values() if p.path is not None}
-        n = 0
-        while f"phrases-{n}" in used or os.path.lexists(self._live.path / f"phrases-{n}"):
-            n += 1
-        return self._live.path / f"phrases-{n}"
+        """A fresh ``phrases-N`` folder of the shared directory for a new phrase index (None: not shared)."""
+        return None if self._live is None else self._live.new_folder()
 
     def _phrases_outdated(self, phrase_index: PhraseIndex, doc: Document) -> bool:
         """True when ``doc`` has phrases encoded from another text, title or document id."""
@@ -445,16 +444,20 @@ class PhraseIndexing:
         logger.info("phrase index %r moved from %s to a private copy until the next save()", index, phrase_index.path)
         return private
 
-    def _hide_orphan_phrases(self, index: str, phrase_index: PhraseIndex) -> None:
+    def _hide_orphan_phrases(self, index: str, phrase_index: PhraseIndex, ids: Iterable[str] | None = None) -> None:
         """Leave out of results the phrases whose document is missing or changed (a run killed between a phrase
-        commit and its save or commit), without writing: the next write deletes them."""
+        commit and its save or commit; another writer's change), without writing: the next write deletes them.
+        ``ids``: only those documents (None: every phrase)."""
         docs = self._inner.stored_documents(index)
         if docs is None:  # Elasticsearch: the retriever skips hits of missing documents
             return
         orphans = []
-        for pid in phrase_index.live_passage_ids():
+        for pid in phrase_index.live_passage_ids() if ids is None else ids:
+            row = phrase_index.passage_row(pid)
+            if row is None:
+                continue
             doc = docs.get(pid)
-            record = phrase_index.passages[phrase_index.passage_row(pid)]
+            record = phrase_index.passages[row]
             passage = self._to_passage(doc) if isinstance(doc, Document) else None
             if passage is None or (passage["text"], passage["title"]) != (record["text"], record.get("title", "")):
                 orphans.append(pid)
@@ -467,15 +470,3 @@ class PhraseIndexing:
                 orphans[:3],
             )
             phrase_index.hide_passages(orphans)
-
-
-def _subset_shard(shard: PhraseShard, keep: list[int]) -> PhraseShard:
-    """The passages ``keep`` (local positions, ascending) of a shard, with their tokens and vectors."""
-    if len(keep) == len(shard.passages):
-        return shard
-    remap = np.full(len(shard.passages), -1, dtype=np.int64)
-    remap[keep] = np.arange(len(keep))
-    rows = remap[shard.tokens["passage"]] >= 0
-    tokens = shard.tokens[rows].copy()
-    tokens["passage"] = remap[tokens["passage"]]
-    return PhraseShard(shard.vectors[rows], tokens, [shard.passages[i] for i in keep], shard.codec)

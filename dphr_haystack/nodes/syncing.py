@@ -1,36 +1,48 @@
 """The directories of a :class:`~dphr_haystack.nodes.PhraseDocumentStore`: restoring a snapshot written by ``save``
-and keeping a shared store directory (``path``) in step with other writers: journals replayed into the inner store,
-phrase indexes refreshed, each write committed under the directory's writer lock."""
+and keeping a shared store directory (``path``) in step with other writers: what they committed applied to the inner
+store and the phrase indexes before each read, each write committed under the directory's writer lock."""
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from haystack.errors import DocumentStoreError
 from haystack.schema import Document, Label
 
 from .._util.nofollow import refuse_symlink
 from .._util.write_errors import write_errors
-from ..errors import DphrError
+from ..documents.database import Changes, StoreDatabase
+from ..errors import DphrError, IndexLoadError
 from ..index.phrase_index import PhraseIndex
-from .live import StoreDirectory, committed_bytes, parse_op, read_journal
-from .persistence import document_from_json, index_passages, read_manifest
+from .live import StoreDirectory
+from .persistence import LAYER, document_body, document_from_body, index_passages, label_body, read_snapshot
 from .phrases import PhraseIndexing
-from .store_checks import document_line
 
 logger = logging.getLogger("dphr_haystack.nodes.document_store")
 
+Mark = tuple[Path | None, int, str]  # a phrase index's folder, passage rows and committed counts
+
+
+@dataclass
+class Touched:
+    """What one write of a shared store changed: documents per index (in order), indexes emptied, label indexes."""
+
+    documents: dict[str, dict[str, None]] = field(default_factory=dict)
+    dropped: set[str] = field(default_factory=set)
+    labels: set[str] = field(default_factory=set)
+
 
 class DirectorySync(PhraseIndexing):
-    """Snapshot restore and shared-directory catch-up, journals and commits of the store (mixed into it)."""
+    """Snapshot restore and shared-directory catch-up and commits of the store (mixed into it)."""
 
-    _journal_read: dict[str, int]
     _settings: dict[str, Any]
+    _touched: Touched | None = None
 
     @property
     def in_memory(self) -> bool:
@@ -43,12 +55,15 @@ class DirectorySync(PhraseIndexing):
         for those not given, then defaults), without the paths and the Elasticsearch password."""
         return dict(self._settings)
 
+    # ----------------------------------------------------------------- opening
     def _restore(self, path: Path) -> None:
-        manifest = read_manifest(path)
-        for kind in ("documents", "labels"):
-            for name, file in manifest[kind].items():
-                self._replay(kind, name, path / file, 0, committed_bytes(path, manifest, file))
-        for name, folder in manifest["phrases"].items():
+        """Read a saved directory whole (``load_path``); its phrase indexes stay on disk (see the class)."""
+        snapshot = read_snapshot(path, self.lock_timeout)
+        for name, bodies in snapshot.documents.items():
+            self._load_documents(name, bodies)
+        for name, bodies in snapshot.labels.items():
+            self._load_labels(name, bodies)
+        for name, folder in snapshot.phrases.items():
             refuse_symlink(path / folder)  # a linked folder would take this store's phrase writes elsewhere
             self._phrase_indexes[name] = phrase_index = PhraseIndex.load(path / folder, lock_timeout=self.lock_timeout)
             self._snapshots.add((path / folder).resolve())
@@ -72,22 +87,113 @@ class DirectorySync(PhraseIndexing):
         self._read_only.add(phrase_index.path.resolve())
 
     def _open_shared(self, path: Path) -> None:
-        """Open (or create, under the writer lock) the shared store directory and read what it holds."""
-        self._live = StoreDirectory(path, self.lock_timeout)
-        if not self._live.exists():
-            with self._live.writing():
-                if not self._live.exists():
-                    self._live.create(self._config)
+        """Open (or create) the shared store directory and read what it holds."""
+        self._live = StoreDirectory(path, self.lock_timeout, self._config)
         with self._lock.write():
             self._catch_up()
 
+    # ----------------------------------------------------------------- following other writers
     def _follow(self) -> None:
         """Before a read: catch up with writes other store objects or processes committed to the directory (not
         inside a read or write this thread already holds: that one sees one state throughout)."""
-        if self._live is not None and not self._lock.held_by_me() and self._live.changed():
+        if self._live is not None and not self._lock.held_by_me() and self._live.db.changed():
             with self._lock.write():
-                if self._live.changed():
-                    self._catch_up()
+                self._catch_up()
+
+    def _catch_up(self) -> None:
+        """Apply what other writers committed since this object last looked (store write lock held)."""
+        assert self._live is not None
+        changes = self._live.db.changes()
+        if changes:
+            self._apply(changes)
+
+    def _apply(self, changes: Changes) -> None:
+        db = self._db
+        if self.in_memory and changes.everything:
+            for name, items in self._inner.saved_collections():
+                self._reset(name, labels=any(isinstance(item, Label) for item in items.values()))
+            changes.collections, changes.labels = set(db.collections()), set(db.collections("labels"))
+        if self.in_memory:
+            for name in changes.collections:
+                self._reset(name, labels=False)
+                self._load_documents(name, db.items(name))
+            for name, bodies in changes.documents.items():
+                self._upsert(name, bodies)
+            for name in changes.labels:
+                self._reset(name, labels=True)
+                self._load_labels(name, db.items(name, "labels"))
+        full = changes.everything or changes.phrases or bool(changes.collections)
+        self._refresh_phrases(None if full else {name: set(bodies) for name, bodies in changes.documents.items()})
+
+    @property
+    def _db(self) -> StoreDatabase:
+        assert self._live is not None
+        return self._live.db
+
+    def _reset(self, name: str, labels: bool) -> None:
+        if labels:
+            self.inner.delete_labels(index=name)
+        else:
+            self._inner.write(name, lambda: self.inner.delete_documents(index=name))
+
+    def _load_documents(self, name: str, bodies: Iterable[dict[str, Any]]) -> None:
+        docs = [_parsed(document_from_body, body, name) for body in bodies]
+        if docs:
+            write = functools.partial(self.inner.write_documents, docs, index=name, duplicate_documents="overwrite")
+            self._inner.write(name, write)
+
+    def _load_labels(self, name: str, bodies: Iterable[dict[str, Any]]) -> None:
+        labels = [_parsed(Label.from_dict, body, name) for body in bodies]
+        if labels:
+            self.inner.write_labels(labels, index=name)
+
+    def _upsert(self, name: str, bodies: dict[str, dict[str, Any] | None]) -> None:
+        """Apply changed documents: one write of the current bodies, one deletion of the others."""
+        gone = [doc_id for doc_id, body in bodies.items() if body is None]
+        if gone:
+            self._inner.write(name, lambda: self.inner.delete_documents(index=name, ids=gone))
+        self._load_documents(name, [body for body in bodies.values() if body is not None])
+
+    def _refresh_phrases(self, changed: dict[str, set[str]] | None) -> None:
+        """Phrase indexes as the database names them, caught up, their phrases of documents not stored as encoded
+        left out of results (``changed``: only those of these documents need checking, unless a phrase index
+        changed; None: all)."""
+        live = self._live
+        assert live is not None
+        folders = self._db.phrase_folders()
+        for name in [n for n in self._phrase_indexes if n not in folders]:
+            del self._phrase_indexes[name]
+        for name, folder in folders.items():
+            where = live.path / folder
+            refuse_symlink(where)  # a linked folder would take this store's phrase writes elsewhere
+            current = self._phrase_indexes.get(name)
+            if current is not None and current.path == where and not current.hidden_passage_ids():
+                moved = current.refresh()  # (with hidden phrases: read afresh, some may belong to documents read now)
+                if not moved and changed is not None:
+                    self._hide_orphan_phrases(name, current, changed.get(name, set()))
+                    continue
+            else:
+                current = PhraseIndex.load(where, verify=False, lock_timeout=self.lock_timeout)
+                self._phrase_indexes[name] = current
+            self._hide_orphan_phrases(name, current)
+
+    # ----------------------------------------------------------------- writes
+    def _touch(self, index: str, ids: Iterable[str]) -> None:
+        """Record documents a write changed (committed with it)."""
+        if self._touched is not None:
+            self._touched.documents.setdefault(index, {}).update(dict.fromkeys(ids))
+
+    def _touch_all(self, index: str, labels: bool = False) -> None:
+        """Record that a write emptied ``index`` (and its labels)."""
+        if self._touched is not None:
+            self._touched.dropped.add(index)
+            self._touched.documents.pop(index, None)
+            if labels:
+                self._touched.labels.add(index)
+
+    def _touch_labels(self, index: str) -> None:
+        if self._touched is not None:
+            self._touched.labels.add(index)
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -95,66 +201,105 @@ class DirectorySync(PhraseIndexing):
         the store's write lock). A write that fails before its commit (a full disk included: IndexWriteError) is
         rolled back, in memory and in the phrase indexes, to the directory's committed state. Without a directory,
         just the write."""
-        if self._live is None:
+        live = self._live
+        if live is None:
             yield
             return
-        with self._live.writing() as first:
-            if first:
-                if self._live.changed():
-                    self._catch_up()
-                for name, phrase_index in list(self._phrase_indexes.items()):
-                    refuse_symlink(phrase_index.path)  # planted since the open: writes would land elsewhere
-                    if phrase_index.hidden_passage_ids():  # read afresh: what is stale now, under the lock
-                        phrase_index = self._reload_phrase_index(name, phrase_index)
-                    hidden = phrase_index.hidden_passage_ids()  # a crashed writer's phrases without documents
-                    if hidden:
-                        phrase_index.delete_passages(hidden)
+        with live.writing() as first:
             if not first:
                 yield
                 return
-            marks = {name: (p.path, len(p.passages)) for name, p in self._phrase_indexes.items()}
+            with write_errors("document store", live.path):
+                self._begin_write()
+            marks = {name: _mark(p) for name, p in self._phrase_indexes.items()}
+            self._touched = Touched()
             try:
-                with write_errors("document store", self._live.path):  # a full disk says so, as a typed error
+                with write_errors("document store", live.path):  # a full disk says so, as a typed error
                     yield
-                    live = self._live
-                    for name, phrase_index in self._phrase_indexes.items():
-                        assert phrase_index.path is not None and phrase_index.path.parent == live.path
-                        live.manifest["phrases"][name] = phrase_index.path.name
-                    for name in [n for n in live.manifest["phrases"] if n not in self._phrase_indexes]:
-                        del live.manifest["phrases"][name]
-                    live.commit()  # the documents first, then the phrases of deleted or changed ones
+                    stale = self._commit(marks)
             except BaseException:
-                self._roll_back(marks)  # nothing of the write was committed: back to the directory's state
+                self._roll_back(marks)
                 raise
-            self._delete_hidden_phrases()
-            live.remove_unlisted()
+            finally:
+                self._touched = None
+            self._delete_hidden_phrases()  # the documents first, then the phrases of deleted or changed ones
+            live.remove_unnamed(stale | set(live.new_folders))
 
-    def _roll_back(self, marks: dict[str, tuple[Path | None, int]]) -> None:
+    def _begin_write(self) -> None:
+        """Catch up; refuse phrase folders turned into links; delete the phrases left out of results (a crashed
+        writer's phrases without documents, read afresh under the lock)."""
+        if self._db.changed():
+            self._catch_up()
+        for name, phrase_index in list(self._phrase_indexes.items()):
+            refuse_symlink(phrase_index.path)  # planted since the open: writes would land elsewhere
+            if phrase_index.hidden_passage_ids():
+                phrase_index = self._reload_phrase_index(name, phrase_index)
+            hidden = phrase_index.hidden_passage_ids()
+            if hidden:
+                phrase_index.delete_passages(hidden)
+
+    def _commit(self, marks: dict[str, Mark]) -> set[str]:
+        """Commit the write in one database transaction; returns the phrase folders it stopped naming."""
+        db, touched = self._db, self._touched
+        assert touched is not None and self._live is not None
+        with db.transaction():
+            if self.in_memory:
+                for index in touched.dropped:
+                    db.drop(index)
+                for index, ids in touched.documents.items():
+                    self._commit_documents(db, index, list(ids))
+                for index in touched.labels:
+                    labels = self.inner.get_all_labels(index=index) if index in self.inner.indexes else []
+                    db.replace_labels(index, [label_body(label) for label in labels])
+            before = db.phrase_folders()
+            folders = {}
+            for name, phrase_index in self._phrase_indexes.items():
+                assert phrase_index.path is not None and phrase_index.path.parent == self._live.path
+                folders[name] = phrase_index.path.name
+            for name in before:
+                if name not in folders:
+                    db.set_phrase_folder(name, None)
+            for name, folder in folders.items():
+                if before.get(name) != folder:
+                    db.set_phrase_folder(name, folder)
+            if any(_mark(p) != marks.get(name) for name, p in self._phrase_indexes.items()):
+                db.phrases_changed()
+            if LAYER not in db.config:
+                db.set_config({**db.config, LAYER: self._config})
+        db.prune()
+        return set(before.values()) - set(folders.values())
+
+    def _commit_documents(self, db: StoreDatabase, index: str, ids: list[str]) -> None:
+        stored = self._inner.stored_documents(index) or {}
+        present = [stored[i] for i in ids if isinstance(stored.get(i), Document)]
+        db.put(index, [document_body(doc, index) for doc in present])
+        db.delete(index, [i for i in ids if not isinstance(stored.get(i), Document)])
+
+    def _roll_back(self, marks: dict[str, Mark]) -> None:
         """After a write that failed before its commit: remove the phrases it committed to phrase indexes the
-        directory already named (best effort), then read the directory's committed state afresh, in memory."""
+        directory already named and the folders it made (best effort), then read the directory's committed state
+        afresh, in memory."""
         assert self._live is not None
         for name, phrase_index in list(self._phrase_indexes.items()):
-            path, rows = marks.get(name, (None, 0))
+            path, rows, _ = marks.get(name, (None, 0, ""))
             if phrase_index.path is None or phrase_index.path != path or len(phrase_index.passages) <= rows:
-                continue  # a phrase index the failed write created is named by no commit: left out below
+                continue  # a phrase index the failed write created is named by no commit: removed below
             live_ids = set(phrase_index.live_passage_ids())
             added = [p["id"] for p in phrase_index.passages[rows:] if p["id"] in live_ids]
             try:
                 phrase_index.delete_passages(added)
             except (DphrError, OSError) as exc:
                 logger.warning("phrases of %d documents of a failed write stay on disk: %s", len(added), exc)
-        for name, items in self._inner.saved_collections():
-            kind = "labels" if any(isinstance(item, Label) for item in items.values()) else "documents"
-            self._reset_collection(kind, name)
+        try:
+            self._live.remove_unnamed(set(self._live.new_folders))
+        except DphrError as exc:
+            logger.warning("folders of a failed write stay on disk: %s", exc)
         self._phrase_indexes = {}
-        self._journal_read = {}
-        self._live.manifest, self._live.stamp = None, None
-        self._catch_up()
+        self._apply(Changes(everything=True, phrases=True))
 
     def _delete_hidden_phrases(self) -> None:
         """After a commit: delete the phrases the write left out of results (on failure they stay out of results,
         and the next write deletes them)."""
-        assert self._live is not None
         for name, phrase_index in list(self._phrase_indexes.items()):
             hidden = phrase_index.hidden_passage_ids()
             if not hidden:
@@ -175,113 +320,20 @@ class DirectorySync(PhraseIndexing):
         self._hide_orphan_phrases(name, fresh)
         return fresh
 
-    def _catch_up(self) -> None:
-        """Apply what other writers committed since this object last read the directory (store write lock held)."""
-        live = self._live
-        assert live is not None
-        before = live.manifest or {"documents": {}, "labels": {}, "phrases": {}}
-        manifest = live.read()
-        for kind in ("documents", "labels"):
-            for name, file in before[kind].items():
-                if manifest[kind].get(name) != file:  # deleted or replaced by a delete_index
-                    self._reset_collection(kind, name)
-                    self._journal_read.pop(file, None)
-            for name, file in manifest[kind].items():
-                start = self._journal_read.get(file, 0) if before[kind].get(name) == file else 0
-                end = committed_bytes(live.path, manifest, file)
-                if end < start:
-                    self._reset_collection(kind, name)
-                    start = 0
-                self._replay(kind, name, live.path / file, start, end)
-                self._journal_read[file] = end
-        for name in [n for n in self._phrase_indexes if n not in manifest["phrases"]]:
-            del self._phrase_indexes[name]
-        for name, folder in manifest["phrases"].items():
-            refuse_symlink(live.path / folder)  # a linked folder would take this store's phrase writes elsewhere
-            current = self._phrase_indexes.get(name)
-            if current is not None and current.path == live.path / folder and not current.hidden_passage_ids():
-                current.refresh()  # (with hidden phrases: read afresh, some may belong to documents read now)
-            else:
-                current = PhraseIndex.load(live.path / folder, verify=False, lock_timeout=self.lock_timeout)
-                self._phrase_indexes[name] = current
-            self._hide_orphan_phrases(name, current)
 
-    def _reset_collection(self, kind: str, index: str) -> None:
-        if kind == "documents":
-            self._inner.write(index, lambda: self.inner.delete_documents(index=index))
-        else:
-            self.inner.delete_labels(index=index)
+def _mark(phrase_index: PhraseIndex) -> Mark:
+    """What tells whether a write changed a phrase index: its folder, rows and committed counts."""
+    manifest = phrase_index.manifest
+    counts = json.dumps([manifest.get("counts"), manifest.get("faiss_file")], sort_keys=True)
+    return (phrase_index.path, len(phrase_index.passages), counts)
 
-    def _replay(self, kind: str, index: str, file: Path, start: int, end: int) -> None:
-        """Apply the journal lines of ``file`` in bytes ``start:end`` to the inner store."""
-        parse = document_from_json if kind == "documents" else Label.from_json
-        batch: list = []
-        batch_ids: set[str] = set()
 
-        def flush() -> None:
-            if batch and kind == "documents":
-                docs = list(batch)
-                self._inner.write(
-                    index,
-                    functools.partial(self.inner.write_documents, docs, index=index, duplicate_documents="overwrite"),
-                )
-            elif batch:
-                self.inner.write_labels(list(batch), index=index)
-            batch.clear()
-            batch_ids.clear()
-
-        for line_no, line in read_journal(file, start, end):
-            if not line.strip():
-                continue
-            try:
-                op = parse_op(line)
-                if op is None:
-                    item = parse(line)
-                    if item.id in batch_ids:  # an overwrite: Haystack keeps the first of one batch's duplicates
-                        flush()
-                    batch.append(item)
-                    batch_ids.add(item.id)
-                    continue
-                flush()
-                self._apply_op(kind, index, op)
-            except DphrError:
-                raise
-            except Exception as exc:
-                raise DocumentStoreError(
-                    f"{file}: line {line_no} after byte {start} is corrupted: {type(exc).__name__}: {exc}"
-                ) from exc
-        flush()
-
-    def _apply_op(self, kind: str, index: str, op: dict[str, Any]) -> None:
-        name = op["dphr_op"]
-        if name == "delete" and kind == "documents":
-            ids = [str(i) for i in op["ids"]]
-            self._inner.write(index, lambda: self.inner.delete_documents(index=index, ids=ids))
-        elif name == "meta" and kind == "documents":
-            if self._inner.has_document(index, op["id"]):
-                self.inner.update_document_meta(op["id"], dict(op["meta"]), index=index)
-        else:
-            raise ValueError(f"unknown journal operation {name!r}")
-
-    def _journal(self, kind: str, index: str, lines: list[str]) -> None:
-        """Stage journal lines for the commit of the current write (shared directories over the in-memory store;
-        Elasticsearch shares its documents and labels itself)."""
-        if self._live is not None and self.in_memory:
-            self._live.append(kind, index, lines)
-
-    def _journal_documents(self, index: str, ids: list[str]) -> None:
-        """Journal the stored state of these documents (after a write: what the duplicate policy kept)."""
-        if self._live is None or not self.in_memory:
-            return
-        docs = self._inner.documents_by_id(ids, index, batch_size=10_000)
-        self._journal("documents", index, [document_line(doc, index) for doc in docs])
-
-    def _journal_labels(self, index: str) -> None:
-        """Journal all labels of ``index`` anew (labels are few; their journal is rewritten on each change)."""
-        if self._live is None or not self.in_memory:
-            return
-        self._live.forget("labels", index)
-        self._journal("labels", index, [label.to_json() for label in self.inner.get_all_labels(index=index)])
+def _parsed(parse, body: dict[str, Any], name: str):
+    """A stored body as a Haystack object (IndexLoadError when it is not one)."""
+    try:
+        return parse(dict(body))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise IndexLoadError(f"a stored item of {name!r} is not a Haystack 1.x item: {exc}") from exc
 
 
 __all__ = ["DirectorySync"]

@@ -263,7 +263,7 @@ def test_dphr_eval_reuses_its_store_and_an_index_built_by_dphr_index(
     monkeypatch.setattr(PhraseModel, "iter_encoded_pieces", counted)
     store = tmp_path / "store"
     assert _eval(tmp_path, tiny_model_dir, questions, "first", "--corpus", str(corpus), "--store", str(store)) == 0
-    assert encodings["n"] > 0 and (store / "phrase_store.json").is_file()
+    assert encodings["n"] > 0 and (store / "store.sqlite3").is_file()
     # The second run opens the store: no phrase is encoded again, and the answers are the same.
     encodings["n"] = 0
     assert _eval(tmp_path, tiny_model_dir, questions, "second", "--corpus", str(corpus), "--store", str(store)) == 0

@@ -1,28 +1,43 @@
-"""The Haystack 2.x store never writes its documents file through a symbolic link planted in its directory, and refuses
-a damaged documents file untouched."""
+"""The Haystack 2.x store never writes through a symbolic link planted in its directory, and refuses a damaged store
+database or a damaged documents file of an earlier version untouched."""
 
 from __future__ import annotations
+
+import gc
 
 import pytest
 from haystack import Document
 
-from dphr_haystack.errors import IndexLoadError, UnsafePathError
+from dphr_haystack.errors import IndexLoadError
 from dphr_haystack.haystack2 import PhraseDocumentStore
 
 
-def test_a_linked_documents_file_is_refused(tmp_path):
+def test_a_linked_store_database_is_refused(tmp_path):
     folder = tmp_path / "store"
     folder.mkdir()
-    target = tmp_path / "outside.jsonl"
+    target = tmp_path / "outside.sqlite3"
     target.write_bytes(b"")
-    (folder / "documents.jsonl").symlink_to(target)
-    store = PhraseDocumentStore(path=str(folder))
-    with pytest.raises(UnsafePathError, match="documents.jsonl"):
-        store.write_documents([Document(content="Paris is in France.", id="p")])
+    (folder / "store.sqlite3").symlink_to(target)
+    with pytest.raises(IndexLoadError, match="store.sqlite3"):
+        PhraseDocumentStore(path=str(folder))
     assert target.read_bytes() == b""
-    (folder / "documents.jsonl").unlink()
+    (folder / "store.sqlite3").unlink()
+    store = PhraseDocumentStore(path=str(folder))
     store.write_documents([Document(content="The Nile flows north.", id="n")])
-    assert (folder / "documents.jsonl").is_file() and not (folder / "documents.jsonl").is_symlink()
+    assert (folder / "store.sqlite3").is_file() and not (folder / "store.sqlite3").is_symlink()
+
+
+@pytest.mark.parametrize("content", [b"my own notes\n", b"SQLite format 3\x00" + b"\x01" * 200])
+def test_a_damaged_store_database_is_refused_untouched(tmp_path, content):
+    folder = tmp_path / "store"
+    PhraseDocumentStore(path=str(folder)).write_documents([Document(id="ok", content="fine")])
+    gc.collect()  # the store's connection closed (a live one would checkpoint over the damage)
+    for leftover in folder.glob("store.sqlite3-*"):
+        leftover.unlink()
+    (folder / "store.sqlite3").write_bytes(content)
+    with pytest.raises(IndexLoadError, match="store.sqlite3"):
+        PhraseDocumentStore(path=str(folder))
+    assert (folder / "store.sqlite3").read_bytes() == content  # refused, not replaced
 
 
 DAMAGED_DOCUMENTS = {
@@ -38,10 +53,11 @@ DAMAGED_DOCUMENTS = {
 
 
 @pytest.mark.parametrize("case", list(DAMAGED_DOCUMENTS))
-def test_a_damaged_documents_file_is_an_index_load_error(tmp_path, case):
+def test_a_damaged_documents_file_of_an_earlier_version_is_refused_untouched(tmp_path, case):
     folder = tmp_path / "store"
-    PhraseDocumentStore(path=str(folder)).write_documents([Document(id="ok", content="fine")])
+    folder.mkdir()
     (folder / "documents.jsonl").write_bytes(DAMAGED_DOCUMENTS[case])
     with pytest.raises(IndexLoadError, match="documents.jsonl"):
         PhraseDocumentStore(path=str(folder))
-    assert (folder / "documents.jsonl").read_bytes() == DAMAGED_DOCUMENTS[case]  # refused, not rewritten
+    assert (folder / "documents.jsonl").read_bytes() == DAMAGED_DOCUMENTS[case]  # refused, not converted
+    assert not (folder / "store.sqlite3").exists()

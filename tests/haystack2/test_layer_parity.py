@@ -169,13 +169,14 @@ def test_each_layer_serves_the_phrase_index_the_other_built(tiny_model_dir, tmp_
     store.attach_phrase_index(built_by_hs1)
     assert store.pending_documents() == [] and store.phrase_count() == 6
     _assert_same_results(hs1["results"], _hs2_results(store, tiny_model_dir))
-    # a Haystack 2 store's phrase index (its directory's phrases/), attached to a 1.x store
+    # a Haystack 2 store's phrase index (the phrase folder of its directory), attached to a 1.x store
     persistent = _hs2_store(tmp_path / "hs2-store")
     persistent.update_phrases(load_phrase_model(str(tiny_model_dir), "cpu"))
     expected = _hs2_results(persistent, tiny_model_dir)
+    folder = persistent.phrase_index.path
     persistent.close()
-    attached = _run_hs1(tmp_path, tiny_model_dir, tmp_path / "hs1-attached", tmp_path / "hs2-store" / "phrases")
-    assert attached["passages"] == _live_passages(PhraseIndex.load(tmp_path / "hs2-store" / "phrases"))
+    attached = _run_hs1(tmp_path, tiny_model_dir, tmp_path / "hs1-attached", folder)
+    assert attached["passages"] == _live_passages(PhraseIndex.load(folder))
     _assert_same_results(attached["results"], expected)
 
 

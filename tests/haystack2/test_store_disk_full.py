@@ -1,5 +1,6 @@
-"""Disk full under the Haystack 2 ``PhraseDocumentStore(path=...)``: ENOSPC at every write step of a write, a phrase
-update, a delete and an overwrite (the walk and its assertions: tests/reliability/_disk_full.py)."""
+"""Disk full under the Haystack 2 ``PhraseDocumentStore(path=...)``: ENOSPC at every write step (phrase files and
+store database) of a write, a phrase update, a delete and an overwrite (the walk and its assertions:
+tests/reliability/_disk_full.py)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ def squad_passages() -> list[dict]:
 
 @pytest.fixture
 def hs2(monkeypatch, tiny_model, squad_passages):
-    from dphr_haystack.haystack2 import PhraseDocumentStore, store_directory
+    from dphr_haystack.haystack2 import PhraseDocumentStore
 
-    disk = DiskFull(monkeypatch, writers=(store_directory,))
+    disk = DiskFull(monkeypatch, database=True)
     opened: list = []
 
     def open_store(path: Path):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -98,16 +98,17 @@ def test_persistent_store_reopens_with_documents_and_phrases(tiny_model, hs2_doc
 
 
 def test_reopen_after_a_crash_between_phrase_and_document_commits(tiny_model, hs2_docs, tmp_path, one_torch_thread):
-    """Phrases whose document the directory lacks (documents.jsonl older than phrases/) are dropped on open;
+    """Phrases whose document the database lacks (phrase files commit before the database) are left out on open;
     documents without phrases are encoded again."""
     path = tmp_path / "store"
     store = PhraseDocumentStore(path=str(path), progress_bar=False)
     store.write_documents(hs2_docs)
     store.update_phrases(tiny_model)
-    lines = (path / "documents.jsonl").read_text().splitlines()
-    del store
-    kept = [line for line in lines if json.loads(line)["id"] != "p4"]
-    (path / "documents.jsonl").write_text("\n".join(kept) + "\n")  # as if the process died before saving documents
+    store.close()
+    raw = sqlite3.connect(path / "store.sqlite3")
+    raw.execute("DELETE FROM documents WHERE id = 'p4'")  # as if the process died before the database commit
+    raw.commit()
+    raw.close()
     reopened = PhraseDocumentStore(path=str(path), progress_bar=False)
     assert reopened.count_documents() == 5 and reopened.phrase_count() == 5
     assert "p4" not in _phrase_ids(reopened, tiny_model)
@@ -148,20 +149,20 @@ def test_documents_without_text_are_stored_but_not_encoded(tiny_model, one_torch
 _KILLED_RUN = """
 import os, sys
 from haystack import Document
-import dphr_haystack.encode.add as adding
+import dphr_haystack.haystack2.phrase_updates as updates
 from dphr_haystack import PhraseModel
 from dphr_haystack.haystack2 import PhraseDocumentStore
 
-add_encoded = adding.add_encoded  # encodes and commits one chunk (streamed into an on-disk index)
+encode_shard = updates.encode_shard  # encodes one chunk (committed after it returns)
 calls = []
 
-def dying_add_encoded(index, model, passages, batch_size):
+def dying_encode_shard(*args):
     calls.append(1)
     if len(calls) == 2:
         os._exit(17)  # killed while encoding the second chunk: after the first chunk's commit
-    add_encoded(index, model, passages, batch_size)
+    return encode_shard(*args)
 
-adding.add_encoded = dying_add_encoded
+updates.encode_shard = dying_encode_shard
 store = PhraseDocumentStore(path=sys.argv[1], progress_bar=False)
 store.write_documents([Document(id=f"d{i}", content=f"Document number {i} is about Paris.") for i in range(6)])
 store.update_phrases(PhraseModel.load(sys.argv[2]), chunk_size=2)

@@ -1,12 +1,15 @@
 """The Haystack 2 store's directory is never lost: two processes on one path, kills during delete and overwrite,
-damaged or planted entries in the directory (refused at open, nothing changed on disk)."""
+damaged or planted entries in the directory (refused at open, nothing changed on disk), a damaged directory of an
+earlier version (refused at conversion)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +19,10 @@ from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
 from dphr_haystack.documents.passages import encoded_as
+from dphr_haystack.encode.add import add_passages
 from dphr_haystack.errors import IndexLoadError, UnsafePathError
 from dphr_haystack.haystack2 import PhraseDocumentStore
+from dphr_haystack.index.phrase_index import PhraseIndex
 from tests.reliability._crash import run_forked
 
 pytestmark = [pytest.mark.unit, pytest.mark.skipif(not hasattr(os, "fork"), reason="forks child processes")]
@@ -113,40 +118,73 @@ def _store_with_phrases(path: Path, model, docs) -> None:
     store.close()
 
 
-@pytest.mark.parametrize("damage", ["missing", "fifo", "directory"])
-def test_opening_a_store_without_its_documents_file_changes_nothing(tmp_path, tiny_model, hs2_docs, damage):
+def _closed(path: Path) -> None:
+    """The store database of ``path`` with no connection left open (its log folded into the file)."""
+    gc.collect()
+    raw = sqlite3.connect(path / "store.sqlite3")
+    raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    raw.close()
+
+
+@pytest.mark.parametrize("damage", ["fifo", "directory", "symbolic link"])
+def test_opening_a_store_whose_database_is_not_a_file_changes_nothing(tmp_path, tiny_model, hs2_docs, damage):
     path = tmp_path / "store"
     _store_with_phrases(path, tiny_model, hs2_docs)
-    (path / "documents.jsonl").unlink()
+    _closed(path)
+    (path / "store.sqlite3").rename(tmp_path / "kept.sqlite3")
     if damage == "fifo":
-        os.mkfifo(path / "documents.jsonl")
+        os.mkfifo(path / "store.sqlite3")
     elif damage == "directory":
-        (path / "documents.jsonl").mkdir()
+        (path / "store.sqlite3").mkdir()
+    else:
+        (path / "store.sqlite3").symlink_to(tmp_path / "kept.sqlite3")
     before = _snapshot(tmp_path)
-    with pytest.raises(IndexLoadError, match="documents.jsonl"):
+    with pytest.raises(IndexLoadError, match="store.sqlite3"):
         PhraseDocumentStore(path=str(path), progress_bar=False)
     assert _snapshot(tmp_path) == before
 
 
-def test_a_linked_phrases_directory_is_refused_at_open_and_at_write(tmp_path, tiny_model, hs2_docs):
+@pytest.mark.parametrize("damage", ["missing", "emptied"])
+def test_an_earlier_directory_without_its_documents_beside_phrases_is_refused(tmp_path, tiny_model, hs2_docs, damage):
+    """A directory of an earlier version (``documents.jsonl`` + ``phrases/``) whose documents file is gone or empty is
+    refused at conversion, not read as a store without documents."""
+    path = tmp_path / "store"
+    path.mkdir()
+    index = PhraseIndex.create(tiny_model, path=path / "phrases", filter_threshold=tiny_model.config.filter_threshold)
+    add_passages(index, tiny_model, [{"id": d.id, "text": d.content} for d in hs2_docs], progress=False)
+    if damage == "emptied":
+        (path / "documents.jsonl").write_bytes(b"")
+    before = _snapshot(tmp_path)
+    with pytest.raises(IndexLoadError, match="documents.jsonl"):
+        PhraseDocumentStore(path=str(path), progress_bar=False)
+    after = _snapshot(tmp_path)
+    assert {k: v for k, v in after.items() if k != str(path / ".dphr.lock")} == before  # the writer lock aside
+
+
+def test_a_linked_phrase_folder_is_refused_at_open_and_never_written_through(tmp_path, tiny_model, hs2_docs):
     victim = tmp_path / "victim"
     _store_with_phrases(victim, tiny_model, hs2_docs[:3])
     path = tmp_path / "store"
     _store_with_phrases(path, tiny_model, hs2_docs[3:])
-    shutil.rmtree(path / "phrases")
-    (path / "phrases").symlink_to(victim / "phrases")
-    before = _snapshot(victim)
-    with pytest.raises(UnsafePathError, match="phrases"):
+    shutil.rmtree(path / "phrases-0")
+    (path / "phrases-0").symlink_to(victim / "phrases-0")
+    before = _snapshot(victim / "phrases-0")
+    with pytest.raises(UnsafePathError, match="phrases-0"):
         PhraseDocumentStore(path=str(path), progress_bar=False)
-    # planted after opening (the store had no phrases yet): every write refuses, the victim is untouched
-    (path / "phrases").unlink()
-    store = PhraseDocumentStore(path=str(path), progress_bar=False)
-    (path / "phrases").symlink_to(victim / "phrases")
-    with pytest.raises(UnsafePathError, match="phrases"):
-        store.update_phrases(tiny_model)
-    with pytest.raises(UnsafePathError, match="phrases"):
+    # planted where a store without phrases would make its folder: it makes another one
+    fresh = tmp_path / "fresh"
+    store = PhraseDocumentStore(path=str(fresh), progress_bar=False)
+    store.write_documents(hs2_docs[3:])
+    (fresh / "phrases-0").symlink_to(victim / "phrases-0")
+    assert store.update_phrases(tiny_model) == 3 and store.phrase_index.path.name == "phrases-1"
+    # planted in place of an open store's phrase folder: every write refuses
+    (fresh / "phrases-1").rename(tmp_path / "moved")
+    (fresh / "phrases-1").symlink_to(victim / "phrases-0")
+    with pytest.raises(UnsafePathError, match="phrases-1"):
         store.delete_documents(["p3"])
-    assert _snapshot(victim) == before
+    with pytest.raises(UnsafePathError, match="phrases-1"):
+        store.write_documents([Document(id="x", content="Another document.")])
+    assert _snapshot(victim / "phrases-0") == before
 
 
 # ----------------------------------------------------------------- kills during delete and overwrite
@@ -211,14 +249,14 @@ def test_kills_during_delete_and_overwrite_leave_every_document_answerable(
     assert outcomes["old"] >= 1 and outcomes["new"] >= 1
 
 
-def test_a_documents_file_removed_under_an_open_store_is_refused_not_emptied(tmp_path, hs2_docs):
+def test_a_database_removed_under_an_open_store_is_refused_not_emptied(tmp_path, hs2_docs):
     path = tmp_path / "store"
     store = PhraseDocumentStore(path=str(path), progress_bar=False)
     store.write_documents(hs2_docs)
-    (path / "documents.jsonl").rename(tmp_path / "moved.jsonl")
-    with pytest.raises(IndexLoadError, match="documents.jsonl"):
+    (path / "store.sqlite3").rename(tmp_path / "moved.sqlite3")
+    with pytest.raises(IndexLoadError, match="store.sqlite3"):
         store.write_documents([Document(id="x", content="A new document.")])
-    assert not (path / "documents.jsonl").exists()
-    (tmp_path / "moved.jsonl").rename(path / "documents.jsonl")
+    assert not (path / "store.sqlite3").exists()
+    (tmp_path / "moved.sqlite3").rename(path / "store.sqlite3")
     store.write_documents([Document(id="x", content="A new document.")])
     assert store.count_documents() == 7

@@ -4,8 +4,9 @@ A *zygote* process imports dphr_haystack (and Haystack) once, then forks one chi
 in milliseconds. A child can be killed two ways:
 
 * ``kill_at=N``: the child SIGKILLs itself just before its N-th durability step: ``os.fsync``, ``os.replace``,
-  ``os.rename``, ``shutil.rmtree`` or the atomic directory exchange. Every step of a commit or a save is a
-  possible crash point, so a test can walk through all of them.
+  ``os.rename``, ``shutil.rmtree``, the atomic directory exchange or the commit of a store database transaction
+  (SQLite fsyncs in C: the kill lands just before its ``COMMIT``). Every step of a commit or a save is a possible
+  crash point, so a test can walk through all of them.
 * ``kill_after``: the test SIGKILLs the child from outside after that many seconds (a crash at a random moment).
 
 Protocol: one JSON job per line on the zygote's stdin; it answers ``{"started": pid}`` and, when the child has
@@ -121,6 +122,27 @@ def _arm(kill_at: int | None, counter: list[int]) -> None:
 
     for owner, name in ((os, "fsync"), (os, "replace"), (os, "rename"), (shutil, "rmtree"), (_atomic, "exchange")):
         wrap(owner, name)
+    _arm_database(kill_at, counter)
+
+
+def _arm_database(kill_at: int | None, counter: list[int]) -> None:
+    """Count each store database commit as a durability step (SIGKILL just before its ``COMMIT``)."""
+    import contextlib
+
+    from dphr_haystack.documents.database import StoreDatabase
+
+    begin = StoreDatabase._begin
+
+    @contextlib.contextmanager
+    def counted(self, immediate: bool = True):
+        with begin(self, immediate):
+            yield
+            if immediate and self._depth == 1:  # the outermost transaction, about to commit
+                counter[0] += 1
+                if kill_at is not None and counter[0] == kill_at:
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+    StoreDatabase._begin = counted
 
 
 def run_forked(open_store, job, kill_at: int) -> tuple[int | None, int]:

@@ -2,7 +2,9 @@
 
 A write step is a call that can run out of space: ``write``, ``flush`` or ``truncate`` of a file the index modules
 open for writing (``open_no_follow`` in ``index.columns``, ``index.storage`` and ``_util.atomic``), ``os.fsync``,
-``os.replace``, the atomic directory exchange, a temporary directory made by a save and a FAISS file write.
+``os.replace``, the atomic directory exchange, a temporary directory made by a save, a FAISS file write and, with
+``database=True``, each statement and each commit of a store database (SQLite writes in C: there the step raises
+``sqlite3.OperationalError("database or disk is full")``, as SQLite does).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import contextlib
 import errno
 import os
 import shutil
+import sqlite3
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,26 +27,51 @@ from dphr_haystack import DphrError, PhraseIndex
 class DiskFull:
     """Installed with ``monkeypatch``; inside :meth:`armed` counts write steps and raises ENOSPC at ``fail_at``."""
 
-    def __init__(self, monkeypatch, writers: tuple = (), temp_dirs: tuple = ()) -> None:
-        """``writers``: further modules whose ``open_no_follow`` opens files for writing (a store's journals and
-        documents files); ``temp_dirs``: further modules whose ``make_temp_dir`` is a write step (a store's save)."""
+    def __init__(self, monkeypatch, writers: tuple = (), temp_dirs: tuple = (), database: bool = False) -> None:
+        """``writers``: further modules whose ``open_no_follow`` opens files for writing (a store's documents files);
+        ``temp_dirs``: further modules whose ``make_temp_dir`` is a write step (a store's save); ``database``: the
+        store database's statements and commits are write steps too."""
         import faiss
 
         from dphr_haystack._util import atomic
         from dphr_haystack._util import nofollow as nofollow_module
-        from dphr_haystack.index import columns, phrase_index, storage
+        from dphr_haystack.index import columns, phrase_index, storage, structures
 
         self.steps = 0
         self.fail_at: int | None = None
         self.active = False
         self.log: list[str] = []
         opener = nofollow_module.open_no_follow
-        for module in (columns, storage, atomic, *writers):
+        for module in (columns, storage, structures, atomic, *writers):
             monkeypatch.setattr(module, "open_no_follow", lambda *a, **k: _Handle(self, opener(*a, **k)))
         for owner, name in ((os, "fsync"), (os, "replace"), (atomic, "exchange"), (faiss, "write_index")):
             monkeypatch.setattr(owner, name, self._wrap(getattr(owner, name), name))
         for module in (phrase_index, *temp_dirs):
             monkeypatch.setattr(module, "make_temp_dir", self._wrap(module.make_temp_dir, "mkdir"))
+        if database:
+            self._wrap_database(monkeypatch)
+
+    def _wrap_database(self, monkeypatch) -> None:
+        from dphr_haystack.documents.database import StoreDatabase
+
+        write, begin = StoreDatabase._write, StoreDatabase._begin
+
+        def full() -> Exception:
+            return sqlite3.OperationalError("database or disk is full")
+
+        def statement(db, sql, rows):
+            self.step("database write", full)
+            return write(db, sql, rows)
+
+        @contextlib.contextmanager
+        def transaction(db, immediate: bool = True):
+            with begin(db, immediate):
+                yield
+                if immediate and db._depth == 1:
+                    self.step("database commit", full)
+
+        monkeypatch.setattr(StoreDatabase, "_write", statement)
+        monkeypatch.setattr(StoreDatabase, "_begin", transaction)
 
     def _wrap(self, function, name: str):
         def step(*args, **kwargs):
@@ -52,12 +80,14 @@ class DiskFull:
 
         return step
 
-    def step(self, name: str) -> None:
+    def step(self, name: str, error: Callable[[], Exception] | None = None) -> None:
         if not self.active:
             return
         self.steps += 1
         self.log.append(name)
         if self.steps == self.fail_at:
+            if error is not None:
+                raise error()
             raise OSError(errno.ENOSPC, f"No space left on device (injected at step {self.steps}: {name})")
 
     @contextlib.contextmanager

@@ -253,6 +253,29 @@ def test_many_processes_share_one_index_and_one_store(tmp_path, tiny_model, mode
     _run_store_processes(tmp_path / "store", model_dir, writers=4, readers=2, rounds=8)
 
 
+def _store_digest(path: Path) -> dict[str, str]:
+    """A store directory's files (the database files aside) and the database's committed content."""
+    import sqlite3
+
+    digest = {k: v for k, v in _tree_digest(path).items() if not k.startswith("store.sqlite3")}
+    raw = sqlite3.connect(f"file:{path / 'store.sqlite3'}?mode=ro", uri=True)
+    try:
+        digest["store.sqlite3"] = hashlib.sha256("\n".join(raw.iterdump()).encode()).hexdigest()
+    finally:
+        raw.close()
+    return digest
+
+
+KILLED_MID_WRITE = """
+import os, sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+db.execute("INSERT INTO documents VALUES ('document', 'ghost', '{}', 0)")
+db.execute("INSERT INTO changes (kind, collection, id) VALUES ('document', 'document', 'ghost')")
+os.kill(os.getpid(), 9)
+"""
+
+
 def test_a_crashed_writers_leftovers_are_ignored_then_cleaned(tmp_path, tiny_model_dir, tiny_model):
     from haystack.schema import Document
 
@@ -262,18 +285,18 @@ def test_a_crashed_writers_leftovers_are_ignored_then_cleaned(tmp_path, tiny_mod
     store = PhraseDocumentStore(path=str(path), progress_bar=False)
     retriever = PhraseRetriever(document_store=store, model=str(tiny_model_dir), device="cpu")
     store.index_documents([Document(content=p["text"], id=p["id"]) for p in tiny_passages()[:3]], retriever)
-    journal = path / store._live.manifest["documents"]["document"]
-    # A writer killed mid-write: journal bytes past the committed length, phrases of a document never committed.
-    with journal.open("ab") as handle:
-        handle.write(b'{"content": "half a docu')
+    # A writer killed mid-write: a database transaction never committed, phrases of a document never committed.
+    killed = subprocess.run([sys.executable, "-c", KILLED_MID_WRITE, str(path / "store.sqlite3")], cwd=ROOT)
+    assert killed.returncode == -9
     orphan = PhraseIndex.load(store.get_phrase_index().path)
     add_passages(orphan, tiny_model, tiny_passages()[3:4], progress=False)
 
-    before = _tree_digest(path)
+    before = _store_digest(path)
     reader = PhraseDocumentStore(path=str(path))
     assert reader.get_document_count() == 3 and reader.get_phrase_document_count() == 3  # the orphan is hidden
-    assert _tree_digest(path) == before  # opening and reading wrote nothing
+    assert reader.get_document_by_id("ghost") is None
+    assert _store_digest(path) == before  # opening and reading wrote nothing
     reader.write_documents([Document(content=tiny_passages()[4]["text"], id="p4")])  # the next write cleans up
     assert PhraseIndex.load(store.get_phrase_index().path).passage_row("p3") is None
-    assert PhraseDocumentStore(path=str(path)).get_document_count() == 4
-    assert b"half a docu" not in journal.read_bytes()
+    fresh = PhraseDocumentStore(path=str(path))
+    assert fresh.get_document_count() == 4 and fresh.get_document_by_id("ghost") is None

@@ -200,8 +200,7 @@ def saved_store(tmp_path_factory, model_dir, squad_passages) -> Path:
 @pytest.mark.parametrize(
     "name",
     [
-        "phrase_store.json",
-        "documents-0.jsonl",
+        "store.sqlite3",
         "phrases-0/manifest.json",
         "phrases-0/vectors.bin",
         "phrases-0/passages.jsonl",

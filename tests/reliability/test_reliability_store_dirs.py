@@ -1,5 +1,6 @@
-"""The Haystack 1.x shared store directory: kills during delete and overwrite leave every stored document with its
-phrases; a symbolic link in place of a phrase folder is refused at open and at write, its target untouched."""
+"""The Haystack 1.x shared store directory: kills during delete, overwrite and a re-encoding of every document leave
+every stored document with its phrases; a symbolic link in place of a phrase folder is refused at open and at write,
+its target untouched."""
 
 from __future__ import annotations
 
@@ -133,8 +134,37 @@ def test_kills_during_delete_and_overwrite_leave_every_document_answerable(tmp_p
     assert outcomes["old"] >= 1 and outcomes["new"] >= 1
 
 
-def test_an_overwrite_journaled_after_its_original_survives_a_reopen(tmp_path):
-    """The journal holds the original and the overwrite of one id with no operation between: the later one wins."""
+def test_reencoding_killed_at_every_step_leaves_every_document_its_phrases(tmp_path, model_dir):
+    """``update_embeddings(update_existing_embeddings=True)`` replaces each chunk's phrases in one phrase commit: a
+    kill at any durability step leaves each document its old phrases or its new ones, never none."""
+    import faiss
+    from haystack.schema import Document
+
+    faiss.omp_set_num_threads(1)
+    clean = tmp_path / "clean"
+    _store(clean, model_dir, tiny_documents(Document))
+
+    def job(store) -> None:
+        from dphr_haystack.nodes import PhraseRetriever
+
+        retriever = PhraseRetriever(document_store=store, model=str(model_dir), device="cpu", batch_size=8)
+        store.update_embeddings(retriever, update_existing_embeddings=True, batch_size=2)
+
+    probe = tmp_path / "probe"
+    shutil.copytree(clean, probe)
+    _, steps = _forked(job, probe, 0)
+    assert steps > 0
+    for kill_at in range(1, steps + 1):
+        path = tmp_path / f"killed-at-{kill_at}"
+        shutil.copytree(clean, path)
+        assert _forked(job, path, kill_at)[0] == signal.SIGKILL
+        store, _ = _assert_answerable(path, model_dir)
+        assert store.get_phrase_document_count() == len(tiny_documents(Document))
+    print(f"re-encoding: {steps} kill points, every document kept its phrases")
+
+
+def test_an_overwrite_committed_after_its_original_survives_a_reopen(tmp_path):
+    """The original and the overwrite of one id in two writes: the later one wins after a reopen."""
     from haystack.schema import Document
 
     from dphr_haystack.nodes import PhraseDocumentStore

@@ -2,8 +2,8 @@
 overwrite and a save, for the Haystack 1.x ``PhraseDocumentStore(path=...)`` (the Haystack 2 store's walk:
 tests/haystack2/test_store_disk_full.py).
 
-Every write step of one operation (counted by :class:`~tests.reliability._disk_full.DiskFull`, the store's journal,
-documents file and manifest writes included) is made to fail in turn. After each failure: a typed error that says
+Every write step of one operation (counted by :class:`~tests.reliability._disk_full.DiskFull`, the store database's
+statements and commits included) is made to fail in turn. After each failure: a typed error that says
 the disk is full; the same store object and a freshly opened store hold exactly the last acknowledged state (the
 documents, the documents with phrases, the phrase search results; no phrase of a document the store does not hold
 as encoded); the next write succeeds and is what a store that never failed holds. Skipped where farm-haystack is not
@@ -41,9 +41,9 @@ QUERIES = ["Who founded the city?", "When was it built?", "What is the capital?"
 # ----------------------------------------------------------------- Haystack 1.x
 @pytest.fixture
 def hs1(monkeypatch, model_dir, squad_passages):
-    from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever, live, persistence
+    from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever
 
-    disk = DiskFull(monkeypatch, writers=(live,), temp_dirs=(persistence,))
+    disk = DiskFull(monkeypatch, database=True)
 
     def open_store(path: Path) -> PhraseDocumentStore:
         return PhraseDocumentStore(path=str(path), progress_bar=False)
@@ -161,7 +161,8 @@ def test_hs1_overwrite_disk_full(hs1, tmp_path):
 
 @HS1
 def test_hs1_save_disk_full(hs1, tmp_path):
-    """``save`` to another directory: a typed error, the source store and the target's previous copy unchanged."""
+    """``save`` to another directory: a typed error, the source store and the target's previous copy unchanged, no
+    half-written folder left in the target."""
     disk, open_store, retriever, state, documents = hs1
     from dphr_haystack.nodes import PhraseDocumentStore
 
@@ -179,6 +180,7 @@ def test_hs1_save_disk_full(hs1, tmp_path):
     for k in range(1, steps + 1):
         copy_store(tmp_path / "previous", target)
         previous_state = state(PhraseDocumentStore.load(target))
+        previous_entries = _entries(target)
         try:
             error = None
             try:
@@ -188,16 +190,21 @@ def test_hs1_save_disk_full(hs1, tmp_path):
                 error = exc
             assert_store_state(state(source), want, "source store")
             assert_store_state(state(open_store(base)), want, "source reopened")
-            if error is None:  # failed after the swap (an fsync of the directory): the copy is saved
+            if error is None:  # failed after the commit (removing the old folders): the copy is saved
                 assert_store_state(state(PhraseDocumentStore.load(target)), want, "saved copy, rolled forward")
             else:
                 assert state(PhraseDocumentStore.load(target)) == previous_state, "the target lost its previous copy"
                 assert_disk_full_error(error)
-            leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".target")]
-            assert not leftovers, f"temporary directories left behind: {leftovers}"
+                leftovers = sorted(_entries(target) - previous_entries)
+                assert not leftovers, f"folders of the failed save left behind: {leftovers}"
             source.save(target)
             assert_store_state(state(PhraseDocumentStore.load(target)), want, "saved copy")
         except Exception as exc:
             failures.append(f"ENOSPC at step {k}/{steps} ({names[k - 1]}): {type(exc).__name__}: {str(exc)[:300]}")
     print(f"1.x save: {steps} write steps {names}; {steps - len(failures)} of {steps} passed")
     assert not failures, "\n".join(failures)
+
+
+def _entries(folder: Path) -> set[str]:
+    """What a store directory holds, its database files and lock aside."""
+    return {p.name for p in folder.iterdir() if not p.name.startswith(("store.sqlite3", ".dphr"))}

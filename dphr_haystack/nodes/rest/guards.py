@@ -32,6 +32,7 @@ from ...errors import (
     IndexWriteError,
     InputTooLargeError,
     ModelLoadError,
+    ReadOnlyStoreError,
 )
 from .settings import MAX_UPLOAD_BYTES_ENV
 
@@ -51,13 +52,16 @@ def typed_cause(exc: BaseException) -> BaseException | None:
 
 
 def error_status(exc: BaseException) -> int:
-    """The HTTP status of an error: 413 over a bound, 503 a locked store, 507 a full disk, 500 a server-side model
-    or index failure, 400 any other typed error (bad parameters, an invalid query, an unsafe path), 500 the rest."""
+    """The HTTP status of an error: 413 over a bound, 403 a read-only store, 503 a locked store, 507 a full disk, 500
+    a server-side model or index failure, 400 any other typed error (bad parameters, an invalid query, an unsafe
+    path), 500 the rest."""
     typed = typed_cause(exc)
     if typed is None:
         return 500
     if isinstance(typed, InputTooLargeError):
         return 413
+    if isinstance(typed, ReadOnlyStoreError):  # the store can be read, never written: not a passing lock
+        return 403
     if isinstance(typed, DirectoryLockedError):
         return 503
     if isinstance(typed, IndexWriteError):  # nothing was written: 507 Insufficient Storage when the disk is full
