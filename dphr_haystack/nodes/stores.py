@@ -130,6 +130,7 @@ class InMemoryInnerStore(InnerStore):
         # Haystack's in-memory BM25 query writes each hit's score into the stored Document before copying it, so
         # two concurrent queries could swap scores: they take this mutex (its write lock) in turn.
         self._bm25_mutex = ReadWriteLock()
+        self._bm25_stale: set[str] = set()  # indexes whose BM25 representation is rebuilt at their next query
 
     def _docs(self, index: str) -> dict[str, Any]:
         return self.store.indexes.get(index, {})
@@ -198,38 +199,43 @@ class InMemoryInnerStore(InnerStore):
     def write(self, index: str, call: Callable[[], object]) -> None:
         """Run a write on the store; a failure restores the index as it was.
 
-        Haystack's in-memory store stores documents before it rebuilds BM25, so a failing rebuild would leave
-        them half written. A corpus with no token at all (only empty or non-text documents) makes rank_bm25 divide
-        by zero: the index then simply has no BM25 representation (``query`` returns nothing) until it has text.
+        Haystack's in-memory store rebuilds BM25 over the whole index on every write (O(corpus) per write, so
+        ingesting in batches grows quadratically) and stores documents before the rebuild, so a failing rebuild would
+        leave them half written. Here a write only marks the index's BM25 stale; its next BM25 query rebuilds it once.
         """
         indexes = self.store.indexes
         before = dict(indexes[index]) if index in indexes else None
+        bm25, self.store.use_bm25 = self.store.use_bm25, False
         try:
             call()
-        except ZeroDivisionError:
-            self.store.bm25.pop(index, None)
         except BaseException:
-            after = indexes.get(index)
-            changed = (
-                after is None
-                or len(after) != len(before or {})
-                or any(after.get(key) is not doc for key, doc in (before or {}).items())
-            )
             if before is None:
                 indexes.pop(index, None)
             else:
                 indexes[index] = before
-            if changed:
-                self._rebuild_bm25(index)
             raise
+        finally:
+            self.store.use_bm25 = bm25
+            if bm25:
+                self._bm25_stale.add(index)
 
-    def _rebuild_bm25(self, index: str) -> None:
-        if not (self.store.use_bm25 and index in self.store.indexes):
+    def _fresh_bm25(self, index: str) -> None:
+        """Rebuild the BM25 representation of ``index`` when a write changed it since the last query. A corpus with no
+        token at all (only empty or non-text documents) makes rank_bm25 divide by zero: the index then simply has no
+        BM25 representation (``query`` returns nothing) until it has text."""
+        if index not in self._bm25_stale:
             return
-        try:
-            self.store.update_bm25(index=index)
-        except ZeroDivisionError:
-            self.store.bm25.pop(index, None)
+        with self._bm25_mutex.write():
+            if index not in self._bm25_stale:
+                return
+            if index in self.store.indexes:
+                try:
+                    self.store.update_bm25(index=index)
+                except ZeroDivisionError:
+                    self.store.bm25.pop(index, None)
+            else:
+                self.store.bm25.pop(index, None)
+            self._bm25_stale.discard(index)
 
     def query(
         self, index: str, query: str | None, filters: Filters, top_k: int, scale_score: bool, **options: Any
@@ -239,8 +245,10 @@ class InMemoryInnerStore(InnerStore):
         stored = self._docs(index)
         if query is None or not any(isinstance(d, Document) for d in stored.values()):
             return []
-        if self.store.use_bm25 and index not in self.store.bm25:
-            return []  # no document with a token yet (see write)
+        if self.store.use_bm25:
+            self._fresh_bm25(index)
+            if index not in self.store.bm25:
+                return []  # no document with a token yet (see _fresh_bm25)
         if not filters:
             with self._bm25_mutex.write():
                 return self.store.query(query, top_k=top_k, index=index, scale_score=scale_score)

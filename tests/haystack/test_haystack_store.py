@@ -219,3 +219,22 @@ def test_elasticsearch_backed_store(tiny_model_dir, haystack_docs):
         assert "p0" not in _ids(retriever.retrieve("capital", top_k=6))
     finally:
         store.delete_index("dphr_test_docs")
+
+
+def test_writes_do_not_rebuild_bm25_until_a_query(monkeypatch):
+    """Ingesting in batches costs each write its batch, not the corpus: BM25 is rebuilt once, at the next query."""
+    store = PhraseDocumentStore(progress_bar=False)
+    rebuilds = []
+    original = store.inner.update_bm25
+    monkeypatch.setattr(store.inner, "update_bm25", lambda index=None: rebuilds.append(index) or original(index))
+    for batch in range(5):
+        store.write_documents([{"content": f"passage {batch}-{i} about topic{batch}"} for i in range(3)])
+    store.delete_documents(ids=[store.get_all_documents()[0].id])
+    assert rebuilds == []
+    hits = store.query("topic4", top_k=3)
+    assert rebuilds == ["document"] and {d.content for d in hits} == {f"passage 4-{i} about topic4" for i in range(3)}
+    store.query("topic3", top_k=3)
+    assert rebuilds == ["document"]  # nothing written since
+    store.write_documents([{"content": "a new passage about topic9"}])
+    assert [d.content for d in store.query("topic9", top_k=1)] == ["a new passage about topic9"]
+    assert len(rebuilds) == 2
