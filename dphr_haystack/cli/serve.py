@@ -137,6 +137,7 @@ def run_serve(args: argparse.Namespace) -> int:
     store = served.document_store
     count = store.get_document_count() if store is not None else 0
     url = f"http://{args.host if ':' not in args.host else f'[{args.host}]'}:{args.port}/"
-    print(f"serving {count} documents at {url} (web page; REST API: {url}docs). Ctrl-C stops.", flush=True)
+    docs = f"; REST API: {url}docs" if any(getattr(route, "path", None) == "/docs" for route in app.routes) else ""
+    print(f"serving {count} documents at {url} (web page{docs}). Ctrl-C stops.", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

@@ -186,11 +186,11 @@ def test_a_document_that_cannot_be_served_is_refused_with_its_whole_batch(tmp_pa
 # ---------------------------------------------------------------------------------------------- REST
 @pytest.fixture(scope="module")
 def rest(tmp_path_factory, tiny_model_dir):
-    """Haystack's REST app in this process (``rest_api`` builds its pipelines once per process, on import): its
-    query pipeline's store and retriever, emptied for each test by the tests themselves."""
-    pytest.importorskip("rest_api", reason="Haystack's REST API 1.26 is not installed")
+    """The REST app in this process (``dphr_haystack.nodes.rest_api`` builds its pipelines once per process, on
+    import): its query pipeline's store and retriever, emptied for each test by the tests themselves. Nothing of
+    Haystack's own ``rest_api`` package is used, installed or not."""
     httpx = pytest.importorskip("httpx")
-    if "rest_api.application" not in sys.modules:
+    if "dphr_haystack.nodes.rest_api" not in sys.modules:
         from tests.haystack.conftest import PIPELINES
 
         tmp = tmp_path_factory.mktemp("rest")
@@ -213,10 +213,9 @@ def rest(tmp_path_factory, tiny_model_dir):
                     os.environ[name] = value
     else:
         from dphr_haystack.nodes.rest_api import app
-    from rest_api.utils import get_pipelines
 
-    pipeline = get_pipelines()["query_pipeline"]
-    store = get_pipelines()["document_store"]
+    pipeline = app.state.served.query
+    store = app.state.served.document_store
 
     def request(method: str, url: str, **kwargs):
         async def send():

@@ -2,7 +2,9 @@
 
 :func:`build_app` builds the served pipelines first (a server whose pipelines cannot be built does not start),
 then a FastAPI app with the endpoints of :mod:`.search`, :mod:`.upload` and :mod:`.compare`, the page of
-:mod:`.web`, and the bounds and JSON errors of :mod:`.guards`.
+:mod:`.web`, and the bounds and JSON errors of :mod:`.guards`. The API pages ``/docs`` (Swagger UI) and ``/redoc``
+load their scripts and styles from this server (``fastapi-offline``'s copies, the ``serve`` extra), never from a
+CDN: they work offline.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -35,6 +38,17 @@ def _upload_folder(settings: RestSettings) -> tuple[Path, bool]:
     return Path(tempfile.mkdtemp(prefix="dphr-upload-")), True
 
 
+def _fastapi(**kwargs: Any) -> FastAPI:
+    """A FastAPI app whose ``/docs`` and ``/redoc`` serve their assets themselves (fastapi-offline); without
+    fastapi-offline installed the two pages are left out rather than left blank where no CDN can be reached."""
+    try:
+        from fastapi_offline import FastAPIOffline
+    except ImportError:
+        logger.warning('no /docs or /redoc: they need fastapi-offline (pip install "dphr-haystack[serve]")')
+        return FastAPI(docs_url=None, redoc_url=None, **kwargs)
+    return FastAPIOffline(**kwargs)
+
+
 def build_app(settings: RestSettings | None = None, served: ServedPipelines | None = None) -> FastAPI:
     """The REST app serving ``settings`` (default: from the environment; see :mod:`.settings`).
 
@@ -52,7 +66,7 @@ def build_app(settings: RestSettings | None = None, served: ServedPipelines | No
     settings = settings if settings is not None else RestSettings.from_env()
     served = served if served is not None else load_served_pipelines(settings)
     folder, temporary = _upload_folder(settings)
-    app = FastAPI(
+    app = _fastapi(
         title="dphr-haystack REST API",
         description="Haystack 1.x REST endpoints over dense phrase retrieval pipelines, and a web page at /.",
         version=haystack.__version__,
@@ -61,9 +75,9 @@ def build_app(settings: RestSettings | None = None, served: ServedPipelines | No
     install_error_handlers(app)
     limiter = RequestLimiter(settings.concurrency)
     comparison = Comparison(served)
-    add_search_routes(app, served, limiter)
+    add_search_routes(app, served, limiter, settings.max_query_chars)
     add_upload_route(app, served, folder, settings.max_passage_chars)
-    add_compare_route(app, comparison, limiter)
+    add_compare_route(app, comparison, limiter, settings.max_query_chars)
     add_web_routes(app)
 
     @app.get("/store", response_model=StoreInfo, response_model_exclude_none=True, tags=["document"])

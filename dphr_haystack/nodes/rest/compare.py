@@ -5,7 +5,8 @@ The columns are the shipped pipelines, each loaded on the served document store 
 (``phrase_passages.yml``) and the BM25 + phrase hybrid fused by reciprocal rank (``hybrid_rrf.yml``). They run one
 after another; each column reports its own latency in milliseconds. ``{"query", "top_k", "filters"}`` →
 ``{"query", "top_k", "columns": [{"name", "title", "pipeline", "ms", "answers", "documents"}]}``. Needs a
-PhraseDocumentStore (501 otherwise).
+PhraseDocumentStore (501 otherwise). The query is checked as ``/query``'s is before any column runs: a JSON string
+(422), at most ``DPHR_MAX_QUERY_CHARS`` characters (413), not blank (400).
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException
 from haystack import Pipeline
+from pydantic import StrictStr
 
 from ...model.registry import DEFAULT_MODEL
 from ..pipeline import PIPELINES_DIR, load_pipeline
 from .schema import CompareRequest, CompareResponse
 from .search import RequestLimiter, check_query
 from .served import ServedPipelines
+from .settings import DEFAULT_MAX_QUERY_CHARS
 
 HYBRID_CANDIDATES = 20  # each retriever's list before fusion, as in hybrid_rrf.yml
 
@@ -49,6 +52,12 @@ COLUMNS = (
     Column("passages", "Phrase passages", "phrase_passages.yml"),
     Column("hybrid", "BM25 + phrase (RRF)", "hybrid_rrf.yml"),
 )
+
+
+class StrictCompareRequest(CompareRequest):
+    """``/compare``'s body, whose ``query`` must be a JSON string."""
+
+    query: StrictStr
 
 
 class Comparison:
@@ -112,16 +121,18 @@ class Comparison:
         return columns
 
 
-def add_compare_route(app: FastAPI, comparison: Comparison, limiter: RequestLimiter) -> None:
-    """Add ``POST /compare`` (see the module docstring) to ``app``."""
+def add_compare_route(
+    app: FastAPI, comparison: Comparison, limiter: RequestLimiter, max_query_chars: int = DEFAULT_MAX_QUERY_CHARS
+) -> None:
+    """Add ``POST /compare`` (see the module docstring) to ``app``; queries are bound to ``max_query_chars``."""
 
     @app.post("/compare", response_model=CompareResponse, response_model_exclude_none=True, tags=["search"])
-    def compare(request: CompareRequest) -> dict[str, Any]:
+    def compare(request: StrictCompareRequest) -> dict[str, Any]:
         """Phrase answers, BM25, phrase passages and the hybrid for one query, with each one's latency in ms."""
-        check_query(request.query)
+        check_query(request.query, max_query_chars)
         with limiter.run():
             columns = comparison.run(request.query, request.top_k, request.filters)
         return {"query": request.query, "top_k": request.top_k, "columns": columns}
 
 
-__all__ = ["COLUMNS", "Comparison", "add_compare_route"]
+__all__ = ["COLUMNS", "Comparison", "StrictCompareRequest", "add_compare_route"]

@@ -3,9 +3,9 @@
 ``GET /initialized`` (true once the pipelines are built: the app only exists then), ``GET /hs_version``,
 ``POST /query`` (``{"query", "params", "debug"}`` → ``{"query", "answers", "documents"}``), ``POST /query-batch``
 (``{"queries", "params"}`` → one such answer per query), ``POST /documents/get_by_filters`` and
-``POST /documents/delete_by_filters`` (``{"filters"}``). A query is refused before it runs when it is empty or
-its ``params`` name no node or parameter of the query pipeline (400); more than ``CONCURRENT_REQUEST_PER_WORKER``
-queries at once get 503.
+``POST /documents/delete_by_filters`` (``{"filters"}``). A query is refused before it runs when it is not a JSON
+string (422, never coerced), is longer than ``DPHR_MAX_QUERY_CHARS`` (413), is empty or its ``params`` name no node
+or parameter of the query pipeline (400); more than ``CONCURRENT_REQUEST_PER_WORKER`` queries at once get 503.
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ import haystack
 from fastapi import FastAPI, HTTPException
 from haystack import Pipeline
 from haystack.schema import Document
+from pydantic import Field, StrictStr
 
-from ...errors import InvalidParameterError, InvalidQueryError
-from .schema import FilterRequest, QueryBatchRequest, QueryRequest, QueryResponse
+from ...errors import InputTooLargeError, InvalidParameterError, InvalidQueryError
+from .schema import MAX_BATCH_QUERIES, FilterRequest, QueryBatchRequest, QueryRequest, QueryResponse
 from .served import ServedPipelines
+from .settings import DEFAULT_MAX_QUERY_CHARS, MAX_QUERY_CHARS_ENV
 
 _GLOBAL_PARAMS = frozenset({"debug", "add_isolated_node_eval"})  # taken by every node (Haystack's own rule)
 
@@ -44,7 +46,25 @@ class RequestLimiter:
             self._slots.release()
 
 
-def check_query(query: str) -> str:
+class StrictQueryRequest(QueryRequest):
+    """``/query``'s body, whose ``query`` must be a JSON string (42 is refused, not read as "42")."""
+
+    query: StrictStr
+
+
+class StrictQueryBatchRequest(QueryBatchRequest):
+    """``/query-batch``'s body, whose ``queries`` must be JSON strings."""
+
+    queries: list[StrictStr] = Field(..., min_items=1, max_items=MAX_BATCH_QUERIES)
+
+
+def check_query(query: str, max_chars: int = DEFAULT_MAX_QUERY_CHARS) -> str:
+    """``query`` when it can be searched: InputTooLargeError (413) over ``max_chars`` characters, checked before
+    anything else looks at it; InvalidQueryError (400) when it is blank."""
+    if len(query) > max_chars:
+        raise InputTooLargeError(
+            f"the query has {len(query)} characters, over the server's {MAX_QUERY_CHARS_ENV}={max_chars}"
+        )
     if not query.strip():
         raise InvalidQueryError("the query is empty")
     return query
@@ -86,8 +106,10 @@ def _response(query: str, result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def add_search_routes(app: FastAPI, served: ServedPipelines, limiter: RequestLimiter) -> None:
-    """Add the endpoints of the module docstring to ``app``."""
+def add_search_routes(
+    app: FastAPI, served: ServedPipelines, limiter: RequestLimiter, max_query_chars: int = DEFAULT_MAX_QUERY_CHARS
+) -> None:
+    """Add the endpoints of the module docstring to ``app``; queries are bound to ``max_query_chars``."""
     pipeline = served.query
 
     @app.get("/initialized", tags=["search"])
@@ -101,9 +123,9 @@ def add_search_routes(app: FastAPI, served: ServedPipelines, limiter: RequestLim
         return {"hs_version": haystack.__version__}
 
     @app.post("/query", response_model=QueryResponse, response_model_exclude_none=True, tags=["search"])
-    def query(request: QueryRequest) -> dict[str, Any]:
+    def query(request: StrictQueryRequest) -> dict[str, Any]:
         """Run the query pipeline: answers and documents for ``query``, with per-node ``params``."""
-        check_query(request.query)
+        check_query(request.query, max_query_chars)
         params = request.params or {}
         check_query_params(pipeline, params)
         with limiter.run():
@@ -111,10 +133,10 @@ def add_search_routes(app: FastAPI, served: ServedPipelines, limiter: RequestLim
         return _response(request.query, result)
 
     @app.post("/query-batch", response_model=list[QueryResponse], response_model_exclude_none=True, tags=["search"])
-    def query_batch(request: QueryBatchRequest) -> list[dict[str, Any]]:
+    def query_batch(request: StrictQueryBatchRequest) -> list[dict[str, Any]]:
         """Run the query pipeline on several queries at once (encoded in batches): one answer per query."""
         for text in request.queries:
-            check_query(text)
+            check_query(text, max_query_chars)
         params = request.params or {}
         check_query_params(pipeline, params)
         with limiter.run():
@@ -150,4 +172,11 @@ def _store(served: ServedPipelines) -> Any:
     return served.document_store
 
 
-__all__ = ["RequestLimiter", "add_search_routes", "check_query", "check_query_params"]
+__all__ = [
+    "RequestLimiter",
+    "StrictQueryBatchRequest",
+    "StrictQueryRequest",
+    "add_search_routes",
+    "check_query",
+    "check_query_params",
+]

@@ -5,11 +5,17 @@ UnsafeYamlError naming the file before Haystack validates it). The indexing pipe
 pipeline's components of the same names, so the two share one document store (and one phrase index in memory):
 an upload is answerable as soon as ``/file-upload`` returns, even for a store without a ``path``. A pipeline that
 cannot be built stops the start-up with InvalidParameterError naming its cause and the environment overrides in
-effect: a server that would fail every request never says it is initialized.
+effect: a server that would fail every request never says it is initialized. Building them fetches nothing:
+Haystack's PreProcessor asks NLTK to download its sentence tokenizer (punkt) on creation whenever it is missing,
+a network call at every start (and a wait where no network answers); that download is skipped
+(:func:`no_nltk_downloads`). The served PreProcessor splits by blank lines and needs no NLTK data.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +29,8 @@ from ..document_store import PhraseDocumentStore
 from ..pipeline import load_pipeline
 from ..retriever import PhraseRetriever
 from .settings import RestSettings, described_overrides, env_overrides
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -44,6 +52,29 @@ class ServedPipelines:
     def phrase_store(self) -> PhraseDocumentStore | None:
         store = self.document_store
         return store if isinstance(store, PhraseDocumentStore) else None
+
+
+@contextmanager
+def no_nltk_downloads() -> Iterator[None]:
+    """While the block runs, ``nltk.download`` downloads nothing (it logs what was asked and returns False, as a
+    failed download does). A sentence split asked of an upload where NLTK's punkt is not installed then fails with
+    NLTK's LookupError naming the data to install."""
+    try:
+        import nltk
+    except ImportError:  # no NLTK: nothing can download
+        yield
+        return
+    download = nltk.download
+
+    def skipped(info_or_id: Any = None, *args: Any, **kwargs: Any) -> bool:
+        logger.info("not downloading NLTK data %r: the REST app fetches nothing from the network", info_or_id)
+        return False
+
+    nltk.download = skipped
+    try:
+        yield
+    finally:
+        nltk.download = download
 
 
 def _read_config(file: Path) -> dict[str, Any]:
@@ -79,9 +110,10 @@ def _build(
     components: dict[str, Any] | None = None,
 ) -> Pipeline:
     try:
-        return load_pipeline(
-            file, name, overrides=overrides or None, overwrite_with_env_variables=False, components=components
-        )
+        with no_nltk_downloads():
+            return load_pipeline(
+                file, name, overrides=overrides or None, overwrite_with_env_variables=False, components=components
+            )
     except Exception as exc:  # noqa: BLE001  (reported with its cause and the overrides in effect)
         cause: BaseException = exc
         while cause.__cause__ is not None and not isinstance(cause, DphrError):
@@ -117,4 +149,4 @@ def load_served_pipelines(settings: RestSettings) -> ServedPipelines:
     return ServedPipelines(query=query, indexing=indexing, document_store=store, file=file)
 
 
-__all__ = ["ServedPipelines", "load_served_pipelines"]
+__all__ = ["ServedPipelines", "load_served_pipelines", "no_nltk_downloads"]

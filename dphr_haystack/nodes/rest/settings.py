@@ -12,7 +12,8 @@ Environment variables:
 * ``FILE_UPLOAD_PATH``: where uploads wait while they are indexed (default: a fresh private temporary folder).
 * ``CONCURRENT_REQUEST_PER_WORKER`` (4): queries run at once; more get 503.
 * ``DPHR_MAX_UPLOAD_BYTES`` (5 MiB): the bound of any request body (413); ``DPHR_MAX_UPLOAD_PASSAGE_CHARS``
-  (50,000): of one passage of an uploaded text file (413).
+  (50,000): of one passage of an uploaded text file (413); ``DPHR_MAX_QUERY_CHARS`` (1,000): of one question of
+  ``/query``, ``/query-batch`` or ``/compare`` (413, before any work).
 * ``ROOT_PATH``: the path prefix behind a proxy; ``DPHR_CORS_ORIGINS``: comma-separated origins whose pages may call
   the API (none by default: the web page is served from the same origin).
 """
@@ -36,6 +37,8 @@ MAX_UPLOAD_BYTES_ENV = "DPHR_MAX_UPLOAD_BYTES"
 DEFAULT_MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 MAX_PASSAGE_CHARS_ENV = "DPHR_MAX_UPLOAD_PASSAGE_CHARS"
 DEFAULT_MAX_PASSAGE_CHARS = 50_000
+MAX_QUERY_CHARS_ENV = "DPHR_MAX_QUERY_CHARS"
+DEFAULT_MAX_QUERY_CHARS = 1_000
 DEFAULT_PIPELINE_FILE = "rest_api.yml"
 
 _TRUE, _FALSE, _NONE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}, {"null", "none"}
@@ -71,6 +74,7 @@ class RestSettings:
     concurrency: int = 4
     max_body_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     max_passage_chars: int = DEFAULT_MAX_PASSAGE_CHARS
+    max_query_chars: int = DEFAULT_MAX_QUERY_CHARS
     root_path: str = ""
     cors_origins: tuple[str, ...] = ()
     store_path: Path | None = None
@@ -87,6 +91,7 @@ class RestSettings:
             "concurrency": env_limit("CONCURRENT_REQUEST_PER_WORKER", 4, env),
             "max_body_bytes": env_limit(MAX_UPLOAD_BYTES_ENV, DEFAULT_MAX_UPLOAD_BYTES, env),
             "max_passage_chars": env_limit(MAX_PASSAGE_CHARS_ENV, DEFAULT_MAX_PASSAGE_CHARS, env),
+            "max_query_chars": env_limit(MAX_QUERY_CHARS_ENV, DEFAULT_MAX_QUERY_CHARS, env),
             "root_path": env.get("ROOT_PATH", "").rstrip("/"),
             "cors_origins": tuple(o.strip() for o in env.get("DPHR_CORS_ORIGINS", "").split(",") if o.strip()),
         }
@@ -170,8 +175,10 @@ def described_overrides(config: Mapping[str, Any], environ: Mapping[str, str] | 
 
 __all__ = [
     "DEFAULT_MAX_PASSAGE_CHARS",
+    "DEFAULT_MAX_QUERY_CHARS",
     "DEFAULT_MAX_UPLOAD_BYTES",
     "MAX_PASSAGE_CHARS_ENV",
+    "MAX_QUERY_CHARS_ENV",
     "MAX_UPLOAD_BYTES_ENV",
     "RestSettings",
     "coerce_override",
