@@ -63,6 +63,11 @@ class SettingsConflictError(DphrError, ValueError):
     """A resumed index or dump was asked for settings other than the ones it was built with."""
 
 
+class NotTextError(CorpusFormatError):
+    """A file given as text is not text (binary, or bytes of no supported encoding): refused, nothing indexed
+    (REST: 415)."""
+
+
 class UnsupportedFilterError(InvalidParameterError):
     """A metadata filter uses an operator or a shape the store does not implement: refused, never ignored."""
 

@@ -357,7 +357,8 @@ class PhraseIndexing:
             if not mine:
                 continue
             phrase_index = self._phrase_index_for(retriever, index)
-            current = {d.id: self._to_passage(d) for d in self._inner.documents_by_id(sorted(wanted), index)}
+            ids = [shard.passages[i]["id"] for i in mine]  # this shard's documents only: linear in the upload
+            current = {d.id: self._to_passage(d) for d in self._inner.documents_by_id(ids, index)}
             keep = [
                 i
                 for i in mine

@@ -38,11 +38,17 @@ def server(tmp_path_factory, tiny_model_dir):
 
 
 def test_an_upload_says_how_many_passages_it_added(server):
-    url, first = server
+    url, answer = server
+    first = {key: value for key, value in answer.items() if key != "file_reports"}
+    reports = answer["file_reports"]
     assert first == {"files": ["notes.txt"], "documents_added": 6, "documents_total": 6}
+    assert [(r["file"], r["passages"], r["documents_added"], r["encoding"]) for r in reports] == [
+        ("notes.txt", 6, 6, "utf-8")
+    ]
     again = requests.post(f"{url}/file-upload", files={"files": ("again.txt", TEXT)}, timeout=300)
     assert again.status_code == 200, again.text
     assert again.json()["documents_added"] == 0 and again.json()["documents_total"] == 6  # the same passages
+    assert again.json()["file_reports"][0]["already_stored"] == 6
     info = requests.get(f"{url}/store", timeout=30).json()
     assert info["documents"] == 6 and info["phrase_documents"] == 6 and info["compare"] and info["indexing"]
 
@@ -144,9 +150,13 @@ def test_a_store_without_a_path_answers_its_uploads(tmp_path, tiny_model_dir):
     with _serve(tmp_path, env) as url:
         upload = requests.post(f"{url}/file-upload", files={"files": ("n.txt", TEXT)}, timeout=300)
         assert upload.status_code == 200 and upload.json()["documents_added"] == 6, upload.text
+        texts = {p["text"] for p in tiny_passages()}
         body = {"query": "Who wrote Hamlet?", "params": {"Retriever": {"top_k": 6}}}
         found = requests.post(f"{url}/query", json=body, timeout=60).json()
-        assert {d["content"] for d in found["documents"]} == {p["text"] for p in tiny_passages()}
+        assert len(found["answers"]) == 6  # six different phrases, from the passages returned (each once)
+        assert found["documents"] and {d["content"] for d in found["documents"]} <= texts
+        stored = requests.post(f"{url}/documents/get_by_filters", json={"filters": {}}, timeout=60).json()
+        assert {d["content"] for d in stored} == texts
 
 
 def test_only_the_configured_origins_may_call_the_api_from_their_pages(server):
