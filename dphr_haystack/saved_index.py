@@ -7,6 +7,7 @@ from typing import Any
 from .errors import ModelLoadError, ModelMismatchError
 from .index.phrase_index import PhraseIndex
 from .model.loading import load_model
+from .model.registry import DEFAULT_MODEL
 from .search import PhraseSearcher
 
 
@@ -18,10 +19,17 @@ def open_searcher(index_dir, model_dir=None, **kwargs: Any) -> PhraseSearcher:
         ModelMismatchError: The model's phrase encoder is not the one the index was built with.
     """
     index = PhraseIndex.load(index_dir)
+    recorded = model_dir is None
     model_dir = model_dir or index.manifest.get("model_path")
     if not model_dir:
-        raise ModelLoadError(f"{index_dir}: the index does not record its model; pass a model directory")
+        raise ModelLoadError(
+            f"{index_dir}: the index does not record its model (built with a model made in memory, phrase "
+            f"fingerprint {index.model_fingerprint[:12]}…); pass the model it was built with: dphr search --model "
+            f"DIR (a directory written by PhraseModel.save, or a shipped name such as {DEFAULT_MODEL}), or "
+            "open_searcher(index_dir, model_dir)"
+        )
     model = load_model(model_dir)
     if model.phrase_fingerprint() != index.model_fingerprint:
-        raise ModelMismatchError(f"{model_dir}: phrase encoder differs from the one {index_dir} was built with")
+        hint = " (the model the index records; pass the one it was built with: --model DIR)" if recorded else ""
+        raise ModelMismatchError(f"{model_dir}: phrase encoder differs from the one {index_dir} was built with{hint}")
     return PhraseSearcher(index, model, **kwargs)

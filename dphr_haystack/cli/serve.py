@@ -3,6 +3,10 @@
     dphr serve --corpus squad-dev                 # index the shipped SQuAD dev paragraphs once, then serve
     dphr serve --store /srv/dphr-store --host 0.0.0.0 --port 8000
 
+Without ``--store`` the store lives in the user's data directory, ``$XDG_DATA_HOME/dphr-haystack/store`` (by default
+``~/.local/share/dphr-haystack/store``; under ``%LOCALAPPDATA%`` on Windows), never the current directory;
+start-up prints where it is.
+
 The pipelines are the shipped ``rest_api.yml`` (or ``--pipelines``) with every PhraseDocumentStore on ``--store``;
 the environment variables of ``uvicorn dphr_haystack.nodes.rest_api:app`` apply as well (``QUERY_PIPELINE_NAME``,
 ``RETRIEVER_PARAMS_TOP_K``, the upload bounds, ...). ``--corpus`` is indexed (with a progress bar) only when the
@@ -13,14 +17,17 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import InvalidParameterError
 
 SERVE_EXTRA = 'pip install "dphr-haystack[serve]"'
+STORE_FOLDER = ("dphr-haystack", "store")
 _NEEDED = {"fastapi": "FastAPI", "uvicorn": "uvicorn", "multipart": "python-multipart", "haystack": "farm-haystack"}
 
 
@@ -30,8 +37,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--store",
         type=Path,
-        default=Path("dphr-store"),
-        help="store directory (created if missing; default: %(default)s)",
+        default=None,
+        help="store directory (created if missing; default: $XDG_DATA_HOME/dphr-haystack/store, "
+        "i.e. ~/.local/share/dphr-haystack/store)",
     )
     serve.add_argument(
         "--pipelines",
@@ -60,6 +68,26 @@ def port_number(text: str) -> int:
     if not 0 < value < 65536:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1 to 65535)")
     return value
+
+
+def default_store_path(environ: Mapping[str, str] | None = None) -> Path:
+    """The store of ``dphr serve`` without ``--store``: ``dphr-haystack/store`` in the user's data directory
+    (``$XDG_DATA_HOME``, else ``~/.local/share``; ``%LOCALAPPDATA%`` on Windows)."""
+    env = os.environ if environ is None else environ
+    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
+    xdg = Path(env.get("XDG_DATA_HOME", ""))
+    if xdg.is_absolute():  # the XDG spec: a relative (or empty) XDG_DATA_HOME is ignored
+        base = xdg
+    elif os.name == "nt" and env.get("LOCALAPPDATA"):
+        base = Path(env["LOCALAPPDATA"])
+    else:
+        base = home / ".local" / "share"
+    return base.joinpath(*STORE_FOLDER)
+
+
+def serve_store_path(store: Path | None, environ: Mapping[str, str] | None = None) -> Path:
+    """The absolute store directory ``dphr serve`` uses: ``--store`` when given, else :func:`default_store_path`."""
+    return (store if store is not None else default_store_path(environ)).expanduser().resolve()
 
 
 def missing_serve_packages() -> list[str]:
@@ -125,7 +153,10 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     retriever_params = {k: v for k, v in (("model", args.model), ("device", args.device)) if v is not None}
-    given = {"store_path": args.store.resolve(), "phrase_retriever_params": retriever_params}
+    store_path = serve_store_path(args.store)
+    if args.store is None:
+        print(f"no --store given: using the store {store_path} (--store DIR chooses another)", flush=True)
+    given = {"store_path": store_path, "phrase_retriever_params": retriever_params}
     if args.pipelines is not None:
         given["pipeline_yaml"] = args.pipelines
     settings = RestSettings.from_env(**given)

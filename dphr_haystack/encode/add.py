@@ -3,7 +3,7 @@ to a :class:`~dphr_haystack.index.phrase_index.PhraseIndex` chunk by chunk, each
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,8 @@ def add_passages(
             "add_passages: the model's phrase encoder differs from the one this index was built with"
         )
     stats = CorpusStats()
-    bar = tqdm(desc="indexing phrases", unit="passage", disable=not progress)
+    total = len(corpus) if isinstance(corpus, Sized) and not isinstance(corpus, str) else None  # a list: a total
+    bar = tqdm(total=total, desc="indexing phrases", unit="passage", disable=not progress)
     for chunk in chunked(read_corpus(corpus, stats), chunk_size):
         with index.writing():  # one transaction per chunk: other writers interleave between chunks
             kept = apply_duplicate_policy(index, chunk, duplicates)

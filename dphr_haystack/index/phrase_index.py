@@ -24,6 +24,7 @@ from .._util import atomic
 from .._util.lock import WriterLock, directory_entries
 from .._util.nofollow import make_temp_dir, refuse_symlink
 from ..errors import IndexLoadError, IndexWriteError, InvalidParameterError, ModelMismatchError
+from ..model.registry import loaded_model_reference
 from . import auto
 from . import structures as index_types
 from .codec import VectorCodec
@@ -95,6 +96,8 @@ class PhraseIndex(Reindexing):
 
         ``faiss_factory``: ``auto`` (exact while small, then a structure chosen and tuned for the size: see
         :mod:`~dphr_haystack.index.auto`) or any FAISS factory string, kept whatever the size.
+        ``model_path``: the model the index records (what ``dphr search`` loads without ``--model``); by default the
+        shipped name or directory ``model`` was loaded from, None for a model built in memory.
         ``lock_timeout``: how long this object's writes wait for another writer of ``path`` (see the class)."""
         return cls.create_for_encoder(
             model.hidden_size,
@@ -104,7 +107,7 @@ class PhraseIndex(Reindexing):
             faiss_factory=faiss_factory,
             filter_threshold=filter_threshold,
             dtype=dtype,
-            model_path=model_path,
+            model_path=model_path if model_path is not None else loaded_model_reference(model),
             codec=codec,
             lock_timeout=lock_timeout,
         )

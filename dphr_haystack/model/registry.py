@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from .._util.lazy import require
 from ..errors import ModelLoadError
@@ -108,3 +109,19 @@ def model_key(model: str) -> str:
 def model_reference(model: str | Path) -> str:
     """How an index records its model: a shipped name as is (it resolves anywhere), else the absolute path."""
     return str(model) if not Path(model).is_dir() and is_shipped_name(model) else str(Path(model).resolve())
+
+
+def loaded_model_reference(model: Any) -> str | None:
+    """The reference of the saved model directory ``model`` was loaded from (a shipped model's name, else the
+    absolute directory), as its tokenizer's ``name_or_path`` says; None when unknown (a model built in memory or on a
+    base encoder, a DensePhrases checkpoint). The searcher checks the phrase fingerprint when it loads it again."""
+    name = getattr(getattr(model, "tokenizer", None), "name_or_path", None)
+    if not isinstance(name, str) or not name:
+        return None
+    path = Path(name).expanduser()
+    if not (path / "dphr_config.json").is_file():  # a base encoder or tokenizer folder, not a phrase model
+        return None
+    path = path.resolve()
+    if path.parent == SHIPPED_DIR and is_shipped_name(path.name):
+        return path.name
+    return str(path)
