@@ -2,12 +2,15 @@
 
 The server is the real command in a child process: the shipped model, a store directory filled with ``--corpus`` (the
 first paragraphs of the shipped SQuAD dev set). The page must show phrase answers highlighted inside their passages
-with a confidence, the BM25, phrase passage and hybrid columns with a latency each, take a ``.txt`` upload and then
-answer from it, and show document text that contains markup as text (no script of a document runs).
+with a confidence, the BM25, phrase passage and hybrid columns with a latency each and every score labelled for what
+it is, take a ``.txt`` upload and then answer from it, report each file of an upload, show document text that contains
+markup as text (no script of a document runs), answer a blank or over-long question with a message, and fit a 390 px
+phone.
 
 Skipped when ``/usr/bin/chromium`` or Playwright is missing (``bash scripts/setup_browser.sh`` installs Chromium),
-unless ``DPHR_REQUIRE_BROWSER=1``, which turns the skip into a failure. ``DPHR_WEB_SCREENSHOT=path.png`` saves a
-screenshot of the answered page there.
+unless ``DPHR_REQUIRE_BROWSER=1``, which turns the skip into a failure. ``DPHR_SCREENSHOTS=docs/images`` saves
+screenshots of the answered page there: ``web-1400.png`` (1,400 px wide, the whole page) and ``web-390.png`` (390 px,
+a phone's first screen).
 """
 
 from __future__ import annotations
@@ -104,6 +107,14 @@ def page(browser, server, console_errors):
     context.close()
 
 
+def _screenshot(page, name: str, full_page: bool = True) -> None:
+    """Save a screenshot as ``name`` in ``DPHR_SCREENSHOTS`` (a folder) when it is set."""
+    folder = os.environ.get("DPHR_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / name), full_page=full_page)
+
+
 def _ask(page, question: str) -> None:
     page.fill("#question", question)
     page.press("#question", "Enter")
@@ -130,7 +141,7 @@ def test_answers_are_highlighted_in_their_passages_beside_three_columns(page, co
     # ... and the trained model finds the right one among its first answers (an untrained one does not)
     texts = [answers.nth(i).locator(".answer-text").inner_text() for i in range(min(3, answers.count()))]
     assert "Coldplay" in texts, texts
-    assert re.fullmatch(r"(\d+|<1)% confidence", first.locator(".confidence-label").inner_text())
+    assert re.fullmatch(r"confidence (\d+|<1|>99)%", first.locator(".confidence-label").inner_text())
     assert LATENCY.match(page.locator("#answers-latency").inner_text())
 
     columns = page.locator("#columns .column")
@@ -145,8 +156,7 @@ def test_answers_are_highlighted_in_their_passages_beside_three_columns(page, co
 
     first.locator("p.passage").click()  # a click shows the whole passage
     assert len(first.locator("p.passage").inner_text()) >= len(passage.strip(" …"))
-    if os.environ.get("DPHR_WEB_SCREENSHOT"):
-        page.screenshot(path=os.environ["DPHR_WEB_SCREENSHOT"], full_page=True)
+    _screenshot(page, "web-1400.png")
     assert console_errors == []
 
 
@@ -184,3 +194,134 @@ def test_errors_are_shown_not_thrown(page, server):
     assert "EmptyCorpusError" in page.locator("#upload-status").inner_text()
     _ask(page, QUESTION)
     assert page.locator("#answer-list li.answer").count() >= 1
+
+
+@pytest.fixture
+def phone(browser, server, console_errors):
+    """A fresh page on the server, 390 px wide (a phone)."""
+    url, _ = server
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    page.on("console", lambda message: console_errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: console_errors.append(str(error)))
+    page.goto(url)
+    yield page
+    context.close()
+
+
+def _fits(page, width: int) -> None:
+    """Nothing scrolls sideways and the Ask button is wholly on screen."""
+    scroll_width = page.evaluate("() => document.documentElement.scrollWidth")
+    assert scroll_width <= width, f"the page is {scroll_width} px wide in a {width} px viewport"
+    box = page.locator("#ask-button").bounding_box()
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width, box
+
+
+def test_the_page_fits_a_390_px_phone(phone, console_errors):
+    _fits(phone, 390)
+    _ask(phone, QUESTION)
+    _fits(phone, 390)
+    assert phone.locator("#answer-list li.answer").count() >= 1
+    for i in range(3):  # the columns stack, each inside the viewport
+        box = phone.locator("#columns .column").nth(i).bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, box
+    phone.locator("#question").evaluate("input => { input.blur(); input.scrollLeft = 0; }")
+    phone.evaluate("() => window.scrollTo(0, 0)")
+    _screenshot(phone, "web-390.png", full_page=False)  # the first screen: the whole page is 5,000 px tall
+    assert console_errors == []
+
+
+SCORE_LABELS = {
+    "bm25": r"BM25 \d\.\d\d \(scaled, not a probability\)",
+    "passages": r"confidence (\d+|<1|>99)%",
+    "hybrid": r"RRF \d\.\d\d \(rank fusion, not a probability\)",
+}
+
+
+def test_every_score_says_what_it_is(page, console_errors):
+    """Answers and phrase passages show a calibrated confidence in percent, BM25 and RRF say they are no
+    probabilities; each number has a tooltip and each column a line saying what its numbers mean."""
+    _ask(page, QUESTION)
+    answers = page.locator("#answer-list li.answer")
+    for i in range(answers.count()):
+        badge = answers.nth(i).locator(".confidence")
+        assert re.fullmatch(r"confidence (\d+|<1|>99)%", badge.locator(".confidence-label").inner_text())
+        assert "probability" in (badge.get_attribute("title") or "")
+    assert "probability" in page.locator("#answers .score-note").inner_text()
+
+    columns = page.locator("#columns .column")
+    for i in range(3):
+        column = columns.nth(i)
+        name = column.get_attribute("data-name")
+        scores = column.locator(".score")
+        assert scores.count() >= 1
+        for j in range(scores.count()):
+            assert re.fullmatch(SCORE_LABELS[name], scores.nth(j).inner_text()), (name, scores.nth(j).inner_text())
+            assert scores.nth(j).get_attribute("title"), name
+        note = column.locator(".score-note").inner_text()
+        assert {"bm25": "bm25", "passages": "confidence", "hybrid": "rank"}[name] in note.lower(), note
+    # the best passage's confidence is written as its answer's is (one format per kind)
+    top_answer = answers.first.locator(".confidence-label").inner_text()
+    top_passage = columns.nth(1).locator(".score").first.inner_text()
+    assert top_passage == top_answer
+    assert console_errors == []
+
+
+def test_a_blank_question_clears_the_results_and_says_so(page, console_errors):
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(json.loads(r.post_data)["query"]) if r.url.endswith("/compare") else None)
+    _ask(page, f"   {QUESTION}  ")
+    assert sent == [QUESTION]  # trimmed
+
+    page.fill("#question", "   ")
+    page.press("#question", "Enter")
+    page.wait_for_function("() => !document.getElementById('error').hidden")
+    assert "type a question" in page.locator("#error").inner_text().lower()
+    assert page.locator("#answers").is_hidden() and page.locator("#columns").is_hidden()
+    assert page.locator("#answer-list li, #columns .column").count() == 0
+    assert sent == [QUESTION]  # nothing asked
+
+    _ask(page, QUESTION)  # the next question clears the message
+    assert page.locator("#answers").is_visible()
+    assert console_errors == []
+
+
+def test_a_question_over_the_servers_bound_is_capped_and_its_413_shown(page):
+    question = page.locator("#question")
+    assert question.get_attribute("maxlength") == "1000"  # DPHR_MAX_QUERY_CHARS's default
+    question.fill("x" * 1200)
+    assert len(question.input_value()) == 1000
+    _ask(page, QUESTION)
+    # a longer question (a server with a lower bound, or a script) is refused with 413: the page says so
+    page.evaluate("() => { document.getElementById('question').value = 'why'.repeat(400); }")
+    page.click("#ask-button")
+    page.wait_for_function("() => !document.getElementById('error').hidden")
+    message = page.locator("#error").inner_text()
+    assert "too long" in message and "1200 characters" in message and "1000" in message, message
+    assert page.locator("#answers").is_hidden() and page.locator("#columns").is_hidden()
+
+
+def test_a_multi_file_upload_reports_each_file(page, server, console_errors):
+    _, tmp = server
+    shared = "The Ostrava night tram runs every twelve minutes between the harbour and the old mill."
+    cafe, tram = tmp / "cafe.txt", tmp / "tram.txt"
+    cafe.write_bytes(f"The Café Zuberi in Ostrava serves cardamom buns every morning.\n\n{shared}".encode("cp1252"))
+    tram.write_text(f"{shared}\n\nThe mill tram stop was renamed Mlýnská in 1931.", encoding="utf-8")
+
+    def upload(*files: Path) -> list[str]:
+        page.set_input_files("#files", [str(f) for f in files])
+        page.click("#upload-button")
+        page.wait_for_function("() => /^Added /.test(document.getElementById('upload-status').textContent)")
+        lines = page.locator("#upload-report > li")
+        return [lines.nth(i).inner_text() for i in range(lines.count())]
+
+    first, second = upload(cafe, tram)
+    assert "Added 3 passages from cafe.txt, tram.txt" in page.locator("#upload-status").inner_text()
+    assert first.startswith("cafe.txt:") and "2 added" in first and "0 already stored" in first
+    assert "cp1252" in first and "not UTF-8" in first  # the encoding note
+    assert second.startswith("tram.txt:") and "1 added" in second and "1 repeated" in second
+
+    (again,) = upload(cafe)
+    assert "Added 0 passages from cafe.txt" in page.locator("#upload-status").inner_text()
+    assert again.startswith("cafe.txt:") and "0 added" in again and "2 already stored" in again
+    assert console_errors == []

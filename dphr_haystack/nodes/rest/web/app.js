@@ -28,7 +28,9 @@
     }
     if (!response.ok) {
       const errors = body && Array.isArray(body.errors) ? body.errors.join("; ") : "";
-      throw new Error(errors || `the server answered ${response.status}`);
+      const error = new Error(errors || `the server answered ${response.status}`);
+      error.status = response.status;
+      throw error;
     }
     return body;
   }
@@ -99,9 +101,56 @@
     return node;
   }
 
-  function scoreText(score) {
-    if (typeof score !== "number") return "";
-    return `score ${score !== 0 && Math.abs(score) < 0.001 ? score.toPrecision(2) : score.toFixed(3)}`;
+  // A probability in percent: "<1%" and ">99%" at the ends, never "0%" or "100%".
+  function percent(value) {
+    if (value < 0.005) return "<1%";
+    if (value > 0.995) return ">99%";
+    return `${Math.round(value * 100)}%`;
+  }
+
+  function fixed2(value) {
+    return typeof value === "number" ? value.toFixed(2) : "?";
+  }
+
+  // What each column's numbers are (the /compare columns; pipelines/*.yml say how each score is made): the label
+  // of one number, its tooltip, and the column's note.
+  const UNCALIBRATED_NOTE =
+    "Phrase score: the raw phrase score squashed to (0, 1). This model has no calibration, so it is no " +
+    "probability; it ranks within one question only.";
+  const SCORE_KINDS = {
+    bm25: {
+      label: (score) => `BM25 ${fixed2(score)} (scaled, not a probability)`,
+      title: "BM25 relevance squashed to (0, 1) by expit(BM25 / 8); compare within one question only",
+      note:
+        "BM25: keyword relevance squashed to (0, 1) by expit(BM25 / 8). It ranks passages within one question; " +
+        "not a probability, and even an unrelated passage can get 0.9.",
+    },
+    passages: {
+      label: (score) => `confidence ${percent(score)}`,
+      title: "calibrated probability that the highlighted phrase of this passage is the right answer",
+      note:
+        "Confidence: the calibrated probability that the passage's highlighted phrase is the right answer. This " +
+        "column runs its own phrase search, so it can differ by a point from the same answer's above.",
+    },
+    hybrid: {
+      label: (score) => `RRF ${fixed2(score)} (rank fusion, not a probability)`,
+      title: "reciprocal rank fusion of the BM25 and phrase rankings: 1 = ranked first by both",
+      note:
+        "RRF: reciprocal rank fusion of the BM25 and phrase passage rankings, scaled so 1 means ranked first by " +
+        "both. It uses ranks only: not a probability, and a wrong passage can get 0.96.",
+    },
+  };
+  const UNCALIBRATED = {
+    label: (score) => `phrase score ${fixed2(score)} (not calibrated)`,
+    title: "raw phrase score squashed to (0, 1); this model has no calibration",
+    note: UNCALIBRATED_NOTE,
+  };
+  const OTHER = { label: (score) => `score ${fixed2(score)}`, title: "this pipeline's score", note: "" };
+
+  function scoreKind(column) {
+    const calibrated = column.documents.every((doc) => typeof (doc.meta || {}).best_phrase_confidence === "number");
+    if (column.name === "passages" && !calibrated) return UNCALIBRATED;
+    return SCORE_KINDS[column.name] || OTHER;
   }
 
   function sourceLine(meta) {
@@ -121,12 +170,10 @@
     const fill = el("span");
     fill.style.width = `${Math.round(Math.max(0, Math.min(1, value || 0)) * 100)}%`;
     meter.append(fill);
-    const percent = value < 0.005 ? "<1" : String(Math.round(value * 100));
-    const label = calibrated
-      ? `${percent}% confidence`
-      : `score ${typeof value === "number" ? value.toFixed(2) : "?"}`;
+    const kind = calibrated ? null : UNCALIBRATED;
+    const label = calibrated ? `confidence ${percent(value)}` : kind.label(value);
     badge.append(meter, el("span", "confidence-label", label));
-    badge.title = calibrated ? "calibrated probability that this answer is right" : "phrase score (no calibration)";
+    badge.title = calibrated ? "calibrated probability that this answer is right" : kind.title;
     return badge;
   }
 
@@ -134,6 +181,11 @@
     const list = byId("answer-list");
     list.replaceChildren();
     byId("answers-latency").textContent = latency(column.ms);
+    const calibrated = column.answers.every((answer) => typeof (answer.meta || {}).confidence === "number");
+    byId("answers-note").textContent = calibrated
+      ? "Confidence: the calibrated probability that the answer is right; unlike BM25 and RRF below, it means the " +
+        "same for every question."
+      : UNCALIBRATED_NOTE;
     if (!column.answers.length) {
       list.append(el("li", "empty", "No phrase answer."));
     }
@@ -155,17 +207,22 @@
     const name = el("div", "column-name");
     name.append(el("h3", "", column.title), el("span", "pipeline", column.pipeline));
     head.append(name, el("span", "latency", latency(column.ms)));
+    const kind = scoreKind(column);
     const list = el("ol", "results");
     if (!column.documents.length) list.append(el("li", "empty", "No results."));
     column.documents.forEach((doc, i) => {
       const meta = doc.meta || {};
       const item = el("li", "result");
       const top = el("div", "result-head");
-      top.append(el("span", "rank", `#${i + 1}`), el("span", "score", scoreText(doc.score)));
+      const score = el("span", "score", typeof doc.score === "number" ? kind.label(doc.score) : "");
+      score.title = kind.title;
+      top.append(el("span", "rank", `#${i + 1}`), score);
       item.append(top, passage(doc.content, meta.best_phrase_start, meta.best_phrase_end, terms), sourceLine(meta));
       list.append(item);
     });
-    panel.append(head, list);
+    panel.append(head);
+    if (kind.note) panel.append(el("p", "score-note", kind.note));
+    panel.append(list);
     return panel;
   }
 
@@ -179,10 +236,33 @@
     }
   }
 
+  // Remove the answers and columns of an earlier question.
+  function clearResults() {
+    byId("answer-list").replaceChildren();
+    byId("answers").hidden = true;
+    byId("columns").replaceChildren();
+    byId("columns").hidden = true;
+  }
+
+  // The message for a question the server refused with 413 (its bound is in the server's message).
+  function tooLong(question, serverMessage) {
+    const bound = /DPHR_MAX_QUERY_CHARS=(\d+)/.exec(serverMessage);
+    const limit = bound ? Number(bound[1]) : byId("question").maxLength;
+    return (
+      `The question is too long: ${Array.from(question).length} characters, over this server's limit of ` +
+      `${limit} (DPHR_MAX_QUERY_CHARS). Shorten it and ask again.`
+    );
+  }
+
   async function ask(event) {
     event.preventDefault();
     const question = byId("question").value.trim();
-    if (!question) return;
+    if (!question) {
+      clearResults();
+      showError("Type a question first.");
+      byId("question").focus();
+      return;
+    }
     const button = byId("ask-button");
     button.disabled = true;
     button.textContent = "Searching…";
@@ -202,10 +282,38 @@
       }
       columns.hidden = false;
     } catch (error) {
-      showError(error.message);
+      clearResults(); // they answered another question
+      showError(error.status === 413 ? tooLong(question, error.message) : error.message);
     } finally {
       button.disabled = false;
       button.textContent = "Ask";
+    }
+  }
+
+  function plural(count, word) {
+    return `${count} ${word}${count === 1 ? "" : "s"}`;
+  }
+
+  // One line per uploaded file: what it added, what was already stored or repeated, and why (its notes).
+  function renderFileReports(reports) {
+    const list = byId("upload-report");
+    list.replaceChildren();
+    for (const report of reports || []) {
+      const item = el("li", "file-report");
+      const about = [];
+      if (typeof report.passages === "number") about.push(plural(report.passages, "passage"));
+      if (report.encoding) about.push(`read as ${report.encoding}`);
+      item.append(
+        el("span", "file-name", `${report.file}:`),
+        ` ${report.documents_added} added, ${report.already_stored} already stored, ${report.repeated} repeated`,
+        about.length ? el("span", "file-about", ` (${about.join(", ")})`) : ""
+      );
+      if (report.notes && report.notes.length) {
+        const notes = el("ul", "file-notes");
+        for (const note of report.notes) notes.append(el("li", "", note));
+        item.append(notes);
+      }
+      list.append(item);
     }
   }
 
@@ -213,6 +321,7 @@
     event.preventDefault();
     const input = byId("files");
     const status = byId("upload-status");
+    byId("upload-report").replaceChildren();
     if (!input.files.length) {
       status.className = "status failed";
       status.textContent = "Choose one or more text files first.";
@@ -226,10 +335,10 @@
     status.textContent = "Indexing…";
     try {
       const result = await call("file-upload", { method: "POST", body: form });
-      const added = result.documents_added;
       status.textContent =
-        `Added ${added} passage${added === 1 ? "" : "s"} from ${result.files.join(", ")}; ` +
+        `Added ${plural(result.documents_added, "passage")} from ${result.files.join(", ")}; ` +
         `${result.documents_total} in the store.`;
+      renderFileReports(result.file_reports);
       input.value = "";
       refreshStore();
     } catch (error) {
