@@ -27,6 +27,11 @@ from .live import store_read
 Filters = dict[str, Any] | None
 
 
+class UnknownIndexError(DocumentStoreError, InvalidParameterError):
+    """A read named a document index the store does not have (Haystack's DocumentStoreError, as Elasticsearch raises;
+    a bad parameter to the REST API: 404)."""
+
+
 class InnerStore:
     """A Haystack document store used as it is (Elasticsearch)."""
 
@@ -142,7 +147,7 @@ class InMemoryInnerStore(InnerStore):
     def check_index(self, index: str) -> None:
         """Like Elasticsearch, reading a non-default document index that does not exist raises."""
         if not self.index_exists(index):
-            raise DocumentStoreError(f"index {index!r} does not exist")
+            raise UnknownIndexError(f"index {index!r} does not exist")
 
     def has_document(self, index: str, id: str) -> bool:
         return isinstance(self._docs(index).get(id), Document)

@@ -245,3 +245,21 @@ def test_haystacks_rest_api_package_beside_it_changes_nothing_served(tmp_path, t
     assert isinstance(served.query.get_node("Retriever"), PhraseRetriever)
     assert served.document_store is served.query.get_document_store()
     assert Client(app).get("/store").json()["query_pipeline"] == "query"
+
+
+def test_an_unknown_document_index_is_404_not_500(client):
+    """Found by ``benchmarks.haystack.rest_malformed``: reading an index the store does not have was a 500."""
+    for index in ("other", "../../etc"):
+        response = client.post(f"/documents/get_by_filters?index={index}", json={"filters": {}})
+        assert response.status_code == 404, response.text[:300]
+        assert "does not exist" in _errors(response)
+
+
+def test_an_upload_split_past_any_passage_is_400_not_500(client):
+    """Found by ``benchmarks.haystack.rest_malformed``: ``split_length`` 10**30 crashed Haystack's PreProcessor."""
+    response = client.post(
+        "/file-upload",
+        files={"files": ("a.txt", b"Nairobi is the capital of Kenya.\n", "text/plain")},
+        data={"split_length": str(10**30)},
+    )
+    assert response.status_code in (400, 422), response.text[:300]

@@ -34,6 +34,7 @@ from ...errors import (
     ModelLoadError,
     ReadOnlyStoreError,
 )
+from ..stores import UnknownIndexError
 from .settings import MAX_UPLOAD_BYTES_ENV
 
 logger = logging.getLogger(__name__)
@@ -52,14 +53,16 @@ def typed_cause(exc: BaseException) -> BaseException | None:
 
 
 def error_status(exc: BaseException) -> int:
-    """The HTTP status of an error: 413 over a bound, 403 a read-only store, 503 a locked store, 507 a full disk, 500
-    a server-side model or index failure, 400 any other typed error (bad parameters, an invalid query, an unsafe
-    path), 500 the rest."""
+    """The HTTP status of an error: 404 an unknown document index, 413 over a bound, 403 a read-only store, 503 a
+    locked store, 507 a full disk, 500 a server-side model or index failure, 400 any other typed error (bad
+    parameters, an invalid query, an unsafe path), 500 the rest."""
     typed = typed_cause(exc)
     if typed is None:
         return 500
     if isinstance(typed, InputTooLargeError):
         return 413
+    if isinstance(typed, UnknownIndexError):
+        return 404
     if isinstance(typed, ReadOnlyStoreError):  # the store can be read, never written: not a passing lock
         return 403
     if isinstance(typed, DirectoryLockedError):

@@ -13,8 +13,8 @@ pipeline's nodes, and that each uploaded file is text (and in which encoding).
   ``id_hash_keys``, a PreProcessor's ``clean_*`` / ``remove_substrings`` / ``split_*`` / ``id_hash_keys``. A
   retriever or a document store takes none (``top_k`` or ``filters`` mean nothing to an upload, which only encodes
   and writes), nor does any node take ``encoding`` (the server decodes uploads itself). Split values are checked
-  against the PreProcessor's own: ``split_by`` one of word, sentence, passage, page; ``split_length`` at least 1;
-  ``0 <= split_overlap < split_length``; ``split_respect_sentence_boundary`` only with ``split_by: word``.
+  against the PreProcessor's own: ``split_by`` one of word, sentence, passage, page; ``split_length`` from 1 to
+  100,000; ``0 <= split_overlap < split_length``; ``split_respect_sentence_boundary`` only with ``split_by: word``.
   Every refusal is InvalidParameterError (400) naming the parameter.
 """
 
@@ -35,6 +35,7 @@ from ...errors import EmptyCorpusError, InputTooLargeError, InvalidParameterErro
 from .settings import MAX_PASSAGE_CHARS_ENV
 
 MAX_META_DEPTH = 16
+MAX_SPLIT_LENGTH = 100_000  # units per passage; far past any passage an upload may hold
 MAX_CONTROL_SHARE = 0.01
 SPLIT_UNITS = ("word", "sentence", "passage", "page")  # "token" needs a tokenizer, which a form cannot give
 BINARY_SUFFIXES = frozenset(
@@ -197,8 +198,8 @@ def _check_splits(name: str, node: PreProcessor, given: dict[str, Any]) -> None:
     overlap = given.get("split_overlap", node.split_overlap) or 0
     if split_by is not None and split_by not in SPLIT_UNITS:
         raise InvalidParameterError(f"{name}.split_by {split_by!r} is not one of {', '.join(SPLIT_UNITS)}")
-    if split_by is not None and (length is None or length < 1):
-        raise InvalidParameterError(f"{name}.split_length must be at least 1, not {length}")
+    if split_by is not None and (length is None or not 1 <= length <= MAX_SPLIT_LENGTH):
+        raise InvalidParameterError(f"{name}.split_length must be from 1 to {MAX_SPLIT_LENGTH:,}, not {length}")
     if split_by is not None and not 0 <= overlap < length:
         raise InvalidParameterError(
             f"{name}.split_overlap must be at least 0 and below split_length ({length}), not {overlap}"
