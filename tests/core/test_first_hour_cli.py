@@ -1,5 +1,5 @@
 """The first hour with the command line: where ``dphr serve`` keeps its store, and ``dphr search`` over an index
-built from Python (the README's core snippet) without ``--model``."""
+built from Python (the core snippet of docs/python.md) without ``--model``."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_dphr_store_is_ignored_by_git():
 
 
 def _build_like_the_readme(model_ref: str, folder: Path) -> None:
-    """The README's "core without Haystack" steps: load a model by reference, create an index on disk, add."""
+    """The "core without Haystack" steps of docs/python.md: load a model by reference, create an index on disk, add."""
     from dphr_haystack import PhraseIndex, PhraseModel, add_passages
     from tests.conftest import tiny_passages
 
@@ -94,7 +94,7 @@ def test_search_cli_explicit_model_still_wins(tiny_model, tiny_model_dir, tmp_pa
 
 
 def test_adding_a_list_of_passages_shows_a_bar_with_a_total(tiny_model, monkeypatch):
-    """The README's core snippet adds a list: its progress bar says how many passages there are to index."""
+    """The core snippet of docs/python.md adds a list: its progress bar says how many passages there are to index."""
     import tqdm.auto
 
     from dphr_haystack import PhraseIndex, add_passages
