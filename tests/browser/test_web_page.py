@@ -94,15 +94,21 @@ def console_errors() -> list[str]:
     return []
 
 
-@pytest.fixture
-def page(browser, server, console_errors):
-    """A fresh page on the server."""
+def _open(browser, server, console_errors: list[str], width: int, height: int):
+    """A new browser context of that viewport and a page on the server in it, its console errors collected."""
     url, _ = server
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context = browser.new_context(viewport={"width": width, "height": height})
     page = context.new_page()
     page.on("console", lambda message: console_errors.append(message.text) if message.type == "error" else None)
     page.on("pageerror", lambda error: console_errors.append(str(error)))
     page.goto(url)
+    return context, page
+
+
+@pytest.fixture
+def page(browser, server, console_errors):
+    """A fresh page on the server."""
+    context, page = _open(browser, server, console_errors, 1400, 1000)
     yield page
     context.close()
 
@@ -199,12 +205,7 @@ def test_errors_are_shown_not_thrown(page, server):
 @pytest.fixture
 def phone(browser, server, console_errors):
     """A fresh page on the server, 390 px wide (a phone)."""
-    url, _ = server
-    context = browser.new_context(viewport={"width": 390, "height": 844})
-    page = context.new_page()
-    page.on("console", lambda message: console_errors.append(message.text) if message.type == "error" else None)
-    page.on("pageerror", lambda error: console_errors.append(str(error)))
-    page.goto(url)
+    context, page = _open(browser, server, console_errors, 390, 844)
     yield page
     context.close()
 
