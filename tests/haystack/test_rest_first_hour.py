@@ -263,3 +263,11 @@ def test_an_upload_split_past_any_passage_is_400_not_500(client):
         data={"split_length": str(10**30)},
     )
     assert response.status_code in (400, 422), response.text[:300]
+
+
+@pytest.mark.parametrize("top_k", ["5", 1.5, True])
+def test_compare_refuses_a_top_k_that_is_not_a_whole_number(client, top_k):
+    """Found by ``benchmarks.haystack.rest_malformed``: ``/compare`` coerced what ``/query`` refuses."""
+    response = client.post("/compare", json={"query": "What is the capital of Kenya?", "top_k": top_k})
+    assert response.status_code == 422, response.text[:300]
+    assert "top_k" in _errors(response)

@@ -18,11 +18,11 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException
 from haystack import Pipeline
-from pydantic import StrictStr
+from pydantic import StrictStr, conint
 
 from ...model.registry import DEFAULT_MODEL
 from ..pipeline import PIPELINES_DIR, load_pipeline
-from .schema import CompareRequest, CompareResponse
+from .schema import MAX_COMPARE_TOP_K, CompareRequest, CompareResponse
 from .search import RequestLimiter, check_query
 from .served import ServedPipelines
 from .settings import DEFAULT_MAX_QUERY_CHARS
@@ -55,9 +55,11 @@ COLUMNS = (
 
 
 class StrictCompareRequest(CompareRequest):
-    """``/compare``'s body, whose ``query`` must be a JSON string."""
+    """``/compare``'s body, whose ``query`` must be a JSON string and ``top_k`` a JSON whole number (``"5"``, ``1.5``
+    and ``true`` are refused with 422, as ``/query`` refuses them)."""
 
     query: StrictStr
+    top_k: conint(strict=True, ge=1, le=MAX_COMPARE_TOP_K) = 5  # type: ignore[valid-type]
 
 
 class Comparison:
