@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import sqlite3
 import threading
 import uuid
@@ -257,11 +258,6 @@ class StoreDatabase:
         row = self._query("SELECT seq FROM sqlite_sequence WHERE name = 'changes'")
         return int(row[0][0]) if row else 0
 
-    def _log(self, kind: str, collection: str, ids: Iterable[str | None]) -> None:
-        self._connection.executemany(
-            "INSERT INTO changes (kind, collection, id) VALUES (?, ?, ?)", ((kind, collection, i) for i in ids)
-        )
-
     # ----------------------------------------------------------------- settings
     @property
     def config(self) -> dict[str, Any]:
@@ -351,11 +347,17 @@ class StoreDatabase:
         rows = self._query("SELECT value FROM store WHERE key = 'store_id'")
         return rows[0][0] if rows else None
 
+    def _reopened(self) -> bool:
+        """Reconnect when another file is now at the path (the directory was removed and made again)."""
+        if _identity(self.file) == self._identity:
+            return False
+        with self._mutex:
+            self._reopen()
+        return True
+
     def changes(self) -> Changes:
         """What was committed since this object last applied changes; advances its cursor past them."""
-        if _identity(self.file) != self._identity:
-            with self._mutex:
-                self._reopen()
+        if self._reopened():
             self.seq = self._last_seq()
             return Changes(everything=True, phrases=True)
         with self.snapshot():
@@ -387,9 +389,7 @@ class StoreDatabase:
 
     def reload(self, collection: str) -> list[dict[str, Any]]:
         """Every stored body of ``collection``, with this object's cursor moved to the same state (a full read)."""
-        if _identity(self.file) != self._identity:
-            with self._mutex:
-                self._reopen()
+        self._reopened()
         with self.snapshot():
             self.store_id, self.seq = self._current_store_id(), self._last_seq()
             return self.items(collection)
@@ -469,24 +469,19 @@ class StoreDatabase:
             raise _database_error(exc, self.file) from exc
 
     def _write_log(self, kind: str, collection: str, ids: list[str | None]) -> None:
-        if not self._depth:
-            raise RuntimeError("StoreDatabase writes run inside transaction()")
-        self._log(kind, collection, ids)
+        self._write(
+            "INSERT INTO changes (kind, collection, id) VALUES (?, ?, ?)", [(kind, collection, i) for i in ids]
+        )
 
-    # ----------------------------------------------------------------- copies
-    def copy_to(self, target: Path) -> None:
-        """Write a consistent copy of the database to ``target`` (a new file), fsynced."""
-        with self._mutex:
-            destination = sqlite3.connect(target, isolation_level=None)
-            try:
-                self._connection.backup(destination)
-                destination.execute("PRAGMA journal_mode=WAL")
-            except sqlite3.Error as exc:
-                raise _database_error(exc, target) from exc
-            finally:
-                destination.close()
-        with open(target, "rb") as handle:
-            os.fsync(handle.fileno())
+    # ----------------------------------------------------------------- folders
+    def remove_unnamed_folders(self, names: Iterable[str]) -> None:
+        """Delete those of ``names`` that the store created and no commit names (best effort; a symbolic link or
+        anything not a folder is left alone). Called after the commit that stopped naming them."""
+        created, named = self.created(), set(self.phrase_folders().values())
+        for name in names:
+            folder = self.path / name
+            if name in created and name not in named and folder.is_dir() and not folder.is_symlink():
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _identity(file: Path) -> tuple[int, int] | None:

@@ -11,7 +11,6 @@ they were; a damaged one is refused untouched. Writers hold the directory's
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -136,17 +135,9 @@ class StoreDirectory:
 
     def remove_retired(self) -> None:
         """Delete the retired folders that the store created and its database no longer names."""
-        if not self.retired:
-            return
-        named, created = set(self.db.phrase_folders().values()), self.db.created()
-        for name in sorted(self.retired):
-            if name in named:
-                self.retired.discard(name)
-                continue
-            folder = self.path / name
-            if name in created and folder.is_dir() and not folder.is_symlink():
-                shutil.rmtree(folder, ignore_errors=True)
-            self.retired.discard(name)
+        if self.retired:
+            self.db.remove_unnamed_folders(self.retired)
+            self.retired.clear()
 
 
 __all__ = ["COLLECTION", "StoreDirectory", "body_document", "check_folder", "document_body"]

@@ -18,7 +18,7 @@ from typing import Any
 
 from .._util.lock import WriterLock
 from ..errors import ReadOnlyStoreError
-from .persistence import open_database, remove_folders
+from .persistence import open_database
 
 
 class StoreDirectory:
@@ -58,7 +58,7 @@ class StoreDirectory:
 
     def remove_unnamed(self, names: set[str]) -> None:
         """Remove those of ``names`` that no committed state names (folders the store created)."""
-        remove_folders(self.db, names - set(self.db.phrase_folders().values()))
+        self.db.remove_unnamed_folders(names)
 
 
 def store_read(method):

@@ -9,11 +9,8 @@ they are). :func:`save_store` replaces what another directory holds with a compl
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import shutil
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,9 +146,9 @@ def save_store(
                     phrase_index.save(folder)
                 _replace_content(db, config, collections, folders)
             except BaseException:
-                remove_folders(db, folders.values())
+                db.remove_unnamed_folders(folders.values())
                 raise
-            remove_folders(db, before - set(folders.values()))
+            db.remove_unnamed_folders(before - set(folders.values()))
         finally:
             db.close()
     return folders
@@ -178,17 +175,6 @@ def _replace_content(
         for name, folder in folders.items():
             db.set_phrase_folder(name, folder)
         db.set_config({**db.config, LAYER: config})
-
-
-def remove_folders(db: StoreDatabase, names: Iterable[str]) -> None:
-    """Delete these folders of the directory (best effort): only those the store created, never a symbolic link."""
-    created = db.created()
-    for name in names:
-        folder = db.path / name
-        if name not in created or folder.is_symlink() or not folder.is_dir():
-            continue
-        with contextlib.suppress(OSError):
-            shutil.rmtree(folder)
 
 
 def index_passages(
