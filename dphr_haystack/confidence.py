@@ -16,6 +16,12 @@ calibration may also carry an :class:`AnswerRanker` (:func:`fit_ranker`): a scor
 each question's right answer first; the calibration then weighs an answer's rank score and its log-softmax among
 the candidates, so that its confidences order a query's answers as the ranker does.
 
+A calibration may carry an :class:`Answerability` (:func:`fit_answerability`): from features of the whole search
+(:func:`query_features`: the top answer's confidence, how much of the question the best passages and titles hold,
+how many passages were searched) it gives P(the top answer is right *given this corpus*), low when the corpus holds
+no answer (no passage speaks of the question's words); :func:`corpus_shift` moves every answer's log-odds by the
+same amount so that the top answer's confidence is that probability, and :func:`no_answer_score` is its complement.
+
 A ranked list of passages or documents scores each by its answer's confidence, made monotone along the ranking
 (:func:`ranked_confidences`): the ranking is by raw score, and a confidence also weighs how its phrase compares
 with the other candidates, so a passage's answer can be more confident than the answer of one ranked above it.
@@ -37,6 +43,7 @@ from .errors import InvalidParameterError
 from .fitting import (
     auroc,
     expected_calibration_error,
+    fit_answerability,
     fit_calibration,
     fit_logistic,
     fit_ranker,
@@ -47,10 +54,14 @@ from .model.calibration import (
     CONFIDENCE_DEPTH,
     FEATURES,
     KNOWN_FEATURES,
+    QUERY_FEATURES,
     RANKER_FEATURES,
+    Answerability,
     AnswerRanker,
     Calibration,
     check_features,
+    check_query_features,
+    sigmoid,
 )
 from .passage_words import STEM, PassageWords
 
@@ -59,24 +70,36 @@ __all__ = [
     "CONFIDENCE_DEPTH",
     "FEATURES",
     "KNOWN_FEATURES",
+    "NO_ANSWER_THRESHOLD",
+    "QUERY_FEATURES",
     "RANKER_FEATURES",
     "STOPWORDS",
     "AnswerRanker",
+    "Answerability",
     "Calibration",
     "answer_confidences",
+    "corpus_shift",
     "answer_features",
     "auroc",
     "confidence_features",
     "copies_question",
     "expected_calibration_error",
+    "fit_answerability",
     "fit_calibration",
     "fit_logistic",
     "fit_ranker",
+    "no_answer_score",
     "normalized_words",
+    "query_features",
     "question_words",
     "ranked_confidences",
     "reliability",
+    "shifted",
 ]
+
+# The top answer's confidence below which a search that asks for it answers "no answer" first. Chosen on questions
+# of held-out articles asked with and without their article in the corpus (benchmarks/quality/answerability.py).
+NO_ANSWER_THRESHOLD = 0.2
 
 # Words of a question that say little about where its answer lies: left out when a passage's support is counted.
 STOPWORDS = frozenset(
@@ -424,6 +447,109 @@ def answer_confidences(
         calibration.features, candidates, rows, asked, passages, calibration.ranker, calibration.depth, words
     )
     return calibration.confidence(features)
+
+
+def query_features(
+    names: Sequence[str],
+    candidates: Sequence[RankedPhrase],
+    top: int,
+    top_confidence: float,
+    asked: Sequence[str] | None,
+    passages: Sequence[Mapping[str, Any]],
+    searched: int,
+    depth: int = CONFIDENCE_DEPTH,
+    words: Callable[[int], PassageWords] | None = None,
+) -> np.ndarray:
+    """The features ``names`` (of :data:`QUERY_FEATURES`) of one query's search: (len(names),).
+
+    ``candidates`` are its ranked candidates (best score first; the first ``depth`` are the reference list),
+    ``top`` the position of its top answer and ``top_confidence`` that answer's calibrated confidence, ``searched``
+    the number of passages the search could return. The features:
+
+    - ``top_logit``: the log-odds of ``top_confidence``;
+    - ``top_support`` / ``best_support``: the share of the question's content words (as :func:`answer_features`
+      counts them) that the top answer's passage holds, and the largest share a passage of the reference list holds;
+    - ``best_title_support``: the largest share that a reference passage's title holds (``_`` read as a space);
+    - ``window_support`` / ``sentence_support``: those of the top answer (:func:`answer_features`);
+    - ``log_passages``: log(1 + ``searched``);
+    - ``best_score``: the best raw score of the reference list.
+
+    A feature that needs the question's words is NaN without them (an :class:`Answerability` counts it at its mean).
+    """
+    names = check_query_features(tuple(names))
+    out = np.full(len(names), np.nan)
+    column = {name: j for j, name in enumerate(names)}
+    depth = max(1, min(len(candidates), depth))
+    reference = candidates[:depth]
+    phrase = candidates[top]
+    c = min(max(float(top_confidence), 1e-6), 1 - 1e-6)
+    values: dict[str, float] = {
+        "top_logit": math.log(c / (1 - c)),
+        "log_passages": math.log1p(max(0, int(searched))),
+        "best_score": float(max(p.score for p in reference)),
+    }
+    if asked is not None and _content_stems(asked):
+        support = _Support(asked, passages, words)
+        values["top_support"] = support.passage(phrase.passage_row)
+        values["best_support"] = max(support.passage(p.passage_row) for p in reference)
+        titles = {p.passage_row: str(passages[p.passage_row].get("title") or "") for p in reference}
+        values["best_title_support"] = max(
+            support._share(_stems(normalized_words(title.replace("_", " ")))) for title in titles.values()
+        )
+        values["window_support"] = support.near(phrase)
+        values["sentence_support"] = support.sentence(phrase)
+    for name, j in column.items():
+        if name in values:
+            out[j] = values[name]
+    return out
+
+
+def corpus_shift(
+    calibration: Calibration,
+    candidates: Sequence[RankedPhrase],
+    confidence: Mapping[int, float],
+    asked: Sequence[str] | None,
+    passages: Sequence[Mapping[str, Any]],
+    searched: int,
+    words: Callable[[int], PassageWords] | None = None,
+) -> float:
+    """How far every answer's log-odds move so that the top answer's confidence is its calibration's
+    :class:`Answerability` (P(right) given the corpus searched): 0.0 without one or without answers.
+
+    ``confidence`` maps positions in ``candidates`` to their confidences; the top answer is the most confident
+    (the first of equals).
+    """
+    answerability = calibration.answerability
+    if answerability is None or not confidence:
+        return 0.0
+    top = min(confidence, key=lambda i: (-confidence[i], i))
+    features = query_features(
+        answerability.features,
+        candidates,
+        top,
+        confidence[top],
+        asked,
+        passages,
+        searched,
+        calibration.depth,
+        words,
+    )
+    return _logit(float(answerability.probability(features[None, :])[0])) - _logit(confidence[top])
+
+
+def shifted(confidence: float, shift: float) -> float:
+    """``confidence`` with its log-odds moved by ``shift`` (:func:`corpus_shift`)."""
+    return float(sigmoid(np.asarray(_logit(confidence) + shift))) if shift else float(confidence)
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-6), 1 - 1e-6)
+    return math.log(p / (1 - p))
+
+
+def no_answer_score(top_confidence: float | None) -> float:
+    """P(no answer given is right): 1 − the top answer's confidence (1.0 when there is no answer)."""
+    return 1.0 if top_confidence is None else 1.0 - float(top_confidence)
 
 
 def ranked_confidences(confidences: Sequence[float | None]) -> list[float]:

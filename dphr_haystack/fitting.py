@@ -19,9 +19,11 @@ from .model.calibration import (
     CONFIDENCE_DEPTH,
     FEATURES,
     KNOWN_FEATURES,
+    Answerability,
     AnswerRanker,
     Calibration,
     check_features,
+    check_query_features,
     sigmoid,
     standardised,
 )
@@ -29,6 +31,7 @@ from .model.calibration import (
 __all__ = [
     "auroc",
     "expected_calibration_error",
+    "fit_answerability",
     "fit_calibration",
     "fit_logistic",
     "fit_ranker",
@@ -57,6 +60,24 @@ def fit_calibration(
         raise InvalidParameterError(f"feature columns of shape {x.shape} for the {len(names)} features {names}")
     weights, bias, mean, scale = fit_logistic(x, correct, l2, iterations)
     return Calibration(weights, bias, mean, scale, names, ranker, depth)
+
+
+def fit_answerability(
+    features: np.ndarray, correct: np.ndarray, names: Sequence[str], l2: float = 1e-2, iterations: int = 50
+) -> Answerability:
+    """The :class:`Answerability` over the query features ``names`` (columns of
+    :func:`~dphr_haystack.confidence.query_features`), fitted by :func:`fit_logistic` on whether each query's top
+    answer is right (a question whose answer the corpus does not hold: never).
+
+    Raises:
+        InvalidParameterError: As :func:`fit_logistic`, or ``names`` are not distinct query features.
+    """
+    names = check_query_features(tuple(names))
+    x = np.asarray(features, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != len(names):
+        raise InvalidParameterError(f"feature columns of shape {x.shape} for the {len(names)} features {names}")
+    weights, bias, mean, scale = fit_logistic(x, correct, l2, iterations)
+    return Answerability(weights, bias, mean, scale, names)
 
 
 def fit_ranker(

@@ -27,7 +27,14 @@ from typing import Any
 import numpy as np
 
 from ._util.threads import check_threads, resolve_threads, using_threads
-from .confidence import Calibration, answer_confidences, copies_question, question_words
+from .confidence import (
+    Calibration,
+    answer_confidences,
+    copies_question,
+    corpus_shift,
+    question_words,
+    shifted,
+)
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
 from .index.phrase_index import PhraseIndex
 from .index.rounds import TokenRounds
@@ -291,7 +298,8 @@ class PhraseSearcher:
         allowed = ~self.index.deleted
         if allowed_passages is not None:
             allowed = allowed & np.asarray(allowed_passages, dtype=bool)
-        if not allowed.any():
+        searched = int(allowed.sum())  # the passages this search can return: the corpus its answers come from
+        if not searched:
             return results
         if questions is not None and len(questions) != n_queries:
             raise InvalidParameterError(f"{len(questions)} question texts for {n_queries} query vectors")
@@ -326,6 +334,7 @@ class PhraseSearcher:
                         self.tidy_answers,
                         asked[qi] if asked else None,
                         by_confidence,
+                        searched,
                     )
                 else:
                     hits = _aggregate(
@@ -339,6 +348,7 @@ class PhraseSearcher:
                         self.tidy_answers,
                         asked[qi] if asked else None,
                         by_confidence,
+                        searched,
                     )
                 hits = _by_confidence(hits)[:top_k] if by_confidence else hits
                 results[qi] = hits
@@ -470,8 +480,10 @@ def _phrase_answers(
     tidy: bool = False,
     asked: Sequence[str] | None = None,
     by_confidence: bool = False,
+    searched: int = 0,
 ) -> list[Hit]:
-    """The top-k phrase answers, skipping copies of the question (``words``), with confidences; with ``tidy``
+    """The top-k phrase answers, skipping copies of the question (``words``), with confidences (given the
+    ``searched`` passages the search could return, when the calibration has an answerability); with ``tidy``
     trimmed and folded (an answer repeating a better one is left out), the confidences computed over the unfolded
     candidates. With ``by_confidence`` the candidates fold most confident first (each answer is the most confident of
     those it folds, as the calibration picks top answers) and come out most confident first; when that folds the
@@ -498,12 +510,15 @@ def _phrase_answers(
     if calibration is None or not chosen:
         return [kept[i] for i in chosen]
     passage_words = cached_words(index)  # one reader for the first confidences and each candidate added after
+    shift = 0.0  # the query's corpus shift, set from the first confidences (corpus_shift)
 
     def confident(rows: Sequence[int]) -> dict[int, float]:
         found = answer_confidences(calibration, kept, rows, asked, index.passages, passage_words)
-        return dict(zip(rows, found.tolist(), strict=True))
+        return {row: shifted(c, shift) for row, c in zip(rows, found.tolist(), strict=True)}
 
     confidence = confident(range(len(kept)) if by_confidence else chosen)
+    shift = corpus_shift(calibration, kept, confidence, asked, index.passages, searched, passage_words)
+    confidence = {row: shifted(c, shift) for row, c in confidence.items()}
     if not by_confidence:
         return [replace(kept[i], confidence=float(confidence[i])) for i in chosen]
     # most confident first; equals keep the score order (``confidence`` is in score order)
@@ -536,11 +551,13 @@ def _aggregate(
     trim: bool = False,
     asked: Sequence[str] | None = None,
     most_confident: bool = False,
+    searched: int = 0,
 ) -> list[Hit]:
     """The top-k passages or documents: each scored by its best phrase (``max``) or the log-sum-exp of all of its
     phrases' scores (``logsumexp``), carrying as its answer its best phrase that does not copy the question
     (``words``; with ``most_confident``, its most confident one), with the confidence that phrase has among the
-    ranked phrase answers (:func:`_phrase_answers`), its text trimmed with ``trim``; ties broken deterministically."""
+    ranked phrase answers (:func:`_phrase_answers`; ``searched`` as there), its text trimmed with ``trim``; ties broken
+    deterministically."""
     tokens = index.tokens
     best: dict[str, tuple] = {}  # key -> its best phrase (the first in the deterministic phrase order)
     answer: dict[str, int] = {}  # passage id -> position in ``answers`` of its best phrase that is no copy
@@ -569,8 +586,11 @@ def _aggregate(
     if calibration is not None and answers:
         at = sorted({answer[p] for p in answering.values() if p in answer})  # the answers of the results
         at = sorted({*at, *range(min(len(answers), calibration.depth))}) if most_confident else at  # and the ranked
-        found = answer_confidences(calibration, answers, at, asked, index.passages, cached_words(index))
+        words_of = cached_words(index)
+        found = answer_confidences(calibration, answers, at, asked, index.passages, words_of)
         confidence = dict(zip(at, found.tolist(), strict=True))
+        shift = corpus_shift(calibration, answers, confidence, asked, index.passages, searched, words_of)
+        confidence = {i: shifted(c, shift) for i, c in confidence.items()}
         for i in at if most_confident else ():  # a passage answers with its most confident phrase
             pid = index.passages[answers[i].passage_row]["id"]
             answer[pid] = i if confidence[i] > confidence[answer[pid]] else answer[pid]

@@ -12,6 +12,12 @@ Scores (``scale_score=True``, the default, with a model that has a calibration, 
   than t. The ranking is the raw one, unchanged; a document whose every retrieved phrase copies the question has
   no answer and keeps the score of the one above it.
 
+A search asked for ``no_answer`` also answers "no answer" (:func:`with_no_answer`): an answer with empty text
+whose score is P(no answer given is right) = 1 − the top answer's confidence (a calibration with an answerability
+makes that confidence P(right *given this corpus*), low when the corpus holds no answer). It comes first when the
+top answer is less confident than the threshold (:data:`~dphr_haystack.confidence.NO_ANSWER_THRESHOLD` by default),
+last otherwise, as Haystack's readers add theirs.
+
 The raw phrase score (an inner product: about 600 to 960 for the shipped model on SQuAD) stays in
 ``meta["phrase_score"]`` (documents; ``meta["best_phrase_score"]`` is its answer's) and ``meta["raw_score"]``
 (answers). Without a calibration, or with ``scale_score=False``, scores are as before: ``expit(raw / 100)`` (a
@@ -25,7 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ..confidence import ranked_confidences
+from ..confidence import NO_ANSWER_THRESHOLD, no_answer_score, ranked_confidences
+from ..errors import InvalidParameterError
 from ..search import DocumentHit, Hit, PhraseHit, best_passage, best_phrase
 
 StoredDocument = TypeVar("StoredDocument")
@@ -126,6 +133,42 @@ def retrieved_answer(
     return RetrievedAnswer(phrase, document, meta, score)
 
 
+@dataclass(frozen=True)
+class NoAnswer:
+    """The answer "the corpus gives no right answer": ``score`` = 1 − the top answer's confidence (1.0 when
+    there is no answer), ``top_confidence`` that confidence (None: no answer)."""
+
+    score: float
+    top_confidence: float | None
+
+
+def with_no_answer(
+    answers: Sequence[RetrievedAnswer], threshold: float = NO_ANSWER_THRESHOLD
+) -> list[RetrievedAnswer | NoAnswer]:
+    """``answers`` with a :class:`NoAnswer` first when the top answer's confidence is below ``threshold`` (or there
+    is no answer), last otherwise.
+
+    Raises:
+        InvalidParameterError: ``threshold`` is not a number in [0, 1], or the answers have no confidence (a model
+            without a calibration cannot say how likely its answer is).
+    """
+    threshold = check_no_answer_threshold(threshold)
+    top = answers[0].meta.get("confidence") if answers else None
+    if answers and top is None:
+        raise InvalidParameterError(
+            "no_answer needs answer confidences: a model with a calibration (python -m train.calibrate)"
+        )
+    marker = NoAnswer(no_answer_score(top), None if top is None else float(top))
+    return [marker, *answers] if top is None or top < threshold else [*answers, marker]
+
+
+def check_no_answer_threshold(threshold: Any) -> float:
+    """``threshold`` as a float if it is a number in [0, 1]; InvalidParameterError otherwise."""
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0:
+        raise InvalidParameterError(f"no_answer_threshold={threshold!r}; valid: a number from 0 to 1")
+    return float(threshold)
+
+
 def pair_hits(hits: Sequence[Hit], stored: Mapping[str, StoredDocument]) -> list[tuple[Hit, StoredDocument]]:
     """The hits whose passage is a stored document, each with that document (phrases of a document no longer
     stored are left out)."""
@@ -169,10 +212,12 @@ def retrieved(
 
 __all__ = [
     "SCORE_SCALE",
+    "NoAnswer",
     "RetrievedAnswer",
     "RetrievedDocument",
     "best_passage",
     "best_phrase",
+    "check_no_answer_threshold",
     "document_scores",
     "expit",
     "hit_passage_id",
@@ -182,4 +227,5 @@ __all__ = [
     "retrieved_answer",
     "retrieved_document",
     "scaled_score",
+    "with_no_answer",
 ]

@@ -6,7 +6,11 @@ model's config can check it without importing the query layer. A calibration nam
 order: one stored over today's four score features (:data:`FEATURES`) computes exactly what it always did, one
 over more of :data:`KNOWN_FEATURES` computes those too. A calibration may carry an :class:`AnswerRanker`, a linear
 score of the answer features fitted to put a query's right answer first: its features :data:`RANKER_FEATURES` then
-read each answer's place in that ranking, and the searchers order answers by it.
+read each answer's place in that ranking, and the searchers order answers by it. A calibration may also carry an
+:class:`Answerability`: P(the top answer is right *given the corpus searched*) from features of the whole query
+(:data:`QUERY_FEATURES`: how confident its top answer is, how much of the question the best passages hold, how many
+passages were searched); every answer's log-odds then shift by the same amount so that the top answer's confidence
+is that probability (the order of a query's answers stays as it was).
 """
 
 from __future__ import annotations
@@ -39,6 +43,18 @@ ANSWER_FEATURES = (
 KNOWN_FEATURES = FEATURES + ANSWER_FEATURES
 # An answer's place among its query's candidates as an answer ranker scores them: only a calibration with a ranker.
 RANKER_FEATURES = ("rank_score", "rank_log_softmax")
+# Features of a whole query's search (:func:`dphr_haystack.confidence.query_features`): what an
+# :class:`Answerability` weighs to tell a question whose answer the corpus holds from one it does not.
+QUERY_FEATURES = (
+    "top_logit",
+    "top_support",
+    "best_support",
+    "best_title_support",
+    "window_support",
+    "sentence_support",
+    "log_passages",
+    "best_score",
+)
 # How many ranked candidate phrases a calibration's features look at (their reference list) and its ranker orders;
 # a calibration stored without a depth was fitted on the first 10.
 CONFIDENCE_DEPTH = 20
@@ -90,6 +106,40 @@ class AnswerRanker:
 
 
 @dataclass(frozen=True)
+class Answerability:
+    """P(the query's top answer is right, given the corpus searched) = σ(w · standardised query features + b) over
+    the named :data:`QUERY_FEATURES` (:func:`dphr_haystack.fitting.fit_answerability`); NaN counts at the mean."""
+
+    weights: tuple[float, ...]
+    bias: float
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    features: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        check_query_features(self.features)
+
+    def probability(self, features: np.ndarray) -> np.ndarray:
+        """P(right) of each row of :func:`~dphr_haystack.confidence.query_features` over :attr:`features`."""
+        return sigmoid(standardised(features, self.mean, self.scale) @ np.asarray(self.weights) + self.bias)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "features": list(self.features),
+            "weights": list(self.weights),
+            "bias": self.bias,
+            "mean": list(self.mean),
+            "scale": list(self.scale),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Answerability:
+        """Read a stored answerability; InvalidParameterError on a malformed or foreign one."""
+        features, values = _read_linear(data, "answerability", ("weights", "mean", "scale", "bias"))
+        return cls(values[0], values[3][0], values[1], values[2], check_query_features(features))
+
+
+@dataclass(frozen=True)
 class Calibration:
     """P(correct) = σ(w · standardised features + b), over the named ``features`` (default :data:`FEATURES`).
 
@@ -109,6 +159,7 @@ class Calibration:
     features: tuple[str, ...] = FEATURES
     ranker: AnswerRanker | None = None
     depth: int = CONFIDENCE_DEPTH
+    answerability: Answerability | None = None
 
     def __post_init__(self) -> None:
         check_features(self.features, ranked=self.ranker is not None)
@@ -131,6 +182,8 @@ class Calibration:
         }
         if self.ranker is not None:
             out["ranker"] = self.ranker.to_dict()
+        if self.answerability is not None:
+            out["answerability"] = self.answerability.to_dict()
         return out
 
     @classmethod
@@ -138,7 +191,10 @@ class Calibration:
         """Read a stored calibration; InvalidParameterError on a malformed or foreign one."""
         features, values = _read_linear(data, "calibration", ("weights", "mean", "scale", "bias"))
         ranker = AnswerRanker.from_dict(data["ranker"]) if data.get("ranker") is not None else None
-        return cls(values[0], values[3][0], values[1], values[2], features, ranker, data.get("depth", STORED_DEPTH))
+        stored = data.get("answerability")
+        answerability = Answerability.from_dict(stored) if stored is not None else None
+        depth = data.get("depth", STORED_DEPTH)
+        return cls(values[0], values[3][0], values[1], values[2], features, ranker, depth, answerability)
 
 
 def _read_linear(data: Any, what: str, keys: tuple[str, ...]) -> tuple[tuple[str, ...], list[tuple[float, ...]]]:
@@ -175,6 +231,16 @@ def check_features(features: tuple[str, ...], ranked: bool = False) -> tuple[str
                 if set(unknown) - set(needs_ranker)
                 else ""
             )
+        )
+    return features
+
+
+def check_query_features(features: tuple[str, ...]) -> tuple[str, ...]:
+    """``features`` if it names :data:`QUERY_FEATURES`, each once; InvalidParameterError otherwise."""
+    unknown = [f for f in features if f not in QUERY_FEATURES]
+    if not features or unknown or len(set(features)) != len(features):
+        raise InvalidParameterError(
+            f"answerability over features {features}: expected distinct names among {', '.join(QUERY_FEATURES)}"
         )
     return features
 

@@ -1,0 +1,142 @@
+"""Answerability: the query features, the corpus shift of confidences, its storage, and the searcher using it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+
+from dphr_haystack import InvalidParameterError, PhraseIndex, PhraseSearcher
+from dphr_haystack.confidence import (
+    QUERY_FEATURES,
+    Answerability,
+    corpus_shift,
+    fit_answerability,
+    no_answer_score,
+    query_features,
+    question_words,
+    shifted,
+)
+from dphr_haystack.encode.add import add_passages
+from dphr_haystack.model.calibration import Calibration
+from dphr_haystack.search import best_phrase
+from tests.conftest import tiny_passages
+from tests.core.test_confidence import ASKED, CANDIDATES, PASSAGES, _ranked_calibration
+
+
+def _answerability(**weights: float) -> Answerability:
+    names = tuple(weights) or ("log_passages",)
+    return Answerability(tuple(weights.values()) or (0.0,), -0.5, (0.0,) * len(names), (1.0,) * len(names), names)
+
+
+@pytest.fixture
+def index(tiny_model):
+    idx = PhraseIndex.create(tiny_model)
+    add_passages(idx, tiny_model, tiny_passages(), progress=False)
+    return idx
+
+
+def test_query_features_by_hand():
+    table = dict(zip(QUERY_FEATURES, query_features(QUERY_FEATURES, CANDIDATES, 0, 0.8, ASKED, PASSAGES, 3)))
+    assert table["top_logit"] == pytest.approx(math.log(4.0))
+    # "The tower was designed by Gustave Eiffel...": tower and designed of designed / tower / paris
+    assert table["top_support"] == pytest.approx(2 / 3)
+    assert table["best_support"] == pytest.approx(2 / 3)
+    assert table["best_title_support"] == pytest.approx(1 / 3)  # "Eiffel Tower" and "Paris" hold one each
+    assert table["window_support"] == pytest.approx(2 / 3)
+    assert table["log_passages"] == pytest.approx(math.log(4.0))
+    assert table["best_score"] == 12.0
+    # another top answer: "Lyon" in row 2 ("Lyon has an old tower."): tower only
+    lyon = dict(zip(QUERY_FEATURES, query_features(QUERY_FEATURES, CANDIDATES, 3, 0.5, ASKED, PASSAGES, 3)))
+    assert lyon["top_support"] == pytest.approx(1 / 3) and lyon["top_logit"] == pytest.approx(0.0)
+    # without the question the support features are NaN; a title with underscores reads as words
+    blind = dict(zip(QUERY_FEATURES, query_features(QUERY_FEATURES, CANDIDATES, 0, 0.8, None, PASSAGES, 3)))
+    assert np.isnan(blind["top_support"]) and blind["log_passages"] == pytest.approx(math.log(4.0))
+    underscored = [{**p, "title": p["title"].replace(" ", "_")} for p in PASSAGES]
+    again = query_features(("best_title_support",), CANDIDATES, 0, 0.8, ASKED, underscored, 3)
+    assert again[0] == pytest.approx(1 / 3)
+    with pytest.raises(InvalidParameterError, match="answerability over features"):
+        query_features(("window_support", "margin"), CANDIDATES, 0, 0.8, ASKED, PASSAGES, 3)
+
+
+def test_the_corpus_shift_makes_the_top_confidence_the_answerability_and_keeps_the_order():
+    answerability = _answerability(log_passages=0.7, best_support=1.2)
+    calibration = dataclasses.replace(_ranked_calibration(), answerability=answerability)
+    confidence = {0: 0.9, 1: 0.6, 2: 0.3, 3: 0.05}
+    shift = corpus_shift(calibration, CANDIDATES, confidence, ASKED, PASSAGES, 3)
+    features = query_features(answerability.features, CANDIDATES, 0, 0.9, ASKED, PASSAGES, 3)
+    expected = float(answerability.probability(features[None, :])[0])
+    moved = {i: shifted(c, shift) for i, c in confidence.items()}
+    assert moved[0] == pytest.approx(expected)
+    assert sorted(moved, key=lambda i: -moved[i]) == [0, 1, 2, 3]
+    # a bigger corpus, the same answers: a higher weight on log_passages raises them all
+    assert corpus_shift(calibration, CANDIDATES, confidence, ASKED, PASSAGES, 3000) > shift
+    # no answerability, or no answers: nothing moves
+    assert corpus_shift(_ranked_calibration(), CANDIDATES, confidence, ASKED, PASSAGES, 3) == 0.0
+    assert corpus_shift(calibration, CANDIDATES, {}, ASKED, PASSAGES, 3) == 0.0
+    assert shifted(0.25, 0.0) == 0.25
+    assert no_answer_score(0.3) == pytest.approx(0.7) and no_answer_score(None) == 1.0
+
+
+def test_answerability_is_stored_with_the_calibration_and_checked():
+    calibration = dataclasses.replace(_ranked_calibration(), answerability=_answerability(top_logit=1.0))
+    stored = json.loads(json.dumps(calibration.to_dict()))
+    assert stored["answerability"]["features"] == ["top_logit"]
+    assert Calibration.from_dict(stored) == calibration
+    assert "answerability" not in _ranked_calibration().to_dict()
+    for bad in (
+        {**stored["answerability"], "features": ["rank_score"]},  # a candidate feature, not a query feature
+        {**stored["answerability"], "weights": [1.0, 2.0]},
+        {**stored["answerability"], "scale": [0.0]},
+        "always",
+    ):
+        with pytest.raises(InvalidParameterError):
+            Calibration.from_dict({**stored, "answerability": bad})
+
+
+def test_fitted_answerability_separates_queries_by_their_support():
+    rng = np.random.default_rng(0)
+    support = rng.uniform(0, 1, 600)
+    right = rng.uniform(0, 1, 600) < support**2
+    fitted = fit_answerability(support[:, None], right, ("best_support",))
+    p = fitted.probability(np.array([[0.05], [0.95]]))
+    assert p[0] < 0.15 < 0.6 < p[1]
+    with pytest.raises(InvalidParameterError):
+        fit_answerability(support[:, None], right, ("support_gap",))
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "document"])
+def test_the_searcher_gives_the_top_answer_its_corpus_probability_in_every_unit(tiny_model, index, unit):
+    question = "What is the capital of France?"
+    plain = _ranked_calibration()
+    constant = dataclasses.replace(plain, answerability=_answerability())  # P = σ(-0.5) whatever the search
+    before = PhraseSearcher(index, tiny_model, calibration=plain).search(question, unit=unit, top_k=5)
+    after = PhraseSearcher(index, tiny_model, calibration=constant).search(question, unit=unit, top_k=5)
+    assert [_text(h) for h in after] == [_text(h) for h in before]  # the same answers in the same order
+    top = _confidence(after[0])
+    assert top == pytest.approx(1 / (1 + math.exp(0.5)))
+    assert all(_confidence(h) <= top + 1e-12 for h in after)
+
+
+def test_the_searched_passages_are_the_corpus_size(tiny_model, index):
+    question = "What is the capital of France?"
+    calibration = dataclasses.replace(_ranked_calibration(), answerability=_answerability(log_passages=1.0))
+    searcher = PhraseSearcher(index, tiny_model, calibration=calibration)
+    allowed = np.zeros(index.num_passages, dtype=bool)
+    allowed[:2] = True
+    whole = searcher.search(question, top_k=1)[0].confidence
+    part = searcher.search(question, top_k=1, allowed_passages=allowed)[0].confidence
+    assert whole == pytest.approx(1 / (1 + math.exp(-(math.log1p(index.num_passages) - 0.5))))
+    assert part == pytest.approx(1 / (1 + math.exp(-(math.log1p(2) - 0.5))))
+    assert question_words(question)  # the question has content words: the support features are known
+
+
+def _text(hit) -> str:
+    return best_phrase(hit).text
+
+
+def _confidence(hit) -> float:
+    return float(best_phrase(hit).confidence)

@@ -1,0 +1,106 @@
+"""train.answerability: query tables gathered as the searcher searches, sub-corpora, the fitted answerability."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+import numpy as np
+import pytest
+
+from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
+from dphr_haystack.confidence import KNOWN_FEATURES, QUERY_FEATURES, fit_calibration
+from dphr_haystack.encode.add import add_passages
+from train.answerability import Case, Question, corpus_cases, fit_table, gather, table_report
+from train.calibrate import write_calibrated
+from train.data import load_squad
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def sample_index(tiny_model):
+    sample = load_squad("builtin")
+    index = PhraseIndex.create(tiny_model)
+    add_passages(index, tiny_model, sample.passages, progress=False)
+    return sample, index
+
+
+def _calibration():
+    x = np.random.default_rng(0).normal(size=(100, len(KNOWN_FEATURES)))
+    return fit_calibration(x, x[:, 4] > 0, names=KNOWN_FEATURES, depth=5)
+
+
+def _questions(sample) -> list[Question]:
+    title = {p["id"]: p["document_id"] for p in sample.passages}
+    return [Question(ex.question, tuple(ex.answers), title[ex.passage_id], ex.passage_id) for ex in sample.examples]
+
+
+def test_sub_corpora_hold_the_question_passage_or_none_of_its_article(sample_index):
+    sample, index = sample_index
+    questions = _questions(sample)
+    article = np.array([p["document_id"] for p in index.passages])
+    for size in (1, 2, None):
+        cases = corpus_cases(index, questions, "c", random.Random(0), size)
+        assert len(cases) == 2 * len(questions)
+        for with_it, without in zip(cases[::2], cases[1::2], strict=True):
+            gold = index.passage_row(with_it.question.passage_id)
+            assert with_it.answerable and not without.answerable
+            if size is None:
+                assert with_it.allowed is None
+            else:
+                assert with_it.allowed[gold] and with_it.allowed.sum() == min(size, index.num_passages)
+            assert not (without.allowed & (article == with_it.question.title)).any()
+
+
+def test_gathered_features_are_what_the_searcher_computes_and_leave_its_confidences(sample_index, tiny_model):
+    sample, index = sample_index
+    calibration = _calibration()
+    questions = _questions(sample)
+    cases = [Case(q, "all", True) for q in questions] + corpus_cases(index, questions[:3], "one", random.Random(1), 1)
+    table = gather(index, tiny_model, calibration, cases, batch_size=4, progress=False)
+    assert table.features.shape == (len(cases), len(QUERY_FEATURES))
+    searcher = PhraseSearcher(index, tiny_model, calibration=calibration)
+    for i, case in enumerate(cases):
+        if case.allowed is None:
+            hits = searcher.search(case.question.question, top_k=1)
+        else:  # a sub-corpus is searched as an index of those passages alone, encoded anew here
+            small = PhraseIndex.create(tiny_model)
+            add_passages(small, tiny_model, [sample.passages[r] for r in np.flatnonzero(case.allowed)], progress=False)
+            hits = PhraseSearcher(small, tiny_model, calibration=calibration).search(case.question.question, top_k=1)
+        assert table.texts[i] == hits[0].text
+        assert table.confidence[i] == pytest.approx(hits[0].confidence)  # the recorder moves nothing
+        top_logit = table.features[i, QUERY_FEATURES.index("top_logit")]
+        assert 1 / (1 + np.exp(-top_logit)) == pytest.approx(hits[0].confidence, abs=1e-6)
+        searched = int(case.allowed.sum()) if case.allowed is not None else index.num_passages
+        assert table.features[i, QUERY_FEATURES.index("log_passages")] == pytest.approx(np.log1p(searched))
+        assert table.correct[i] == (case.answerable and hits[0].text in case.question.answers)
+    # the fitted answerability, stored with the model: the searcher's top confidence is its probability
+    table.correct[: len(questions) // 2] = True  # labels with both classes
+    table.correct[len(questions) // 2 :] = False
+    answerability = fit_table(table)
+    report = table_report(table, answerability.probability(table.features))
+    assert set(report) == {"all", "one"} and report["all"]["unanswerable"] == 0
+    fitted = dataclasses.replace(calibration, answerability=answerability)
+    served = PhraseSearcher(index, tiny_model, calibration=fitted)
+    for i, case in enumerate(cases[:4]):
+        top = served.search(case.question.question, top_k=1)[0]
+        expected = answerability.probability(table.features[i : i + 1])[0]
+        assert top.confidence == pytest.approx(expected, abs=1e-9)
+        assert top.text == table.texts[i]  # the same answer, its confidence moved
+
+
+def test_the_answerability_is_written_into_the_model_config(sample_index, tiny_model, tmp_path):
+    sample, index = sample_index
+    calibration = _calibration()
+    cases = [Case(q, "all", True) for q in _questions(sample)]
+    table = gather(index, tiny_model, calibration, cases, progress=False)
+    table.correct[::2] = True
+    table.correct[1::2] = False
+    fitted = dataclasses.replace(calibration, answerability=fit_table(table)).to_dict()
+    tiny_model.save(tmp_path / "model")
+    write_calibrated(tmp_path / "model", tmp_path / "out", fitted)
+    stored = json.loads((tmp_path / "out" / "dphr_config.json").read_text())["calibration"]
+    assert stored["answerability"]["features"] == list(QUERY_FEATURES)
+    assert PhraseModel.load(tmp_path / "out").config.calibration == fitted

@@ -1,0 +1,336 @@
+"""Fit a phrase model's answerability: P(the top answer is right *given the corpus searched*).
+
+    python -m train.answerability --model dphr_haystack/shipped_models/dphr-minilm-squad-distilled \\
+        --dev-index DIR [--open-index DIR] [--out DIR] [--questions 2000] [--seed 0]
+
+A model's calibration (``python -m train.calibrate``) says how likely its top answer is right among the candidates
+a search found; it cannot tell that the corpus holds no answer at all (asked over four paragraphs about a lake
+town, "When did the Normans conquer England?" got "1821" at 0.78). The answerability is a logistic regression of
+"the top answer is right" on features of the whole search (:func:`dphr_haystack.confidence.query_features`: the
+top answer's confidence, how much of the question the best passages and titles hold, how many passages were
+searched), fitted on questions asked over corpora that hold their answer and over corpora that do not:
+
+- ``5``, ``50``, ``500``: sub-corpora of the SQuAD dev-public paragraphs (``--dev-index``, built when missing):
+  the question's own paragraph and random others, or random paragraphs of other articles (its article removed);
+- ``dev``: all 1,702 dev-public paragraphs, and the same without the question's article;
+- ``open``: an open-domain index (``--open-index``, e.g. SQuAD-open-small's 20,598 paragraphs), the same two ways.
+
+Questions are those of the held-out validation articles (the first 8 of dev-public, by default), which no
+benchmark asks: each is searched once per corpus exactly as a default :class:`~dphr_haystack.PhraseSearcher`
+searches (a sub-corpus is a mask of passages: the search, its candidates and features are those of an index
+holding only them), the query features recorded. The fitted answerability is stored in the calibration of the
+model's ``dphr_config.json`` (``--out``, a copy, or the model itself with ``--in-place``); ``answerability.json``
+beside it reports the fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
+from dphr_haystack.answers import exact_match
+from dphr_haystack.confidence import (
+    QUERY_FEATURES,
+    Answerability,
+    Calibration,
+    auroc,
+    expected_calibration_error,
+    fit_answerability,
+)
+from dphr_haystack.encode.add import add_passages
+from dphr_haystack.index.shards import PhraseShard
+from dphr_haystack.model.calibration import sigmoid
+
+from .calibrate import DEFAULT_DEV, write_calibrated
+from .data import load_squad
+
+# Sizes of the sampled sub-corpora of the dev paragraphs; "dev" and "open" are whole indexes.
+SIZES = (5, 50, 500)
+VALIDATION_ARTICLES = 8
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question, its answers and the passage and article that hold them (empty for open-domain questions)."""
+
+    question: str
+    answers: tuple[str, ...]
+    title: str = ""
+    passage_id: str = ""
+
+
+@dataclass(frozen=True)
+class Case:
+    """A question asked over a corpus: ``corpus`` names it (``"5"``, ``"dev"``, ``"open"``...), ``answerable``
+    says whether it holds the question's passage, ``allowed`` masks the index's passages (None: all)."""
+
+    question: Question
+    corpus: str
+    answerable: bool
+    allowed: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class _Recorder(Answerability):
+    """An answerability that records the query features a search computes and returns the top answer's own
+    confidence (``top_logit`` first), so the search's confidences stay those of the calibration alone."""
+
+    records: list = field(default_factory=list, compare=False, repr=False)
+
+    def probability(self, features: np.ndarray) -> np.ndarray:
+        self.records.append(np.array(features[0], dtype=np.float64))
+        return sigmoid(np.asarray(features)[:, 0])
+
+
+@dataclass
+class QueryTable:
+    """One row per case: the query features, whether the top answer is right, its confidence and text."""
+
+    cases: list[Case]
+    features: np.ndarray
+    correct: np.ndarray
+    confidence: np.ndarray
+    texts: list[str]
+
+    def rows(self, corpus: str | None = None, answerable: bool | None = None) -> np.ndarray:
+        """Positions of the cases of ``corpus`` (None: any) that are (not) ``answerable`` (None: either)."""
+        return np.array(
+            [
+                i
+                for i, c in enumerate(self.cases)
+                if (corpus is None or c.corpus == corpus) and (answerable is None or c.answerable == answerable)
+            ],
+            dtype=np.int64,
+        )
+
+
+def recording_calibration(calibration: Calibration) -> tuple[Calibration, list]:
+    """``calibration`` with a recording answerability over every :data:`QUERY_FEATURES` and the list it fills."""
+    n = len(QUERY_FEATURES)
+    recorder = _Recorder((0.0,) * n, 0.0, (0.0,) * n, (1.0,) * n, QUERY_FEATURES)
+    return replace(calibration, answerability=recorder), recorder.records
+
+
+def sub_index(
+    index: PhraseIndex, model: PhraseModel, rows: np.ndarray, whole: PhraseShard | None = None
+) -> PhraseIndex:
+    """An in-memory index of the passages at ``rows`` of ``index`` (ascending), their stored vectors copied (no
+    encoding): a corpus of those passages alone, as a user's store of them is (a search of ``index`` masked to them
+    finds fewer candidates: its first token candidates mostly lie elsewhere). ``whole``: the whole index as a shard
+    (:func:`as_shard`), when several sub-indexes are made."""
+    shard = (whole or as_shard(index)).subset([int(r) for r in rows])
+    sub = PhraseIndex.create(model, filter_threshold=index.filter_threshold)
+    sub.add_shard(shard)
+    return sub
+
+
+def as_shard(index: PhraseIndex) -> PhraseShard:
+    """Every passage of ``index`` with its tokens and stored vectors, as one shard."""
+    return PhraseShard(index.storage.vectors.view(), index.tokens.copy(), index.passages, index.codec)
+
+
+def case_searcher(
+    searcher: PhraseSearcher, case: Case, whole: PhraseShard | None = None
+) -> tuple[PhraseSearcher, np.ndarray | None]:
+    """The searcher and passage mask that search ``case``'s corpus: ``searcher`` masked by the case, or, for a
+    case masked to fewer than half of its index's passages, a searcher of those passages alone (:func:`sub_index`)
+    with ``searcher``'s model and calibration."""
+    index = searcher.index
+    if case.allowed is None or 2 * int(case.allowed.sum()) >= index.num_passages:
+        return searcher, case.allowed
+    sub = sub_index(index, searcher.model, np.flatnonzero(case.allowed), whole)
+    return PhraseSearcher(sub, searcher.model, calibration=searcher.calibration), None
+
+
+def gather(
+    index: PhraseIndex,
+    model: PhraseModel,
+    calibration: Calibration,
+    cases: Sequence[Case],
+    batch_size: int = 64,
+    progress: bool = True,
+) -> QueryTable:
+    """Search each case as a default :class:`PhraseSearcher` would (phrase answers, ranked by confidence) with
+    ``calibration`` minus any answerability, and record its query features and top answer. A case masked to fewer
+    than half of the index's passages searches an index of those passages alone (:func:`sub_index`), as a corpus of
+    them is searched; one masked to more searches the index masked (a corpus less an article)."""
+    recording, records = recording_calibration(replace(calibration, answerability=None))
+    searcher = PhraseSearcher(index, model, calibration=recording)
+    whole = as_shard(index)
+    features, correct, confidence, texts = [], [], [], []
+    bar = tqdm(total=len(cases), desc="searching", unit="question", disable=not progress)
+    for b in range(0, len(cases), batch_size):
+        batch = cases[b : b + batch_size]
+        q_start, q_end = model.encode_queries(
+            [c.question.question for c in batch], batch_size=batch_size, precision=searcher.query_precision
+        )
+        for k, case in enumerate(batch):
+            records.clear()
+            search, allowed = case_searcher(searcher, case, whole)
+            hits = search.search_vectors(
+                q_start[k : k + 1], q_end[k : k + 1], "phrase", 1, allowed, questions=[case.question.question]
+            )[0]
+            top = hits[0] if hits else None
+            features.append(records[-1] if records and top is not None else np.full(len(QUERY_FEATURES), np.nan))
+            correct.append(top is not None and case.answerable and exact_match(top.text, case.question.answers))
+            confidence.append(float(top.confidence) if top is not None and top.confidence is not None else 0.0)
+            texts.append(top.text if top is not None else "")
+        bar.update(len(batch))
+    bar.close()
+    return QueryTable(list(cases), np.array(features), np.array(correct, dtype=bool), np.array(confidence), texts)
+
+
+def squad_questions(path: Path, articles: slice) -> list[Question]:
+    """The questions of the SQuAD file's ``articles`` (by file order), one per question text."""
+    data = load_squad(path)
+    titles = list(dict.fromkeys(p["document_id"] for p in data.passages))[articles]
+    wanted = set(titles)
+    title_of = {p["id"]: p["document_id"] for p in data.passages}
+    seen: set[str] = set()
+    out = []
+    for ex in data.examples:
+        if title_of[ex.passage_id] in wanted and ex.question not in seen:
+            seen.add(ex.question)
+            out.append(Question(ex.question, tuple(ex.answers), title_of[ex.passage_id], ex.passage_id))
+    return out
+
+
+def corpus_cases(
+    index: PhraseIndex, questions: Sequence[Question], corpus: str, rng: random.Random, size: int | None = None
+) -> list[Case]:
+    """Each question over ``corpus`` twice: with its passage (answerable) and with its article removed.
+
+    ``size`` samples a sub-corpus of that many passages of the index: the question's passage and random others,
+    or random passages of other articles; without it the corpus is the whole index, or the index less the article.
+    """
+    passages = index.passages
+    rows = np.flatnonzero(~index.deleted)
+    article = np.array([p.get("document_id", "") for p in passages])
+    out = []
+    for q in questions:
+        gold = index.passage_row(q.passage_id)
+        if gold is None:
+            continue
+        others = rows[article[rows] != q.title]
+        if size is None:
+            away = np.zeros(len(passages), dtype=bool)
+            away[others] = True
+            out += [Case(q, corpus, True, None), Case(q, corpus, False, away)]
+            continue
+        near = rows[rows != gold]
+        with_gold = np.zeros(len(passages), dtype=bool)
+        with_gold[[gold, *rng.sample(list(near), min(size - 1, len(near)))]] = True
+        without = np.zeros(len(passages), dtype=bool)
+        without[rng.sample(list(others), min(size, len(others)))] = True
+        out += [Case(q, corpus, True, with_gold), Case(q, corpus, False, without)]
+    return out
+
+
+def dev_index(model: PhraseModel, path: Path, dev: Path = DEFAULT_DEV) -> PhraseIndex:
+    """The phrase index of every dev-public paragraph at ``path`` (built, resumably, when missing)."""
+    if (path / "manifest.json").is_file():
+        index = PhraseIndex.load(path, model=model)
+    else:
+        index = PhraseIndex.create(model, path=path, filter_threshold=model.config.filter_threshold)
+    add_passages(index, model, load_squad(dev).passages, duplicates="skip", progress=True)
+    return index
+
+
+def all_cases(
+    dev: PhraseIndex, questions: Sequence[Question], seed: int, open_index: PhraseIndex | None = None
+) -> dict[str, list[Case]]:
+    """The cases of ``questions`` per index: sub-corpora of every :data:`SIZES` and the whole dev index ("dev"), and
+    the open index ("open") when given."""
+    rng = random.Random(seed)
+    on_dev = [c for size in SIZES for c in corpus_cases(dev, questions, str(size), rng, size)]
+    on_dev += corpus_cases(dev, questions, "dev", rng)
+    out = {"dev": on_dev}
+    if open_index is not None:
+        out["open"] = corpus_cases(open_index, questions, "open", rng)
+    return out
+
+
+def fit_table(table: QueryTable, names: Sequence[str] = QUERY_FEATURES) -> Answerability:
+    """The answerability fitted on every case of ``table`` (a case without an answer is left out)."""
+    known = ~np.isnan(table.features[:, QUERY_FEATURES.index("top_logit")])
+    columns = [QUERY_FEATURES.index(n) for n in names]
+    return fit_answerability(table.features[known][:, columns], table.correct[known], names)
+
+
+def table_report(table: QueryTable, probability: np.ndarray) -> dict[str, Any]:
+    """Per corpus: answerable vs unanswerable AUROC, right vs wrong AUROC and ECE over the answerable cases."""
+    out: dict[str, Any] = {}
+    for corpus in dict.fromkeys(c.corpus for c in table.cases):
+        yes, no = table.rows(corpus, True), table.rows(corpus, False)
+        rows = np.concatenate([yes, no])
+        out[corpus] = {
+            "answerable": len(yes),
+            "unanswerable": len(no),
+            "em@1": float(table.correct[yes].mean()) if len(yes) else None,
+            "auroc_answerable": auroc(probability[rows], np.isin(rows, yes)),
+            "auroc_right_vs_wrong": auroc(probability[yes], table.correct[yes]),
+            "ece_answerable": expected_calibration_error(probability[yes], table.correct[yes]),
+            "ece_all": expected_calibration_error(probability[rows], table.correct[rows]),
+        }
+    return out
+
+
+def concatenate(tables: Sequence[QueryTable]) -> QueryTable:
+    return QueryTable(
+        [c for t in tables for c in t.cases],
+        np.vstack([t.features for t in tables]),
+        np.concatenate([t.correct for t in tables]),
+        np.concatenate([t.confidence for t in tables]),
+        [x for t in tables for x in t.texts],
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="a calibrated phrase model directory")
+    parser.add_argument("--dev-index", required=True, type=Path, help="the dev-public phrase index (built if missing)")
+    parser.add_argument("--open-index", type=Path, help="an open-domain phrase index holding the dev paragraphs")
+    parser.add_argument("--dev", type=Path, default=DEFAULT_DEV, help="SQuAD dev-public (its validation articles)")
+    parser.add_argument("--out", type=Path, help="write the calibrated model here (a copy)")
+    parser.add_argument("--in-place", action="store_true", help="write into --model itself")
+    parser.add_argument("--questions", type=int, default=2000, help="at most this many validation questions")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if bool(args.out) == bool(args.in_place):
+        parser.error("give one of --out DIR or --in-place")
+    model = PhraseModel.load(args.model)
+    stored = model.config.calibration
+    if not stored:
+        parser.error(f"{args.model} has no calibration: run python -m train.calibrate first")
+    calibration = Calibration.from_dict(stored)
+    questions = squad_questions(args.dev, slice(0, VALIDATION_ARTICLES))
+    questions = random.Random(args.seed).sample(questions, min(args.questions, len(questions)))
+    dev = dev_index(model, args.dev_index, args.dev)
+    open_index = PhraseIndex.load(args.open_index, model=model) if args.open_index else None
+    cases = all_cases(dev, questions, args.seed, open_index)
+    indexes = {"dev": dev, "open": open_index}
+    table = concatenate([gather(indexes[name], model, calibration, found) for name, found in cases.items()])
+    answerability = fit_table(table)
+    probability = answerability.probability(table.features)
+    report = {"questions": len(questions), "cases": len(table.cases), "fit": table_report(table, probability)}
+    fitted = replace(calibration, answerability=answerability).to_dict()
+    out = Path(args.model) if args.in_place else args.out
+    write_calibrated(Path(args.model), out, fitted)
+    (out / "answerability.json").write_text(json.dumps(report, indent=2) + "\n")
+    json.dump(report, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
