@@ -1,11 +1,26 @@
 """Answer spans a user reads: markup and unpaired punctuation trimmed from a phrase's edges, duplicates folded.
 
-A phrase is a span of subword tokens, so on markdown or other punctuated text its edges often carry what is no
-part of the answer: code and emphasis markup (`` ` ``, ``*``, ``_``, ``#``), a quote or bracket whose partner
-lies outside the span, a trailing ``,`` ``;`` ``:`` or full stop. :func:`trim_span` moves a span's edges inward
-past them (``passage[start:end]`` is still the text) and keeps what is balanced within the span: ``(1889)``,
-``"Hamlet"``, ``Washington (state)``, ``U.S.``, ``3.14``. A span wrapped in one code span (`` `top_k` ``) loses
-the backticks and nothing more: what is inside a code span is literal.
+A phrase is a span of subword tokens, so on markdown, reStructuredText or other punctuated text its edges often
+carry what is no part of the answer: code and emphasis markup (`` ` ``, ``*``, ``_``, ``#``), a reST role
+(``:func:``) or directive name (``cmdoption::``), a quote or bracket whose partner lies outside the span, a
+trailing ``,`` ``;`` ``:`` or full stop. :func:`trim_span` moves a span's edges inward past them
+(``passage[start:end]`` is still the text) and keeps what is balanced within the span: ``(1889)``, ``"Hamlet"``,
+``Washington (state)``, ``U.S.``, ``3.14``. A call's parentheses stay (``sys.exit()``): they are balanced, say
+that the name is called, and SQuAD normalisation reads ``join()`` as ``join``.
+
+Markup is read from the passage, not only from the span: the code spans (with their reST role or link end), the
+emphasis pairs, markdown links and inline HTML elements of each paragraph (:func:`markup_pairs`). A span that
+crosses one of them, its opening mark inside and its closing mark outside (``The **MetaFieldRanker``,
+``Set `HETZNER_API_KEY``) or the other way round, keeps the marked-up side (``MetaFieldRanker``,
+``HETZNER_API_KEY``); a span that is exactly one of them loses the marks (`` `top_k` ``, ``:func:`open` ``,
+``[the guide](setup.md)``, ``<code>httpx</code>``), and what is inside a code span is literal: nothing more is
+trimmed. Words are never dropped for their own sake: in ``a `HETZNER_API_KEY` `` the markup is balanced, and the
+article is the ranker's choice of span.
+
+:func:`word_boundaries` tells search where a phrase may start and end (:func:`inside_word`): never inside a word,
+an identifier, a dotted name or number or an option (``HETZNER_API_KEY``, ``os.path.join``, ``3.11.2``,
+``--no-cache-dir`` and, in code spans, ``farm-haystack`` are whole), nor inside a reST role, a directive marker,
+a link's URL or an HTML tag.
 
 :class:`AnswerFolder` folds duplicates the way extractive readers do: an answer whose SQuAD-normalised text
 equals that of a better one, or whose span overlaps a better one's in the same passage, is folded into it
@@ -21,7 +36,9 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -47,42 +64,254 @@ _DOTTED = re.compile(r"^(?:[A-Za-z]{1,3}\.){2,}$")  # U.S., e.g., i.e., Ph.D., a
 _INITIAL = re.compile(r"^[A-Z]\.$")  # J.
 
 
+@dataclass(frozen=True)
+class MarkupPair:
+    """One piece of inline markup of a text: its opening mark ``text[open_start:open_end]``, its content
+    ``text[open_end:close_start]`` and its closing mark ``text[close_start:close_end]``. ``code`` for a code span
+    (its content is literal); ``role`` is the length of a reST role that opens it (``:func:``), part of the opening
+    mark, as a leading ``~`` or ``!`` and a closing ``_`` or `` <target>`` of reST are."""
+
+    open_start: int
+    open_end: int
+    close_start: int
+    close_end: int
+    code: bool = False
+    role: int = 0
+
+
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
+_MARKS = re.compile(r"[`*_\[<]")
+_BACKTICKS = re.compile(r"`+")
+_ROLE_BEFORE = re.compile(r"(?<![\w:`]):[A-Za-z][\w.+-]*(?::[A-Za-z][\w.+-]*)?:\Z")
+_LINK_END = re.compile(r"__?(?![\w])")
+_RST_TARGET = re.compile(r"\S(\s+<[^<>`]+>)\Z")
+_DELIMITER_RUN = re.compile(r"\*+|_+")
+_DOCTEST_LINE = re.compile(r"^[ \t]*(?:>>>|\.\.\.)(?: |$).*$", re.M)
+_MARKDOWN_LINK = re.compile(r"!?\[[^\[\]\n]*[^\[\]\s][^\[\]\n]*\]\(([^()\s]*(?:\s+\"[^\"\n]*\")?)\)")
+_HTML_OPEN = re.compile(r"<(a|abbr|b|code|em|i|kbd|samp|small|span|strong|tt|u)\b[^<>]*>", re.I)
+
+
+@lru_cache(maxsize=1024)
+def markup_pairs(text: str) -> tuple[MarkupPair, ...]:
+    """The inline markup of ``text``, paragraph by paragraph (markup never spans a blank line), in order of the
+    opening marks: code spans (backtick runs of equal length, left to right, as markdown and reST pair them; a
+    reST role and link end included), emphasis (``*``, ``**``, ``_``, ``__`` runs that open and close as in
+    CommonMark, outside code spans and doctest lines), markdown links and images (``[text](url)``) and inline
+    HTML elements (``<code>...</code>``, ``<strong>``, ``<a ...>``...)."""
+    pairs: list[MarkupPair] = []
+    start = 0
+    for brk in [*_PARAGRAPH_BREAK.finditer(text), None]:
+        stop = brk.start() if brk is not None else len(text)
+        if _MARKS.search(text, start, stop):
+            pairs.extend(_paragraph_pairs(text, start, stop))
+        start = brk.end() if brk is not None else stop
+    return tuple(sorted(pairs, key=lambda p: (p.open_start, -p.close_end)))
+
+
+def _paragraph_pairs(text: str, lo: int, hi: int) -> list[MarkupPair]:
+    code = _code_spans(text, lo, hi)
+    literal = [(p.open_start, p.close_end) for p in code]
+
+    def in_code(i: int) -> bool:
+        return any(a <= i < b for a, b in literal)
+
+    pairs = list(code)
+    pairs += _emphasis(text, lo, hi, in_code)
+    for m in _MARKDOWN_LINK.finditer(text, lo, hi):
+        if not in_code(m.start()):
+            opener = 2 if text[m.start()] == "!" else 1
+            pairs.append(MarkupPair(m.start(), m.start() + opener, m.start(1) - 2, m.end()))
+    for m in _HTML_OPEN.finditer(text, lo, hi):
+        if in_code(m.start()):
+            continue
+        close = re.compile(rf"</{m.group(1)}\s*>", re.I).search(text, m.end(), hi)
+        if close is not None:
+            pairs.append(MarkupPair(m.start(), m.end(), close.start(), close.end()))
+    return pairs
+
+
+def _code_spans(text: str, lo: int, hi: int) -> list[MarkupPair]:
+    """Backtick runs of ``text[lo:hi]`` paired into code spans, with a reST role before one (``:func:``), a
+    leading ``~`` / ``!`` of the role's target, a link end after one (`` `text`_ ``) and a reST explicit target
+    (`` `title <target>`_ ``) counted as marks."""
+    runs = [(m.start(), m.end()) for m in _BACKTICKS.finditer(text, lo, hi)]
+    out, i = [], 0
+    while i < len(runs):
+        width = runs[i][1] - runs[i][0]
+        j = next((j for j in range(i + 1, len(runs)) if runs[j][1] - runs[j][0] == width), None)
+        if j is None:
+            i += 1
+            continue
+        (o_start, o_end), (c_start, c_end) = runs[i], runs[j]
+        role = 0
+        if width == 1:
+            found = _ROLE_BEFORE.search(text, lo, o_start)
+            if found is not None:
+                role = o_start - found.start()
+            link = _LINK_END.match(text, c_end, hi)
+            if link is not None:
+                c_end = link.end()
+            if role or link is not None:
+                if role and text[o_end : o_end + 1] in ("~", "!") and o_end + 1 < c_start:
+                    o_end += 1
+                target = _RST_TARGET.search(text, o_end, c_start)
+                if target is not None:
+                    c_start = target.start(1)
+        out.append(MarkupPair(o_start - role, o_end, c_start, c_end, code=True, role=role))
+        i = j + 1
+    return out
+
+
+def _emphasis(text: str, lo: int, hi: int, in_code: Callable[[int], bool]) -> list[MarkupPair]:
+    """``*`` / ``_`` delimiter runs of ``text[lo:hi]`` paired as CommonMark pairs emphasis: a run that can close
+    closes the nearest open run of the same character and length; runs inside code spans or on doctest lines
+    (``>>>``, ``...``) take no part."""
+    doctest = [(m.start(), m.end()) for m in _DOCTEST_LINE.finditer(text, lo, hi)]
+    openers: list[tuple[int, int]] = []
+    out = []
+    for m in _DELIMITER_RUN.finditer(text, lo, hi):
+        a, b = m.start(), m.end()
+        if in_code(a) or any(x <= a < y for x, y in doctest):
+            continue
+        before = text[a - 1] if a > lo else " "
+        after = text[b] if b < hi else " "
+        left = not after.isspace() and (not _punctuation(after) or before.isspace() or _punctuation(before))
+        right = not before.isspace() and (not _punctuation(before) or after.isspace() or _punctuation(after))
+        if text[a] == "_":
+            can_open = left and (not right or _punctuation(before))
+            can_close = right and (not left or _punctuation(after))
+        else:
+            can_open, can_close = left, right
+        if can_close:
+            k = next(
+                (
+                    k
+                    for k in range(len(openers) - 1, -1, -1)
+                    if text[openers[k][0]] == text[a] and openers[k][1] - openers[k][0] == b - a
+                ),
+                None,
+            )
+            if k is not None and not _dunder(text[openers[k][0] : b]):
+                o_start, o_end = openers[k]
+                del openers[k:]
+                out.append(MarkupPair(o_start, o_end, a, b))
+                continue
+        if can_open:
+            openers.append((a, b))
+    return out
+
+
+_DIRECTIVE_NAME = re.compile(r"[\w-]+(?::[\w-]+)?::(?=\s)")
+_DUNDER = re.compile(r"__[A-Za-z0-9]\w*__")
+
+
+def _dunder(text: str) -> bool:
+    """Is ``text`` a special name (``__init__``), whose underscores are no emphasis?"""
+    return _DUNDER.fullmatch(text) is not None
+
+
+def _punctuation(ch: str) -> bool:
+    return not ch.isalnum() and not ch.isspace()
+
+
 def trim_span(text: str, start: int, end: int) -> tuple[int, int]:
     """``(start, end)`` moved inward past markup and unpaired punctuation at the edges of ``text[start:end]``.
 
     The result always lies within the span and ``text[new_start:new_end]`` is the trimmed answer; the span comes
-    back unchanged when trimming would leave nothing with a letter or digit in it.
+    back unchanged when trimming would leave nothing with a letter or digit in it. Markup the span crosses (an
+    opening mark inside it, the closing one outside, or the other way round: :func:`markup_pairs`) is left with
+    the side it marks up.
 
     Raises:
         ValueError: The span does not lie within ``text``.
     """
     if not 0 <= start <= end <= len(text):
         raise ValueError(f"span ({start}, {end}) outside a text of {len(text)} characters")
-    s, e, literal = start, end, False
-    while not literal:
-        while s < e and text[s].isspace():
-            s += 1
-        while e > s and text[e - 1].isspace():
-            e -= 1
+    pairs = [p for p in markup_pairs(text) if p.open_start < end and p.close_end > start]  # those it touches
+    s, e = start, end
+    while True:
+        s, e = _strip_space(text, s, e)
         if s >= e:
             return start, end
-        new_s, new_e, literal = _trim_once(text, s, e)
+        if pairs:
+            s, e = _strip_space(text, *_uncross(text, s, e, pairs))
+            if s >= e:  # the span lies within a mark
+                return start, end
+            whole = next((p for p in pairs if s in (p.open_start, p.open_start + p.role) and p.close_end == e), None)
+            if whole is not None:  # exactly one code span, emphasis, link or element: its marks go
+                s, e = whole.open_end, whole.close_start
+                if whole.code:
+                    break  # what is inside a code span is literal
+                continue
+            role = next((p for p in pairs if p.open_start == s and p.role), None)
+            if role is not None:  # a reST role before a code span that does not end the span
+                s += role.role
+                continue
+        new_s, new_e, literal = _trim_once(text, s, e, pairs)
         if (new_s, new_e) == (s, e):
             break
         s, e = new_s, new_e
-    while s < e and text[s].isspace():
-        s += 1
-    while e > s and text[e - 1].isspace():
-        e -= 1
+        if literal:
+            break
+    s, e = _strip_space(text, s, e)
     if not any(ch.isalnum() for ch in text[s:e]):
         return start, end
     return s, e
 
 
-def _trim_once(text: str, s: int, e: int) -> tuple[int, int, bool]:
+def _strip_space(text: str, s: int, e: int) -> tuple[int, int]:
+    while s < e and text[s].isspace():
+        s += 1
+    while e > s and text[e - 1].isspace():
+        e -= 1
+    return s, e
+
+
+def _uncross(text: str, s: int, e: int, pairs: Sequence[MarkupPair]) -> tuple[int, int]:
+    """``text[s:e]`` with its edges moved out of any mark they fall inside, and then, as long as it crosses a
+    markup pair, cut at the pair's mark inside it: the marked-up side is kept (the other side when that one holds
+    no letter or digit; a crossing neither side of which has one is left)."""
+    for p in pairs:
+        if p.open_start < s < p.open_end:  # in a role the edge moves to the code span after it
+            s = p.open_start + p.role if s <= p.open_start + p.role else p.open_end
+        elif p.close_start < s < p.close_end:
+            s = p.close_end
+        if p.open_start < e < p.open_end:
+            e = p.open_start
+        elif p.close_start < e < p.close_end:
+            e = p.close_start
+    if s >= e:
+        return s, s
+    for _ in range(len(pairs)):
+        cut = None
+        for p in pairs:
+            if p.open_end <= s and s <= p.close_start and p.close_end <= e:  # opened before the span, closed in it
+                cut = _side(text, (s, p.close_start), (p.close_end, e))
+            elif s <= p.open_start and p.open_end <= e and e <= p.close_start:  # opened in the span, closed after
+                cut = _side(text, (p.open_end, e), (s, p.open_start))
+            if cut is not None:
+                break
+        if cut is None:
+            break
+        s, e = cut
+    return s, e
+
+
+def _side(text: str, inner: tuple[int, int], outer: tuple[int, int]) -> tuple[int, int] | None:
+    """The inner side of a crossed markup pair when it holds a letter or digit, else the outer one, else None."""
+    for s, e in (inner, outer):
+        if s < e and any(ch.isalnum() for ch in text[s:e]):
+            return s, e
+    return None
+
+
+def _trim_once(text: str, s: int, e: int, pairs: Sequence[MarkupPair] = ()) -> tuple[int, int, bool]:
     """One step of trimming ``text[s:e]``: the span with one edge character (or run) dropped, or unchanged when
-    nothing is to be dropped; True when what is left is the inside of a code span (literal: trimming stops)."""
+    nothing is to be dropped; True when what is left is the inside of a code span (literal: trimming stops). An
+    emphasis mark at an edge stays when its partner (``pairs``) is inside the span."""
     span = text[s:e]
+    opens = bool(pairs) and any(p.open_start == s and p.close_end <= e for p in pairs)
+    closes = bool(pairs) and any(p.close_end == e and p.open_start >= s for p in pairs)
     first, last = span[0], span[-1]
     if first in _LEADING_ALWAYS:
         return s + 1, e, False
@@ -92,14 +321,18 @@ def _trim_once(text: str, s: int, e: int) -> tuple[int, int, bool]:
         lead, trail, literal = _backticks(span)
         if lead or trail:
             return s + lead, e - trail, literal
-    if first in _EMPHASIS:
+    if first in _EMPHASIS and not opens:
         return s + _run(span, 0), e, False
-    if last in _EMPHASIS:
+    if last in _EMPHASIS and not closes:
         return s, e - _run(span, len(span) - 1), False
     if first == "_" or last == "_":
         lead, trail = _underscores(span)
+        lead, trail = 0 if opens else lead, 0 if closes else trail
         if lead or trail:
             return s + lead, e - trail, False
+    directive = _DIRECTIVE_NAME.match(span)
+    if directive is not None:  # a reST directive's or field's name: ".. cmdoption:: --sort-keys"
+        return s + directive.end(), e, False
     if first == "#":
         return s + _run(span, 0), e, False
     if last == "#" and _run(span, len(span) - 1) < len(span) and span[-1 - _run(span, len(span) - 1)].isspace():
@@ -129,8 +362,60 @@ def _word_char(ch: str) -> bool:
 
 
 def inside_word(text: str, char: int) -> bool:
-    """Is the boundary before ``text[char]`` inside a word?"""
-    return 0 < char < len(text) and _letter_or_digit(text[char - 1]) and _letter_or_digit(text[char])
+    """Is the boundary before ``text[char]`` inside a word, an identifier, a dotted name or number, an option or a
+    mark of markup?
+
+    Inside are the boundaries between two letters or digits, next to an underscore joined to a letter, digit or
+    underscore (``HETZNER_API_KEY``, ``__init__``), next to a full stop between a word character and a letter or
+    digit (``os.path.join``, ``3.11.2``; a sentence's full stop is followed by a space), next to a hyphen inside an
+    option (``--no-cache-dir``, ``-m``) or inside a hyphenated name in a code span (`` `farm-haystack` ``), and
+    within reST roles and directive markers and the other marks of :func:`markup_pairs` (``:func:`` of
+    ``:func:`open```, the URL of ``[docs](https://...)``, ``<code>``, ``.. seealso::``; not the runs of ``**`` or
+    ````` `` `````, which trimming drops). Hyphens in prose (``11-year``, ``Marc-André``) and slashes join nothing.
+    """
+    if not 0 < char < len(text):
+        return False
+    before, after = text[char - 1], text[char]
+    if _letter_or_digit(before) and _letter_or_digit(after):
+        return True
+    if (before == "_" and _identifier_char(after)) or (after == "_" and _identifier_char(before)):
+        return True
+    if before == "." and _letter_or_digit(after) and char >= 2 and _identifier_char(text[char - 2]):
+        return True
+    if after == "." and _identifier_char(before) and char + 1 < len(text) and _letter_or_digit(text[char + 1]):
+        return True
+    return char in _joined(text)
+
+
+def _identifier_char(ch: str) -> bool:
+    return ch == "_" or _letter_or_digit(ch)
+
+
+_OPTION = re.compile(r"(?<![\w.-])--?[A-Za-z](?:[\w-]*\w)?")  # --no-cache-dir, -m; not 11-year nor -1
+_HYPHENATED = re.compile(r"[\w.]*\w(?:-[\w.]*\w)+")  # farm-haystack, python-dotenv
+_RUNS = frozenset("`*_~!")  # characters of delimiter runs (and the ~ / ! a role's target may start with)
+_DIRECTIVE_MARKER = re.compile(r"^[ \t]*\.\.[ \t]+[\w-]+(?::[\w-]+)?::", re.M)  # .. versionadded::
+
+
+@lru_cache(maxsize=1024)
+def _joined(text: str) -> frozenset[int]:
+    """Boundaries (character positions) of ``text`` that no phrase may start or end at beyond those of words and
+    identifiers: inside options, inside hyphenated names in code spans, within reST roles and directive markers
+    and within the marks of markup pairs but between two characters of a delimiter run (the boundary inside
+    ``**`` or ````` `` ````` is left: trimming drops the run)."""
+    joined: set[int] = set()
+    for m in _OPTION.finditer(text):
+        joined.update(range(m.start() + 1, m.end()))
+    for m in _DIRECTIVE_MARKER.finditer(text):
+        joined.update(range(m.start() + 1, m.end()))
+    for p in markup_pairs(text):
+        joined.update(range(p.open_start + 1, p.open_start + p.role))  # inside a role
+        for a, b in ((p.open_start + p.role, p.open_end), (p.close_start, p.close_end)):
+            joined.update(c for c in range(a + 1, b) if not (text[c - 1] in _RUNS and text[c] in _RUNS))
+        if p.code:
+            for m in _HYPHENATED.finditer(text, p.open_end, p.close_start):
+                joined.update(range(m.start() + 1, m.end()))
+    return frozenset(joined)
 
 
 def _letter_or_digit(ch: str) -> bool:
@@ -191,11 +476,11 @@ def _backticks(span: str) -> tuple[int, int, bool]:
 
 def _underscores(span: str) -> tuple[int, int]:
     """Underscores to drop from the edges (leading, trailing): ``_`` emphasis, a run at both edges (``_word_``,
-    ``__word__``) or a run detached from the text it would emphasise (``_ word``); a run attached to one word only
-    (``_private``) is kept."""
+    ``__two words__``) or a run detached from the text it would emphasise (``_ word``); a run attached to one word
+    only (``_private``) and the double underscores of a special name (``__init__``) are kept."""
     lead = _run(span, 0) if span[0] == "_" else 0
     trail = _run(span, len(span) - 1) if span[-1] == "_" else 0
-    if lead and trail and lead == trail and lead + trail < len(span):
+    if lead and trail and lead == trail and lead + trail < len(span) and not _dunder(span):
         return lead, trail
     if lead and (lead == len(span) or span[lead].isspace()):
         return lead, 0
@@ -304,8 +589,10 @@ def first_answers(hits: Sequence[Any], order: Iterable[int], k: int, fold: bool 
 def word_boundaries(index: Any, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Masks over token rows: does each start row begin a word, does each end row finish one?
 
-    Judged on the passage text: a boundary lies between two characters unless both are word characters
-    (letters or digits outside CJK, which WordPiece splits into one word per character).
+    Judged on the passage text by :func:`inside_word`: a boundary lies between two characters unless both are word
+    characters (letters or digits outside CJK, which WordPiece splits into one word per character), or they join
+    an identifier, a dotted name or number or an option, or lie within a reST role, a directive marker, a link's
+    URL or an HTML tag.
     """
     rows = np.unique(np.concatenate([starts, ends]))
     picked = np.asarray(index.tokens[rows])  # one read of the token table, then plain Python ints
@@ -320,4 +607,12 @@ def word_boundaries(index: Any, starts: np.ndarray, ends: np.ndarray) -> tuple[n
     return begins[np.searchsorted(rows, starts)], finishes[np.searchsorted(rows, ends)]
 
 
-__all__ = ["AnswerFolder", "first_answers", "inside_word", "trim_span", "word_boundaries"]
+__all__ = [
+    "AnswerFolder",
+    "MarkupPair",
+    "first_answers",
+    "inside_word",
+    "markup_pairs",
+    "trim_span",
+    "word_boundaries",
+]

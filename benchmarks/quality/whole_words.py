@@ -41,7 +41,7 @@ PASSAGE_KS = (1, 5, 20)
 
 def cuts_a_word(index, hit) -> bool:
     """Does the phrase start or end inside a word of its passage?"""
-    from dphr_haystack.search import inside_word
+    from dphr_haystack.spans import inside_word
 
     text = index.passages[hit.passage_row]["text"]
     return inside_word(text, hit.start) or inside_word(text, hit.end)

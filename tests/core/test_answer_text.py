@@ -5,13 +5,22 @@ from __future__ import annotations
 import collections
 import dataclasses
 
+import numpy as np
 import pytest
 
 from dphr_haystack import InvalidParameterError, PhraseIndex, PhraseSearcher
 from dphr_haystack.answers import normalize_answer
 from dphr_haystack.confidence import copies_question, question_words
 from dphr_haystack.encode.add import add_passages
-from dphr_haystack.spans import AnswerFolder, first_answers, trim_span
+from dphr_haystack.spans import (
+    AnswerFolder,
+    MarkupPair,
+    first_answers,
+    inside_word,
+    markup_pairs,
+    trim_span,
+    word_boundaries,
+)
 from tests.conftest import tiny_passages
 from tests.core.test_answers_every_unit import CALIBRATION
 
@@ -55,7 +64,7 @@ MARKDOWN = [
         ("'Hamlet'", "'Hamlet'"),
         ("“quoted”", "“quoted”"),
         ("Washington (state)", "Washington (state)"),
-        ("[link](url)", "[link](url)"),
+        ("[link](url)", "link"),  # exactly one markdown link: its text
         ("(1889", "1889"),  # unpaired ones go
         ("1889)", "1889"),
         ('"Hamlet', "Hamlet"),
@@ -82,6 +91,130 @@ def test_trim_span_cases(span, expected):
     start, end = trim_span(passage, 7, 7 + len(span))
     assert passage[start:end] == expected
     assert 7 <= start <= end <= 7 + len(span)
+
+
+# (passage, span, answer): markup read from the passage, so a span crossing a code span, an emphasis, a role, a
+# link or an HTML element keeps the side it marks up; balanced markup and words stay.
+IN_PASSAGE = [
+    ("Set `HETZNER_API_KEY` before you run it.", "Set `HETZNER_API_KEY", "HETZNER_API_KEY"),
+    ("Set `HETZNER_API_KEY` before you run it.", "HETZNER_API_KEY` before", "HETZNER_API_KEY"),
+    ("Use a `HETZNER_API_KEY` here.", "a `HETZNER_API_KEY`", "a `HETZNER_API_KEY`"),  # balanced: the ranker's span
+    ("The **MetaFieldRanker** ranks documents.", "The **MetaFieldRanker", "MetaFieldRanker"),
+    ("The **MetaFieldRanker** ranks documents.", "MetaFieldRanker** ranks", "MetaFieldRanker"),
+    ("The **MetaFieldRanker** ranks documents.", "The **MetaFieldRanker**", "The **MetaFieldRanker**"),
+    ("it is **bold** now", "is **", "is"),  # nothing marked up inside the span: the other side
+    ("the *path* is", "path* is", "path"),
+    ("Use ``True`` if so.", "``True", "True"),
+    ("A ``KEY`` and ``b``.", "KEY`` and ``b", "KEY"),
+    ("see :func:`open` here", ":func:`open`", "open"),  # a reST role and its code span
+    ("see :func:`open` here", "func:`open`", "open"),
+    ("see :envvar:`PYTHONPATH`, here", ":envvar:`PYTHONPATH`,", "PYTHONPATH"),
+    ("see :class:`~pathlib.Path` here", ":class:`~pathlib.Path`", "pathlib.Path"),
+    ("see :func:`open` function", ":func:`open` function", "`open` function"),  # the role goes, the words stay
+    (
+        "call :meth:`con.commit() <Connection.commit>` on it",
+        ":meth:`con.commit() <Connection.commit>`",
+        "con.commit()",
+    ),
+    (
+        "the :ref:`Microsoft Store\n<windows-store>`, the",
+        ":ref:`Microsoft Store\n<windows-store>`,",
+        "Microsoft Store",
+    ),
+    ("the `GNU Readline <https://x.org/rl>`_ library", "`GNU Readline <https://x.org/rl>`_", "GNU Readline"),
+    ("see `PKZIP Application Note`_ for it", "`PKZIP Application Note`_", "PKZIP Application Note"),
+    ("run ``sys.exit()``.", "``sys.exit()``.", "sys.exit()"),  # a call's parentheses are balanced: kept
+    ("run sys.exit().", "sys.exit().", "sys.exit()"),
+    ("read [the guide](setup.md) now", "[the guide](setup.md)", "the guide"),
+    ("read [the guide](setup.md) now", "the guide](setup.md", "the guide"),
+    ("![logo](img/logo.png)", "![logo](img/logo.png)", "logo"),
+    ("<code>httpx</code> - Required", "<code>httpx</code>", "httpx"),
+    ('<a href="h"><code>httpx</code></a> - Required', "httpx</code></a> - Required", "httpx"),
+    ("the _attrs_ classes", "the _attrs", "attrs"),
+    ("the _attrs_ classes", "_attrs_ classes", "_attrs_ classes"),
+    ("**MetaFieldRanker** ranks, then", "**MetaFieldRanker** ranks,", "**MetaFieldRanker** ranks"),
+    ("call __init__ now", "__init__", "__init__"),  # a special name, no emphasis
+    (".. function:: join(path, *paths)", "join(path, *paths)", "join(path, *paths)"),  # an unpaired star
+    (">>> match('*.PY')\nFalse\n>>> match('*.PY')", "False", "False"),  # doctest lines pair no emphasis
+]
+
+
+@pytest.mark.parametrize(("text", "span", "expected"), IN_PASSAGE)
+def test_trim_span_reads_the_markup_of_the_passage(text, span, expected):
+    start = text.index(span)
+    s, e = trim_span(text, start, start + len(span))
+    assert text[s:e] == expected
+    assert start <= s <= e <= start + len(span)
+
+
+RST_AND_MARKDOWN = (
+    "Set :envvar:`KEY` (``--no-cache-dir``), see `the guide <https://x.org>`_ and **bold *it*** now.\n\n"
+    "Use [the docs](d.md) or <code>httpx</code>; `a` and ``b` `` c, _em_ __init__ *args ``x"
+)
+
+
+def test_trim_span_keeps_its_contract_on_every_span_of_marked_up_text():
+    text = RST_AND_MARKDOWN
+    for start in range(len(text)):
+        for end in range(start, len(text) + 1):
+            s, e = trim_span(text, start, end)
+            assert start <= s <= e <= end
+            assert (s, e) == (start, end) or any(ch.isalnum() for ch in text[s:e])
+
+
+def test_markup_pairs_of_a_passage():
+    text = "Set :envvar:`KEY` or ``--x``; the **MetaFieldRanker** [docs](d.md).\n\nA `lone one"
+    pairs = markup_pairs(text)
+    assert [text[p.open_start : p.open_end] for p in pairs] == [":envvar:`", "``", "**", "["]
+    assert [text[p.close_start : p.close_end] for p in pairs] == ["`", "``", "**", "](d.md)"]
+    assert [p.code for p in pairs] == [True, True, False, False]
+    assert pairs[0] == MarkupPair(4, 13, 16, 17, code=True, role=8)
+    assert markup_pairs("HETZNER_API_KEY and 2 * 3 and os.path") == ()  # no markup in identifiers or arithmetic
+
+
+@pytest.mark.parametrize(
+    ("text", "inside", "outside"),
+    [
+        ("set HETZNER_API_KEY now", ["HETZNER|_", "HETZNER_|API", "API_|KEY"], ["set |HETZNER", "KEY| now"]),
+        ("call __init__ now", ["_|_init", "__|init", "init|__"], ["call |__", "__init__| now"]),
+        ("use os.path.join here", ["os|.path", "os.|path", "path.|join"], ["use |os", "join| here"]),
+        ("added in 3.11.2.", ["3|.11", "3.|11", "3.11|.2"], ["in |3", "3.11.2|."]),
+        ("added in 3.11. Then", [], ["3.11|. Then"]),  # a sentence's full stop
+        ("pip --no-cache-dir x", ["-|-no", "--|no", "no|-cache", "cache-|dir"], ["pip |--", "dir| x"]),
+        ("python -m pip", ["-|m"], ["python |-m", "-m| pip"]),
+        ("install `farm-haystack` now", ["farm|-haystack", "farm-|haystack"], ["`|farm", "haystack|`"]),
+        ("an 11-year veteran of the mid-1990s", [], ["11|-year", "11-|year", "mid-|1990s"]),  # prose hyphens
+        ("Marc-André Lemburg", [], ["Marc|-André", "Marc-|André"]),
+        ("Earth's orbit and Lib/os.py", [], ["Earth|'s", "Lib/|os"]),
+    ],
+)
+def test_inside_word_keeps_identifiers_names_numbers_and_options_whole(text, inside, outside):
+    def at(mark: str) -> int:
+        left, right = mark.split("|")
+        return text.index(left + right) + len(left)
+
+    assert [inside_word(text, at(m)) for m in inside] == [True] * len(inside)
+    assert [inside_word(text, at(m)) for m in outside] == [False] * len(outside)
+
+
+IDENTIFIERS = "Set `HETZNER_API_KEY`, run `pip install --no-cache-dir farm-haystack`, then os.path.join 3.11.2 here."
+
+
+def test_word_boundaries_refuse_token_rows_inside_identifiers(tiny_model):
+    index = PhraseIndex.create(tiny_model)
+    add_passages(index, tiny_model, [{"id": "id", "title": "", "text": IDENTIFIERS}], progress=False)
+    rows = np.arange(len(index.tokens))
+    begins, finishes = word_boundaries(index, rows, rows)
+    starts = {int(t["char_start"]) for t, ok in zip(index.tokens[rows], begins, strict=True) if ok}
+    ends = {int(t["char_end"]) for t, ok in zip(index.tokens[rows], finishes, strict=True) if ok}
+    for word in ("HETZNER_API_KEY", "--no-cache-dir", "os.path.join", "3.11.2", "farm-haystack"):
+        at = IDENTIFIERS.index(word)
+        assert at in starts and at + len(word) in ends, word  # the whole token may be an answer
+        assert not starts & set(range(at + 1, at + len(word))), word  # no part of it may
+        assert not ends & set(range(at + 1, at + len(word))), word
+    hits = PhraseSearcher(index, tiny_model, tidy_answers=False).search("Which key must be set?", top_k=50)
+    for hit in hits:
+        assert not inside_word(IDENTIFIERS, hit.start) and not inside_word(IDENTIFIERS, hit.end), hit.text
 
 
 @pytest.mark.parametrize("span", ["(", "`", "**", "...", ",", "''"])
