@@ -4,6 +4,14 @@ Each result shows its confidence: for a phrase, P(the answer is right) from the 
 or document, its answer's confidence capped by those ranked above it (the score the Haystack retrievers give, see
 :mod:`dphr_haystack.documents.results`). Raw scores (inner products) show with ``--raw-scores`` and in ``--json``;
 a model without a calibration shows them instead.
+
+``--no-answer`` also says how likely it is that the corpus holds no answer: a line ``no answer in this corpus
+(p=0.93)``, where p = 1 − the top answer's confidence (1.0 when nothing is found), printed before the results when
+the top answer's confidence is below ``--no-answer-threshold`` (default:
+:data:`~dphr_haystack.confidence.NO_ANSWER_THRESHOLD`) and after them otherwise, as the Haystack retrievers place
+their "no answer" (:func:`~dphr_haystack.documents.results.with_no_answer`). In ``--json`` each line then gains
+``"no_answer": {"score": p, "top_confidence": c or null, "first": true|false}`` (``first``: it comes before the
+results); without ``--no-answer`` the output is as before. It needs a model with a calibration.
 """
 
 from __future__ import annotations
@@ -69,16 +77,49 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
     search.add_argument(
         "--raw-scores", action="store_true", help="also print the raw phrase scores (always in --json output)"
     )
+    search.add_argument(
+        "--no-answer",
+        action="store_true",
+        help='also say "no answer in this corpus" with its probability (1 - the top answer\'s confidence): first when '
+        "the top answer's confidence is below --no-answer-threshold, last otherwise; in --json as "
+        '"no_answer": {"score", "top_confidence", "first"} (needs a model with a calibration)',
+    )
+    search.add_argument(
+        "--no-answer-threshold",
+        type=_no_answer_threshold,
+        default=None,
+        metavar="P",
+        help='with --no-answer: the top answer\'s confidence below which "no answer" comes first, from 0 to 1 '
+        "(default: NO_ANSWER_THRESHOLD of dphr_haystack.confidence, chosen on held-out questions)",
+    )
     search.add_argument("--json", action="store_true", help="print results as JSON lines")
     search.add_argument("query", nargs="+", help="one or more questions")
 
 
+def _no_answer_threshold(text: str) -> float:
+    """The ``--no-answer-threshold`` argument: a number from 0 to 1 (argparse reports anything else)."""
+    from ..documents.results import check_no_answer_threshold
+    from ..errors import InvalidParameterError
+
+    try:
+        return check_no_answer_threshold(float(text))
+    except (ValueError, InvalidParameterError):
+        raise argparse.ArgumentTypeError(f"no_answer_threshold={text!r}; valid: a number from 0 to 1") from None
+
+
 def run_search(args: argparse.Namespace) -> int:
     """Run ``dphr search``."""
+    from ..confidence import NO_ANSWER_THRESHOLD
+    from ..errors import InvalidParameterError
     from ..saved_index import open_searcher
     from ..search import check_unit
 
     check_unit(args.unit)
+    no_answer = args.no_answer
+    threshold = args.no_answer_threshold
+    if threshold is not None and not no_answer:
+        raise InvalidParameterError("--no-answer-threshold places the no-answer line: give --no-answer too")
+    threshold = NO_ANSWER_THRESHOLD if threshold is None else threshold
     searcher = open_searcher(
         args.index,
         args.model,
@@ -90,19 +131,52 @@ def run_search(args: argparse.Namespace) -> int:
         query_precision=args.query_precision,
         ranking=args.ranking,
     )
+    if no_answer and searcher.calibration is None:
+        raise InvalidParameterError(
+            "--no-answer needs answer confidences, and this model has no calibration "
+            "(python -m train.calibrate adds one; the shipped models have one)"
+        )
     results = searcher.search_batch(args.query, unit=args.unit, top_k=args.top_k)
     for query, hits in zip(args.query, results):
         confidences = _confidences(hits)
+        marker = _no_answer(hits, threshold) if no_answer else None
         if args.json:
             rows = [{**_jsonable(h), "confidence": c} for h, c in zip(hits, confidences, strict=True)]
-            print(json.dumps({"query": query, "unit": args.unit, "results": rows}, ensure_ascii=False))
+            line = {"query": query, "unit": args.unit, "results": rows}
+            if marker is not None:
+                line["no_answer"] = marker
+            print(json.dumps(line, ensure_ascii=False))
             continue
         print(f"Q: {query}")
         if hits and confidences[0] is None:
             print("  (the model has no calibration: raw phrase scores, no confidence)")
+        if marker is not None and marker["first"]:
+            print(f"  {_describe_no_answer(marker)}")
         for rank, (hit, confidence) in enumerate(zip(hits, confidences, strict=True), 1):
             print(f"  {rank:>2}. {_describe(hit, confidence, args.raw_scores)}")
+        if marker is not None and not marker["first"]:
+            print(f"  {_describe_no_answer(marker)}")
     return 0
+
+
+def _no_answer(hits, threshold: float) -> dict:
+    """The "no answer" of ranked hits, as the Haystack retrievers place theirs: ``{"score": 1 − the top answer's
+    confidence, "top_confidence": that confidence (None: no answer), "first": whether it comes first}``."""
+    from ..documents.results import NoAnswer, retrieved, with_no_answer
+
+    _, answers = retrieved([(hit, None) for hit in hits], lambda _: None, True)
+    placed = with_no_answer(answers, threshold)
+    first = isinstance(placed[0], NoAnswer)
+    marker = placed[0] if first else placed[-1]
+    assert isinstance(marker, NoAnswer)
+    return {"score": marker.score, "top_confidence": marker.top_confidence, "first": first}
+
+
+def _describe_no_answer(marker: dict) -> str:
+    """The no-answer line: its probability, and what it was weighed against."""
+    top = marker["top_confidence"]
+    why = "nothing found" if top is None else f"top answer's confidence {top:.2f}"
+    return f"--  no answer in this corpus (p={marker['score']:.2f}; {why})"
 
 
 def _confidences(hits) -> list[float | None]:

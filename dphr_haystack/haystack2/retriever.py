@@ -11,7 +11,15 @@ from haystack.dataclasses import ExtractedAnswer
 from haystack.document_stores.types import FilterPolicy, apply_filter_policy
 from haystack.utils import ComponentDevice
 
-from ..documents.results import RetrievedAnswer, RetrievedDocument, retrieved
+from ..confidence import NO_ANSWER_THRESHOLD
+from ..documents.results import (
+    NoAnswer,
+    RetrievedAnswer,
+    RetrievedDocument,
+    check_no_answer_threshold,
+    retrieved,
+    with_no_answer,
+)
 from ..documents.retrieval import check_flag, check_truecase, resolve_max_answer_length
 from ..errors import InvalidParameterError
 from ..model.cache import load_phrase_model
@@ -42,7 +50,11 @@ class PhraseRetriever:
     offsets (in every unit a passage answers with its best phrase that is no copy of the question, none when all
     its retrieved phrases are copies). An answer's ``score``, in every unit, is the model's calibrated confidence
     (P(correct), in [0, 1]) when the model carries a calibration, else the scaled (or raw) phrase score as
-    before; ``meta["raw_score"]`` keeps the raw one.
+    before; ``meta["raw_score"]`` keeps the raw one. With ``no_answer`` the answers also hold "no answer" as
+    Haystack 2's readers give it (``ExtractedAnswer(data=None, document=None)``), scored 1 − the top answer's
+    confidence, with ``meta={"no_answer": True, "top_confidence": ...}``: first when the top answer is less
+    confident than ``no_answer_threshold`` (or there is no answer), last otherwise
+    (:func:`dphr_haystack.documents.results.with_no_answer`).
 
     Example:
         >>> retriever = PhraseRetriever(document_store=store)      # the shipped default model
@@ -81,6 +93,11 @@ class PhraseRetriever:
         query_precision: ``int8`` (default): queries are encoded on the CPU by an int8 copy of the query side, in
             about half the time of ``float32`` (DensePhrases' way, and always on a GPU), with the same EM on the
             shipped model.
+        no_answer: Add the "no answer" answer (see above) to the answers; off by default (then nothing changes).
+            Needs a model with a calibration (InvalidParameterError at the first run otherwise). Documents never
+            change. Overridable in ``run``.
+        no_answer_threshold: The top answer's confidence below which "no answer" comes first, in [0, 1] (default
+            :data:`~dphr_haystack.confidence.NO_ANSWER_THRESHOLD`); overridable in ``run``.
     """
 
     def __init__(
@@ -102,6 +119,8 @@ class PhraseRetriever:
         filter_policy: FilterPolicy | str = FilterPolicy.REPLACE,
         query_precision: Literal["int8", "float32"] = "int8",
         ranking: Literal["confidence", "score"] = "confidence",
+        no_answer: bool = False,
+        no_answer_threshold: float = NO_ANSWER_THRESHOLD,
     ) -> None:
         if not isinstance(document_store, PhraseDocumentStore):
             raise InvalidParameterError(
@@ -122,8 +141,11 @@ class PhraseRetriever:
             ("skip_question_copies", skip_question_copies),
             ("scale_score", scale_score),
             ("encode_missing", encode_missing),
+            ("no_answer", no_answer),
         ):
             check_flag(name, flag)
+        self.no_answer = no_answer
+        self.no_answer_threshold = check_no_answer_threshold(no_answer_threshold)
         self.truecase = check_truecase(truecase)
         self.query_precision = check_query_precision(query_precision)
         self.ranking = check_ranking(ranking)
@@ -149,14 +171,18 @@ class PhraseRetriever:
             self.phrase_model = model
 
     def to_dict(self) -> dict[str, Any]:
-        """Serialises the component, its store included (``truecase`` only when set, ``query_precision`` and
-        ``ranking`` only when not the default, so that pipeline files saved before they existed stay as they were;
-        ``device`` as ``ComponentDevice.to_dict``, None for auto)."""
+        """Serialises the component, its store included (``truecase`` only when set, ``query_precision``,
+        ``ranking``, ``no_answer`` and ``no_answer_threshold`` only when not the default, so that pipeline files
+        saved before they existed stay as they were; ``device`` as ``ComponentDevice.to_dict``, None for auto)."""
         extra: dict[str, Any] = {} if self.truecase is None else {"truecase": self.truecase}
         if self.query_precision != "int8":
             extra["query_precision"] = self.query_precision
         if self.ranking != "confidence":
             extra["ranking"] = self.ranking
+        if self.no_answer:
+            extra["no_answer"] = True
+        if self.no_answer_threshold != NO_ANSWER_THRESHOLD:
+            extra["no_answer_threshold"] = self.no_answer_threshold
         return default_to_dict(
             self,
             document_store=self.document_store.to_dict(),
@@ -188,6 +214,8 @@ class PhraseRetriever:
         filters: dict[str, Any] | None = None,
         top_k: int | None = None,
         unit: str | None = None,
+        no_answer: bool | None = None,
+        no_answer_threshold: float | None = None,
     ) -> dict[str, Any]:
         """Phrase-ranked documents and phrase answers for ``query``.
 
@@ -197,19 +225,32 @@ class PhraseRetriever:
                 are merged with them, per ``filter_policy``.
             top_k: Results (default: the init value).
             unit: ``phrase``, ``passage`` or ``document`` (default: the init value).
+            no_answer: Add "no answer" to the answers (default: the init value).
+            no_answer_threshold: The top answer's confidence below which "no answer" comes first (default: the
+                init value).
 
         Raises:
-            InvalidParameterError: ``top_k`` < 1 or an unknown ``unit``.
+            InvalidParameterError: ``top_k`` < 1, an unknown ``unit``, ``no_answer`` not a bool,
+                ``no_answer_threshold`` not a number in [0, 1], or ``no_answer`` with a model without a calibration.
             InvalidQueryError: An empty query.
             haystack.errors.FilterError: Malformed filters.
         """
         top_k = self.top_k if top_k is None else check_param("top_k", top_k)
         unit = self.unit if unit is None else check_unit(unit)
+        asked = self.no_answer if no_answer is None else check_flag("no_answer", no_answer)
+        threshold = (
+            self.no_answer_threshold if no_answer_threshold is None else check_no_answer_threshold(no_answer_threshold)
+        )
         check_filters(filters)
         filters = apply_filter_policy(self.filter_policy, self.filters, filters)
         check_filters(filters)  # before anything is encoded
         self.warm_up()
         assert self.phrase_model is not None
+        if asked and not getattr(self.phrase_model.config, "calibration", None):
+            raise InvalidParameterError(
+                f"no_answer needs answer confidences, and the model {self.model!r} has no calibration "
+                "(python -m train.calibrate adds one; the shipped models have one)"
+            )
         store = self.document_store
         if self.encode_missing:
             store.update_phrases(self.phrase_model, batch_size=self.batch_size)
@@ -229,9 +270,10 @@ class PhraseRetriever:
             ranking=self.ranking,
         )[0]
         documents, answers = retrieved(pairs, lambda doc: doc.meta, self.scale_score)
+        given = with_no_answer(answers, threshold) if asked else answers
         return {
             "documents": [self._document(d) for d in documents],
-            "answers": [_answer(query, a) for a in answers],
+            "answers": [_answer(query, a) for a in given],
         }
 
     def _document(self, result: RetrievedDocument[Document]) -> Document:
@@ -240,7 +282,15 @@ class PhraseRetriever:
         return dataclasses.replace(doc, meta=result.meta, score=result.score, embedding=embedding)
 
 
-def _answer(query: str, result: RetrievedAnswer[Document]) -> ExtractedAnswer:
+def _answer(query: str, result: RetrievedAnswer[Document] | NoAnswer) -> ExtractedAnswer:
+    if isinstance(result, NoAnswer):  # as Haystack 2's readers give "no answer"
+        return ExtractedAnswer(
+            query=query,
+            score=result.score,
+            data=None,
+            document=None,
+            meta={"no_answer": True, "top_confidence": result.top_confidence},
+        )
     phrase = result.phrase
     return ExtractedAnswer(
         query=query,

@@ -5,13 +5,22 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from haystack.document_stores import BaseDocumentStore
+from haystack.errors import HaystackError
 from haystack.nodes import BaseRetriever
 from haystack.schema import Answer, Document, Span
 
 from .._util.threads import check_threads, resolve_threads, using_threads
+from ..confidence import NO_ANSWER_THRESHOLD
 from ..documents.encoding import PhraseEncoding
 from ..documents.filters import check_legacy_filters
-from ..documents.results import RetrievedAnswer, RetrievedDocument, retrieved
+from ..documents.results import (
+    NoAnswer,
+    RetrievedAnswer,
+    RetrievedDocument,
+    check_no_answer_threshold,
+    retrieved,
+    with_no_answer,
+)
 from ..documents.retrieval import (
     PhraseSearchOptions,
     check_flag,
@@ -21,6 +30,7 @@ from ..documents.retrieval import (
 from ..documents.validation import check_storable
 from ..errors import InvalidParameterError
 from ..model.cache import load_phrase_model
+from ..model.phrase_model import PhraseModel
 from ..model.registry import DEFAULT_MODEL
 from ..params import check_param, check_query_precision
 from ..search import check_passage_scoring, check_ranking, check_unit
@@ -87,6 +97,12 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
         query_precision: ``int8`` (default): queries are encoded on the CPU by an int8 copy of the query side,
             in about half the time of ``float32`` (DensePhrases' way, and always on a GPU) with the same EM on the
             shipped model (``dphr_haystack.model.int8``).
+        no_answer: Add the "no answer" answer (see above) to ``run``'s answers (with ``return_answers``); off by
+            default (then nothing changes). Needs a model with a calibration (InvalidParameterError otherwise).
+            Documents never change. Overridable per query: ``run``'s ``no_answer``
+            (``params={"Retriever": {"no_answer": True}}``).
+        no_answer_threshold: The top answer's confidence below which "no answer" comes first, in [0, 1] (default
+            :data:`~dphr_haystack.confidence.NO_ANSWER_THRESHOLD`); overridable per query like ``no_answer``.
     """
 
     outgoing_edges = 1
@@ -110,6 +126,8 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
         threads: int | None = None,
         query_precision: Literal["int8", "float32"] = "int8",
         ranking: Literal["confidence", "score"] = "confidence",
+        no_answer: bool = False,
+        no_answer_threshold: float = NO_ANSWER_THRESHOLD,
     ):
         super().__init__()
         check_unit(unit)
@@ -142,6 +160,10 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
         self.skip_question_copies = check_flag("skip_question_copies", skip_question_copies)
         self.truecase = check_truecase(truecase)
         self.passage_scoring = check_passage_scoring(passage_scoring)
+        self.no_answer = check_flag("no_answer", no_answer)
+        self.no_answer_threshold = check_no_answer_threshold(no_answer_threshold)
+        if self.no_answer:
+            _check_calibrated(self.phrase_model, model)
 
     # ----------------------------------------------------------------- BaseRetriever API
     def retrieve(
@@ -173,6 +195,69 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
             docs for docs, _ in self._search(queries, filters, top_k, index, scale_score, document_store, batch_size)
         ]
 
+    def run(  # type: ignore[override]
+        self,
+        root_node: str,
+        query: str | None = None,
+        filters: dict[str, Any] | None = None,
+        top_k: int | None = None,
+        documents: list[Document] | None = None,
+        index: str | None = None,
+        headers: dict[str, str] | None = None,
+        scale_score: bool | None = None,
+        no_answer: bool | None = None,
+        no_answer_threshold: float | None = None,
+    ):
+        """BaseRetriever's ``run``, also taking ``no_answer`` and ``no_answer_threshold`` (None: the init values),
+        so that a pipeline passes them per query (``params={"Retriever": {"no_answer": True}}``)."""
+        if root_node != "Query":
+            return super().run(root_node, query, filters, top_k, documents, index, headers, scale_score)
+        if query is None:
+            raise HaystackError(
+                "Must provide a 'query' parameter for retrievers in pipelines where Query is the root node."
+            )
+        self.query_count += 1
+        return self.timing(self.run_query, "query_time")(
+            query=query,
+            filters=filters,
+            top_k=top_k,
+            index=index,
+            headers=headers,
+            scale_score=scale_score,
+            no_answer=no_answer,
+            no_answer_threshold=no_answer_threshold,
+        )
+
+    def run_batch(  # type: ignore[override]
+        self,
+        root_node: str,
+        queries: list[str] | None = None,
+        filters: dict[str, Any] | list[dict[str, Any] | None] | None = None,
+        top_k: int | None = None,
+        documents: list[Document] | list[list[Document]] | None = None,
+        index: str | None = None,
+        headers: dict[str, str] | None = None,
+        no_answer: bool | None = None,
+        no_answer_threshold: float | None = None,
+    ):
+        """BaseRetriever's ``run_batch``, also taking ``no_answer`` and ``no_answer_threshold`` as ``run`` does."""
+        if root_node != "Query":
+            return super().run_batch(root_node, queries, filters, top_k, documents, index, headers)
+        if queries is None:
+            raise HaystackError(
+                "Must provide a 'queries' parameter for retrievers in pipelines where Query is the root node."
+            )
+        self.query_count += len(queries) if isinstance(queries, list) else 1
+        return self.timing(self.run_query_batch, "query_time")(
+            queries=queries,
+            filters=filters,
+            top_k=top_k,
+            index=index,
+            headers=headers,
+            no_answer=no_answer,
+            no_answer_threshold=no_answer_threshold,
+        )
+
     def run_query(
         self,
         query: str,
@@ -181,8 +266,12 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
         index: str | None = None,
         headers: dict[str, str] | None = None,
         scale_score: bool | None = None,
+        no_answer: bool | None = None,
+        no_answer_threshold: float | None = None,
     ):
-        docs, answers = self._search([query], filters, top_k, index, scale_score)[0]
+        """Documents and answers for one query (``no_answer``, ``no_answer_threshold``: None for the init values)."""
+        asked = self._no_answer(no_answer, no_answer_threshold)
+        docs, answers = self._search([query], filters, top_k, index, scale_score, no_answer=asked)[0]
         output: dict[str, Any] = {"documents": docs}
         if self.return_answers:
             output["answers"] = answers
@@ -196,14 +285,30 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
         index: str | None = None,
         headers: dict[str, str] | None = None,
         batch_size: int | None = None,
+        no_answer: bool | None = None,
+        no_answer_threshold: float | None = None,
     ):
+        """Documents and answers per query, as ``run_query``."""
         if isinstance(queries, str):
-            return self.run_query(queries, filters if not isinstance(filters, list) else filters[0], top_k, index)
-        results = self._search(queries, filters, top_k, index, None, None, batch_size)
+            one = filters if not isinstance(filters, list) else filters[0]
+            return self.run_query(
+                queries, one, top_k, index, no_answer=no_answer, no_answer_threshold=no_answer_threshold
+            )
+        asked = self._no_answer(no_answer, no_answer_threshold)
+        results = self._search(queries, filters, top_k, index, None, None, batch_size, no_answer=asked)
         output: dict[str, Any] = {"documents": [docs for docs, _ in results]}
         if self.return_answers:
             output["answers"] = [answers for _, answers in results]
         return output, "output_1"
+
+    def _no_answer(self, no_answer: bool | None, threshold: float | None) -> float | None:
+        """The threshold of a search that adds "no answer", None for one that does not (checked before searching)."""
+        on = self.no_answer if no_answer is None else check_flag("no_answer", no_answer)
+        threshold = self.no_answer_threshold if threshold is None else check_no_answer_threshold(threshold)
+        if not on:
+            return None
+        _check_calibrated(self.phrase_model, self.model)
+        return threshold
 
     def run_indexing(self, documents: list[Document]):
         """Indexing pipelines (``File`` root): encode the documents' phrases (with a progress bar); the pipeline's
@@ -227,8 +332,10 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
         scale_score: bool | None,
         document_store: BaseDocumentStore | None = None,
         batch_size: int | None = None,
+        no_answer: float | None = None,
     ) -> list[tuple[list[Document], list[Answer]]]:
-        """Resolve the options, make one store call (the store searches and scores), build Documents and Answers."""
+        """Resolve the options, make one store call (the store searches and scores), build Documents and Answers
+        (with "no answer" placed by the threshold ``no_answer`` when it is not None)."""
         store = document_store or self.document_store
         if not isinstance(store, PhraseDocumentStore):
             raise InvalidParameterError("PhraseRetriever has no PhraseDocumentStore: pass document_store")
@@ -254,8 +361,19 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
         out = []
         for pairs in results:
             documents, answers = retrieved(pairs, lambda doc: doc.meta, scale)
-            out.append(([_document(d) for d in documents], [_answer(a) for a in answers]))
+            given = answers if no_answer is None else with_no_answer(answers, no_answer)
+            out.append(([_document(d) for d in documents], [_answer(a) for a in given]))
         return out
+
+
+def _check_calibrated(phrase_model: PhraseModel, name: str) -> None:
+    """InvalidParameterError unless ``phrase_model`` carries a calibration: "no answer" is scored by the top
+    answer's confidence."""
+    if not getattr(phrase_model.config, "calibration", None):
+        raise InvalidParameterError(
+            f"no_answer needs answer confidences, and the model {name!r} has no calibration "
+            "(python -m train.calibrate adds one; the shipped models have one)"
+        )
 
 
 def _document(result: RetrievedDocument[Document]) -> Document:
@@ -270,7 +388,18 @@ def _document(result: RetrievedDocument[Document]) -> Document:
     )
 
 
-def _answer(result: RetrievedAnswer[Document]) -> Answer:
+def _answer(result: RetrievedAnswer[Document] | NoAnswer) -> Answer:
+    if isinstance(result, NoAnswer):  # as Haystack 1.x's readers give "no answer"
+        return Answer(
+            answer="",
+            type="extractive",
+            score=result.score,
+            context=None,
+            offsets_in_context=[Span(start=0, end=0)],
+            offsets_in_document=[Span(start=0, end=0)],
+            document_ids=None,
+            meta={"no_answer": True, "top_confidence": result.top_confidence},
+        )
     phrase, doc = result.phrase, result.document
     return Answer(
         answer=phrase.text,

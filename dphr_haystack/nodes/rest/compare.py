@@ -3,10 +3,15 @@
 The columns are the shipped pipelines, each loaded on the served document store with the served phrase model
 (and device): phrase answers (``phrase_qa.yml``), BM25 (``bm25.yml``), passages ranked by their best phrase
 (``phrase_passages.yml``) and the BM25 + phrase hybrid fused by reciprocal rank (``hybrid_rrf.yml``). They run one
-after another; each column reports its own latency in milliseconds. ``{"query", "top_k", "filters"}`` →
-``{"query", "top_k", "columns": [{"name", "title", "pipeline", "ms", "answers", "documents"}]}``. Needs a
-PhraseDocumentStore (501 otherwise). The query is checked as ``/query``'s is before any column runs: a JSON string
-(422), at most ``DPHR_MAX_QUERY_CHARS`` characters (413), not blank (400).
+after another; each column reports its own latency in milliseconds. ``{"query", "top_k", "filters", "no_answer",
+"no_answer_threshold"}`` → ``{"query", "top_k", "columns": [{"name", "title", "pipeline", "ms", "answers",
+"documents"}]}``. ``no_answer`` (a JSON bool; default: the served PhraseRetriever's) adds "no answer" to the phrase
+answers column (an answer with empty text, ``meta["no_answer"]`` true; see
+:class:`~dphr_haystack.nodes.PhraseRetriever`), placed by ``no_answer_threshold`` (a number in [0, 1]; default: the
+served PhraseRetriever's). Needs a PhraseDocumentStore (501 otherwise). The query is checked as ``/query``'s is
+before any column runs: a JSON string (422), at most ``DPHR_MAX_QUERY_CHARS`` characters (413), not blank (400);
+so are the options: ``no_answer`` or ``no_answer_threshold`` of the wrong JSON type is 422, a threshold outside
+[0, 1] 400.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException
 from haystack import Pipeline
-from pydantic import StrictStr, conint
+from pydantic import StrictBool, StrictFloat, StrictInt, StrictStr, conint
 
+from ...documents.results import check_no_answer_threshold
 from ...model.registry import DEFAULT_MODEL
 from ..pipeline import PIPELINES_DIR, load_pipeline
 from .schema import MAX_COMPARE_TOP_K, CompareRequest, CompareResponse
@@ -36,13 +42,16 @@ class Column:
     title: str
     pipeline_file: str
 
-    def params(self, top_k: int) -> dict[str, Any]:
-        """The per-node params that make the column return ``top_k`` results."""
+    def params(self, top_k: int, no_answer: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The per-node params that make the column return ``top_k`` results; the phrase answers column also
+        takes ``no_answer`` (the Retriever's ``no_answer`` and ``no_answer_threshold``)."""
         if self.name == "bm25":
             return {"BM25": {"top_k": top_k}}
         if self.name == "hybrid":
             candidates = max(HYBRID_CANDIDATES, top_k)
             return {"BM25": {"top_k": candidates}, "Retriever": {"top_k": candidates}, "Join": {"top_k_join": top_k}}
+        if self.name == "answers" and no_answer:
+            return {"Retriever": {"top_k": top_k, **no_answer}}
         return {"Retriever": {"top_k": top_k}}
 
 
@@ -60,6 +69,8 @@ class StrictCompareRequest(CompareRequest):
 
     query: StrictStr
     top_k: conint(strict=True, ge=1, le=MAX_COMPARE_TOP_K) = 5  # type: ignore[valid-type]
+    no_answer: StrictBool | None = None
+    no_answer_threshold: StrictInt | StrictFloat | None = None
 
 
 class Comparison:
@@ -96,12 +107,34 @@ class Comparison:
                 }
         return self._pipelines
 
-    def run(self, query: str, top_k: int, filters: dict[str, Any] | None) -> list[dict[str, Any]]:
+    def no_answer(self, asked: bool | None, threshold: float | None) -> dict[str, Any] | None:
+        """The phrase answers column's ``no_answer`` params for a request (None: the request's values or, where it
+        gives none, the served PhraseRetriever's), None when it adds no "no answer"."""
+        served = self.served.phrase_retriever()
+        if threshold is not None:
+            threshold = check_no_answer_threshold(threshold)
+        if asked is None:
+            asked = served.no_answer if served is not None else False
+        if not asked:
+            return None
+        if threshold is None and served is not None:
+            threshold = served.no_answer_threshold
+        return {"no_answer": True, **({} if threshold is None else {"no_answer_threshold": threshold})}
+
+    def run(
+        self,
+        query: str,
+        top_k: int,
+        filters: dict[str, Any] | None,
+        no_answer: bool | None = None,
+        no_answer_threshold: float | None = None,
+    ) -> list[dict[str, Any]]:
         """Each column's answers, documents and latency for ``query``."""
+        asked = self.no_answer(no_answer, no_answer_threshold)  # refused before any column runs
         pipelines = self.pipelines()
         columns = []
         for column in COLUMNS:
-            params = column.params(top_k)
+            params = column.params(top_k, asked)
             if filters:
                 params["filters"] = filters
             started = time.perf_counter()
@@ -133,7 +166,9 @@ def add_compare_route(
         """Phrase answers, BM25, phrase passages and the hybrid for one query, with each one's latency in ms."""
         check_query(request.query, max_query_chars)
         with limiter.run():
-            columns = comparison.run(request.query, request.top_k, request.filters)
+            columns = comparison.run(
+                request.query, request.top_k, request.filters, request.no_answer, request.no_answer_threshold
+            )
         return {"query": request.query, "top_k": request.top_k, "columns": columns}
 
 

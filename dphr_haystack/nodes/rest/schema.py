@@ -47,6 +47,8 @@ class CompareRequest(_Request):
     query: str
     top_k: int = Field(5, ge=1, le=MAX_COMPARE_TOP_K)
     filters: dict[str, Any] | None = None
+    no_answer: bool | None = None
+    no_answer_threshold: float | None = None
 
 
 class QueryResponse(_Response):

@@ -1,4 +1,5 @@
-// The dphr web page: asks POST compare and POST file-upload of the same server and shows the answers.
+// The dphr web page: asks POST compare and POST file-upload of the same server and shows the answers (with
+// "Not in these documents" when the option asks for the no-answer and it comes first).
 // Every piece of document text becomes a text node (textContent / append of strings), never markup.
 "use strict";
 
@@ -177,19 +178,69 @@
     return badge;
   }
 
+  // "No answer" (asked for with no_answer): an answer with empty text and meta.no_answer, scored P(the documents
+  // hold no right answer) = 1 - the top answer's confidence.
+  function isNoAnswer(answer) {
+    return Boolean((answer.meta || {}).no_answer);
+  }
+
+  function noAnswerBadge(answer) {
+    const value = typeof answer.score === "number" ? answer.score : 0;
+    const level = value >= 0.5 ? " high" : value >= 0.2 ? " mid" : "";
+    const badge = el("span", `confidence${level}`);
+    const meter = el("span", "meter");
+    const fill = el("span");
+    fill.style.width = `${Math.round(Math.max(0, Math.min(1, value)) * 100)}%`;
+    meter.append(fill);
+    badge.append(meter, el("span", "confidence-label", `probability ${percent(value)}`));
+    badge.title = "calibrated probability that these documents hold no right answer (1 - the top answer's confidence)";
+    return badge;
+  }
+
+  // The no-answer: above the answers, which become best guesses, when it comes first (the top answer is not
+  // confident enough); a line below them when it comes last; nothing when it was not asked for.
+  function renderNoAnswer(noAnswer, first, answers) {
+    const box = byId("no-answer");
+    const last = byId("no-answer-last");
+    box.replaceChildren();
+    last.replaceChildren();
+    box.hidden = !(noAnswer && first);
+    last.hidden = !(noAnswer && !first);
+    byId("guesses").hidden = !(noAnswer && first && answers.length);
+    byId("answer-list").classList.toggle("guesses-list", Boolean(noAnswer && first));
+    if (!noAnswer) return;
+    const top = (noAnswer.meta || {}).top_confidence;
+    if (first) {
+      const head = el("div", "answer-head");
+      head.append(el("span", "no-answer-text", "Not in these documents"), noAnswerBadge(noAnswer));
+      const why =
+        typeof top === "number"
+          ? `The best answer found has a ${percent(top)} chance of being right, so these documents probably do ` +
+            "not answer the question. The answers below are best guesses."
+          : "No phrase answer was found in the documents.";
+      box.append(head, el("p", "no-answer-note", why));
+    } else {
+      last.append(el("span", "no-answer-text", "Not in these documents"), " ", noAnswerBadge(noAnswer));
+    }
+  }
+
   function renderAnswers(column) {
     const list = byId("answer-list");
     list.replaceChildren();
     byId("answers-latency").textContent = latency(column.ms);
-    const calibrated = column.answers.every((answer) => typeof (answer.meta || {}).confidence === "number");
+    const noAnswer = column.answers.find(isNoAnswer);
+    const first = column.answers.length > 0 && isNoAnswer(column.answers[0]);
+    const answers = column.answers.filter((answer) => !isNoAnswer(answer));
+    renderNoAnswer(noAnswer, first, answers);
+    const calibrated = answers.every((answer) => typeof (answer.meta || {}).confidence === "number");
     byId("answers-note").textContent = calibrated
       ? "Confidence: the calibrated probability that the answer is right; unlike BM25 and RRF below, it means the " +
         "same for every question."
       : UNCALIBRATED_NOTE;
-    if (!column.answers.length) {
+    if (!answers.length) {
       list.append(el("li", "empty", "No phrase answer."));
     }
-    for (const answer of column.answers) {
+    for (const answer of answers) {
       const item = el("li", "answer");
       const head = el("div", "answer-head");
       head.append(el("span", "answer-text", answer.answer), confidenceBadge(answer));
@@ -239,6 +290,7 @@
   // Remove the answers and columns of an earlier question.
   function clearResults() {
     byId("answer-list").replaceChildren();
+    renderNoAnswer(undefined, false, []);
     byId("answers").hidden = true;
     byId("columns").replaceChildren();
     byId("columns").hidden = true;
@@ -271,7 +323,11 @@
       const result = await call("compare", {
         method: "POST",
         headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ query: question, top_k: Number(byId("top-k").value) }),
+        body: JSON.stringify({
+          query: question,
+          top_k: Number(byId("top-k").value),
+          no_answer: byId("no-answer-option").checked,
+        }),
       });
       const terms = queryTerms(question);
       const columns = byId("columns");

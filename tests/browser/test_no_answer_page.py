@@ -1,0 +1,242 @@
+"""The web page's "Say when the documents hold no answer" option in a real browser (Debian's Chromium driven by
+Playwright) against ``dphr serve`` with the calibrated tiny model.
+
+The option is a labelled checkbox, off by default and worked by the keyboard; the page sends its state as
+``no_answer`` to ``/compare``. When the no-answer comes first the page shows "Not in these documents" with its
+probability (as it shows confidences) above the answers, which stay below as best guesses; when it comes last, a line
+below the answers; when the option is off, nothing. Where it comes is set here by adding ``no_answer_threshold``
+(1.0: always first, 0.0: always last) to the page's own request, so that no test depends on the model's confidences.
+
+Skipped when ``/usr/bin/chromium`` or Playwright is missing (``bash scripts/setup_browser.sh`` installs Chromium),
+unless ``DPHR_REQUIRE_BROWSER=1``, which turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.metadata
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests._server import free_port, running_server
+from tests.conftest import tiny_passages
+from tests.core.test_answers_every_unit import QUESTION, save_calibrated
+
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
+
+CHROMIUM = Path("/usr/bin/chromium")
+REPO = Path(__file__).resolve().parents[2]
+LABEL = "Say when the documents hold no answer"
+PROBABILITY = re.compile(r"probability (\d+|<1|>99)%")
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("DPHR_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"DPHR_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Chromium through Playwright (never a downloaded browser)."""
+    if not CHROMIUM.exists():
+        _unavailable(f"{CHROMIUM} is missing (bash scripts/setup_browser.sh installs Debian's chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("Playwright is not installed (pip install playwright; the dev extra has it)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, _tiny_model_session):
+    """``dphr serve`` on a fresh store with the six tiny passages, the tiny model with a calibration, CPU."""
+    try:
+        importlib.metadata.distribution("farm-haystack")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("dphr serve needs farm-haystack (Haystack 1.x): not in this environment")
+    pytest.importorskip("fastapi", reason='the serve extra is not installed (pip install "dphr-haystack[serve]")')
+    pytest.importorskip("requests")
+    tmp = tmp_path_factory.mktemp("no-answer-page")
+    model = save_calibrated(copy.deepcopy(_tiny_model_session), tmp / "calibrated")
+    corpus = tmp / "corpus.jsonl"
+    corpus.write_text("\n".join(json.dumps(p) for p in tiny_passages()) + "\n", encoding="utf-8")
+    port = free_port()
+    command = [sys.executable, "-m", "dphr_haystack", "serve", "--store", str(tmp / "store"), "--corpus", str(corpus)]
+    command += ["--model", str(model), "--device", "cpu", "--port", str(port)]
+    env = {**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False", "FILE_UPLOAD_PATH": str(tmp / "uploads")}
+    with running_server(command, port, tmp / "server.log", REPO, env, "dphr serve", timeout=300) as url:
+        yield f"{url}/"
+
+
+@pytest.fixture
+def console_errors() -> list[str]:
+    return []
+
+
+def _page(browser, server, console_errors: list[str], width: int, height: int):
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.on("console", lambda message: console_errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: console_errors.append(str(error)))
+    page.goto(server)
+    return context, page
+
+
+@pytest.fixture
+def page(browser, server, console_errors):
+    context, page = _page(browser, server, console_errors, 1400, 1000)
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def phone(browser, server, console_errors):
+    context, page = _page(browser, server, console_errors, 390, 844)
+    yield page
+    context.close()
+
+
+class Compare:
+    """The page's ``/compare`` requests as sent (``sent``) and their answers (``answers``); ``threshold`` (when
+    not None) is added to each request as ``no_answer_threshold``."""
+
+    def __init__(self, page, threshold: float | None = None) -> None:
+        self.sent: list[dict] = []
+        self.answers: list[dict] = []
+        self.threshold = threshold
+        page.route("**/compare", self._route)
+
+    def _route(self, route, request) -> None:
+        body = json.loads(request.post_data)
+        self.sent.append(dict(body))
+        if self.threshold is not None:
+            body["no_answer_threshold"] = self.threshold
+        response = route.fetch(post_data=json.dumps(body))
+        self.answers.append(response.json())
+        route.fulfill(response=response)
+
+    def column(self) -> list[dict]:
+        """The phrase answers of the last answer."""
+        return next(c for c in self.answers[-1]["columns"] if c["name"] == "answers")["answers"]
+
+
+def _ask(page, question: str = QUESTION) -> None:
+    page.fill("#question", question)
+    page.press("#question", "Enter")
+    page.wait_for_function(
+        "q => !document.getElementById('ask-button').disabled && document.querySelectorAll('.column').length === 3"
+        " && document.getElementById('question').value === q",
+        arg=question,
+    )
+    assert page.locator("#error").is_hidden(), page.locator("#error").inner_text()
+
+
+def _percent(value: float) -> str:
+    """A probability as the page writes it."""
+    if value < 0.005:
+        return "<1%"
+    if value > 0.995:
+        return ">99%"
+    return f"{int(value * 100 + 0.5)}%"
+
+
+def _turn_on(page) -> None:
+    """Tick the option with the keyboard: Tab from the results menu reaches it, Space ticks it."""
+    box = page.get_by_label(LABEL)
+    page.focus("#top-k")
+    page.keyboard.press("Tab")
+    assert page.evaluate("() => document.activeElement.id") == "no-answer-option"
+    page.keyboard.press("Space")
+    assert box.is_checked()
+
+
+def test_the_option_is_labelled_off_by_default_and_off_changes_nothing(page, console_errors):
+    box = page.get_by_label(LABEL)
+    assert (
+        box.count() == 1 and box.get_attribute("id") == "no-answer-option" and box.get_attribute("type") == "checkbox"
+    )
+    assert box.is_visible() and not box.is_checked()
+    compare = Compare(page)
+    _ask(page)
+    assert compare.sent[-1]["no_answer"] is False
+    assert not any((a.get("meta") or {}).get("no_answer") for a in compare.column())
+    assert page.locator("#no-answer").is_hidden() and page.locator("#no-answer-last").is_hidden()
+    assert page.locator("#guesses").is_hidden()
+    assert "Not in these documents" not in page.locator("main").inner_text()
+    assert page.locator("#answer-list li.answer").count() == len(compare.column())
+    assert console_errors == []
+
+
+def test_not_in_these_documents_comes_first_with_the_answers_below_as_best_guesses(page, console_errors):
+    compare = Compare(page, threshold=1.0)
+    _turn_on(page)
+    _ask(page)
+    assert compare.sent[-1]["no_answer"] is True and "no_answer_threshold" not in compare.sent[-1]
+    answers = compare.column()
+    assert answers[0]["meta"]["no_answer"] is True and answers[0]["answer"] == ""
+    result = page.locator("#no-answer")
+    assert result.is_visible() and result.get_attribute("role") == "status"
+    assert "Not in these documents" in result.inner_text()
+    label = result.locator(".confidence-label").inner_text()
+    assert PROBABILITY.fullmatch(label) and label == f"probability {_percent(answers[0]['score'])}"
+    assert "probability" in (result.locator(".confidence").get_attribute("title") or "")
+    top = answers[0]["meta"]["top_confidence"]
+    assert f"has a {_percent(top)} chance of being right" in result.inner_text()
+    # the answers stay, below it, as best guesses
+    guesses = page.locator("#answer-list li.answer")
+    assert page.locator("#guesses").is_visible() and page.locator("#guesses").inner_text().lower() == "best guesses"
+    assert guesses.count() == len(answers) - 1 >= 1
+    assert guesses.first.locator(".answer-text").inner_text() == answers[1]["answer"]
+    assert (
+        result.bounding_box()["y"] < page.locator("#guesses").bounding_box()["y"] < guesses.first.bounding_box()["y"]
+    )
+    assert page.locator("#no-answer-last").is_hidden()
+    # the calibrated answers keep their confidence note and badges
+    assert "probability" in page.locator("#answers-note").inner_text()
+    assert re.fullmatch(r"confidence (\d+|<1|>99)%", guesses.first.locator(".confidence-label").inner_text())
+    assert console_errors == []
+
+
+def test_when_the_top_answer_is_confident_it_is_a_line_below_the_answers(page, console_errors):
+    compare = Compare(page, threshold=0.0)
+    _turn_on(page)
+    _ask(page)
+    answers = compare.column()
+    assert answers[-1]["meta"]["no_answer"] is True
+    assert page.locator("#no-answer").is_hidden() and page.locator("#guesses").is_hidden()
+    line = page.locator("#no-answer-last")
+    assert line.is_visible() and "Not in these documents" in line.inner_text()
+    assert line.locator(".confidence-label").inner_text() == f"probability {_percent(answers[-1]['score'])}"
+    shown = page.locator("#answer-list li.answer")
+    assert shown.count() == len(answers) - 1
+    assert shown.first.locator(".answer-text").inner_text() == answers[0]["answer"]
+    assert line.bounding_box()["y"] > shown.last.bounding_box()["y"]
+    # turned off again, the next question shows no trace of it
+    page.get_by_label(LABEL).uncheck()
+    _ask(page, "Who created Python?")
+    assert compare.sent[-1]["no_answer"] is False
+    assert page.locator("#no-answer").is_hidden() and page.locator("#no-answer-last").is_hidden()
+    assert "Not in these documents" not in page.locator("main").inner_text()
+    assert console_errors == []
+
+
+def test_the_no_answer_result_fits_a_390_px_phone(phone, console_errors):
+    Compare(phone, threshold=1.0)
+    phone.get_by_label(LABEL).check()
+    _ask(phone)
+    assert phone.locator("#no-answer").is_visible()
+    scroll_width = phone.evaluate("() => document.documentElement.scrollWidth")
+    assert scroll_width <= 390, f"the page is {scroll_width} px wide in a 390 px viewport"
+    for selector in ("#no-answer", "label.option", "#ask-button"):
+        box = phone.locator(selector).bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, (selector, box)
+    assert console_errors == []
