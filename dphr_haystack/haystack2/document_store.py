@@ -8,6 +8,7 @@ document is one phrase-index passage with the same id.
 from __future__ import annotations
 
 import gc
+import inspect
 import logging
 import os
 import threading
@@ -37,6 +38,9 @@ from .filters import check_filters
 from .serialization import component_from_dict
 from .store_directory import StoreDirectory, document_body
 from .syncing import StoreSync
+
+# Haystack 3's in-memory stores share their documents per index unless told not to (``shared``); 2.x's keep their own.
+_NOT_SHARED = {"shared": False} if "shared" in inspect.signature(InMemoryDocumentStore.__init__).parameters else {}
 
 logger = logging.getLogger(__name__)
 
@@ -141,8 +145,8 @@ class PhraseDocumentStore(InMemoryDocumentStore):
             bm25_parameters=bm25_parameters,
             embedding_similarity_function=embedding_similarity_function,
             index=index,
-            shared=False,
             return_embedding=return_embedding,
+            **_NOT_SHARED,
         )
         self.path = str(path) if path is not None else None
         self.faiss_factory = faiss_factory

@@ -30,11 +30,19 @@ def test_yaml_files_match_their_builders(tmp_path):
         assert file.read_text() == (FOLDER / file.name).read_text(), f"regenerate {file.name}: write_pipeline_files"
 
 
-def test_yaml_needs_the_allowed_modules_rule():
+def test_yaml_loads_without_an_allowlist_and_the_former_names_with_it():
     text = (FOLDER / "phrase_qa.yml").read_text()
+    assert isinstance(Pipeline.loads(text), Pipeline)
+    legacy = text.replace(
+        "haystack_integrations.components.retrievers.dense_phrases.PhraseRetriever",
+        "dphr_haystack.haystack2.retriever.PhraseRetriever",
+    ).replace(
+        "haystack_integrations.document_stores.dense_phrases.PhraseDocumentStore",
+        "dphr_haystack.haystack2.document_store.PhraseDocumentStore",
+    )
     with pytest.raises(DeserializationError, match="allowlist"):
-        Pipeline.loads(text)
-    assert isinstance(Pipeline.loads(text, allowed_modules=ALLOWED_MODULES), Pipeline)
+        Pipeline.loads(legacy)
+    assert isinstance(Pipeline.loads(legacy, allowed_modules=ALLOWED_MODULES), Pipeline)
     assert set(load_pipeline(FOLDER / "hybrid_rrf.yml").graph.nodes) == {"bm25", "phrase", "joiner"}
 
 
