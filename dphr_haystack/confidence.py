@@ -74,6 +74,7 @@ __all__ = [
     "QUERY_FEATURES",
     "RANKER_FEATURES",
     "STOPWORDS",
+    "SUPPORT_FLOOR",
     "AnswerRanker",
     "Answerability",
     "Calibration",
@@ -97,6 +98,8 @@ __all__ = [
     "shifted",
 ]
 
+# Query features read a share s of the question's words as log(SUPPORT_FLOOR + s) (query_features).
+SUPPORT_FLOOR = 0.05
 # The top answer's confidence below which a search that asks for it answers "no answer" first. Chosen on questions
 # of held-out articles asked with and without their article in the corpus (benchmarks/quality/answerability.py).
 NO_ANSWER_THRESHOLD = 0.2
@@ -471,6 +474,11 @@ def query_features(
       counts them) that the top answer's passage holds, and the largest share a passage of the reference list holds;
     - ``best_title_support``: the largest share that a reference passage's title holds (``_`` read as a space);
     - ``window_support`` / ``sentence_support``: those of the top answer (:func:`answer_features`);
+
+    each share s as log(:data:`SUPPORT_FLOOR` + s): what tells an answerable question from one whose answer the
+    corpus lacks is mostly a low share, and a high one should not raise the confidence of a wrong answer in the
+    right passage much (on held-out SQuAD questions the log kept AUROC right vs wrong 0.01 higher at the same
+    separation of answerable from unanswerable questions);
     - ``log_passages``: log(1 + ``searched``);
     - ``best_score``: the best raw score of the reference list.
 
@@ -490,14 +498,17 @@ def query_features(
     }
     if asked is not None and _content_stems(asked):
         support = _Support(asked, passages, words)
-        values["top_support"] = support.passage(phrase.passage_row)
-        values["best_support"] = max(support.passage(p.passage_row) for p in reference)
         titles = {p.passage_row: str(passages[p.passage_row].get("title") or "") for p in reference}
-        values["best_title_support"] = max(
-            support._share(_stems(normalized_words(title.replace("_", " ")))) for title in titles.values()
-        )
-        values["window_support"] = support.near(phrase)
-        values["sentence_support"] = support.sentence(phrase)
+        shares = {
+            "top_support": support.passage(phrase.passage_row),
+            "best_support": max(support.passage(p.passage_row) for p in reference),
+            "best_title_support": max(
+                support._share(_stems(normalized_words(title.replace("_", " ")))) for title in titles.values()
+            ),
+            "window_support": support.near(phrase),
+            "sentence_support": support.sentence(phrase),
+        }
+        values.update({name: math.log(SUPPORT_FLOOR + share) for name, share in shares.items()})
     for name, j in column.items():
         if name in values:
             out[j] = values[name]

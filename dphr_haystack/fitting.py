@@ -63,11 +63,17 @@ def fit_calibration(
 
 
 def fit_answerability(
-    features: np.ndarray, correct: np.ndarray, names: Sequence[str], l2: float = 1e-2, iterations: int = 50
+    features: np.ndarray,
+    correct: np.ndarray,
+    names: Sequence[str],
+    l2: float = 1e-2,
+    iterations: int = 50,
+    weights: np.ndarray | None = None,
 ) -> Answerability:
     """The :class:`Answerability` over the query features ``names`` (columns of
     :func:`~dphr_haystack.confidence.query_features`), fitted by :func:`fit_logistic` on whether each query's top
-    answer is right (a question whose answer the corpus does not hold: never).
+    answer is right (a question whose answer the corpus does not hold: never); ``weights`` weigh the queries (e.g.
+    to set how often a question has no answer in the corpus).
 
     Raises:
         InvalidParameterError: As :func:`fit_logistic`, or ``names`` are not distinct query features.
@@ -76,8 +82,8 @@ def fit_answerability(
     x = np.asarray(features, dtype=np.float64)
     if x.ndim != 2 or x.shape[1] != len(names):
         raise InvalidParameterError(f"feature columns of shape {x.shape} for the {len(names)} features {names}")
-    weights, bias, mean, scale = fit_logistic(x, correct, l2, iterations)
-    return Answerability(weights, bias, mean, scale, names)
+    fitted, bias, mean, scale = fit_logistic(x, correct, l2, iterations, weights)
+    return Answerability(fitted, bias, mean, scale, names)
 
 
 def fit_ranker(
@@ -150,11 +156,15 @@ def fit_ranker(
 
 
 def fit_logistic(
-    features: np.ndarray, correct: np.ndarray, l2: float = 1e-2, iterations: int = 50
+    features: np.ndarray,
+    correct: np.ndarray,
+    l2: float = 1e-2,
+    iterations: int = 50,
+    weights: np.ndarray | None = None,
 ) -> tuple[tuple[float, ...], float, tuple[float, ...], tuple[float, ...]]:
     """Logistic regression of ``correct`` (n,) on standardised ``features`` (n, f) by Newton's method with an L2
     penalty: (weights, bias, mean, scale). A NaN feature counts at its column's mean, as
-    :meth:`Calibration.confidence` counts it.
+    :meth:`Calibration.confidence` counts it. ``weights`` (n,) weigh the examples (default 1 each).
 
     Raises:
         InvalidParameterError: Fewer than two examples, or only right or only wrong answers.
@@ -163,15 +173,18 @@ def fit_logistic(
     y = np.asarray(correct, dtype=np.float64)
     if x.ndim != 2 or len(x) != len(y) or len(y) < 2 or y.min() == y.max():
         raise InvalidParameterError("calibration needs at least one right and one wrong answer")
+    n = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=np.float64)
+    if n.shape != y.shape or not np.all(np.isfinite(n)) or n.min() < 0 or n.sum() <= 0:
+        raise InvalidParameterError("example weights must be one finite number >= 0 per example, not all 0")
     mean, scale = _scaling(x)
     z = np.hstack([standardised(x, mean, scale), np.ones((len(x), 1))])  # (n, f + 1)
     w = np.zeros(z.shape[1])
-    penalty = np.full(z.shape[1], l2 * len(y))
+    penalty = np.full(z.shape[1], l2 * n.sum())
     penalty[-1] = 0.0  # the bias is not shrunk
     for _ in range(iterations):
         p = sigmoid(z @ w)
-        gradient = z.T @ (p - y) + penalty * w
-        hessian = (z * (p * (1 - p))[:, None]).T @ z + np.diag(penalty) + 1e-9 * np.eye(len(w))
+        gradient = z.T @ (n * (p - y)) + penalty * w
+        hessian = (z * (n * p * (1 - p))[:, None]).T @ z + np.diag(penalty) + 1e-9 * np.eye(len(w))
         step = np.linalg.solve(hessian, gradient)
         w -= step
         if np.abs(step).max() < 1e-8:

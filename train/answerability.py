@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
 from dphr_haystack.answers import exact_match
 from dphr_haystack.confidence import (
+    NO_ANSWER_THRESHOLD,
     QUERY_FEATURES,
     Answerability,
     Calibration,
@@ -57,6 +58,11 @@ from .data import load_squad
 # Sizes of the sampled sub-corpora of the dev paragraphs; "dev" and "open" are whole indexes.
 SIZES = (5, 50, 500)
 VALIDATION_ARTICLES = 8
+# How much a case whose corpus lacks the answer weighs in the fit, against 1 for one that holds it: each question is
+# asked both ways, so 0.5 fits for one unanswerable question in three. On held-out questions, 1.0 / 0.5 / 0.3 gave
+# ECE over the answerable ones at 500 passages 0.079 / 0.061 / 0.052 and "no answer" for 91% / 86% / 82% of the
+# unanswerable ones (at a threshold of 0.2).
+UNANSWERABLE_WEIGHT = 0.5
 
 
 @dataclass(frozen=True)
@@ -211,7 +217,9 @@ def corpus_cases(
     """Each question over ``corpus`` twice: with its passage (answerable) and with its article removed.
 
     ``size`` samples a sub-corpus of that many passages of the index: the question's passage and random others,
-    or random passages of other articles; without it the corpus is the whole index, or the index less the article.
+    or random passages of other articles; without it the corpus is the index less a random other article, or the
+    index less the question's article (either way one article less: the number of passages searched, a feature of
+    the answerability, must not give away which).
     """
     passages = index.passages
     rows = np.flatnonzero(~index.deleted)
@@ -222,10 +230,13 @@ def corpus_cases(
         if gold is None:
             continue
         others = rows[article[rows] != q.title]
-        if size is None:
+        if size is None:  # both corpora lack one article, so that their sizes tell nothing
+            other = rng.choice(sorted(set(article[others].tolist())))
+            kept = np.zeros(len(passages), dtype=bool)
+            kept[rows[article[rows] != other]] = True
             away = np.zeros(len(passages), dtype=bool)
             away[others] = True
-            out += [Case(q, corpus, True, None), Case(q, corpus, False, away)]
+            out += [Case(q, corpus, True, kept), Case(q, corpus, False, away)]
             continue
         near = rows[rows != gold]
         with_gold = np.zeros(len(passages), dtype=bool)
@@ -260,11 +271,15 @@ def all_cases(
     return out
 
 
-def fit_table(table: QueryTable, names: Sequence[str] = QUERY_FEATURES) -> Answerability:
-    """The answerability fitted on every case of ``table`` (a case without an answer is left out)."""
+def fit_table(
+    table: QueryTable, names: Sequence[str] = QUERY_FEATURES, unanswerable_weight: float = UNANSWERABLE_WEIGHT
+) -> Answerability:
+    """The answerability fitted on every case of ``table`` (a case without an answer is left out), a case whose
+    corpus lacks the answer weighing ``unanswerable_weight``."""
     known = ~np.isnan(table.features[:, QUERY_FEATURES.index("top_logit")])
     columns = [QUERY_FEATURES.index(n) for n in names]
-    return fit_answerability(table.features[known][:, columns], table.correct[known], names)
+    weights = np.array([1.0 if c.answerable else unanswerable_weight for c in table.cases])[known]
+    return fit_answerability(table.features[known][:, columns], table.correct[known], names, weights=weights)
 
 
 def table_report(table: QueryTable, probability: np.ndarray) -> dict[str, Any]:
@@ -305,6 +320,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--in-place", action="store_true", help="write into --model itself")
     parser.add_argument("--questions", type=int, default=2000, help="at most this many validation questions")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--unanswerable-weight", type=float, default=UNANSWERABLE_WEIGHT, help="weight of a case without an answer"
+    )
     args = parser.parse_args(argv)
     if bool(args.out) == bool(args.in_place):
         parser.error("give one of --out DIR or --in-place")
@@ -320,9 +338,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases = all_cases(dev, questions, args.seed, open_index)
     indexes = {"dev": dev, "open": open_index}
     table = concatenate([gather(indexes[name], model, calibration, found) for name, found in cases.items()])
-    answerability = fit_table(table)
+    answerability = fit_table(table, unanswerable_weight=args.unanswerable_weight)
     probability = answerability.probability(table.features)
-    report = {"questions": len(questions), "cases": len(table.cases), "fit": table_report(table, probability)}
+    below = probability < NO_ANSWER_THRESHOLD
+    report = {
+        "questions": len(questions),
+        "cases": len(table.cases),
+        "unanswerable_weight": args.unanswerable_weight,
+        "fit": table_report(table, probability),
+        "threshold": NO_ANSWER_THRESHOLD,
+        "no_answer_share": float(below[~np.array([c.answerable for c in table.cases])].mean()),
+        "right_lost_share": float(below[table.correct].mean()),
+    }
     fitted = replace(calibration, answerability=answerability).to_dict()
     out = Path(args.model) if args.in_place else args.out
     write_calibrated(Path(args.model), out, fitted)

@@ -12,6 +12,7 @@ import pytest
 from dphr_haystack import InvalidParameterError, PhraseIndex, PhraseSearcher
 from dphr_haystack.confidence import (
     QUERY_FEATURES,
+    SUPPORT_FLOOR,
     Answerability,
     corpus_shift,
     fit_answerability,
@@ -25,6 +26,10 @@ from dphr_haystack.model.calibration import Calibration
 from dphr_haystack.search import best_phrase
 from tests.conftest import tiny_passages
 from tests.core.test_confidence import ASKED, CANDIDATES, PASSAGES, _ranked_calibration
+
+
+def _log(share: float) -> float:
+    return math.log(SUPPORT_FLOOR + share)
 
 
 def _answerability(**weights: float) -> Answerability:
@@ -43,21 +48,21 @@ def test_query_features_by_hand():
     table = dict(zip(QUERY_FEATURES, query_features(QUERY_FEATURES, CANDIDATES, 0, 0.8, ASKED, PASSAGES, 3)))
     assert table["top_logit"] == pytest.approx(math.log(4.0))
     # "The tower was designed by Gustave Eiffel...": tower and designed of designed / tower / paris
-    assert table["top_support"] == pytest.approx(2 / 3)
-    assert table["best_support"] == pytest.approx(2 / 3)
-    assert table["best_title_support"] == pytest.approx(1 / 3)  # "Eiffel Tower" and "Paris" hold one each
-    assert table["window_support"] == pytest.approx(2 / 3)
+    assert table["top_support"] == pytest.approx(_log(2 / 3))
+    assert table["best_support"] == pytest.approx(_log(2 / 3))
+    assert table["best_title_support"] == pytest.approx(_log(1 / 3))  # "Eiffel Tower" and "Paris" hold one each
+    assert table["window_support"] == pytest.approx(_log(2 / 3))
     assert table["log_passages"] == pytest.approx(math.log(4.0))
     assert table["best_score"] == 12.0
     # another top answer: "Lyon" in row 2 ("Lyon has an old tower."): tower only
     lyon = dict(zip(QUERY_FEATURES, query_features(QUERY_FEATURES, CANDIDATES, 3, 0.5, ASKED, PASSAGES, 3)))
-    assert lyon["top_support"] == pytest.approx(1 / 3) and lyon["top_logit"] == pytest.approx(0.0)
+    assert lyon["top_support"] == pytest.approx(_log(1 / 3)) and lyon["top_logit"] == pytest.approx(0.0)
     # without the question the support features are NaN; a title with underscores reads as words
     blind = dict(zip(QUERY_FEATURES, query_features(QUERY_FEATURES, CANDIDATES, 0, 0.8, None, PASSAGES, 3)))
     assert np.isnan(blind["top_support"]) and blind["log_passages"] == pytest.approx(math.log(4.0))
     underscored = [{**p, "title": p["title"].replace(" ", "_")} for p in PASSAGES]
     again = query_features(("best_title_support",), CANDIDATES, 0, 0.8, ASKED, underscored, 3)
-    assert again[0] == pytest.approx(1 / 3)
+    assert again[0] == pytest.approx(_log(1 / 3))
     with pytest.raises(InvalidParameterError, match="answerability over features"):
         query_features(("window_support", "margin"), CANDIDATES, 0, 0.8, ASKED, PASSAGES, 3)
 
@@ -104,6 +109,13 @@ def test_fitted_answerability_separates_queries_by_their_support():
     fitted = fit_answerability(support[:, None], right, ("best_support",))
     p = fitted.probability(np.array([[0.05], [0.95]]))
     assert p[0] < 0.15 < 0.6 < p[1]
+    # weighing the queries that have no right answer less raises every probability
+    lighter = fit_answerability(support[:, None], right, ("best_support",), weights=np.where(right, 1.0, 0.25))
+    assert (
+        lighter.probability(np.array([[0.05], [0.5], [0.95]])) > fitted.probability(np.array([[0.05], [0.5], [0.95]]))
+    ).all()
+    with pytest.raises(InvalidParameterError, match="example weights"):
+        fit_answerability(support[:, None], right, ("best_support",), weights=-np.ones(600))
     with pytest.raises(InvalidParameterError):
         fit_answerability(support[:, None], right, ("support_gap",))
 
