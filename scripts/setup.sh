@@ -19,8 +19,11 @@ if [ "${1:-}" = "--haystack2" ]; then
     # haystack-ai 3.4.1 needs a certifi newer than some package indexes hold; 3.4.0 is the measured release.
     .venv-hs2/bin/python -m pip install -q "haystack-ai==3.4.0"
     .venv-hs2/bin/python -m pip install -q -e ".[haystack2,dev]"
+    # Hayhooks serves the Haystack 2 pipelines over HTTP (hayhooks_pipelines/); it leaves torch and haystack-ai as
+    # they are. 2.1.0 is the measured release.
+    .venv-hs2/bin/python -m pip install -q "hayhooks==2.1.0"
     .venv-hs2/bin/python -m pip check
-    .venv-hs2/bin/python -c "import torch, transformers, faiss, haystack, dphr_haystack.haystack2; print('ok: torch', torch.__version__, '| transformers', transformers.__version__, '| faiss', faiss.__version__, '| haystack-ai', haystack.__version__)"
+    .venv-hs2/bin/python -c "import importlib.metadata as m, torch, transformers, faiss, haystack, hayhooks.server.app, dphr_haystack.haystack2; print('ok: torch', torch.__version__, '| transformers', transformers.__version__, '| faiss', faiss.__version__, '| haystack-ai', haystack.__version__, '| hayhooks', m.version('hayhooks'))"
     exit 0
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv

@@ -50,6 +50,9 @@ PHRASE_DTYPES = ("float16", "float32", "int8")
 # of a pipeline loaded from YAML (retrievers, indexer, writer) share one store as they did when it was saved.
 _OPEN: weakref.WeakValueDictionary[str, PhraseDocumentStore] = weakref.WeakValueDictionary()
 _OPEN_LOCK = threading.Lock()
+# Held by from_dict around finding the live store and making a new one: two threads that load pipelines naming the same
+# path (Hayhooks deploys its pipelines in parallel) get one store, and never one still loading its directory.
+_OPENING = threading.RLock()
 
 
 class PhraseDocumentStore(InMemoryDocumentStore):
@@ -233,11 +236,12 @@ class PhraseDocumentStore(InMemoryDocumentStore):
             key = f"path:{Path(path).resolve()}"
         elif path is None and isinstance(index, str) and index:
             key = f"index:{index}"
-        with _OPEN_LOCK:
-            live = _OPEN.get(key) if key else None
-        if live is not None:
-            return live
-        return component_from_dict(cls, data)  # data of the wrong shape or type: InvalidParameterError
+        with _OPENING:
+            with _OPEN_LOCK:
+                live = _OPEN.get(key) if key else None
+            if live is not None:
+                return live
+            return component_from_dict(cls, data)  # data of the wrong shape or type: InvalidParameterError
 
     def _passage(self, doc: Document) -> dict[str, str] | None:
         """The phrase-index passage of a document (:class:`~dphr_haystack.documents.passages.PassageRule`), or None
