@@ -29,31 +29,9 @@ from tests.core.test_answers_every_unit import QUESTION, save_calibrated
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
-CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parents[2]
 LABEL = "Say when the documents hold no answer"
 PROBABILITY = re.compile(r"probability (\d+|<1|>99)%")
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("DPHR_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"DPHR_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Chromium through Playwright (never a downloaded browser)."""
-    if not CHROMIUM.exists():
-        _unavailable(f"{CHROMIUM} is missing (bash scripts/setup_browser.sh installs Debian's chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("Playwright is not installed (pip install playwright; the dev extra has it)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")
@@ -75,11 +53,6 @@ def server(tmp_path_factory, _tiny_model_session):
     env = {**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False", "FILE_UPLOAD_PATH": str(tmp / "uploads")}
     with running_server(command, port, tmp / "server.log", REPO, env, "dphr serve", timeout=300) as url:
         yield f"{url}/"
-
-
-@pytest.fixture
-def console_errors() -> list[str]:
-    return []
 
 
 def _page(browser, server, console_errors: list[str], width: int, height: int):

@@ -28,7 +28,6 @@ from tests._server import free_port, running_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
-CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parents[2]
 PASSAGES = 12  # the first paragraphs of squad-dev (Super Bowl 50)
 QUESTION = "Who headlined the Super Bowl 50 halftime show?"
@@ -39,27 +38,6 @@ UPLOADED = [
     "by two bronze lions cast in 1902.",
 ]
 LATENCY = re.compile(r"^\d+(\.\d)? ms$")
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("DPHR_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"DPHR_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Chromium through Playwright (never a downloaded browser)."""
-    if not CHROMIUM.exists():
-        _unavailable(f"{CHROMIUM} is missing (bash scripts/setup_browser.sh installs Debian's chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("Playwright is not installed (pip install playwright; the dev extra has it)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")
@@ -86,12 +64,6 @@ def server(tmp_path_factory):
     env = {**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False", "FILE_UPLOAD_PATH": str(tmp / "uploads")}
     with running_server(command, port, tmp / "server.log", REPO, env, "dphr serve", timeout=300) as url:
         yield f"{url}/", tmp
-
-
-@pytest.fixture
-def console_errors() -> list[str]:
-    """The page's console errors and uncaught exceptions (a Content-Security-Policy violation is one)."""
-    return []
 
 
 def _open(browser, server, console_errors: list[str], width: int, height: int):
