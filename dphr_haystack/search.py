@@ -26,15 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from ._util.groups import argmax_groups
 from ._util.threads import check_threads, resolve_threads, using_threads
-from .confidence import (
-    Calibration,
-    answer_confidences,
-    copies_question,
-    corpus_shift,
-    question_words,
-    shifted,
-)
+from .confidence import Calibration, answer_confidences, copies_question, corpus_shift, question_words, shifted
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
 from .index.phrase_index import PhraseIndex
 from .index.rounds import TokenRounds
@@ -57,10 +51,9 @@ PASSAGE_SCORINGS = ("max", "logsumexp")
 RANKINGS = ("confidence", "score")
 # Results a confidence ranking reorders, whatever top_k is: the first RANKING_POOL[unit] passages or documents by
 # score, or the first calibration.depth phrase answers (50 for the shipped default: the ranker was fitted to order as
-# many). On SQuAD-open-small (2,000 questions the calibration never saw) it lifts EM@1 from 32.85 to 45.35 and
-# passage acc@1 from 56.05 to 74.45 for the default (benchmarks/quality/confidence_ranking.py). For the previous
-# default, depth 20 / 50 / 60 gave EM@1 41.15 / 42.25 / 42.80, phrase search p50 5.4 / 8.0 / 8.9 ms, AUROC 0.814 /
-# 0.806 / 0.796 (quality/ranking_depth.py). Ranking 20 passages instead of 10 would gather twice the phrases (~4 ms).
+# many). On SQuAD-open-small (2,000 questions the calibration never saw) it lifts EM@1 from 32.85 to 45.20 and
+# passage acc@1 from 55.95 to 74.35 for the default (benchmarks/quality/confidence_ranking.py; depths compared in
+# quality/ranking_depth.py).
 RANKING_POOL = {"passage": 10, "document": 10}
 
 
@@ -175,9 +168,8 @@ class PhraseSearcher:
     calibrated confidence of their answer (scores stay the phrase scores; a passage or document answers with its
     most confident phrase); a model without a calibration keeps the score order, which ``ranking="score"``
     (DensePhrases') keeps.
-    ``query_precision`` (default ``"int8"``) encodes queries on the CPU with an int8 copy of the query side
-    (:mod:`dphr_haystack.model.int8`: about half the time, the same EM on the shipped model); ``"float32"`` encodes
-    them as DensePhrases does (on a GPU, always).
+    ``query_precision`` (default ``"int8"``) encodes queries on the CPU with an int8 copy of the query side (half the
+    time, the same EM on the shipped model: :mod:`dphr_haystack.model.int8`); ``"float32"`` as DensePhrases (a GPU).
     ``threads`` is the number of torch/FAISS intra-op threads :meth:`search_batch` runs on (default 1, or
     ``DPHR_THREADS``: one thread per query is fastest when several queries run at once; see
     :mod:`dphr_haystack._util.threads`).
@@ -412,8 +404,8 @@ class PhraseSearcher:
         )
         # Keep, for each start hit, its best end and, for each end hit, its best start.
         chosen = set()
-        chosen |= _argmax_groups(starts, scores, np.isin(starts, start_ids))
-        chosen |= _argmax_groups(ends, scores, np.isin(ends, end_ids))
+        chosen |= argmax_groups(starts, scores, np.isin(starts, start_ids))
+        chosen |= argmax_groups(ends, scores, np.isin(ends, end_ids))
         idx = np.fromiter(chosen, dtype=np.int64)
         return [(float(scores[i]), int(starts[i]), int(ends[i]), float(s_scores[i]), float(e_scores[i])) for i in idx]
 
@@ -426,17 +418,6 @@ def _passage_window(index: PhraseIndex, model) -> int | None:
         recorded = index.manifest.get("model_config")
         window = recorded.get("max_passage_length") if isinstance(recorded, dict) else None
     return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
-
-
-def _argmax_groups(keys: np.ndarray, scores: np.ndarray, mask: np.ndarray) -> set[int]:
-    """Indices of the best-scoring element per key among masked elements (ties: lowest index)."""
-    idx = np.nonzero(mask)[0]
-    if len(idx) == 0:
-        return set()
-    order = idx[np.lexsort((idx, -scores[idx], keys[idx]))]
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = keys[order][1:] != keys[order][:-1]
-    return set(order[first].tolist())
 
 
 def _make_phrase(

@@ -42,10 +42,10 @@ def test_the_shipped_file_is_the_documented_one():
 
 def test_every_shipped_file_is_package_data():
     package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    patterns = package_data["dphr_haystack"]
-    package = ROOT / "dphr_haystack"
-    shipped = [p.relative_to(package).as_posix() for p in (package / "shipped_datasets").rglob("*") if p.is_file()]
-    assert {"shipped_datasets/squad-dev/dev-v1.1-public.json.gz", "shipped_datasets/squad-dev/LICENSE"} <= set(shipped)
+    patterns = package_data["dphr_haystack.shipped_datasets"]  # relative to the shipped_datasets package
+    package = ROOT / "dphr_haystack" / "shipped_datasets"
+    shipped = [p.relative_to(package).as_posix() for p in package.rglob("*") if p.is_file()]
+    assert {"squad-dev/dev-v1.1-public.json.gz", "squad-dev/LICENSE"} <= set(shipped)
     assert [f for f in shipped if not any(fnmatch.fnmatchcase(f, pat) for pat in patterns)] == []
 
 
