@@ -92,7 +92,7 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
             several queries run at once; see ``dphr_haystack._util.threads``). Indexing keeps torch's default.
         ranking: ``confidence`` (default): the first results by score (50 phrase answers for the shipped default, 10
             passages or documents) are ordered by their answer's calibrated confidence (on SQuAD-open-small EM@1
-            32.85 → 45.35, passage acc@1 56.05 → 74.45 for the shipped default; raw scores then need not decrease
+            32.85 → 45.20, passage acc@1 55.95 → 74.35 for the shipped default; raw scores then need not decrease
             down the list); ``score``: by score alone (DensePhrases). A model without a calibration ranks by score.
         query_precision: ``int8`` (default): queries are encoded on the CPU by an int8 copy of the query side,
             in about half the time of ``float32`` (DensePhrases' way, and always on a GPU) with the same EM on the

@@ -1,0 +1,325 @@
+"""Answers that say "not in this corpus": the answerability and the confidence from 5 passages to 20,000.
+
+    .venv/bin/python -m benchmarks.quality.answerability [--questions 600] [--open-questions 600] [--no-open]
+
+Questions the model's calibration and answerability never saw (SQuAD dev-public questions outside the held-out
+validation articles, as SQuAD-open-small asks them) are searched, as a default ``PhraseSearcher`` searches, over
+corpora that hold their answer and corpora that do not (:mod:`train.answerability`): sub-corpora of 5, 50 and 500
+dev paragraphs (the question's paragraph and random others / random paragraphs of other articles), all 1,702 dev
+paragraphs with and without the question's article, and SQuAD-open-small's 20,598 paragraphs the same two ways
+(its cached phrase index: ``python -m benchmarks.quality.squad_open_small`` builds it). Unanswerable sets besides:
+NQ-open and TriviaQA dev questions over the dev paragraphs and over SQuAD-open-small (nearly all unanswerable
+there: counted unanswerable), and the small user corpus of ``benchmarks/data/user_corpus`` (24 paragraphs
+written for the project, 48 questions it answers, 48 it does not: world knowledge, near misses, other entities).
+
+For each: the top answer's confidence before (the calibration alone) and after (with the answerability), AUROC of
+answerable vs unanswerable questions, and at :data:`~dphr_haystack.confidence.NO_ANSWER_THRESHOLD` the share of
+unanswerable questions that get "no answer" and of right top answers lost; per corpus size, EM@1, AUROC right vs
+wrong and ECE of the answerable questions with a reliability curve. A sample of searches is repeated with the
+fitted calibration to check that the searcher returns what the table computes. Writes results/answerability.json
+and .png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from benchmarks.common import (
+    DEFAULT_MODEL,
+    ROOT,
+    SHARED_DATA,
+    SQUAD_DEV,
+    cached_open_small_phrases,
+    finish_result,
+    machine,
+    model_id,
+    phrase_cache,
+    pyplot,
+    save_figure,
+)
+
+USER_CORPUS = ROOT / "benchmarks" / "data" / "user_corpus"
+OPEN_SETS = {
+    "nq": SHARED_DATA / "nq-open" / "NQ-open.dev.jsonl.gz",
+    "triviaqa": SHARED_DATA / "odqa-dpr" / "trivia-dev.qa.csv.gz",
+}
+SIZES = ("5", "50", "500", "dev", "open")
+THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5)
+
+
+def _open_questions(path: Path, limit: int, seed: int) -> list:
+    from dphr_haystack.evaluation import read_questions
+    from train.answerability import Question
+
+    examples = read_questions(path, limit=limit, seed=seed)
+    return [Question(ex.question, tuple(ex.answers)) for ex in examples]
+
+
+def _user_cases(model) -> tuple[Any, list]:
+    """The user corpus' in-memory index and its 96 cases."""
+    from dphr_haystack import PhraseIndex
+    from dphr_haystack.encode.add import add_passages
+    from train.answerability import Case, Question
+
+    passages = [json.loads(line) for line in (USER_CORPUS / "passages.jsonl").read_text().splitlines() if line]
+    for p in passages:
+        p["document_id"] = p["title"].split(" — ")[0]
+    index = PhraseIndex.create(model, filter_threshold=model.config.filter_threshold)
+    add_passages(index, model, passages, progress=False)
+    cases = []
+    for line in (USER_CORPUS / "questions.jsonl").read_text().splitlines():
+        if line.strip():
+            q = json.loads(line)
+            question = Question(q["question"], tuple(q["answers"]), "", q.get("passage_id") or "")
+            cases.append(Case(question, f"user-{q['kind']}", q["answerable"]))
+    return index, cases
+
+
+def _stats(p: np.ndarray, answerable: np.ndarray, correct: np.ndarray, threshold: float) -> dict[str, Any]:
+    from dphr_haystack.confidence import auroc
+
+    no = ~answerable
+    right = correct & answerable
+    return {
+        "answerable": int(answerable.sum()),
+        "unanswerable": int(no.sum()),
+        "auroc_answerable_vs_not": auroc(p, answerable),
+        "auroc_right_vs_unanswerable": auroc(p[right | no], right[right | no]),
+        "mean_confidence_unanswerable": float(p[no].mean()) if no.any() else None,
+        "no_answer_share": float((p[no] < threshold).mean()) if no.any() else None,
+        "right_lost_share": float((p[right] < threshold).mean()) if right.any() else None,
+    }
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
+    from dphr_haystack.confidence import (
+        NO_ANSWER_THRESHOLD,
+        Calibration,
+        auroc,
+        expected_calibration_error,
+        reliability,
+    )
+    from train.answerability import (
+        Case,
+        all_cases,
+        concatenate,
+        dev_index,
+        gather,
+        squad_questions,
+    )
+
+    started = time.perf_counter()
+    model = PhraseModel.load(args.model)
+    calibration = Calibration.from_dict(model.config.calibration)
+    if calibration.answerability is None:
+        raise SystemExit(f"{args.model} has no answerability: run python -m train.answerability")
+    plain = dataclasses.replace(calibration, answerability=None)
+    held = squad_questions(SQUAD_DEV, slice(8, None))
+    questions = random.Random(args.seed).sample(held, min(args.questions, len(held)))
+    dev = dev_index(model, phrase_cache(model, ROOT / "benchmarks" / "cache" / "squad-dev"))
+    open_index = None if args.no_open else PhraseIndex.load(cached_open_small_phrases(model), model=model)
+    indexes = {"dev": dev, "open": open_index}
+    cases = all_cases(dev, questions, args.seed + 1, open_index)
+    for name, path in OPEN_SETS.items():
+        asked = _open_questions(path, args.open_questions, args.seed)
+        for where in [k for k, v in indexes.items() if v is not None]:
+            cases[where] += [Case(q, f"{name}-{where}", False) for q in asked]
+    user_index, user_cases = _user_cases(model)
+    indexes["user"], cases["user"] = user_index, user_cases
+    tables = {name: gather(indexes[name], model, plain, found) for name, found in cases.items()}
+    table = concatenate(list(tables.values()))
+    after = calibration.answerability.probability(table.features)
+    after[np.isnan(table.features[:, 0])] = 0.0  # no answer at all
+    before = table.confidence
+    corpus = np.array([c.corpus for c in table.cases])
+    answerable = np.array([c.answerable for c in table.cases])
+    result: dict[str, Any] = {
+        "machine": machine(),
+        "model": args.model,
+        "model_id": model_id(args.model),
+        "threshold": NO_ANSWER_THRESHOLD,
+        "questions": len(questions),
+        "cases": len(table.cases),
+        "sizes": {},
+        "unanswerable_sets": {},
+        "thresholds": [],
+    }
+    # per corpus size: the answerable questions' calibration, and the question over the corpus without its article
+    for size in SIZES:
+        rows = np.flatnonzero(corpus == size)
+        if not len(rows):
+            continue
+        yes = rows[answerable[rows]]
+        right = table.correct[yes]
+        result["sizes"][size] = {
+            "em@1": float(right.mean()),
+            "before": {
+                "auroc_right_vs_wrong": auroc(before[yes], right),
+                "ece": expected_calibration_error(before[yes], right),
+            },
+            "after": {
+                "auroc_right_vs_wrong": auroc(after[yes], right),
+                "ece": expected_calibration_error(after[yes], right),
+                "reliability": reliability(after[yes], right),
+            },
+        }
+        for label, p in (("before", before), ("after", after)):
+            result["unanswerable_sets"].setdefault(f"squad-article-removed-{size}", {})[label] = _stats(
+                p[rows], answerable[rows], table.correct[rows], NO_ANSWER_THRESHOLD
+            )
+    # open-domain question sets over SQuAD text, against the SQuAD questions over the same whole corpus
+    for name in OPEN_SETS:
+        for where in ("dev", "open"):
+            rows = np.flatnonzero(corpus == f"{name}-{where}")
+            if not len(rows):
+                continue
+            yes = np.flatnonzero((corpus == where) & answerable)
+            both = np.concatenate([yes, rows])
+            for label, p in (("before", before), ("after", after)):
+                result["unanswerable_sets"].setdefault(f"{name}-over-{where}", {})[label] = _stats(
+                    p[both], answerable[both], table.correct[both], NO_ANSWER_THRESHOLD
+                )
+            result["unanswerable_sets"][f"{name}-over-{where}"]["top_answer_right_anyway"] = float(
+                np.mean([_any_right(table.texts[i], table.cases[i]) for i in rows])
+            )
+    users = np.flatnonzero(np.char.startswith(corpus.astype(str), "user-"))
+    for kind in ("general", "near", "other-entity"):
+        rows = np.concatenate([users[answerable[users]], np.flatnonzero(corpus == f"user-{kind}")])
+        for label, p in (("before", before), ("after", after)):
+            result["unanswerable_sets"].setdefault(f"user-corpus-{kind}", {})[label] = _stats(
+                p[rows], answerable[rows], table.correct[rows], NO_ANSWER_THRESHOLD
+            )
+    result["user_corpus_em@1"] = float(table.correct[users[answerable[users]]].mean())
+    # the whole trade-off: every threshold over all SQuAD sizes and unanswerable sets
+    squad = np.isin(corpus, SIZES)
+    for t in THRESHOLDS:
+        right = table.correct & squad
+        no = ~answerable
+        result["thresholds"].append(
+            {
+                "threshold": t,
+                "no_answer_share": float((after[no] < t).mean()),
+                "right_lost_share": float((after[right] < t).mean()),
+            }
+        )
+    result["searcher_check"] = _check_searcher(PhraseSearcher, indexes, model, calibration, table, after, args.seed)
+    result["seconds"] = time.perf_counter() - started
+    return finish_result("answerability", result, _markdown, _plot)
+
+
+def _any_right(text: str, case) -> bool:
+    from dphr_haystack.answers import exact_match
+
+    return bool(case.question.answers) and exact_match(text, case.question.answers)
+
+
+def _check_searcher(searcher_cls, indexes, model, calibration, table, after, seed: int, n: int = 40) -> dict:
+    """Repeat ``n`` searches with the fitted calibration: their top confidences against the table's."""
+    from train.answerability import case_searcher
+
+    rng = random.Random(seed)
+    where = {"5": "dev", "50": "dev", "500": "dev", "dev": "dev", "open": "open"}
+    diffs = []
+    for i in rng.sample(range(len(table.cases)), min(n, len(table.cases))):
+        case = table.cases[i]
+        name = "user" if case.corpus.startswith("user-") else where.get(case.corpus, case.corpus.split("-")[-1])
+        searcher, allowed = case_searcher(searcher_cls(indexes[name], model, calibration=calibration), case)
+        hits = searcher.search(case.question.question, unit="phrase", top_k=1, allowed_passages=allowed)
+        if hits:
+            diffs.append(abs(float(hits[0].confidence) - float(after[i])))
+    return {"searches": len(diffs), "max_abs_difference": max(diffs) if diffs else None}
+
+
+def _markdown(result: dict[str, Any]) -> str:
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{100 * x:.1f}%"
+
+    lines = [
+        f'Threshold {result["threshold"]}: a top answer less confident than it is answered "no answer".',
+        "",
+        "| unanswerable set | answerable / unanswerable | AUROC before → after | no answer (unanswerable) |"
+        " right answers lost |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in result["unanswerable_sets"].items():
+        b, a = row["before"], row["after"]
+        lines.append(
+            f"| {name} | {a['answerable']} / {a['unanswerable']} | {b['auroc_answerable_vs_not']:.3f} → "
+            f"{a['auroc_answerable_vs_not']:.3f} | {pct(b['no_answer_share'])} → {pct(a['no_answer_share'])} | "
+            f"{pct(b['right_lost_share'])} → {pct(a['right_lost_share'])} |"
+        )
+    lines += [
+        "",
+        "| corpus (passages) | EM@1 | AUROC right vs wrong before → after | ECE before → after |",
+        "|---|---|---|---|",
+    ]
+    for size, row in result["sizes"].items():
+        b, a = row["before"], row["after"]
+        label = {"dev": "1,702", "open": "20,598"}.get(size, size)
+        lines.append(
+            f"| {label} | {100 * row['em@1']:.1f} | {b['auroc_right_vs_wrong']:.3f} → {a['auroc_right_vs_wrong']:.3f}"
+            f" | {b['ece']:.3f} → {a['ece']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def _plot(result: dict[str, Any], path: Path) -> None:
+    plt = pyplot()
+    curves = {size: row["after"]["reliability"] for size, row in result["sizes"].items()}
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    ax = axes[0]
+    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1)
+    for size, rows in curves.items():
+        label = {"dev": "1,702", "open": "20,598"}.get(size, size)
+        ece = result["sizes"][size]["after"]["ece"]
+        ax.plot(
+            [r["confidence"] for r in rows],
+            [r["accuracy"] for r in rows],
+            marker="o",
+            label=f"{label} (ECE {ece:.3f})",
+        )
+    ax.set_xlabel("confidence of the top answer")
+    ax.set_ylabel("exact-match rate")
+    ax.set_title("answerable questions, by corpus size (passages)", fontsize=9)
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    names = list(result["unanswerable_sets"])
+    for k, label in enumerate(("before", "after")):
+        values = [result["unanswerable_sets"][n][label]["auroc_answerable_vs_not"] for n in names]
+        ax.barh(np.arange(len(names)) + 0.4 * k, values, height=0.4, label=label)
+    ax.axvline(0.85, color="grey", linestyle=":", linewidth=1)
+    ax.set_yticks(np.arange(len(names)) + 0.2, names, fontsize=7)
+    ax.set_xlim(0.4, 1.0)
+    ax.set_xlabel("AUROC, answerable vs unanswerable")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--questions", type=int, default=600)
+    parser.add_argument("--open-questions", type=int, default=600)
+    parser.add_argument("--no-open", action="store_true", help="leave out SQuAD-open-small")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if not SQUAD_DEV.is_file():
+        raise SystemExit(f"SQuAD dev not found at {SQUAD_DEV}: this benchmark needs ../shared/data")
+    measure(args)
+
+
+if __name__ == "__main__":
+    main()
