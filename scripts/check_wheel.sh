@@ -10,7 +10,9 @@
 #   bash scripts/check_wheel.sh                     everything (the quickstart on all 1,702 paragraphs)
 #   QUICKSTART_ARGS="--limit 300" bash scripts/check_wheel.sh   a shorter quickstart
 #
-# Environment: PYTHON (default python3), QUICKSTART_ARGS (default none), KEEP=1 keeps the work folder.
+# Environment: PYTHON (default python3), QUICKSTART_ARGS (default none), KEEP=1 keeps the work folder,
+# HS1_CONSTRAINTS / HS2_CONSTRAINTS: pip constraints files for the two environments (CI passes the versions its own
+# environments resolved, `pip freeze`, which spares pip's resolver its backtracking: the same packages, minutes faster).
 # The two environments install side by side (pip mostly waits on one core); pip's cache is used as usual.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -73,17 +75,21 @@ echo "built $(basename "$WHEEL") ($(du -h "$WHEEL" | cut -f1)), no build warning
 mkdir "$WORK/run"
 cd "$WORK/run"  # outside the repository: nothing of it is importable from here
 
-install() {  # install VENV EXTRA: a clean environment with the CPU torch, then the wheel and one extra
+install() {  # install VENV EXTRA [CONSTRAINTS]: a clean environment with the CPU torch, then the wheel and one extra
     "$PY" -m venv "$WORK/$1"
     # torch first, pinned as scripts/setup.sh does: here the CPU build from local disk, never a CUDA one.
     pip_in "$1" "$WORK/$1-torch.log" "torch==2.13.0"
-    pip_in "$1" "$WORK/$1-install.log" "$WHEEL[$2]"
+    if [ -n "${3:-}" ]; then
+        pip_in "$1" "$WORK/$1-install.log" -c "$3" "$WHEEL[$2]"
+    else
+        pip_in "$1" "$WORK/$1-install.log" "$WHEEL[$2]"
+    fi
 }
 
 step "install the wheel: the haystack extra (Haystack 1.x) and, beside it, the haystack2 extra (Haystack 2.x/3.x)"
-install hs2 haystack2 >"$WORK/hs2-steps.log" 2>&1 &
+install hs2 haystack2 "${HS2_CONSTRAINTS:-}" >"$WORK/hs2-steps.log" 2>&1 &
 hs2_install=$!
-install hs1 haystack
+install hs1 haystack "${HS1_CONSTRAINTS:-}"
 step "Haystack 1.x: import and run the quickstart outside the repository"
 "$WORK/hs1/bin/python" - "$REPO" <<'EOF'
 import sys
