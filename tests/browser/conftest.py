@@ -36,3 +36,13 @@ def browser():
 def console_errors() -> list[str]:
     """The page's console errors and uncaught exceptions (a Content-Security-Policy violation is one)."""
     return []
+
+
+def open_page(browser, url: str, console_errors: list[str], width: int, height: int):
+    """A new browser context of that viewport and a page at ``url`` in it, its console errors collected."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.on("console", lambda message: console_errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: console_errors.append(str(error)))
+    page.goto(url)
+    return context, page

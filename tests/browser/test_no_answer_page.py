@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests._server import free_port, running_server
+from tests.browser.conftest import open_page
 from tests.conftest import tiny_passages
 from tests.core.test_answers_every_unit import QUESTION, save_calibrated
 
@@ -55,25 +56,16 @@ def server(tmp_path_factory, _tiny_model_session):
         yield f"{url}/"
 
 
-def _page(browser, server, console_errors: list[str], width: int, height: int):
-    context = browser.new_context(viewport={"width": width, "height": height})
-    page = context.new_page()
-    page.on("console", lambda message: console_errors.append(message.text) if message.type == "error" else None)
-    page.on("pageerror", lambda error: console_errors.append(str(error)))
-    page.goto(server)
-    return context, page
-
-
 @pytest.fixture
 def page(browser, server, console_errors):
-    context, page = _page(browser, server, console_errors, 1400, 1000)
+    context, page = open_page(browser, server, console_errors, 1400, 1000)
     yield page
     context.close()
 
 
 @pytest.fixture
 def phone(browser, server, console_errors):
-    context, page = _page(browser, server, console_errors, 390, 844)
+    context, page = open_page(browser, server, console_errors, 390, 844)
     yield page
     context.close()
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests._server import free_port, running_server
+from tests.browser.conftest import open_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -66,21 +67,10 @@ def server(tmp_path_factory):
         yield f"{url}/", tmp
 
 
-def _open(browser, server, console_errors: list[str], width: int, height: int):
-    """A new browser context of that viewport and a page on the server in it, its console errors collected."""
-    url, _ = server
-    context = browser.new_context(viewport={"width": width, "height": height})
-    page = context.new_page()
-    page.on("console", lambda message: console_errors.append(message.text) if message.type == "error" else None)
-    page.on("pageerror", lambda error: console_errors.append(str(error)))
-    page.goto(url)
-    return context, page
-
-
 @pytest.fixture
 def page(browser, server, console_errors):
     """A fresh page on the server."""
-    context, page = _open(browser, server, console_errors, 1400, 1000)
+    context, page = open_page(browser, server[0], console_errors, 1400, 1000)
     yield page
     context.close()
 
@@ -177,7 +167,7 @@ def test_errors_are_shown_not_thrown(page, server):
 @pytest.fixture
 def phone(browser, server, console_errors):
     """A fresh page on the server, 390 px wide (a phone)."""
-    context, page = _open(browser, server, console_errors, 390, 844)
+    context, page = open_page(browser, server[0], console_errors, 390, 844)
     yield page
     context.close()
 
