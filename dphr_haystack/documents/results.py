@@ -162,6 +162,16 @@ def with_no_answer(
     return [marker, *answers] if top is None or top < threshold else [*answers, marker]
 
 
+def check_no_answer_model(phrase_model: Any, name: str) -> None:
+    """InvalidParameterError unless ``phrase_model`` carries a calibration: "no answer" is scored by the top
+    answer's confidence."""
+    if not getattr(phrase_model.config, "calibration", None):
+        raise InvalidParameterError(
+            f"no_answer needs answer confidences, and the model {name!r} has no calibration "
+            "(python -m train.calibrate adds one; the shipped models have one)"
+        )
+
+
 def check_no_answer_threshold(threshold: Any) -> float:
     """``threshold`` as a float if it is a number in [0, 1]; InvalidParameterError otherwise."""
     if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0:
@@ -217,6 +227,7 @@ __all__ = [
     "RetrievedDocument",
     "best_passage",
     "best_phrase",
+    "check_no_answer_model",
     "check_no_answer_threshold",
     "document_scores",
     "expit",

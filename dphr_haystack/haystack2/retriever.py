@@ -16,6 +16,7 @@ from ..documents.results import (
     NoAnswer,
     RetrievedAnswer,
     RetrievedDocument,
+    check_no_answer_model,
     check_no_answer_threshold,
     retrieved,
     with_no_answer,
@@ -246,11 +247,8 @@ class PhraseRetriever:
         check_filters(filters)  # before anything is encoded
         self.warm_up()
         assert self.phrase_model is not None
-        if asked and not getattr(self.phrase_model.config, "calibration", None):
-            raise InvalidParameterError(
-                f"no_answer needs answer confidences, and the model {self.model!r} has no calibration "
-                "(python -m train.calibrate adds one; the shipped models have one)"
-            )
+        if asked:
+            check_no_answer_model(self.phrase_model, self.model)
         store = self.document_store
         if self.encode_missing:
             store.update_phrases(self.phrase_model, batch_size=self.batch_size)

@@ -17,6 +17,7 @@ from ..documents.results import (
     NoAnswer,
     RetrievedAnswer,
     RetrievedDocument,
+    check_no_answer_model,
     check_no_answer_threshold,
     retrieved,
     with_no_answer,
@@ -30,7 +31,6 @@ from ..documents.retrieval import (
 from ..documents.validation import check_storable
 from ..errors import InvalidParameterError
 from ..model.cache import load_phrase_model
-from ..model.phrase_model import PhraseModel
 from ..model.registry import DEFAULT_MODEL
 from ..params import check_param, check_query_precision
 from ..search import check_passage_scoring, check_ranking, check_unit
@@ -163,7 +163,7 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
         self.no_answer = check_flag("no_answer", no_answer)
         self.no_answer_threshold = check_no_answer_threshold(no_answer_threshold)
         if self.no_answer:
-            _check_calibrated(self.phrase_model, model)
+            check_no_answer_model(self.phrase_model, model)
 
     # ----------------------------------------------------------------- BaseRetriever API
     def retrieve(
@@ -307,7 +307,7 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
         threshold = self.no_answer_threshold if threshold is None else check_no_answer_threshold(threshold)
         if not on:
             return None
-        _check_calibrated(self.phrase_model, self.model)
+        check_no_answer_model(self.phrase_model, self.model)
         return threshold
 
     def run_indexing(self, documents: list[Document]):
@@ -364,16 +364,6 @@ class PhraseRetriever(BaseRetriever, PhraseEncoding):
             given = answers if no_answer is None else with_no_answer(answers, no_answer)
             out.append(([_document(d) for d in documents], [_answer(a) for a in given]))
         return out
-
-
-def _check_calibrated(phrase_model: PhraseModel, name: str) -> None:
-    """InvalidParameterError unless ``phrase_model`` carries a calibration: "no answer" is scored by the top
-    answer's confidence."""
-    if not getattr(phrase_model.config, "calibration", None):
-        raise InvalidParameterError(
-            f"no_answer needs answer confidences, and the model {name!r} has no calibration "
-            "(python -m train.calibrate adds one; the shipped models have one)"
-        )
 
 
 def _document(result: RetrievedDocument[Document]) -> Document:
