@@ -54,6 +54,7 @@ _LAZY = {
     "PassageHit": ".search",
     "PhraseHit": ".search",
     "PhraseSearcher": ".search",
+    "PhraseSearchOptions": ".search_options",
 }
 # The Haystack 1.x nodes, re-exported here for convenience: using one imports (and registers) them all.
 _NODES = (

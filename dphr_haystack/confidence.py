@@ -70,7 +70,6 @@ __all__ = [
     "CONFIDENCE_DEPTH",
     "FEATURES",
     "KNOWN_FEATURES",
-    "NO_ANSWER_THRESHOLD",
     "QUERY_FEATURES",
     "RANKER_FEATURES",
     "STOPWORDS",
@@ -100,11 +99,6 @@ __all__ = [
 
 # Query features read a share s of the question's words as log(SUPPORT_FLOOR + s) (query_features).
 SUPPORT_FLOOR = 0.05
-# The top answer's confidence below which a search that asks for it answers "no answer" first. Chosen on questions
-# of held-out articles asked with and without their article in the corpus, 5 to 20,598 passages: it turns away 81-92%
-# of the unanswerable ones and loses 6-7% of the right answers up to 1,702 passages, 16% at 20,598
-# (benchmarks/quality/answerability.py).
-NO_ANSWER_THRESHOLD = 0.25
 
 # Words of a question that say little about where its answer lies: left out when a passage's support is counted.
 STOPWORDS = frozenset(

@@ -9,10 +9,14 @@ from .index.phrase_index import PhraseIndex
 from .model.loading import load_model
 from .model.registry import DEFAULT_MODEL
 from .search import PhraseSearcher
+from .search_options import DEFAULT_SEARCH_OPTIONS, PhraseSearchOptions
 
 
-def open_searcher(index_dir, model_dir=None, **kwargs: Any) -> PhraseSearcher:
-    """A searcher over a saved index, with ``model_dir`` or else the model the index records it was built with.
+def open_searcher(
+    index_dir, model_dir=None, options: PhraseSearchOptions = DEFAULT_SEARCH_OPTIONS, **kwargs: Any
+) -> PhraseSearcher:
+    """A searcher over a saved index, with ``model_dir`` or else the model the index records it was built with, and
+    ``options`` (``kwargs``: :class:`~dphr_haystack.search.PhraseSearcher`'s, options by name among them).
 
     Raises:
         ModelLoadError: No model given and none recorded in the index.
@@ -32,4 +36,4 @@ def open_searcher(index_dir, model_dir=None, **kwargs: Any) -> PhraseSearcher:
     if model.phrase_fingerprint() != index.model_fingerprint:
         hint = " (the model the index records; pass the one it was built with: --model DIR)" if recorded else ""
         raise ModelMismatchError(f"{model_dir}: phrase encoder differs from the one {index_dir} was built with{hint}")
-    return PhraseSearcher(index, model, **kwargs)
+    return PhraseSearcher(index, model, options, **kwargs)

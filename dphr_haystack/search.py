@@ -27,28 +27,28 @@ from typing import Any
 import numpy as np
 
 from ._util.groups import argmax_groups
-from ._util.threads import check_threads, resolve_threads, using_threads
+from ._util.threads import resolve_threads, using_threads
 from .confidence import Calibration, answer_confidences, copies_question, corpus_shift, question_words, shifted
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
 from .index.phrase_index import PhraseIndex
 from .index.rounds import TokenRounds
 from .model.truecase import corpus_truecaser, is_all_lowercase
-from .params import check_choice, check_param, check_query_precision
+from .params import check_param
 from .passage_words import cached_words
+from .search_options import (
+    DEFAULT_SEARCH_OPTIONS,
+    PhraseSearchOptions,
+    SearchOptionAttributes,
+    check_unit,
+)
 from .spans import AnswerFolder, first_answers, trim_span, word_boundaries
 
-UNITS = ("phrase", "passage", "document")
 # Start and end tokens searched first, per result asked for: passages and documents gather several phrases
 # each, so their first search takes more candidates instead of re-searching the index at 2c, 4c, ... (each
 # search scans the index anew). benchmarks/index/unit_search.py on SQuAD-open-small (1.7M vectors, top 20):
 # passages 1.05 searches a query and p50 127 ms at 8 (2.0 and 224 ms at 2), documents 1.45 and 135 ms at 16
 # (3.8 and 332 ms at 2), the same accuracy.
 FIRST_CANDIDATES_PER_RESULT = {"phrase": 1, "passage": 8, "document": 16}
-# How a passage or document scores its retrieved phrases: the best one (Lee et al. 2021b) or all of them.
-PASSAGE_SCORINGS = ("max", "logsumexp")
-# How results are ordered: by the calibrated confidence of their answer (a model with a calibration; else by score)
-# or by score alone (DensePhrases' order).
-RANKINGS = ("confidence", "score")
 # Results a confidence ranking reorders, whatever top_k is: the first RANKING_POOL[unit] passages or documents by
 # score, or the first calibration.depth phrase answers (50 for the shipped default: the ranker was fitted to order as
 # many). On SQuAD-open-small (2,000 questions the calibration never saw) it lifts EM@1 from 32.85 to 45.20 and
@@ -119,42 +119,31 @@ def best_passage(hit: PassageHit | DocumentHit) -> PassageHit:
     return hit.best_passage if isinstance(hit, DocumentHit) else hit
 
 
-def check_unit(unit: str) -> str:
-    if unit not in UNITS:
-        raise InvalidParameterError(f"unknown retrieval unit {unit!r}; valid units: {', '.join(UNITS)}")
-    return unit
-
-
-def check_passage_scoring(scoring: str) -> str:
-    return check_choice("passage_scoring", scoring, PASSAGE_SCORINGS)
-
-
-def check_ranking(ranking: str) -> str:
-    return check_choice("ranking", ranking, RANKINGS)
-
-
-class PhraseSearcher:
+class PhraseSearcher(SearchOptionAttributes):
     """Searches a :class:`PhraseIndex` with a phrase model's query encoders.
 
     Thread safe: one searcher may serve many threads; each gets exactly the results of a serial search.
 
+    Its options are a :class:`~dphr_haystack.search_options.PhraseSearchOptions` (the one search contract of every
+    front end; ``options``, with any option given by name in its place; each readable as an attribute), with
+    ``max_answer_length`` resolved to the model's when None and checked against its passage window; ``search``'s
+    ``unit`` and ``top_k`` (None) are the options' (``passage``, 10). How the search uses them:
     ``skip_question_copies`` drops phrase answers that the question contains (normalised whole words, see
     :func:`dphr_haystack.confidence.copies_question`): a passage or document then answers with its best phrase
-    that is no copy (flagged ``copies_question`` when all its retrieved phrases are copies); passage and document
-    rankings and scores are unchanged by it.
-    ``passage_scoring`` ranks passages and documents by their best phrase (``"max"``, default) or by the
-    log-sum-exp of all their retrieved phrases' scores (``"logsumexp"``).
+    that is no copy (flagged ``copies_question`` when all its retrieved phrases are copies).
+    ``truecase`` learns the case of words from the index's own passages and the model's cased vocabulary
+    (:func:`dphr_haystack.model.truecase.corpus_truecaser`).
+    ``ranking="confidence"`` orders the first results by score (as many phrase answers as the calibration's depth;
+    :data:`RANKING_POOL` passages or documents), then by the calibrated confidence of their answer (scores stay the
+    phrase scores; a passage or document answers with its most confident phrase).
+    ``query_precision="int8"``: :mod:`dphr_haystack.model.int8`. ``scale_score`` and ``no_answer`` shape the results
+    the front ends build from the hits (:mod:`dphr_haystack.documents.results`), not the hits.
+
+    The searcher's own settings:
     ``calibration`` gives phrase answers a confidence: ``"model"`` (default) takes the model's stored
     calibration (none: no confidence), ``None`` turns it off, or pass a :class:`Calibration`. Every unit's answers
     get it: a passage's or document's best phrase has the confidence it has among the ranked phrase answers of
     the same search, as with ``unit="phrase"``.
-    ``max_answer_length`` (the longest phrase in subwords; default the model's) is 1 to 512 and at most the model's
-    passage window; it and every other count are range-checked by :mod:`dphr_haystack.params`
-    (InvalidParameterError naming the parameter and its range).
-    ``truecase`` truecases all-lowercase queries before encoding them (DensePhrases' ``--truecase``) with case
-    statistics of the index's own passages and the model's cased vocabulary
-    (:func:`dphr_haystack.model.truecase.corpus_truecaser`); None (default) follows the model's ``truecase``
-    setting, on for cased DensePhrases models.
     ``tidy_answers`` (default True) trims markup and unpaired punctuation from every answer's edges
     (:func:`dphr_haystack.spans.trim_span`: `` `top_k`, `` → ``top_k``; ``(1889)`` stays) and, for
     ``unit="phrase"``, folds an answer into a better one with the same normalised text or an overlapping span in the
@@ -163,50 +152,28 @@ class PhraseSearcher:
     confidences are computed over the unfolded candidates, as the calibration was fitted. False returns the raw
     spans of DensePhrases' search.
 
-    ``ranking="confidence"`` (default) orders the first results by score (as many phrase answers as the
-    calibration's depth, 50 for the shipped default; 10 passages or documents, :data:`RANKING_POOL`), then by the
-    calibrated confidence of their answer (scores stay the phrase scores; a passage or document answers with its
-    most confident phrase); a model without a calibration keeps the score order, which ``ranking="score"``
-    (DensePhrases') keeps.
-    ``query_precision`` (default ``"int8"``) encodes queries on the CPU with an int8 copy of the query side (half the
-    time, the same EM on the shipped model: :mod:`dphr_haystack.model.int8`); ``"float32"`` as DensePhrases (a GPU).
-    ``threads`` is the number of torch/FAISS intra-op threads :meth:`search_batch` runs on (default 1, or
-    ``DPHR_THREADS``: one thread per query is fastest when several queries run at once; see
-    :mod:`dphr_haystack._util.threads`).
-
     Example:
-        >>> searcher = PhraseSearcher(index, model)
-        >>> searcher.search("Who wrote Hamlet?", unit="phrase", top_k=5)[0].text
+        >>> searcher = PhraseSearcher(index, model, unit="phrase")
+        >>> searcher.search("Who wrote Hamlet?", top_k=5)[0].text
     """
 
     def __init__(
         self,
         index: PhraseIndex,
         model=None,
-        max_answer_length: int | None = None,
-        query_batch_size: int = 64,
-        whole_words: bool = True,
-        skip_question_copies: bool = True,
+        options: PhraseSearchOptions = DEFAULT_SEARCH_OPTIONS,
+        *,
         calibration: Calibration | str | None = "model",
-        truecase: bool | None = None,
-        passage_scoring: str = "max",
         tidy_answers: bool = True,
-        threads: int | None = None,
-        query_precision: str = "int8",
-        ranking: str = "confidence",
+        **option_values: Any,
     ) -> None:
+        if not isinstance(options, PhraseSearchOptions):
+            raise InvalidParameterError(f"options must be PhraseSearchOptions, got {type(options).__name__}")
+        options = options.replaced(**option_values)
         self.index = index
-        self.ranking = check_ranking(ranking)
-        self.query_precision = check_query_precision(query_precision)
         if not isinstance(tidy_answers, bool):
             raise InvalidParameterError(f"tidy_answers={tidy_answers!r}; valid: true or false")
         self.tidy_answers = tidy_answers
-        self.passage_scoring = check_passage_scoring(passage_scoring)
-        if truecase is not None and not isinstance(truecase, bool):
-            raise InvalidParameterError(f"truecase={truecase!r}; valid: true, false or None (the model's)")
-        self.truecase = truecase
-        self.whole_words = whole_words
-        self.skip_question_copies = skip_question_copies
         self.model = model
         if isinstance(calibration, str):
             if calibration != "model":
@@ -214,26 +181,31 @@ class PhraseSearcher:
             stored = getattr(getattr(model, "config", None), "calibration", None)
             calibration = Calibration.from_dict(stored) if stored else None
         self.calibration = calibration
-        if max_answer_length is None:
-            max_answer_length = model.config.max_answer_length if model is not None else 10
+        longest = options.max_answer_length
+        if longest is None:
+            longest = model.config.max_answer_length if model is not None else 10
         window = _passage_window(index, model)
-        self.max_answer_length = check_param(
-            "max_answer_length",
-            max_answer_length,
-            high=window,
-            why=f"the model's passage window of {window} subwords",
+        longest = check_param(
+            "max_answer_length", longest, high=window, why=f"the model's passage window of {window} subwords"
         )
-        self.query_batch_size = check_param("query_batch_size", query_batch_size)
-        self.threads = check_threads(threads)
+        self.search_options = options.replaced(max_answer_length=longest)
 
     def search(
-        self, query: str, unit: str = "phrase", top_k: int = 10, allowed_passages: np.ndarray | None = None
+        self,
+        query: str,
+        unit: str | None = None,
+        top_k: int | None = None,
+        allowed_passages: np.ndarray | None = None,
     ) -> list[Hit]:
-        """Top-k phrases, passages or documents for one query."""
+        """Top-k phrases, passages or documents for one query (``unit``, ``top_k``: None for the options')."""
         return self.search_batch([query], unit, top_k, allowed_passages)[0]
 
     def search_batch(
-        self, queries: Sequence[str], unit: str = "phrase", top_k: int = 10, allowed_passages: np.ndarray | None = None
+        self,
+        queries: Sequence[str],
+        unit: str | None = None,
+        top_k: int | None = None,
+        allowed_passages: np.ndarray | None = None,
     ) -> list[list[Hit]]:
         """Top-k results per query; queries are encoded in batches. Raises InvalidQueryError on empty ones."""
         if self.model is None:
@@ -251,7 +223,7 @@ class PhraseSearcher:
         with using_threads(resolve_threads(self.threads, "query")):
             q_start, q_end = self.model.encode_queries(
                 texts,
-                batch_size=self.query_batch_size,
+                batch_size=self.batch_size,
                 truecase=caser is not None,
                 truecaser=caser,
                 precision=self.query_precision,
@@ -262,18 +234,19 @@ class PhraseSearcher:
         self,
         q_start: np.ndarray,
         q_end: np.ndarray,
-        unit: str = "phrase",
-        top_k: int = 10,
+        unit: str | None = None,
+        top_k: int | None = None,
         allowed_passages: np.ndarray | None = None,
         candidates: int | None = None,
         questions: Sequence[str] | None = None,
     ) -> list[list[Hit]]:
-        """Search with precomputed query vectors (n, d). ``candidates`` fixes c (no doubling).
+        """Search with precomputed query vectors (n, d). ``candidates`` fixes c (no doubling); ``unit``, ``top_k``:
+        None for the options'.
 
         ``questions`` (the query texts) let phrase answers that copy the question be skipped.
         """
-        check_unit(unit)
-        top_k = check_param("top_k", top_k)
+        unit = self.unit if unit is None else check_unit(unit)
+        top_k = self.top_k if top_k is None else check_param("top_k", top_k)
         if candidates is not None:
             candidates = check_param("candidates", candidates)
         q_start = np.ascontiguousarray(q_start, dtype=np.float32)

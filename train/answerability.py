@@ -40,7 +40,6 @@ from tqdm.auto import tqdm
 from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
 from dphr_haystack.answers import exact_match
 from dphr_haystack.confidence import (
-    NO_ANSWER_THRESHOLD,
     QUERY_FEATURES,
     Answerability,
     Calibration,
@@ -51,6 +50,7 @@ from dphr_haystack.confidence import (
 from dphr_haystack.encode.add import add_passages
 from dphr_haystack.index.shards import PhraseShard
 from dphr_haystack.model.calibration import sigmoid
+from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
 
 from .calibrate import DEFAULT_DEV, write_calibrated
 from .data import load_squad

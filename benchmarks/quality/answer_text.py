@@ -140,8 +140,8 @@ def _readme_examples(model, top_k: int) -> dict[str, Any] | None:
         examples.append(
             {
                 "question": question,
-                "raw": [[h.text, h.confidence] for h in raw.search(question, top_k=top_k)],
-                "tidy": [[h.text, h.confidence] for h in tidy.search(question, top_k=top_k)],
+                "raw": [[h.text, h.confidence] for h in raw.search(question, top_k=top_k, unit="phrase")],
+                "tidy": [[h.text, h.confidence] for h in tidy.search(question, top_k=top_k, unit="phrase")],
                 "passages": [
                     [h.passage_id, h.score, score]
                     for h, score in zip(ranked, document_scores(ranked, True), strict=True)

@@ -13,7 +13,7 @@ there: counted unanswerable), and the small user corpus of ``benchmarks/data/use
 written for the project, 48 questions it answers, 48 it does not: world knowledge, near misses, other entities).
 
 For each: the top answer's confidence before (the calibration alone) and after (with the answerability), AUROC of
-answerable vs unanswerable questions, and at :data:`~dphr_haystack.confidence.NO_ANSWER_THRESHOLD` the share of
+answerable vs unanswerable questions, and at :data:`~dphr_haystack.search_options.NO_ANSWER_THRESHOLD` the share of
 unanswerable questions that get "no answer" and of right top answers lost; per corpus size, EM@1, AUROC right vs
 wrong and ECE of the answerable questions with a reliability curve. A sample of searches is repeated with the
 fitted calibration to check that the searcher returns what the table computes. Writes results/answerability.json
@@ -105,12 +105,12 @@ def _stats(p: np.ndarray, answerable: np.ndarray, correct: np.ndarray, threshold
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
     from dphr_haystack.confidence import (
-        NO_ANSWER_THRESHOLD,
         Calibration,
         auroc,
         expected_calibration_error,
         reliability,
     )
+    from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
     from train.answerability import (
         Case,
         all_cases,

@@ -66,7 +66,10 @@ def main() -> None:
         plain = PhraseSearcher(indexes[corpus], model, calibration=before)
         served = PhraseSearcher(indexes[corpus], model, calibration=after)
         for question in questions:
-            old, new = plain.search(question, top_k=1)[0], served.search(question, top_k=1)[0]
+            old, new = (
+                plain.search(question, top_k=1, unit="phrase")[0],
+                served.search(question, top_k=1, unit="phrase")[0],
+            )
             rows.append(
                 {
                     "corpus": corpus,

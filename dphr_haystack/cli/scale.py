@@ -70,7 +70,13 @@ def add_scale_parsers(sub: argparse._SubParsersAction) -> None:
     merge.add_argument("--dump", required=True, type=Path)
     merge.add_argument("--out", required=True, type=Path)
     _add_structure_args(merge)
-    merge.add_argument("--model-path", default=None, help="model directory to record in the index (for dphr search)")
+    merge.add_argument(
+        "--model",
+        "--model-path",
+        dest="model_path",
+        default=None,
+        help="model directory to record in the index, for dphr search (--model-path: its former name, still read)",
+    )
 
     reindex = sub.add_parser("reindex", help="build another FAISS structure from an index's stored vectors")
     reindex.add_argument("--index", required=True, type=Path)

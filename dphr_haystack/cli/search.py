@@ -8,7 +8,7 @@ a model without a calibration shows them instead.
 ``--no-answer`` also says how likely it is that the corpus holds no answer: a line ``no answer in this corpus
 (p=0.93)``, where p = 1 − the top answer's confidence (1.0 when nothing is found), printed before the results when
 the top answer's confidence is below ``--no-answer-threshold`` (default:
-:data:`~dphr_haystack.confidence.NO_ANSWER_THRESHOLD`) and after them otherwise, as the Haystack retrievers place
+:data:`~dphr_haystack.search_options.NO_ANSWER_THRESHOLD`) and after them otherwise, as the Haystack retrievers place
 their "no answer" (:func:`~dphr_haystack.documents.results.with_no_answer`). In ``--json`` each line then gains
 ``"no_answer": {"score": p, "top_confidence": c or null, "first": true|false}`` (``first``: it comes before the
 results); without ``--no-answer`` the output is as before. It needs a model with a calibration.
@@ -21,58 +21,77 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from ..params import arg_type
+from ..params import QUERY_PRECISIONS, arg_type
+from ..search_options import DEFAULT_SEARCH_OPTIONS, PASSAGE_SCORINGS, RANKINGS, UNITS, PhraseSearchOptions
 
 
 def add_search_parser(sub: argparse._SubParsersAction) -> None:
-    """Add ``dphr search``."""
+    """Add ``dphr search``: each search option is a flag whose destination is the option's name in
+    :class:`~dphr_haystack.search_options.PhraseSearchOptions`, with its default (``--threads`` comes with every
+    query command)."""
+    default = DEFAULT_SEARCH_OPTIONS
     search = sub.add_parser("search", help="search a phrase index")
     search.add_argument("--index", required=True, type=Path)
     search.add_argument("--model", type=Path, help="model directory (default: the one the index was built with)")
-    search.add_argument("--unit", default="phrase", help="phrase, passage or document")
-    search.add_argument("--top-k", type=arg_type("top_k"), default=10)
+    search.add_argument(
+        "--unit",
+        default=default.unit,
+        help=f"{', '.join(UNITS)}: passages by their best phrase, phrase answers or documents "
+        f"(default: {default.unit})",
+    )
+    search.add_argument("--top-k", type=arg_type("top_k"), default=default.top_k)
     search.add_argument(
         "--max-answer-length",
         type=arg_type("max_answer_length"),
-        default=None,
+        default=default.max_answer_length,
         help="longest phrase in subwords, at most the model's passage window (default: the model's)",
     )
     search.add_argument(
         "--partial-words",
-        action="store_true",
+        dest="whole_words",
+        action="store_false",
+        default=default.whole_words,
         help="let phrases start or end inside a word (by default they span whole words)",
     )
     search.add_argument(
         "--keep-question-copies",
-        action="store_true",
+        dest="skip_question_copies",
+        action="store_false",
+        default=default.skip_question_copies,
         help="allow phrase answers the question itself contains (skipped by default)",
     )
     search.add_argument(
         "--passage-scoring",
-        choices=["max", "logsumexp"],
-        default="max",
+        choices=PASSAGE_SCORINGS,
+        default=default.passage_scoring,
         help="passages and documents score their best phrase (max, default) or all of their phrases (logsumexp)",
     )
     search.add_argument(
         "--truecase",
         action=argparse.BooleanOptionalAction,
-        default=None,
+        default=default.truecase,
         help="truecase all-lowercase questions (default: the model's setting, on for cased DensePhrases models)",
     )
     search.add_argument(
         "--ranking",
-        choices=["confidence", "score"],
-        default="confidence",
+        choices=RANKINGS,
+        default=default.ranking,
         help="order the first results by their answer's calibrated confidence (50 phrase answers for the shipped "
         "default, 10 passages or documents; confidence, default; a model without a calibration ranks by score) or by "
         "score alone (score)",
     )
     search.add_argument(
         "--query-precision",
-        choices=["int8", "float32"],
-        default="int8",
+        choices=QUERY_PRECISIONS,
+        default=default.query_precision,
         help="encode questions with an int8 copy of the query side on the CPU (int8, default: about half the "
         "time, the same EM on the shipped model) or in float32",
+    )
+    search.add_argument(
+        "--batch-size",
+        type=arg_type("batch_size"),
+        default=default.batch_size,
+        help=f"questions encoded at once (default: {default.batch_size})",
     )
     search.add_argument(
         "--raw-scores", action="store_true", help="also print the raw phrase scores (always in --json output)"
@@ -80,6 +99,7 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
     search.add_argument(
         "--no-answer",
         action="store_true",
+        default=default.no_answer,
         help='also say "no answer in this corpus" with its probability (1 - the top answer\'s confidence): first when '
         "the top answer's confidence is below --no-answer-threshold, last otherwise; in --json as "
         '"no_answer": {"score", "top_confidence", "first"} (needs a model with a calibration)',
@@ -90,16 +110,22 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="P",
         help='with --no-answer: the top answer\'s confidence below which "no answer" comes first, from 0 to 1 '
-        "(default: NO_ANSWER_THRESHOLD of dphr_haystack.confidence, chosen on held-out questions)",
+        f"(default: {default.no_answer_threshold}, NO_ANSWER_THRESHOLD of dphr_haystack.search_options, chosen on "
+        "held-out questions)",
     )
     search.add_argument("--json", action="store_true", help="print results as JSON lines")
     search.add_argument("query", nargs="+", help="one or more questions")
 
 
+def search_options(args: argparse.Namespace) -> PhraseSearchOptions:
+    """The search options of ``dphr search``'s arguments (those not given take the options' defaults)."""
+    return PhraseSearchOptions.from_params({name: value for name, value in vars(args).items() if value is not None})
+
+
 def _no_answer_threshold(text: str) -> float:
     """The ``--no-answer-threshold`` argument: a number from 0 to 1 (argparse reports anything else)."""
-    from ..documents.results import check_no_answer_threshold
     from ..errors import InvalidParameterError
+    from ..search_options import check_no_answer_threshold
 
     try:
         return check_no_answer_threshold(float(text))
@@ -109,40 +135,26 @@ def _no_answer_threshold(text: str) -> float:
 
 def run_search(args: argparse.Namespace) -> int:
     """Run ``dphr search``."""
-    from ..confidence import NO_ANSWER_THRESHOLD
     from ..errors import InvalidParameterError
     from ..saved_index import open_searcher
-    from ..search import check_unit
 
-    check_unit(args.unit)
-    no_answer = args.no_answer
-    threshold = args.no_answer_threshold
-    if threshold is not None and not no_answer:
+    if args.no_answer_threshold is not None and not args.no_answer:
         raise InvalidParameterError("--no-answer-threshold places the no-answer line: give --no-answer too")
-    threshold = NO_ANSWER_THRESHOLD if threshold is None else threshold
-    searcher = open_searcher(
-        args.index,
-        args.model,
-        max_answer_length=args.max_answer_length,
-        whole_words=not args.partial_words,
-        skip_question_copies=not args.keep_question_copies,
-        truecase=args.truecase,
-        passage_scoring=args.passage_scoring,
-        query_precision=args.query_precision,
-        ranking=args.ranking,
-    )
+    options = search_options(args)
+    no_answer, threshold = options.no_answer, options.no_answer_threshold
+    searcher = open_searcher(args.index, args.model, options)
     if no_answer and searcher.calibration is None:
         raise InvalidParameterError(
             "--no-answer needs answer confidences, and this model has no calibration "
             "(python -m train.calibrate adds one; the shipped models have one)"
         )
-    results = searcher.search_batch(args.query, unit=args.unit, top_k=args.top_k)
+    results = searcher.search_batch(args.query)
     for query, hits in zip(args.query, results):
         confidences = _confidences(hits)
         marker = _no_answer(hits, threshold) if no_answer else None
         if args.json:
             rows = [{**_jsonable(h), "confidence": c} for h, c in zip(hits, confidences, strict=True)]
-            line = {"query": query, "unit": args.unit, "results": rows}
+            line = {"query": query, "unit": options.unit, "results": rows}
             if marker is not None:
                 line["no_answer"] = marker
             print(json.dumps(line, ensure_ascii=False))

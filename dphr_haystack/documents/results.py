@@ -15,7 +15,7 @@ Scores (``scale_score=True``, the default, with a model that has a calibration, 
 A search asked for ``no_answer`` also answers "no answer" (:func:`with_no_answer`): an answer with empty text
 whose score is P(no answer given is right) = 1 − the top answer's confidence (a calibration with an answerability
 makes that confidence P(right *given this corpus*), low when the corpus holds no answer). It comes first when the
-top answer is less confident than the threshold (:data:`~dphr_haystack.confidence.NO_ANSWER_THRESHOLD` by default),
+top answer is less confident than the threshold (:data:`~dphr_haystack.search_options.NO_ANSWER_THRESHOLD` by default),
 last otherwise, as Haystack's readers add theirs.
 
 The raw phrase score (an inner product: about 600 to 960 for the shipped model on SQuAD) stays in
@@ -31,9 +31,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ..confidence import NO_ANSWER_THRESHOLD, no_answer_score, ranked_confidences
+from ..confidence import no_answer_score, ranked_confidences
 from ..errors import InvalidParameterError
 from ..search import DocumentHit, Hit, PhraseHit, best_passage, best_phrase
+from ..search_options import NO_ANSWER_THRESHOLD, check_no_answer_threshold
 
 StoredDocument = TypeVar("StoredDocument")
 
@@ -172,13 +173,6 @@ def check_no_answer_model(phrase_model: Any, name: str) -> None:
         )
 
 
-def check_no_answer_threshold(threshold: Any) -> float:
-    """``threshold`` as a float if it is a number in [0, 1]; InvalidParameterError otherwise."""
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0:
-        raise InvalidParameterError(f"no_answer_threshold={threshold!r}; valid: a number from 0 to 1")
-    return float(threshold)
-
-
 def pair_hits(hits: Sequence[Hit], stored: Mapping[str, StoredDocument]) -> list[tuple[Hit, StoredDocument]]:
     """The hits whose passage is a stored document, each with that document (phrases of a document no longer
     stored are left out)."""
@@ -228,7 +222,6 @@ __all__ = [
     "best_passage",
     "best_phrase",
     "check_no_answer_model",
-    "check_no_answer_threshold",
     "document_scores",
     "expit",
     "hit_passage_id",

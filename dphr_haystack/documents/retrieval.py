@@ -1,10 +1,10 @@
-"""Phrase retrieval over a collection's phrase index: the options a retriever resolves and the search its store
-runs (the store scores; the retriever never touches the phrase index)."""
+"""Phrase retrieval over a collection's phrase index: the search a store runs with the options its retriever
+resolved (:class:`~dphr_haystack.search_options.PhraseSearchOptions`; the store scores, the retriever never touches
+the phrase index)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -12,22 +12,9 @@ import numpy as np
 from ..errors import InvalidParameterError, ModelMismatchError
 from ..index.phrase_index import PhraseIndex
 from ..model.cache import model_fingerprint
-from ..params import check_param, check_query_precision
-from ..search import Hit, PhraseSearcher, check_passage_scoring, check_ranking, check_unit
-
-
-def check_flag(name: str, value: Any) -> bool:
-    """``value`` when it is a bool, else InvalidParameterError naming ``name``."""
-    if not isinstance(value, bool):
-        raise InvalidParameterError(f"{name}={value!r}; valid: true or false")
-    return value
-
-
-def check_truecase(value: Any) -> bool | None:
-    """The ``truecase`` option: True, False or None (follow the model's setting)."""
-    if value is not None and not isinstance(value, bool):
-        raise InvalidParameterError(f"truecase={value!r}; valid: true, false or null (the model's)")
-    return value
+from ..params import check_param
+from ..search import Hit, PhraseSearcher
+from ..search_options import PhraseSearchOptions
 
 
 def resolve_max_answer_length(model: Any, value: int | None) -> int:
@@ -39,49 +26,6 @@ def resolve_max_answer_length(model: Any, value: int | None) -> int:
         high=window,
         why=f"the model's passage window of {window} subwords",
     )
-
-
-@dataclass(frozen=True)
-class PhraseSearchOptions:
-    """What a retriever asks its store's phrase search for (every value checked on construction).
-
-    Args:
-        unit: ``phrase``, ``passage`` or ``document``.
-        top_k: Hits per query.
-        max_answer_length: Longest phrase in subwords (None: the model's).
-        whole_words: Phrases start and end on word boundaries.
-        skip_question_copies: Never answer with a phrase the question contains.
-        truecase: Truecase all-lowercase queries (None: the model's setting).
-        passage_scoring: ``max`` or ``logsumexp``.
-        query_batch_size: Query encoding batch size.
-        query_precision: ``int8`` (default: the query side in int8 on the CPU, 2× faster) or ``float32``.
-        ranking: ``confidence`` (default: the first results reordered by their answer's calibrated confidence) or
-            ``score``.
-    """
-
-    unit: str = "passage"
-    top_k: int = 10
-    max_answer_length: int | None = None
-    whole_words: bool = True
-    skip_question_copies: bool = True
-    truecase: bool | None = None
-    passage_scoring: str = "max"
-    query_batch_size: int = 32
-    query_precision: str = "int8"
-    ranking: str = "confidence"
-
-    def __post_init__(self) -> None:
-        check_unit(self.unit)
-        check_param("top_k", self.top_k)
-        if self.max_answer_length is not None:
-            check_param("max_answer_length", self.max_answer_length)
-        check_flag("whole_words", self.whole_words)
-        check_flag("skip_question_copies", self.skip_question_copies)
-        check_truecase(self.truecase)
-        check_passage_scoring(self.passage_scoring)
-        check_param("query_batch_size", self.query_batch_size)
-        check_query_precision(self.query_precision)
-        check_ranking(self.ranking)
 
 
 def check_phrase_model(phrase_index: PhraseIndex, model: Any, message: str) -> None:
@@ -99,18 +43,7 @@ def search_phrase_index(
 ) -> list[list[Hit]]:
     """Hits per query. ``masks``: one boolean mask over passage rows for all queries (None: every passage), or a
     list of one mask per query."""
-    searcher = PhraseSearcher(
-        phrase_index,
-        model,
-        options.max_answer_length,
-        query_batch_size=options.query_batch_size,
-        whole_words=options.whole_words,
-        skip_question_copies=options.skip_question_copies,
-        truecase=options.truecase,
-        passage_scoring=options.passage_scoring,
-        query_precision=options.query_precision,
-        ranking=options.ranking,
-    )
+    searcher = PhraseSearcher(phrase_index, model, options)
     if isinstance(masks, list):
         if len(masks) != len(queries):
             raise InvalidParameterError(f"{len(masks)} filters for {len(queries)} queries")
@@ -119,10 +52,7 @@ def search_phrase_index(
 
 
 __all__ = [
-    "PhraseSearchOptions",
-    "check_flag",
     "check_phrase_model",
-    "check_truecase",
     "resolve_max_answer_length",
     "search_phrase_index",
 ]

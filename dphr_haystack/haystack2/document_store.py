@@ -26,13 +26,14 @@ from .._util.lock import DEFAULT_LOCK_TIMEOUT, check_lock_timeout
 from ..documents.database import encode_body
 from ..documents.passages import PassageRule, check_attachable, passage_mask, unencoded_passages
 from ..documents.results import hit_passage_id, pair_hits
-from ..documents.retrieval import PhraseSearchOptions, search_phrase_index
+from ..documents.retrieval import search_phrase_index
 from ..documents.validation import check_meta, check_storable
 from ..errors import InvalidParameterError
 from ..index.phrase_index import PhraseIndex
 from ..model.phrase_model import PhraseModel
 from ..params import check_choice, check_param
 from ..search import Hit
+from ..search_options import DEFAULT_SEARCH_OPTIONS, PhraseSearchOptions
 from . import phrase_updates
 from .filters import check_filters
 from .serialization import component_from_dict
@@ -387,17 +388,9 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         self,
         model: PhraseModel,
         queries: Sequence[str],
-        unit: str = "passage",
-        top_k: int = 10,
+        options: PhraseSearchOptions = DEFAULT_SEARCH_OPTIONS,
         filters: dict[str, Any] | None = None,
-        max_answer_length: int | None = None,
-        whole_words: bool = True,
-        skip_question_copies: bool = True,
-        batch_size: int = 32,
-        passage_scoring: str = "max",
-        truecase: bool | None = None,
-        query_precision: str = "int8",
-        ranking: str = "confidence",
+        **option_values: Any,
     ) -> list[list[tuple[Hit, Document]]]:
         """Phrase search (the store scores; its retriever resolves the options and makes this one call): per query,
         the core's hits (phrases, passages or documents) with their stored Document.
@@ -405,30 +398,11 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         Args:
             model: The phrase model the store's phrases were encoded with.
             queries: Questions.
-            unit: ``phrase``, ``passage`` or ``document``.
-            top_k: Hits per query.
+            options: The search options (:class:`~dphr_haystack.search_options.PhraseSearchOptions`), with any
+                given by name in ``option_values`` in their place (``unit="phrase", top_k=5``).
             filters: Haystack 2 filters; only matching documents are searched.
-            max_answer_length: Longest phrase in subwords (default: the model's).
-            whole_words: Phrases start and end on word boundaries.
-            skip_question_copies: Never answer with a phrase the question contains.
-            batch_size: Query encoding batch size.
-            passage_scoring: ``max`` (a passage or document scores its best phrase) or ``logsumexp`` (all of them).
-            truecase: Truecase all-lowercase queries (None: the model's setting).
-            query_precision: ``int8`` (the query side in int8 on the CPU) or ``float32``.
-            ranking: ``confidence`` (the first results reordered by their answer's confidence) or ``score``.
         """
-        options = PhraseSearchOptions(
-            unit=unit,
-            top_k=top_k,
-            max_answer_length=max_answer_length,
-            whole_words=whole_words,
-            skip_question_copies=skip_question_copies,
-            truecase=truecase,
-            passage_scoring=passage_scoring,
-            query_batch_size=batch_size,
-            query_precision=query_precision,
-            ranking=ranking,
-        )
+        options = options.replaced(**option_values)
         self._sync.follow()
         with self._sync.lock:
             index = self._sync.index

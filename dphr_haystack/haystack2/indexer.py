@@ -9,12 +9,12 @@ from haystack.core.serialization import default_to_dict
 from haystack.document_stores.types import DuplicatePolicy
 from haystack.utils import ComponentDevice
 
-from ..documents.retrieval import check_flag
 from ..errors import InvalidParameterError
 from ..model.cache import load_phrase_model
 from ..model.phrase_model import PhraseModel
 from ..model.registry import DEFAULT_MODEL
 from ..params import check_param
+from ..search_options import check_flag
 from .document_store import PhraseDocumentStore
 from .serialization import (
     check_model_reference,

@@ -11,23 +11,20 @@ from haystack.dataclasses import ExtractedAnswer
 from haystack.document_stores.types import FilterPolicy, apply_filter_policy
 from haystack.utils import ComponentDevice
 
-from ..confidence import NO_ANSWER_THRESHOLD
 from ..documents.results import (
     NoAnswer,
     RetrievedAnswer,
     RetrievedDocument,
     check_no_answer_model,
-    check_no_answer_threshold,
     retrieved,
     with_no_answer,
 )
-from ..documents.retrieval import check_flag, check_truecase, resolve_max_answer_length
+from ..documents.retrieval import resolve_max_answer_length
 from ..errors import InvalidParameterError
 from ..model.cache import load_phrase_model
 from ..model.phrase_model import PhraseModel
 from ..model.registry import DEFAULT_MODEL
-from ..params import check_param, check_query_precision
-from ..search import check_passage_scoring, check_ranking, check_unit
+from ..search_options import NO_ANSWER_THRESHOLD, PhraseSearchOptions, SearchOptionAttributes, check_flag
 from .document_store import PhraseDocumentStore
 from .filters import check_filters
 from .serialization import (
@@ -41,7 +38,7 @@ from .serialization import filter_policy as checked_filter_policy
 
 
 @component
-class PhraseRetriever:
+class PhraseRetriever(SearchOptionAttributes):
     """Dense phrase retrieval (DensePhrases) over a :class:`PhraseDocumentStore`.
 
     Outputs ``documents``, ranked by their best phrase (``unit="passage"``: passages by best phrase;
@@ -62,43 +59,26 @@ class PhraseRetriever:
         >>> retriever.warm_up()
         >>> retriever.run(query="Who wrote Hamlet?", unit="phrase", top_k=1)["answers"][0].data
 
+    The search options (``top_k``, ``unit``, ``max_answer_length``, ``whole_words``, ``skip_question_copies``,
+    ``truecase``, ``passage_scoring``, ``ranking``, ``query_precision``, ``batch_size``, ``threads``, ``scale_score``,
+    ``no_answer``, ``no_answer_threshold``) have the names, defaults and meanings of
+    :class:`~dphr_haystack.search_options.PhraseSearchOptions`, the one search contract of every front end (this
+    component, the Haystack 1.x retriever, ``dphr search``, the REST server,
+    :class:`~dphr_haystack.search.PhraseSearcher`); each reads and writes as an attribute (checked), and ``to_dict``
+    writes them all. ``run`` takes ``top_k``, ``unit``, ``scale_score``, ``no_answer`` and ``no_answer_threshold`` per
+    query (None: the init value). ``batch_size`` also batches the encoding of ``encode_missing``.
+
     Args:
         document_store: The store to search.
         model: ``dphr-minilm-squad-distilled`` (shipped, trained, the default), ``dphr-minilm-squad-384``,
-            ``dphr-minilm-squad`` (shipped), ``minilm``
-            (untrained) or a phrase model directory.
-        top_k: Results per query (overridable in ``run``).
-        unit: ``phrase``, ``passage`` or ``document`` (overridable in ``run``).
+            ``dphr-minilm-squad`` (shipped), ``minilm`` (untrained) or a phrase model directory.
         filters: Haystack 2 filters of every search (see ``filter_policy``).
-        max_answer_length: Longest phrase in subwords (default: the model's).
-        whole_words: Phrases start and end on word boundaries.
-        skip_question_copies: Never answer with a phrase the question itself contains.
-        passage_scoring: How passages and documents score their retrieved phrases: ``max`` (the best one) or
-            ``logsumexp`` (all of them).
-        batch_size: Batch size for query and phrase encoding.
         device: A ``haystack.utils.ComponentDevice`` (one CPU or CUDA device), or ``cpu``, ``cuda``, ``cuda:N``;
             None or ``auto`` (default): CUDA when available, else the CPU. Serialised as Haystack components do.
-        scale_score: Scores in [0, 1] (default) or raw phrase scores (for min-max fusion). With a calibrated model
-            (the shipped one) an answer scores its confidence and a document its answer's confidence capped by
-            those ranked above it (raw score in ``meta["phrase_score"]``); without one, expit(score / 100).
         encode_missing: Before searching, encode the phrases of documents written without them (for example by a
             ``DocumentWriter``). Off: such documents stay invisible until a ``PhraseIndexer`` run.
-        truecase: Truecase all-lowercase queries before encoding them, from the case of the indexed passages; None
-            (default) follows the model, which turns it on for cased DensePhrases checkpoints.
         filter_policy: How ``run``'s filters combine with ``filters``: ``REPLACE`` (default: they replace them) or
             ``MERGE`` (both apply), as in Haystack's retrievers; a ``FilterPolicy`` or its name.
-        ranking: ``confidence`` (default): the first results by score (50 phrase answers for the shipped default, 10
-            passages or documents) are ordered by their answer's calibrated confidence (raw scores then need not
-            decrease down the list); ``score``: by score alone. A model without a
-            calibration ranks by score.
-        query_precision: ``int8`` (default): queries are encoded on the CPU by an int8 copy of the query side, in
-            about half the time of ``float32`` (DensePhrases' way, and always on a GPU), with the same EM on the
-            shipped model.
-        no_answer: Add the "no answer" answer (see above) to the answers; off by default (then nothing changes).
-            Needs a model with a calibration (InvalidParameterError at the first run otherwise). Documents never
-            change. Overridable in ``run``.
-        no_answer_threshold: The top answer's confidence below which "no answer" comes first, in [0, 1] (default
-            :data:`~dphr_haystack.confidence.NO_ANSWER_THRESHOLD`); overridable in ``run``.
     """
 
     def __init__(
@@ -122,46 +102,22 @@ class PhraseRetriever:
         ranking: Literal["confidence", "score"] = "confidence",
         no_answer: bool = False,
         no_answer_threshold: float = NO_ANSWER_THRESHOLD,
+        threads: int | None = None,
     ) -> None:
         if not isinstance(document_store, PhraseDocumentStore):
             raise InvalidParameterError(
                 f"PhraseRetriever needs a PhraseDocumentStore, got {type(document_store).__name__}"
             )
-        check_param("top_k", top_k)
-        check_unit(unit)
-        check_param("batch_size", batch_size)
-        if max_answer_length is not None:
-            check_param("max_answer_length", max_answer_length)
+        self.search_options = PhraseSearchOptions.from_params(locals())
         self.device = component_device(device)
         self.filter_policy = checked_filter_policy(filter_policy)
         if filters is not None and not isinstance(filters, dict):
             raise InvalidParameterError(f"filters must be a dict or None, got {type(filters).__name__}")
         check_filters(filters)
-        for name, flag in (
-            ("whole_words", whole_words),
-            ("skip_question_copies", skip_question_copies),
-            ("scale_score", scale_score),
-            ("encode_missing", encode_missing),
-            ("no_answer", no_answer),
-        ):
-            check_flag(name, flag)
-        self.no_answer = no_answer
-        self.no_answer_threshold = check_no_answer_threshold(no_answer_threshold)
-        self.truecase = check_truecase(truecase)
-        self.query_precision = check_query_precision(query_precision)
-        self.ranking = check_ranking(ranking)
+        self.encode_missing = check_flag("encode_missing", encode_missing)
         self.document_store = document_store
         self.model = check_model_reference(model)
-        self.top_k = top_k
-        self.unit = unit
         self.filters = filters
-        self.max_answer_length = max_answer_length
-        self.whole_words = whole_words
-        self.skip_question_copies = skip_question_copies
-        self.passage_scoring = check_passage_scoring(passage_scoring)
-        self.batch_size = batch_size
-        self.scale_score = scale_score
-        self.encode_missing = encode_missing
         self.phrase_model: PhraseModel | None = None
 
     def warm_up(self) -> None:
@@ -172,35 +128,17 @@ class PhraseRetriever:
             self.phrase_model = model
 
     def to_dict(self) -> dict[str, Any]:
-        """Serialises the component, its store included (``truecase`` only when set, ``query_precision``,
-        ``ranking``, ``no_answer`` and ``no_answer_threshold`` only when not the default, so that pipeline files
-        saved before they existed stay as they were; ``device`` as ``ComponentDevice.to_dict``, None for auto)."""
-        extra: dict[str, Any] = {} if self.truecase is None else {"truecase": self.truecase}
-        if self.query_precision != "int8":
-            extra["query_precision"] = self.query_precision
-        if self.ranking != "confidence":
-            extra["ranking"] = self.ranking
-        if self.no_answer:
-            extra["no_answer"] = True
-        if self.no_answer_threshold != NO_ANSWER_THRESHOLD:
-            extra["no_answer_threshold"] = self.no_answer_threshold
+        """Serialises the component, its store included, and every search option (``device`` as
+        ``ComponentDevice.to_dict``, None for auto)."""
         return default_to_dict(
             self,
             document_store=self.document_store.to_dict(),
             model=self.model,
-            top_k=self.top_k,
-            unit=self.unit,
             filters=self.filters,
-            max_answer_length=self.max_answer_length,
-            whole_words=self.whole_words,
-            skip_question_copies=self.skip_question_copies,
-            passage_scoring=self.passage_scoring,
-            batch_size=self.batch_size,
             device=serialised_device(self.device),
-            scale_score=self.scale_score,
             encode_missing=self.encode_missing,
             filter_policy=self.filter_policy.value,
-            **extra,
+            **self.search_options.to_params(),
         )
 
     @classmethod
@@ -215,6 +153,7 @@ class PhraseRetriever:
         filters: dict[str, Any] | None = None,
         top_k: int | None = None,
         unit: str | None = None,
+        scale_score: bool | None = None,
         no_answer: bool | None = None,
         no_answer_threshold: float | None = None,
     ) -> dict[str, Any]:
@@ -226,49 +165,38 @@ class PhraseRetriever:
                 are merged with them, per ``filter_policy``.
             top_k: Results (default: the init value).
             unit: ``phrase``, ``passage`` or ``document`` (default: the init value).
+            scale_score: Scores in [0, 1] or raw (default: the init value).
             no_answer: Add "no answer" to the answers (default: the init value).
             no_answer_threshold: The top answer's confidence below which "no answer" comes first (default: the
                 init value).
 
         Raises:
-            InvalidParameterError: ``top_k`` < 1, an unknown ``unit``, ``no_answer`` not a bool,
-                ``no_answer_threshold`` not a number in [0, 1], or ``no_answer`` with a model without a calibration.
+            InvalidParameterError: A bad option value (``top_k`` < 1, an unknown ``unit``, ``no_answer`` not a bool,
+                ``no_answer_threshold`` not a number in [0, 1], ...) or ``no_answer`` with a model without a
+                calibration.
             InvalidQueryError: An empty query.
             haystack.errors.FilterError: Malformed filters.
         """
-        top_k = self.top_k if top_k is None else check_param("top_k", top_k)
-        unit = self.unit if unit is None else check_unit(unit)
-        asked = self.no_answer if no_answer is None else check_flag("no_answer", no_answer)
-        threshold = (
-            self.no_answer_threshold if no_answer_threshold is None else check_no_answer_threshold(no_answer_threshold)
+        options = self.search_options.updated(
+            top_k=top_k,
+            unit=unit,
+            scale_score=scale_score,
+            no_answer=no_answer,
+            no_answer_threshold=no_answer_threshold,
         )
         check_filters(filters)
         filters = apply_filter_policy(self.filter_policy, self.filters, filters)
         check_filters(filters)  # before anything is encoded
         self.warm_up()
         assert self.phrase_model is not None
-        if asked:
+        if options.no_answer:
             check_no_answer_model(self.phrase_model, self.model)
         store = self.document_store
         if self.encode_missing:
             store.update_phrases(self.phrase_model, batch_size=self.batch_size)
-        pairs = store.search_phrases(
-            self.phrase_model,
-            [query],
-            unit=unit,
-            top_k=top_k,
-            filters=filters,
-            max_answer_length=self.max_answer_length,
-            whole_words=self.whole_words,
-            skip_question_copies=self.skip_question_copies,
-            batch_size=self.batch_size,
-            passage_scoring=self.passage_scoring,
-            truecase=self.truecase,
-            query_precision=self.query_precision,
-            ranking=self.ranking,
-        )[0]
-        documents, answers = retrieved(pairs, lambda doc: doc.meta, self.scale_score)
-        given = with_no_answer(answers, threshold) if asked else answers
+        pairs = store.search_phrases(self.phrase_model, [query], options, filters)[0]
+        documents, answers = retrieved(pairs, lambda doc: doc.meta, options.scale_score)
+        given = with_no_answer(answers, options.no_answer_threshold) if options.no_answer else answers
         return {
             "documents": [self._document(d) for d in documents],
             "answers": [_answer(query, a) for a in given],

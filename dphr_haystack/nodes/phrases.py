@@ -24,7 +24,7 @@ from ..corpus import Passage
 from ..documents.encoding import PhraseEncoding
 from ..documents.passages import PassageRule, encoded_as, passage_mask, record_passage
 from ..documents.results import hit_passage_id, pair_hits
-from ..documents.retrieval import PhraseSearchOptions, check_phrase_model, search_phrase_index
+from ..documents.retrieval import check_phrase_model, search_phrase_index
 from ..encode.dump import chunked, encode_shard
 from ..errors import InvalidParameterError, ModelMismatchError
 from ..index.codec import VectorCodec
@@ -33,6 +33,7 @@ from ..index.shards import PhraseShard
 from ..model.cache import model_fingerprint
 from ..params import check_param
 from ..search import Hit
+from ..search_options import DEFAULT_SEARCH_OPTIONS, PhraseSearchOptions
 from ._rwlock import ReadWriteLock
 from .live import StoreDirectory, store_read, store_write
 from .stores import InnerStore
@@ -136,18 +137,22 @@ class PhraseIndexing:
         self,
         model: Any,
         queries: list[str],
-        options: PhraseSearchOptions,
+        options: PhraseSearchOptions = DEFAULT_SEARCH_OPTIONS,
         filters: dict[str, Any] | list[dict[str, Any] | None] | None = None,
         index: str | None = None,
         model_name: str = "",
+        **option_values: Any,
     ) -> list[list[tuple[Hit, Document]]]:
         """Phrase search (the store scores, its retriever only asks): per query, the hits whose passage is a stored
-        document of ``index``, each with that document. ``filters``: one for all queries or one per query. Holds the
-        read lock throughout: writes wait until the phrase index and the documents are read.
+        document of ``index``, each with that document. ``options``: the search options
+        (:class:`~dphr_haystack.search_options.PhraseSearchOptions`), with any given by name in ``option_values`` in
+        their place. ``filters``: one for all queries or one per query. Holds the read lock throughout: writes wait
+        until the phrase index and the documents are read.
 
         Raises:
             ModelMismatchError: The phrase index of ``index`` was built with another phrase encoder than ``model``.
         """
+        options = options.replaced(**option_values)
         with self.reading():
             index = index or self.index
             phrase_index = self.get_phrase_index(index)

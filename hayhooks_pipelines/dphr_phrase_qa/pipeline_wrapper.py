@@ -30,6 +30,7 @@ class Answer(BaseModel):
     start: int | None = Field(default=None, description="The phrase's first character in the document's content")
     end: int | None = Field(default=None, description="One past the phrase's last character")
     meta: dict[str, Any] = Field(default_factory=dict, description="The document's meta fields")
+    no_answer: bool = Field(default=False, description='True for "no answer": the documents hold no answer')
 
 
 class Answers(BaseModel):
@@ -48,7 +49,14 @@ class PipelineWrapper(BasePipelineWrapper):
         self.pipeline.warm_up()
         log.info("dphr_phrase_qa: store directory {}", store_path())
 
-    def run_api(self, question: str, top_k: int | None = None, filters: dict[str, Any] | None = None) -> Answers:
+    def run_api(
+        self,
+        question: str,
+        top_k: int | None = None,
+        filters: dict[str, Any] | None = None,
+        no_answer: bool | None = None,
+        no_answer_threshold: float | None = None,
+    ) -> Answers:
         """
         Answers a question with phrases of the indexed documents, best first.
 
@@ -56,15 +64,22 @@ class PipelineWrapper(BasePipelineWrapper):
             question: The question.
             top_k: How many answers (default: the pipeline's, 5).
             filters: Haystack metadata filters; only matching documents are searched.
+            no_answer: Also answer "no answer" (empty text, no document, ``no_answer`` true), scored 1 - the top
+                answer's confidence: first when that confidence is below ``no_answer_threshold``, last otherwise.
+            no_answer_threshold: The top answer's confidence below which "no answer" comes first, from 0 to 1
+                (default 0.25).
 
         Returns:
             The answers, each with its text, confidence, document id and place in the document.
         """
         if not question.strip():
             raise HTTPException(status_code=422, detail="question must not be empty")
-        inputs: dict[str, Any] = {"query": question, "filters": filters}
-        if top_k is not None:
-            inputs["top_k"] = top_k
+        given = {"top_k": top_k, "no_answer": no_answer, "no_answer_threshold": no_answer_threshold}
+        inputs: dict[str, Any] = {
+            "query": question,
+            "filters": filters,
+            **{name: value for name, value in given.items() if value is not None},
+        }
         try:
             result = self.pipeline.run({COMPONENT: inputs})
         except Exception as error:  # a component's error reaches here wrapped in Haystack's PipelineRuntimeError
@@ -85,4 +100,5 @@ def _answer(answer: Any) -> Answer:
         start=span.start if span is not None else None,
         end=span.end if span is not None else None,
         meta=dict(answer.meta or {}),
+        no_answer=bool((answer.meta or {}).get("no_answer")),
     )

@@ -212,7 +212,9 @@ def test_word_boundaries_refuse_token_rows_inside_identifiers(tiny_model):
         assert at in starts and at + len(word) in ends, word  # the whole token may be an answer
         assert not starts & set(range(at + 1, at + len(word))), word  # no part of it may
         assert not ends & set(range(at + 1, at + len(word))), word
-    hits = PhraseSearcher(index, tiny_model, tidy_answers=False).search("Which key must be set?", top_k=50)
+    hits = PhraseSearcher(index, tiny_model, tidy_answers=False).search(
+        "Which key must be set?", top_k=50, unit="phrase"
+    )
     for hit in hits:
         assert not inside_word(IDENTIFIERS, hit.start) and not inside_word(IDENTIFIERS, hit.end), hit.text
 
@@ -283,8 +285,10 @@ def test_phrase_answers_are_the_trimmed_spans_folded_best_first(model_and_index)
     raw = PhraseSearcher(index, model, skip_question_copies=False, tidy_answers=False)
     tidy = PhraseSearcher(index, model)
     q_start, q_end = model.encode_queries(QUESTIONS)
-    raw_hits = raw.search_vectors(q_start, q_end, top_k=10 * every, candidates=every, questions=QUESTIONS)
-    tidy_hits = tidy.search_vectors(q_start, q_end, top_k=60, candidates=every, questions=QUESTIONS)
+    raw_hits = raw.search_vectors(
+        q_start, q_end, top_k=10 * every, candidates=every, questions=QUESTIONS, unit="phrase"
+    )
+    tidy_hits = tidy.search_vectors(q_start, q_end, top_k=60, candidates=every, questions=QUESTIONS, unit="phrase")
     changed = 0
     for question, raws, hits in zip(QUESTIONS, raw_hits, tidy_hits, strict=True):
         assert [(h.text, _key(h)) for h in hits] == _expected(index, raws, question_words(question), 60)
@@ -305,20 +309,20 @@ def test_phrase_answers_are_the_trimmed_spans_folded_best_first(model_and_index)
 
 def test_top_k_returns_k_different_answers(model_and_index):
     model, index = model_and_index
-    raw = PhraseSearcher(index, model, tidy_answers=False).search(QUESTIONS[0], top_k=10)
+    raw = PhraseSearcher(index, model, tidy_answers=False).search(QUESTIONS[0], top_k=10, unit="phrase")
     folder = AnswerFolder()
     assert not all(folder.keep(h.text, h.passage_row, h.start, h.end) for h in raw), "raw top 10 has duplicates"
     for top_k in (1, 5, 10, 20):
-        hits = PhraseSearcher(index, model).search(QUESTIONS[0], top_k=top_k)
+        hits = PhraseSearcher(index, model).search(QUESTIONS[0], top_k=top_k, unit="phrase")
         assert len(hits) == top_k  # the search went on until it had k different answers
         assert len({normalize_answer(h.text) for h in hits}) == top_k
-    assert PhraseSearcher(index, model).search(QUESTIONS[0], top_k=5)[0].score == raw[0].score
+    assert PhraseSearcher(index, model).search(QUESTIONS[0], top_k=5, unit="phrase")[0].score == raw[0].score
 
 
 def test_fewer_different_answers_than_asked_returns_all_there_are(tiny_model):
     index = PhraseIndex.create(tiny_model)
     add_passages(index, tiny_model, [{"id": "a", "title": "", "text": "Paris, Paris, Paris."}], progress=False)
-    hits = PhraseSearcher(index, tiny_model, skip_question_copies=False).search("where?", top_k=10)
+    hits = PhraseSearcher(index, tiny_model, skip_question_copies=False).search("where?", top_k=10, unit="phrase")
     assert 1 <= len(hits) < 10 and len({normalize_answer(h.text) for h in hits}) == len(hits)
 
 
@@ -346,14 +350,16 @@ def test_confidences_are_those_of_the_unfolded_candidates(model_and_index):
     tidy = PhraseSearcher(index, model)
     confidence = {
         _key(h): h.confidence
-        for h in raw.search_vectors(q_start, q_end, top_k=10 * every, candidates=every, questions=QUESTIONS[:1])[0]
+        for h in raw.search_vectors(
+            q_start, q_end, top_k=10 * every, candidates=every, questions=QUESTIONS[:1], unit="phrase"
+        )[0]
     }
-    hits = tidy.search_vectors(q_start, q_end, top_k=10, candidates=every, questions=QUESTIONS[:1])[0]
+    hits = tidy.search_vectors(q_start, q_end, top_k=10, candidates=every, questions=QUESTIONS[:1], unit="phrase")[0]
     assert len(hits) == 10
     for hit in hits:
         assert hit.confidence == pytest.approx(confidence[_key(hit)], abs=1e-9)
-    assert tidy.search(QUESTIONS[0], top_k=1)[0].confidence == pytest.approx(
-        tidy.search(QUESTIONS[0], top_k=5)[0].confidence
+    assert tidy.search(QUESTIONS[0], top_k=1, unit="phrase")[0].confidence == pytest.approx(
+        tidy.search(QUESTIONS[0], top_k=5, unit="phrase")[0].confidence
     )
 
 

@@ -139,8 +139,8 @@ def test_the_searched_passages_are_the_corpus_size(tiny_model, index):
     searcher = PhraseSearcher(index, tiny_model, calibration=calibration)
     allowed = np.zeros(index.num_passages, dtype=bool)
     allowed[:2] = True
-    whole = searcher.search(question, top_k=1)[0].confidence
-    part = searcher.search(question, top_k=1, allowed_passages=allowed)[0].confidence
+    whole = searcher.search(question, top_k=1, unit="phrase")[0].confidence
+    part = searcher.search(question, top_k=1, allowed_passages=allowed, unit="phrase")[0].confidence
     assert whole == pytest.approx(1 / (1 + math.exp(-(math.log1p(index.num_passages) - 0.5))))
     assert part == pytest.approx(1 / (1 + math.exp(-(math.log1p(2) - 0.5))))
     assert question_words(question)  # the question has content words: the support features are known

@@ -98,7 +98,7 @@ def test_searcher_skips_phrases_the_question_contains(tiny_model, index):
 def test_question_texts_must_match_the_query_vectors(tiny_model, index):
     q_start, q_end = tiny_model.encode_queries(["capital of france"])
     with pytest.raises(InvalidParameterError, match="question texts"):
-        PhraseSearcher(index, tiny_model).search_vectors(q_start, q_end, questions=["a", "b"])
+        PhraseSearcher(index, tiny_model).search_vectors(q_start, q_end, questions=["a", "b"], unit="phrase")
 
 
 def _synthetic(n: int = 400, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -197,7 +197,12 @@ def test_model_calibration_gives_confidences_independent_of_top_k(tiny_model, in
         )
     ]
     assert searcher.search("capital of france", unit="passage", top_k=2)[0].best_phrase.confidence is not None
-    assert PhraseSearcher(index, loaded, calibration=None).search("capital of france", top_k=1)[0].confidence is None
+    assert (
+        PhraseSearcher(index, loaded, calibration=None)
+        .search("capital of france", top_k=1, unit="phrase")[0]
+        .confidence
+        is None
+    )
     with pytest.raises(InvalidParameterError):
         PhraseSearcher(index, loaded, calibration="best")
 

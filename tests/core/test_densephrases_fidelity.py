@@ -225,7 +225,7 @@ def test_query_only_checkpoint_queries_an_existing_index(published, imported, tm
     np.testing.assert_allclose(qe[0], want_e, rtol=1e-5, atol=1e-5)
     old_s, _ = imported.encode_queries(["Who wrote Hamlet?"], truecase=False)
     assert not np.allclose(old_s, qs)  # the fine-tuned query side, not the original one
-    hits = PhraseSearcher(index, query_model).search("Who wrote Hamlet?", top_k=3)
+    hits = PhraseSearcher(index, query_model).search("Who wrote Hamlet?", top_k=3, unit="phrase")
     assert hits and all(h.passage_id in {"a", "b"} for h in hits)
     # Saved, it loads as a complete model directory.
     query_model.save(tmp_path / "combined")
@@ -279,9 +279,11 @@ def test_searcher_truecases_with_the_indexed_corpus(imported):
     index = _hamlet_index(imported)
     caser = PhraseSearcher(index, imported)
     plain = PhraseSearcher(index, imported, truecase=False)
-    assert caser.search("who wrote hamlet", top_k=5) == plain.search("Who wrote Hamlet", top_k=5)
-    assert [h.score for h in plain.search("who wrote hamlet", top_k=5)] != [
-        h.score for h in plain.search("Who wrote Hamlet", top_k=5)
+    assert caser.search("who wrote hamlet", top_k=5, unit="phrase") == plain.search(
+        "Who wrote Hamlet", top_k=5, unit="phrase"
+    )
+    assert [h.score for h in plain.search("who wrote hamlet", top_k=5, unit="phrase")] != [
+        h.score for h in plain.search("Who wrote Hamlet", top_k=5, unit="phrase")
     ]
     assert PhraseSearcher(index, imported, truecase=True).truecase is True
     with pytest.raises(InvalidParameterError):

@@ -7,8 +7,8 @@ import pytest
 
 from dphr_haystack.documents.passages import PassageRule
 from dphr_haystack.documents.results import scaled_score
-from dphr_haystack.documents.retrieval import PhraseSearchOptions
 from dphr_haystack.errors import InvalidParameterError
+from dphr_haystack.search_options import PhraseSearchOptions
 
 pytestmark = pytest.mark.unit
 
@@ -47,7 +47,7 @@ def test_scores_scale_as_haystack_scales_dot_products():
         {"whole_words": "yes"},
         {"truecase": "auto"},
         {"passage_scoring": "sum"},
-        {"query_batch_size": 0},
+        {"batch_size": 0},
         {"max_answer_length": 0},
     ],
 )

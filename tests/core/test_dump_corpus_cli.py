@@ -88,7 +88,9 @@ def test_dump_is_resumable_and_builds_the_same_index(tiny_model, tmp_path):
     assert np.array_equal(index.vectors(), direct.vectors())
     assert np.array_equal(index.tokens, direct.tokens)
     q = ["capital of france"]
-    assert PhraseSearcher(index, tiny_model).search_batch(q) == PhraseSearcher(direct, tiny_model).search_batch(q)
+    assert PhraseSearcher(index, tiny_model).search_batch(q, unit="phrase") == PhraseSearcher(
+        direct, tiny_model
+    ).search_batch(q, unit="phrase")
 
 
 def test_dump_workers_split_shards(tiny_model, tmp_path):

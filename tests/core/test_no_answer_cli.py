@@ -98,10 +98,10 @@ def test_no_answer_comes_first_below_the_threshold_and_last_otherwise(
 
 
 def test_the_default_threshold_places_it_by_the_top_confidence(capsys, calibrated_index):
-    from dphr_haystack.confidence import NO_ANSWER_THRESHOLD
+    from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
 
-    result = _json(capsys, calibrated_index, "--no-answer")
-    assert result["no_answer"]["first"] is (_top_confidence(result, "phrase") < NO_ANSWER_THRESHOLD)
+    result = _json(capsys, calibrated_index, "--no-answer")  # the default unit: passages
+    assert result["no_answer"]["first"] is (_top_confidence(result, "passage") < NO_ANSWER_THRESHOLD)
 
 
 @pytest.mark.parametrize("threshold", ["1.5", "-0.1", "half", "nan", ""])

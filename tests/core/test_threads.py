@@ -139,14 +139,14 @@ def _recording_threads(model, monkeypatch) -> list[int]:
 def test_the_searcher_encodes_queries_on_one_thread_by_default(index, tiny_model, monkeypatch):
     torch.set_num_threads(2)
     seen = _recording_threads(tiny_model, monkeypatch)
-    default = PhraseSearcher(index, tiny_model).search_batch(["who wrote hamlet"])
-    PhraseSearcher(index, tiny_model, threads=2).search_batch(["who wrote hamlet"])
+    default = PhraseSearcher(index, tiny_model).search_batch(["who wrote hamlet"], unit="phrase")
+    PhraseSearcher(index, tiny_model, threads=2).search_batch(["who wrote hamlet"], unit="phrase")
     monkeypatch.setenv(th.THREADS_ENV, "2")
-    PhraseSearcher(index, tiny_model).search_batch(["who wrote hamlet"])
+    PhraseSearcher(index, tiny_model).search_batch(["who wrote hamlet"], unit="phrase")
     assert seen == [1, 2, 2]
     assert torch.get_num_threads() == 2  # put back after each search
     torch.set_num_threads(1)
-    assert PhraseSearcher(index, tiny_model, threads=2).search_batch(["who wrote hamlet"]) == default
+    assert PhraseSearcher(index, tiny_model, threads=2).search_batch(["who wrote hamlet"], unit="phrase") == default
 
 
 def test_the_command_line_sets_the_count_for_the_whole_process(tiny_model, tmp_path, monkeypatch):

@@ -13,9 +13,9 @@ from haystack import Pipeline
 from haystack.errors import PipelineSchemaError
 from haystack.schema import Answer, Span
 
-from dphr_haystack.confidence import NO_ANSWER_THRESHOLD
 from dphr_haystack.errors import InvalidParameterError
 from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever, load_pipeline
+from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
 from tests.core.test_answers_every_unit import QUESTION, save_calibrated
 from tests.haystack.conftest import PIPELINES
 

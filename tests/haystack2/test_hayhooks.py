@@ -189,6 +189,26 @@ def test_indexed_documents_are_answered(deployed: Server) -> None:
         assert all(0.0 <= s <= 1.0 for s in scores)
         assert scores == sorted(scores, reverse=True)
         assert best["score"] > 0.5
+        assert not any(a["no_answer"] for a in answers)  # only when asked
+
+
+def test_no_answer_comes_when_asked(deployed: Server) -> None:
+    indexed = deployed.post("/dphr_indexing/run", {"documents": DOCUMENTS})
+    assert indexed.status_code == 200, indexed.text
+    question = {"question": "Who created Python?", "top_k": 3}
+    plain = deployed.post("/dphr_phrase_qa/run", question).json()["result"]["answers"]
+    for threshold, first in [(1.0, True), (0.0, False)]:
+        response = deployed.post(
+            "/dphr_phrase_qa/run", {**question, "no_answer": True, "no_answer_threshold": threshold}
+        )
+        assert response.status_code == 200, response.text
+        answers = response.json()["result"]["answers"]
+        marker = answers[0] if first else answers[-1]
+        assert marker["no_answer"] and marker["text"] == "" and marker["document_id"] is None
+        assert marker["score"] == pytest.approx(1.0 - plain[0]["score"])
+        assert [a for a in answers if not a["no_answer"]] == plain
+    refused = deployed.post("/dphr_phrase_qa/run", {**question, "no_answer": True, "no_answer_threshold": 1.5})
+    assert refused.status_code == 422, refused.text
 
 
 @pytest.mark.parametrize(

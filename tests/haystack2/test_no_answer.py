@@ -12,9 +12,9 @@ import pytest
 from haystack import Pipeline
 from haystack.dataclasses import ExtractedAnswer
 
-from dphr_haystack.confidence import NO_ANSWER_THRESHOLD
 from dphr_haystack.errors import InvalidParameterError
 from dphr_haystack.haystack2 import ALLOWED_MODULES, PhraseDocumentStore, PhraseIndexer, PhraseRetriever
+from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
 from tests.core.test_answers_every_unit import QUESTION, save_calibrated
 
 pytestmark = pytest.mark.unit
@@ -124,7 +124,7 @@ def test_without_any_answer_no_answer_is_certain(filled, calibrated_dir):
 def test_the_options_round_trip_through_to_dict_and_yaml(filled, calibrated_dir):
     plain = PhraseRetriever(document_store=filled, model=str(calibrated_dir))
     data = plain.to_dict()["init_parameters"]
-    assert "no_answer" not in data and "no_answer_threshold" not in data  # saved files stay as they were
+    assert data["no_answer"] is False and data["no_answer_threshold"] == 0.25  # every search option is written
     retriever = PhraseRetriever(
         document_store=filled, model=str(calibrated_dir), no_answer=True, no_answer_threshold=0.5
     )

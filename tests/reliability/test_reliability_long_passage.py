@@ -183,8 +183,8 @@ def test_dump_and_disk_index_of_a_long_passage_equal_the_in_memory_index(wide_mo
         assert np.array_equal(index.tokens, in_memory.tokens)
         assert np.allclose(index.vectors().astype(np.float32), in_memory.vectors().astype(np.float32), atol=2e-3)
     query = "Who wrote Hamlet?"
-    want = PhraseSearcher(in_memory, wide_model).search(query, top_k=5)
-    got = PhraseSearcher(reloaded, wide_model).search(query, top_k=5)
+    want = PhraseSearcher(in_memory, wide_model).search(query, top_k=5, unit="phrase")
+    got = PhraseSearcher(reloaded, wide_model).search(query, top_k=5, unit="phrase")
     assert [(h.passage_id, h.start, h.end) for h in got] == [(h.passage_id, h.start, h.end) for h in want]
     assert on_disk.codec == in_memory.codec
     summary = dump_phrases(

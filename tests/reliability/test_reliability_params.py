@@ -171,9 +171,9 @@ def test_python_api_checks_the_same_ranges(tiny_model, squad_passages, tmp_path)
     searcher = PhraseSearcher(index, tiny_model)
     for top_k in (0, -2, 10**9):
         with pytest.raises(InvalidParameterError, match="top_k="):
-            searcher.search("capital", top_k=top_k)
-    with pytest.raises(InvalidParameterError, match="query_batch_size=0"):
-        PhraseSearcher(index, tiny_model, query_batch_size=0)
+            searcher.search("capital", top_k=top_k, unit="phrase")
+    with pytest.raises(InvalidParameterError, match="batch_size=0"):
+        PhraseSearcher(index, tiny_model, batch_size=0)
     for kwargs in ({"shard_size": 0}, {"batch_size": -1}, {"worker": 2, "num_workers": 2}, {"num_workers": 0}):
         with pytest.raises(InvalidParameterError):
             dump_phrases(tiny_model, squad_passages[:2], tmp_path / "dump", progress=False, **kwargs)

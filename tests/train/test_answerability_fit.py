@@ -65,11 +65,13 @@ def test_gathered_features_are_what_the_searcher_computes_and_leave_its_confiden
     searcher = PhraseSearcher(index, tiny_model, calibration=calibration)
     for i, case in enumerate(cases):
         if case.allowed is None:
-            hits = searcher.search(case.question.question, top_k=1)
+            hits = searcher.search(case.question.question, top_k=1, unit="phrase")
         else:  # a sub-corpus is searched as an index of those passages alone, encoded anew here
             small = PhraseIndex.create(tiny_model)
             add_passages(small, tiny_model, [sample.passages[r] for r in np.flatnonzero(case.allowed)], progress=False)
-            hits = PhraseSearcher(small, tiny_model, calibration=calibration).search(case.question.question, top_k=1)
+            hits = PhraseSearcher(small, tiny_model, calibration=calibration).search(
+                case.question.question, top_k=1, unit="phrase"
+            )
         assert table.texts[i] == hits[0].text
         assert table.confidence[i] == pytest.approx(hits[0].confidence)  # the recorder moves nothing
         top_logit = table.features[i, QUERY_FEATURES.index("top_logit")]
@@ -86,7 +88,7 @@ def test_gathered_features_are_what_the_searcher_computes_and_leave_its_confiden
     fitted = dataclasses.replace(calibration, answerability=answerability)
     served = PhraseSearcher(index, tiny_model, calibration=fitted)
     for i, case in enumerate(cases[:4]):
-        top = served.search(case.question.question, top_k=1)[0]
+        top = served.search(case.question.question, top_k=1, unit="phrase")[0]
         expected = answerability.probability(table.features[i : i + 1])[0]
         assert top.confidence == pytest.approx(expected, abs=1e-9)
         assert top.text == table.texts[i]  # the same answer, its confidence moved

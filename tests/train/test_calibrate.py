@@ -21,7 +21,9 @@ def test_calibrate_fits_reports_and_stores_the_confidence(tiny_model, tmp_path):
     add_passages(index, tiny_model, sample.passages, progress=False)
     searcher = PhraseSearcher(index, tiny_model, calibration=None)
     # Gold answers: the model's own top phrase for every other question, so there are right and wrong answers.
-    tops = [hits[0].text for hits in searcher.search_batch([ex.question for ex in sample.examples], top_k=1)]
+    tops = [
+        hits[0].text for hits in searcher.search_batch([ex.question for ex in sample.examples], top_k=1, unit="phrase")
+    ]
     examples = [
         RCExample(ex.qid, ex.question, [top if i % 2 == 0 else "no such answer"], [0], ex.passage_id)
         for i, (ex, top) in enumerate(zip(sample.examples, tops, strict=True))
@@ -50,7 +52,7 @@ def test_calibrate_fits_reports_and_stores_the_confidence(tiny_model, tmp_path):
     assert json.loads((model_dir / "dphr_config.json").read_text()).get("calibration") is None
     loaded = PhraseModel.load(tmp_path / "calibrated")
     assert loaded.config.calibration == calibration
-    hit = PhraseSearcher(index, loaded).search(sample.examples[0].question, top_k=1)[0]
+    hit = PhraseSearcher(index, loaded).search(sample.examples[0].question, top_k=1, unit="phrase")[0]
     assert 0.0 <= hit.confidence <= 1.0
     with pytest.raises(FileExistsError):
         write_calibrated(model_dir, tmp_path / "calibrated", calibration)
@@ -71,7 +73,7 @@ def test_ranked_candidates_give_the_searchers_top_answer_and_confidence(tiny_mod
         calibration = fit_calibration(x, x[:, 4] > 0, names=KNOWN_FEATURES, depth=depth)
         # the calibration is fitted on the top answer by score
         served = PhraseSearcher(index, tiny_model, calibration=calibration, ranking="score").search_batch(
-            questions, top_k=1
+            questions, top_k=1, unit="phrase"
         )
         ranked = ranked_candidates(candidate_searcher(index, tiny_model), questions, depth=depth)
         checked = 0

@@ -25,8 +25,8 @@ from fastapi import FastAPI, HTTPException
 from haystack import Pipeline
 from pydantic import StrictBool, StrictFloat, StrictInt, StrictStr, conint
 
-from ...documents.results import check_no_answer_threshold
 from ...model.registry import DEFAULT_MODEL
+from ...search_options import check_no_answer_threshold
 from ..pipeline import PIPELINES_DIR, load_pipeline
 from .schema import MAX_COMPARE_TOP_K, CompareRequest, CompareResponse
 from .search import RequestLimiter, check_query
