@@ -70,3 +70,16 @@ def test_options_are_checked_attributes(calibrated_dir):
     assert retriever.ranking == "confidence"
     with pytest.raises(InvalidParameterError, match="top_k="):
         retriever.run_query("Who wrote Hamlet?", top_k=0)
+
+
+@pytest.mark.parametrize(("case", "init", "query", "sent"), CASES, ids=[c[0] for c in CASES])
+def test_a_pipeline_passes_a_querys_options_as_the_rest_server_does(calibrated_dir, case, init, query, sent):
+    """The REST server's ``/query`` hands its ``params`` to ``Pipeline.run``: the same options reach the store."""
+    from haystack import Pipeline
+
+    store = RecordingStore()
+    pipeline = Pipeline()
+    retriever = PhraseRetriever(document_store=store, model=str(calibrated_dir), device="cpu", **init)
+    pipeline.add_node(retriever, name="Retriever", inputs=["Query"])
+    pipeline.run(query="Who wrote Hamlet?", params={"Retriever": query})
+    assert [options.to_params() for options in store.sent] == [sent]

@@ -1,0 +1,353 @@
+"""Fewer vectors per passage: the model's token filter at stricter thresholds, on the SQuAD-open-small phrase index.
+
+    .venv/bin/python -m benchmarks.index.filter_thresholds [--questions 1000] [--targets 24 16 8 6 4] [--state-head]
+
+The index keeps a token when the larger of its start and end filter logits exceeds the model's threshold (0.9 for the
+shipped default: ~35 vectors a passage). A stored vector is the phrase encoder's state of its token (float16), the
+very input of the filter, so the filter's logits are computed again from the stored vectors, and a stricter threshold
+keeps a subset of them: for each target of vectors per passage, the threshold that keeps that many on average, and an
+index of the same passages with only those vectors (stored vectors copied, no encoding; the structure the index
+picks for its size, as a fresh ``dphr index`` would). Each is searched by the default ``PhraseSearcher`` with the same
+int8 query vectors: held-out validation questions (the threshold is chosen on them: the fewest vectors within 1 EM
+point of all of them) and unseen SQuAD-open-small questions (reported). Measured per variant: vectors and passages
+left without a vector, EM@1 / F1@1 of the phrase answers, passage acc@1 / acc@5, disk bytes of the saved index and
+the RSS a fresh process gains by loading it and answering 64 token searches (both per passage; stored vectors are
+memory-mapped and count only where read), and the p50 of one phrase search.
+
+``--state-head`` also keeps tokens by a second filter head, side by side: the model's head trained on (started from
+its weights, 4 epochs of BCE) the stored states of the SQuAD train paragraphs' tokens, labelled by their questions'
+answers (train paragraphs only: the evaluated questions are dev questions), i.e. trained to choose among the tokens
+the model's filter kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import (
+    DEFAULT_MODEL,
+    ROOT,
+    SQUAD_TRAIN,
+    cached_open_small_phrases,
+    finish_result,
+    held_out_questions,
+    hit_scores,
+    machine,
+    model_id,
+    pyplot,
+    save_figure,
+    squad_open_small_questions,
+)
+
+WORK = ROOT / "runs" / "filter_thresholds"
+EM_BUDGET = 0.01  # the most EM@1 a stricter threshold may lose on the validation questions
+_RSS_PROBE = """
+import sys
+import numpy as np
+from dphr_haystack.index.phrase_index import PhraseIndex
+
+def rss():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS:")) * 1024
+
+before = rss()
+index = PhraseIndex.load(sys.argv[1])
+queries = np.random.default_rng(0).standard_normal((64, index.dim)).astype(np.float32)
+for row in range(0, 64, 8):
+    index.search_tokens(queries[row : row + 8], 200)
+print(rss() - before)
+"""
+
+
+def filter_scores(index, model, chunk: int = 65_536, head=None) -> np.ndarray:
+    """The larger of each stored vector's start and end filter logits, computed from the stored vector by the
+    model's filter (or ``head``, another filter head over the same states)."""
+    import torch
+
+    head = model.filter_linear if head is None else head
+    stored = index.storage.vectors.view()
+    scores = np.empty(len(stored), dtype=np.float32)
+    with torch.inference_mode():
+        for start in range(0, len(stored), chunk):
+            states = torch.from_numpy(index.codec.decode(stored[start : start + chunk]).astype(np.float32))
+            scores[start : start + chunk] = head(states).max(dim=1).values.numpy()
+    return scores
+
+
+def threshold_for(scores: np.ndarray, kept: int) -> float:
+    """The threshold above which ``kept`` of ``scores`` lie (the score of the best one left out)."""
+    if kept >= len(scores):
+        return float(scores.min()) - 1e-6
+    return float(np.sort(scores)[::-1][kept])
+
+
+def filtered_index(index, model, keep: np.ndarray, threshold: float):
+    """An in-memory index of every passage of ``index`` with only the vectors at ``keep``."""
+    from dphr_haystack.index.phrase_index import PhraseIndex
+    from dphr_haystack.index.shards import PhraseShard
+
+    shard = PhraseShard(index.storage.vectors.view()[keep], index.tokens[keep].copy(), index.passages, index.codec)
+    filtered = PhraseIndex.create(model, filter_threshold=threshold)
+    filtered.add_shard(shard)
+    return filtered
+
+
+def footprint(index, where: Path) -> dict[str, float]:
+    """Disk bytes of ``index`` saved at ``where`` and the RSS (bytes) a fresh process gains by loading it."""
+    if where.exists():
+        shutil.rmtree(where)
+    index.save(where)
+    disk = sum(f.stat().st_size for f in where.rglob("*") if f.is_file())
+    probe = subprocess.run(
+        [sys.executable, "-c", _RSS_PROBE, str(where)], check=True, capture_output=True, text=True, cwd=ROOT
+    )
+    rss = int(probe.stdout.strip().splitlines()[-1])
+    shutil.rmtree(where)
+    return {"disk_bytes": disk, "rss_bytes": rss}
+
+
+def evaluate(index, model, sets: dict[str, tuple[list, np.ndarray, np.ndarray]]) -> dict[str, Any]:
+    """EM@1 / F1@1, passage acc@1 / acc@5 per question set, and the p50 of one phrase search (one thread)."""
+    import torch
+
+    from dphr_haystack import PhraseSearcher
+
+    searcher = PhraseSearcher(index, model)
+    out: dict[str, Any] = {}
+    for name, (examples, q_start, q_end) in sets.items():
+        questions = [ex.question for ex in examples]
+        answers = searcher.search_vectors(q_start, q_end, "phrase", 10, questions=questions)
+        passages = searcher.search_vectors(q_start, q_end, "passage", 10, questions=questions)
+        out[name] = hit_scores(examples, answers, passages, 5)
+    examples, q_start, q_end = next(iter(sets.values()))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    times = []
+    for i in range(min(200, len(examples))):
+        started = time.perf_counter()
+        searcher.search_vectors(q_start[i : i + 1], q_end[i : i + 1], "phrase", 10, questions=[examples[i].question])
+        times.append((time.perf_counter() - started) * 1000)
+    torch.set_num_threads(threads)
+    out["p50_ms_search"] = statistics.median(times)
+    return out
+
+
+def answer_labels(index) -> tuple[np.ndarray, np.ndarray]:
+    """The stored tokens of SQuAD train paragraphs (rows of ``index``) and their (start, end) labels: 1 where the
+    token holds the first (last) character of an answer to one of the paragraph's questions."""
+    import gzip
+
+    from dphr_haystack.corpus import squad_paragraphs
+
+    with gzip.open(SQUAD_TRAIN, "rt", encoding="utf-8") as handle:
+        data = json.load(handle)
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for record, paragraph in squad_paragraphs(data):
+        answers = [a for qa in paragraph["qas"] for a in qa["answers"]]
+        spans[record["id"]] = [(a["answer_start"], a["answer_start"] + len(a["text"])) for a in answers]
+    tokens = index.tokens
+    train = np.array([p["id"] in spans for p in index.passages], dtype=bool)
+    rows = np.flatnonzero(train[tokens["passage"]])
+    labels = np.zeros((len(rows), 2), dtype=np.float32)
+    order = np.argsort(tokens["passage"][rows], kind="stable")
+    passages, starts = np.unique(tokens["passage"][rows][order], return_index=True)
+    for passage, lo, hi in zip(passages, starts, np.append(starts[1:], len(order)).astype(int), strict=True):
+        ks = order[lo:hi]
+        first, last = tokens["char_start"][rows[ks]], tokens["char_end"][rows[ks]]
+        for a_start, a_end in spans[index.passages[passage]["id"]]:
+            labels[ks[(first <= a_start) & (a_start < last)], 0] = 1
+            labels[ks[(first < a_end) & (a_end <= last)], 1] = 1
+    return rows, labels
+
+
+def train_state_head(index, model, epochs: int = 4, seed: int = 0):
+    """A filter head (the model's shape, started from its weights) trained with BCE on the stored states of the
+    SQuAD train paragraphs' tokens (:func:`answer_labels`): the tokens the model's filter kept, so it learns which of
+    them to keep at a stricter threshold. Returns the head and its training summary."""
+    import torch
+
+    from train.filter import average_precision
+
+    torch.manual_seed(seed)
+    rows, labels = answer_labels(index)
+    if not len(rows):
+        raise SystemExit("--state-head: the index holds no SQuAD train paragraph to learn from")
+    states = torch.from_numpy(index.codec.decode(index.storage.vectors.view()[rows]).astype(np.float32))
+    targets = torch.from_numpy(labels)
+    head = copy.deepcopy(model.filter_linear).train()
+    positive = targets.mean(0)
+    loss_fn = torch.nn.BCEWithLogitsLoss(pos_weight=(1 - positive) / positive)
+    optimizer = torch.optim.AdamW(head.parameters(), lr=3e-4, weight_decay=0.01)
+    passage = index.tokens["passage"][rows]
+    held = torch.from_numpy(np.isin(passage, np.unique(passage)[::20]))  # every 20th passage is held out
+
+    def held_ap(scorer) -> float:
+        with torch.inference_mode():
+            scores = scorer(states[held]).max(1).values.numpy()
+        return average_precision(scores, (targets[held].max(1).values > 0).numpy())
+
+    before = held_ap(model.filter_linear)
+    train_rows = torch.nonzero(~held).squeeze(1)
+    for _ in range(epochs):
+        for batch in train_rows[torch.randperm(len(train_rows))].split(4096):
+            loss = loss_fn(head(states[batch]), targets[batch])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    head.eval()
+    summary = {
+        "tokens": len(rows),
+        "positive_share": positive.tolist(),
+        "held_out_passages": int(len(np.unique(passage[held.numpy()]))),
+        "average_precision_held_out": {"model's filter": before, "state head": held_ap(head)},
+        "epochs": epochs,
+    }
+    return head, summary
+
+
+def measure(
+    model_name: str, questions: int, targets: list[float], cache: Path | None = None, state_head: bool = False
+) -> dict[str, Any]:
+    from dphr_haystack.index.phrase_index import PhraseIndex
+    from dphr_haystack.nodes import load_phrase_model
+
+    started = time.perf_counter()
+    model = load_phrase_model(model_name, "cpu")
+    index = PhraseIndex.load(cached_open_small_phrases(model, cache))
+    passages = index.num_passages
+    scorers = {"model's filter": filter_scores(index, model)}
+    head_summary = None
+    if state_head:
+        head, head_summary = train_state_head(index, model)
+        scorers["state head"] = filter_scores(index, model, head=head)
+    sets = {}
+    for name, examples in (
+        ("validation", held_out_questions(questions)),
+        ("SQuAD-open-small (unseen)", squad_open_small_questions(questions)),
+    ):
+        q_start, q_end = model.encode_queries([ex.question for ex in examples], batch_size=64, precision="int8")
+        sets[name] = (examples, q_start, q_end)
+    rows = []
+    for scorer, scores in [(None, None), *scorers.items()]:
+        for target in [None] if scorer is None else targets:
+            kept = len(index) if target is None else min(len(index), int(round(target * passages)))
+            threshold = model.config.filter_threshold if target is None else threshold_for(scores, kept)
+            keep = np.arange(len(index)) if target is None else np.flatnonzero(scores > threshold)
+            variant = index if target is None else filtered_index(index, model, keep, threshold)
+            reached = np.zeros(passages, dtype=bool)
+            reached[index.tokens["passage"][keep]] = True
+            row = {
+                "scorer": scorer or "model's filter (today)",
+                "target": target,
+                "threshold": threshold,
+                "vectors": int(len(keep)),
+                "vectors_per_passage": len(keep) / passages,
+                "passages_without_vectors": int(passages - reached.sum()),
+                "structure": variant.faiss_factory,
+                **footprint(variant, WORK / "variant"),
+                "results": evaluate(variant, model, sets),
+            }
+            row["disk_bytes_per_passage"] = row["disk_bytes"] / passages
+            row["rss_bytes_per_passage"] = row["rss_bytes"] / passages
+            rows.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "results"}), json.dumps(row["results"]), flush=True)
+    best = rows[0]["results"]["validation"]["em@1"]
+    within = [r for r in rows if r["results"]["validation"]["em@1"] >= best - EM_BUDGET]
+    chosen = min(within, key=lambda r: r["vectors"])
+    return {
+        "machine": machine(),
+        "model": model_name,
+        "model_id": model_id(model_name),
+        "passages": passages,
+        "below_model_threshold": int((scorers["model's filter"] <= model.config.filter_threshold).sum()),
+        "questions": {name: len(s[0]) for name, s in sets.items()},
+        "em_budget": EM_BUDGET,
+        "state_head": head_summary,
+        "chosen": {"scorer": chosen["scorer"], "target": chosen["target"], "threshold": chosen["threshold"]},
+        "rows": rows,
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    unseen = "SQuAD-open-small (unseen)"
+    lines = [
+        f"The token filter of `{result['model']}` at stricter thresholds, SQuAD-open-small ({result['passages']:,} "
+        f"passages), default searcher, int8 queries, {result['machine']['cpu']}; EM@1 / acc@1 on "
+        f"{result['questions']['validation']:,} validation and {result['questions'][unseen]:,} unseen questions "
+        f"(chosen on validation: the fewest vectors within {100 * result['em_budget']:.0f} EM point of today):",
+        "",
+        "| tokens kept by | threshold | vectors / passage | passages without a vector | disk B / passage "
+        "| RSS B / passage | val EM@1 | unseen EM@1 | unseen F1@1 | unseen acc@1 | unseen acc@5 | search p50 ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    chosen = result["chosen"]
+    for r in result["rows"]:
+        v, u = r["results"]["validation"], r["results"][unseen]
+        mark = " (chosen)" if (r["scorer"], r["target"]) == (chosen["scorer"], chosen["target"]) else ""
+        lines.append(
+            f"| {r['scorer']}{mark} | {r['threshold']:.2f} | {r['vectors_per_passage']:.1f} | "
+            f"{r['passages_without_vectors']:,} | {r['disk_bytes_per_passage']:,.0f} | "
+            f"{r['rss_bytes_per_passage']:,.0f} | "
+            f"{100 * v['em@1']:.2f} | {100 * u['em@1']:.2f} | {100 * u['f1@1']:.2f} | {100 * u['acc@1']:.2f} | "
+            f"{100 * u['acc@5']:.2f} | {r['results']['p50_ms_search']:.1f} |"
+        )
+    head = result.get("state_head")
+    if head:
+        before, after = head["average_precision_held_out"].values()
+        lines += [
+            "",
+            f"State head: trained on {head['tokens']:,} stored tokens of SQuAD train paragraphs ({head['epochs']} "
+            f"epochs); average precision of answer tokens on {head['held_out_passages']:,} held-out paragraphs: "
+            f"model's filter {before:.3f}, state head {after:.3f}.",
+        ]
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path) -> None:
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
+    today = result["rows"][0]
+    for ax, name in zip(axes, ("validation", "SQuAD-open-small (unseen)"), strict=True):
+        for scorer in dict.fromkeys(r["scorer"] for r in result["rows"][1:]):
+            rows = [today, *[r for r in result["rows"] if r["scorer"] == scorer]]
+            x = [r["vectors_per_passage"] for r in rows]
+            ax.plot(x, [100 * r["results"][name]["em@1"] for r in rows], marker="o", label=f"EM@1, {scorer}")
+            acc = [100 * r["results"][name]["acc@1"] for r in rows]
+            ax.plot(x, acc, marker=".", ls="--", label=f"acc@1, {scorer}")
+        ax.axvline(8, color="grey", linestyle=":", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_xlabel("vectors per passage")
+        ax.set_title(name, fontsize=9)
+    axes[0].set_ylabel("%")
+    axes[0].legend(fontsize=6)
+    save_figure(fig, path, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--questions", type=int, default=1000)
+    parser.add_argument("--targets", type=float, nargs="+", default=[24, 16, 12, 10, 8, 6, 4])
+    parser.add_argument("--cache", type=Path, default=None, help="another cache root (a rehearsal on a small index)")
+    parser.add_argument(
+        "--state-head", action="store_true", help="also a filter head trained on the stored states, side by side"
+    )
+    parser.add_argument("--name", default="filter_thresholds", help="the result's name in benchmarks/results")
+    args = parser.parse_args()
+    result = measure(args.model, args.questions, args.targets, args.cache, args.state_head)
+    finish_result(args.name, result, markdown, plot)
+
+
+if __name__ == "__main__":
+    main()
