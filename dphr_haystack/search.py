@@ -41,7 +41,7 @@ from .search_options import (
     SearchOptionAttributes,
     check_unit,
 )
-from .spans import AnswerFolder, first_answers, trim_span, word_boundaries
+from .spans import AnswerFolder, answer_span, first_answers, trim_span, word_boundaries
 
 # Start and end tokens searched first, per result asked for: passages and documents gather several phrases
 # each, so their first search takes more candidates instead of re-searching the index at 2c, 4c, ... (each
@@ -146,7 +146,8 @@ class PhraseSearcher(SearchOptionAttributes):
     the same search, as with ``unit="phrase"``.
     ``tidy_answers`` (default True) trims markup and unpaired punctuation from every answer's edges
     (:func:`dphr_haystack.spans.trim_span`: `` `top_k`, `` → ``top_k``; ``(1889)`` stays) and, for
-    ``unit="phrase"``, folds an answer into a better one with the same normalised text or an overlapping span in the
+    ``unit="phrase"``, never answers with a span of markup and punctuation only (`` :file:`/ ``) and folds an answer
+    into a better one with the same normalised text or an overlapping span in the
     same passage (:class:`dphr_haystack.spans.AnswerFolder`), searching further until top-k different answers are
     found (or the index is exhausted). Scores, confidences and passage rankings are those of the scored spans;
     confidences are computed over the unfolded candidates, as the calibration was fitted. False returns the raw
@@ -419,6 +420,13 @@ def _make_phrase(
     )
 
 
+def _markup_only(index: PhraseIndex, s: int, e: int) -> bool:
+    """Whether the phrase of token rows ``s``..``e`` holds no letter or digit once trimmed (:func:`answer_span`)."""
+    tokens = index.tokens
+    text = index.passages[int(tokens["passage"][s])]["text"]
+    return answer_span(text, int(tokens["char_start"][s]), int(tokens["char_end"][e])) is None
+
+
 def _ranked(index: PhraseIndex, phrases: list[tuple[float, int, int, float, float]]) -> list[tuple]:
     """Phrases sorted by score, ties broken by passage row and token rows (deterministic)."""
     tokens = index.tokens
@@ -450,8 +458,11 @@ def _phrase_answers(
     pending = iter(_ranked(index, phrases))
 
     def next_candidate() -> PhraseHit | None:
-        """The next ranked phrase that does not copy the question, added to ``kept``; None when none is left."""
+        """The next ranked phrase that does not copy the question (nor, with ``tidy``, is markup and punctuation
+        only), added to ``kept``; None when none is left."""
         for p in pending:
+            if tidy and _markup_only(index, p[1], p[2]):
+                continue
             hit = _make_phrase(index, *p, trim=tidy)
             if words is None or not copies_question(hit.text, words):
                 kept.append(hit)

@@ -62,15 +62,27 @@ _ABBREVIATIONS = frozenset(
 )
 _DOTTED = re.compile(r"^(?:[A-Za-z]{1,3}\.){2,}$")  # U.S., e.g., i.e., Ph.D., a.m.
 _INITIAL = re.compile(r"^[A-Z]\.$")  # J.
+# Words that, around one markup element of a span, only say what kind of thing the element is: the element answers.
+DESCRIBING_WORDS = frozenset(
+    "a an the this that its class function method module package argument parameter option flag attribute object "
+    "variable constant field key value type command setting property exception decorator keyword".split()
+)
 
 
 def trim_span(text: str, start: int, end: int) -> tuple[int, int]:
-    """``(start, end)`` moved inward past markup and unpaired punctuation at the edges of ``text[start:end]``.
+    """``(start, end)`` moved inward past markup and unpaired punctuation at the edges of ``text[start:end]``
+    (:func:`answer_span`); unchanged when trimming would leave nothing with a letter or digit in it."""
+    return answer_span(text, start, end) or (start, end)
 
-    The result always lies within the span and ``text[new_start:new_end]`` is the trimmed answer; the span comes
-    back unchanged when trimming would leave nothing with a letter or digit in it. Markup the span crosses (an
-    opening mark inside it, the closing one outside, or the other way round: :func:`markup_pairs`) is left with
-    the side it marks up.
+
+def answer_span(text: str, start: int, end: int) -> tuple[int, int] | None:
+    """``(start, end)`` moved inward past markup and unpaired punctuation at the edges of ``text[start:end]``, or
+    None when nothing with a letter or digit is left: a span of markup and punctuation only (`` :file:`/ ``), which
+    answers nothing.
+
+    The result always lies within the span and ``text[new_start:new_end]`` is the trimmed answer. Markup the span
+    crosses (an opening mark inside it, the closing one outside, or the other way round: :func:`markup_pairs`) is
+    left with the side it marks up.
 
     Raises:
         ValueError: The span does not lie within ``text``.
@@ -82,11 +94,11 @@ def trim_span(text: str, start: int, end: int) -> tuple[int, int]:
     while True:
         s, e = _strip_space(text, s, e)
         if s >= e:
-            return start, end
+            return None
         if pairs:
             s, e = _strip_space(text, *_uncross(text, s, e, pairs))
             if s >= e:  # the span lies within a mark
-                return start, end
+                return None
             whole = next((p for p in pairs if s in (p.open_start, p.open_start + p.role) and p.close_end == e), None)
             if whole is not None:  # exactly one code span, emphasis, link or element: its marks go
                 s, e = whole.open_end, whole.close_start
@@ -103,10 +115,26 @@ def trim_span(text: str, start: int, end: int) -> tuple[int, int]:
         s, e = new_s, new_e
         if literal:
             break
-    s, e = _strip_space(text, s, e)
+    s, e = _described_element(text, *_strip_space(text, s, e), pairs)
     if not any(ch.isalnum() for ch in text[s:e]):
-        return start, end
+        return None
     return s, e
+
+
+def _described_element(text: str, s: int, e: int, pairs: Sequence[MarkupPair]) -> tuple[int, int]:
+    """The content of the one markup element of ``text[s:e]`` when the words around it only say what kind of thing
+    it is (:data:`DESCRIBING_WORDS`: "the :class:`Queue` class", "a *dir* argument", "the `log_locals`"): the
+    element is what answers; else ``(s, e)``."""
+    inside = [p for p in pairs if s <= p.open_start and p.close_end <= e]
+    if len(inside) != 1:
+        return s, e
+    element = inside[0]
+    around = f"{text[s : element.open_start]} {text[element.close_end : e]}".split()
+    if not around or any(word.lower().strip(".,;:()") not in DESCRIBING_WORDS for word in around):
+        return s, e
+    if not any(ch.isalnum() for ch in text[element.open_end : element.close_start]):
+        return s, e
+    return element.open_end, element.close_start
 
 
 def _strip_space(text: str, s: int, e: int) -> tuple[int, int]:
@@ -460,6 +488,7 @@ def word_boundaries(index: Any, starts: np.ndarray, ends: np.ndarray) -> tuple[n
 __all__ = [
     "AnswerFolder",
     "MarkupPair",
+    "answer_span",
     "first_answers",
     "inside_word",
     "markup_pairs",

@@ -261,7 +261,7 @@ _MARKS: dict[str, re.Pattern[str]] = {
     "strong": re.compile(r"\*\*"),
     "emphasis": re.compile(r"(?:^|(?<=[\s(\[]))\*(?=[^\s*])|(?<=[^\s*])\*(?=$|[\s).,;:!?\]])"),
     "role": re.compile(r"(?<![\w:]):[A-Za-z][\w.+-]*(?::[A-Za-z][\w.+-]*)?:(?=`|$)"),
-    "angle bracket": re.compile(r"[<>]"),
+    "angle bracket": re.compile(r"<[A-Za-z/!]|[A-Za-z/\"']>"),  # a tag or an autolink's, not "<=" or "a > b"
     "pipe": re.compile(r"\|"),
     "underscore": re.compile(
         r"^_(?=[^_\s])[^\n]*[^_\s]_$|^__(?=\S)[^\n]*\s[^\n]*\S__$|`_+$|^_+(?=\s)|(?<=\s)_+$|^_+$"

@@ -15,6 +15,7 @@ from dphr_haystack.encode.add import add_passages
 from dphr_haystack.spans import (
     AnswerFolder,
     MarkupPair,
+    answer_span,
     first_answers,
     inside_word,
     markup_pairs,
@@ -98,10 +99,12 @@ def test_trim_span_cases(span, expected):
 IN_PASSAGE = [
     ("Set `HETZNER_API_KEY` before you run it.", "Set `HETZNER_API_KEY", "HETZNER_API_KEY"),
     ("Set `HETZNER_API_KEY` before you run it.", "HETZNER_API_KEY` before", "HETZNER_API_KEY"),
-    ("Use a `HETZNER_API_KEY` here.", "a `HETZNER_API_KEY`", "a `HETZNER_API_KEY`"),  # balanced: the ranker's span
+    ("Use a `HETZNER_API_KEY` here.", "a `HETZNER_API_KEY`", "HETZNER_API_KEY"),  # "a" only says what it is
+    ("Use a `HETZNER_API_KEY` here.", "Use a `HETZNER_API_KEY`", "Use a `HETZNER_API_KEY`"),  # balanced: kept
     ("The **MetaFieldRanker** ranks documents.", "The **MetaFieldRanker", "MetaFieldRanker"),
     ("The **MetaFieldRanker** ranks documents.", "MetaFieldRanker** ranks", "MetaFieldRanker"),
-    ("The **MetaFieldRanker** ranks documents.", "The **MetaFieldRanker**", "The **MetaFieldRanker**"),
+    ("The **MetaFieldRanker** ranks documents.", "The **MetaFieldRanker**", "MetaFieldRanker"),
+    ("The **MetaFieldRanker** ranks documents.", "**MetaFieldRanker** ranks", "**MetaFieldRanker** ranks"),
     ("it is **bold** now", "is **", "is"),  # nothing marked up inside the span: the other side
     ("the *path* is", "path* is", "path"),
     ("Use ``True`` if so.", "``True", "True"),
@@ -222,6 +225,34 @@ def test_word_boundaries_refuse_token_rows_inside_identifiers(tiny_model):
 @pytest.mark.parametrize("span", ["(", "`", "**", "...", ",", "''"])
 def test_trim_span_never_leaves_an_empty_answer(span):
     assert trim_span(f"a {span} b", 2, 2 + len(span)) == (2, 2 + len(span))
+    assert answer_span(f"a {span} b", 2, 2 + len(span)) is None  # which answers nothing
+
+
+@pytest.mark.parametrize(
+    ("text", "span", "expected"),
+    [
+        ("Note the `log_locals` argument, which outputs a table.", "the `log_locals`", "log_locals"),
+        ("The :class:`Queue` class in this module implements it.", "The :class:`Queue` class", "Queue"),
+        ("All functions take a *dir* argument which can be used.", "a *dir* argument", "dir"),
+        ("It returns a :class:`TarFile`\n   object that streams.", "a :class:`TarFile`\n   object", "TarFile"),
+        # words that say more than what kind of thing it is: the span stays
+        ("Call the `open` function twice to read it.", "the `open` function twice", "the `open` function twice"),
+        ("Use `pip install` or `uv` to set it up.", "`pip install` or `uv`", "`pip install` or `uv`"),
+    ],
+)
+def test_a_marked_element_described_by_its_kind_is_the_answer(text, span, expected):
+    start = text.index(span)
+    got = trim_span(text, start, start + len(span))
+    assert text[slice(*got)] == expected
+
+
+def test_a_span_of_markup_and_punctuation_only_answers_nothing():
+    text = "Python is installed in :file:`/usr/local/bin/python3.11` on Unix."
+    at = text.index(":file:")
+    assert answer_span(text, at, text.index("/") + 1) is None  # ':file:`/'
+    assert trim_span(text, at, text.index("/") + 1) == (at, text.index("/") + 1)
+    whole = (at, text.index("` on") + 1)
+    assert text[slice(*answer_span(text, *whole))] == "/usr/local/bin/python3.11"
 
 
 def test_trim_span_keeps_a_full_stop_inside_a_number_the_span_cuts():
@@ -267,11 +298,15 @@ def _key(hit) -> tuple[int, int, int]:
 
 
 def _expected(index, raw_hits, words, top_k: int) -> list[tuple[str, tuple[int, int, int]]]:
-    """The raw ranked spans trimmed, copies of the question skipped, then folded greedily: what tidy answers are."""
+    """The raw ranked spans trimmed (markup and punctuation only: skipped), copies of the question skipped, then
+    folded greedily: what tidy answers are."""
     folder, out = AnswerFolder(), []
     for hit in raw_hits:
         text = index.passages[hit.passage_row]["text"]
-        start, end = trim_span(text, hit.start, hit.end)
+        span = answer_span(text, hit.start, hit.end)
+        if span is None:
+            continue
+        start, end = span
         if words is not None and copies_question(text[start:end], words):
             continue
         if folder.keep(text[start:end], hit.passage_row, start, end):
