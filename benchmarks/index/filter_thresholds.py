@@ -17,7 +17,9 @@ memory-mapped and count only where read), and the p50 of one phrase search.
 ``--state-head`` also keeps tokens by a second filter head, side by side: the model's head trained on (started from
 its weights, 4 epochs of BCE) the stored states of the SQuAD train paragraphs' tokens, labelled by their questions'
 answers (train paragraphs only: the evaluated questions are dev questions), i.e. trained to choose among the tokens
-the model's filter kept.
+the model's filter kept. ``--factories`` also searches every vector of today's index in other FAISS structures
+(product quantization, ``OPQ96,IVF4096,PQ96``: 96 bytes a vector in FAISS as in DensePhrases, the stored vectors
+still scoring the spans), side by side.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,13 +94,14 @@ def threshold_for(scores: np.ndarray, kept: int) -> float:
     return float(np.sort(scores)[::-1][kept])
 
 
-def filtered_index(index, model, keep: np.ndarray, threshold: float):
-    """An in-memory index of every passage of ``index`` with only the vectors at ``keep``."""
+def filtered_index(index, model, keep: np.ndarray, threshold: float, factory: str = "auto"):
+    """An in-memory index of every passage of ``index`` with only the vectors at ``keep``, in the FAISS structure
+    ``factory`` (``auto``: the one the index picks for its size)."""
     from dphr_haystack.index.phrase_index import PhraseIndex
     from dphr_haystack.index.shards import PhraseShard
 
     shard = PhraseShard(index.storage.vectors.view()[keep], index.tokens[keep].copy(), index.passages, index.codec)
-    filtered = PhraseIndex.create(model, filter_threshold=threshold)
+    filtered = PhraseIndex.create(model, filter_threshold=threshold, faiss_factory=factory)
     filtered.add_shard(shard)
     return filtered
 
@@ -216,7 +220,12 @@ def train_state_head(index, model, epochs: int = 4, seed: int = 0):
 
 
 def measure(
-    model_name: str, questions: int, targets: list[float], cache: Path | None = None, state_head: bool = False
+    model_name: str,
+    questions: int,
+    targets: list[float],
+    cache: Path | None = None,
+    state_head: bool = False,
+    factories: Sequence[str] = (),
 ) -> dict[str, Any]:
     from dphr_haystack.index.phrase_index import PhraseIndex
     from dphr_haystack.nodes import load_phrase_model
@@ -238,16 +247,22 @@ def measure(
         q_start, q_end = model.encode_queries([ex.question for ex in examples], batch_size=64, precision="int8")
         sets[name] = (examples, q_start, q_end)
     rows = []
-    for scorer, scores in [(None, None), *scorers.items()]:
-        for target in [None] if scorer is None else targets:
+    variants = [(None, None, None), *[(name, scores, None) for name, scores in scorers.items()]]
+    variants += [(f"all, {factory}", None, factory) for factory in factories]
+    for scorer, scores, factory in variants:
+        for target in targets if scores is not None else [None]:
             kept = len(index) if target is None else min(len(index), int(round(target * passages)))
             threshold = model.config.filter_threshold if target is None else threshold_for(scores, kept)
             keep = np.arange(len(index)) if target is None else np.flatnonzero(scores > threshold)
-            variant = index if target is None else filtered_index(index, model, keep, threshold)
+            if factory is not None:
+                variant = filtered_index(index, model, keep, threshold, factory)
+            else:
+                variant = index if target is None else filtered_index(index, model, keep, threshold)
             reached = np.zeros(passages, dtype=bool)
             reached[index.tokens["passage"][keep]] = True
             row = {
                 "scorer": scorer or "model's filter (today)",
+                "factory": factory,
                 "target": target,
                 "threshold": threshold,
                 "vectors": int(len(keep)),
@@ -262,7 +277,7 @@ def measure(
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "results"}), json.dumps(row["results"]), flush=True)
     best = rows[0]["results"]["validation"]["em@1"]
-    within = [r for r in rows if r["results"]["validation"]["em@1"] >= best - EM_BUDGET]
+    within = [r for r in rows if not r["factory"] and r["results"]["validation"]["em@1"] >= best - EM_BUDGET]
     chosen = min(within, key=lambda r: r["vectors"])
     return {
         "machine": machine(),
@@ -319,14 +334,24 @@ def plot(result: dict[str, Any], path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
     today = result["rows"][0]
     for ax, name in zip(axes, ("validation", "SQuAD-open-small (unseen)"), strict=True):
-        for scorer in dict.fromkeys(r["scorer"] for r in result["rows"][1:]):
-            rows = [today, *[r for r in result["rows"] if r["scorer"] == scorer]]
+        for row in result["rows"]:
+            if row.get("factory"):
+                ax.scatter([row["vectors_per_passage"]], [100 * row["results"][name]["em@1"]], marker="x", zorder=3)
+                ax.annotate(
+                    row["factory"], (row["vectors_per_passage"], 100 * row["results"][name]["em@1"]), fontsize=6
+                )
+        filtered = [r for r in result["rows"][1:] if not r.get("factory")]
+        for scorer in dict.fromkeys(r["scorer"] for r in filtered):
+            rows = [today, *[r for r in filtered if r["scorer"] == scorer]]
             x = [r["vectors_per_passage"] for r in rows]
             ax.plot(x, [100 * r["results"][name]["em@1"] for r in rows], marker="o", label=f"EM@1, {scorer}")
             acc = [100 * r["results"][name]["acc@1"] for r in rows]
             ax.plot(x, acc, marker=".", ls="--", label=f"acc@1, {scorer}")
         ax.axvline(8, color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log")
+        ticks = sorted({round(r["vectors_per_passage"]) for r in result["rows"]})
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.minorticks_off()
         ax.set_xlabel("vectors per passage")
         ax.set_title(name, fontsize=9)
     axes[0].set_ylabel("%")
@@ -343,9 +368,15 @@ def main() -> None:
     parser.add_argument(
         "--state-head", action="store_true", help="also a filter head trained on the stored states, side by side"
     )
+    parser.add_argument(
+        "--factories",
+        nargs="*",
+        default=[],
+        help="also every vector of today's index in these FAISS structures (product quantization: OPQ96,IVF4096,PQ96)",
+    )
     parser.add_argument("--name", default="filter_thresholds", help="the result's name in benchmarks/results")
     args = parser.parse_args()
-    result = measure(args.model, args.questions, args.targets, args.cache, args.state_head)
+    result = measure(args.model, args.questions, args.targets, args.cache, args.state_head, args.factories)
     finish_result(args.name, result, markdown, plot)
 
 
