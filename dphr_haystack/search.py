@@ -395,14 +395,22 @@ def _passage_window(index: PhraseIndex, model) -> int | None:
 
 
 def _make_phrase(
-    index: PhraseIndex, score: float, s: int, e: int, s_score: float, e_score: float, trim: bool = False
+    index: PhraseIndex,
+    score: float,
+    s: int,
+    e: int,
+    s_score: float,
+    e_score: float,
+    trim: bool = False,
+    span: tuple[int, int] | None = None,
 ) -> PhraseHit:
-    """The phrase of token rows ``s``..``e``; with ``trim`` its text and offsets trimmed (:func:`trim_span`)."""
+    """The phrase of token rows ``s``..``e``; with ``trim`` its text and offsets trimmed (:func:`trim_span`), or at
+    ``span`` (char offsets already trimmed: :func:`_answer_span`)."""
     tokens = index.tokens
     row = int(tokens["passage"][s])
     passage = index.passages[row]
-    start, end = int(tokens["char_start"][s]), int(tokens["char_end"][e])
-    if trim:
+    start, end = span or (int(tokens["char_start"][s]), int(tokens["char_end"][e]))
+    if trim and span is None:
         start, end = trim_span(passage["text"], start, end)
     return PhraseHit(
         text=passage["text"][start:end],
@@ -420,11 +428,12 @@ def _make_phrase(
     )
 
 
-def _markup_only(index: PhraseIndex, s: int, e: int) -> bool:
-    """Whether the phrase of token rows ``s``..``e`` holds no letter or digit once trimmed (:func:`answer_span`)."""
+def _answer_span(index: PhraseIndex, s: int, e: int) -> tuple[int, int] | None:
+    """The trimmed char offsets of the phrase of token rows ``s``..``e``, None when it holds no letter or digit once
+    trimmed (markup and punctuation only: no answer; :func:`answer_span`)."""
     tokens = index.tokens
     text = index.passages[int(tokens["passage"][s])]["text"]
-    return answer_span(text, int(tokens["char_start"][s]), int(tokens["char_end"][e])) is None
+    return answer_span(text, int(tokens["char_start"][s]), int(tokens["char_end"][e]))
 
 
 def _ranked(index: PhraseIndex, phrases: list[tuple[float, int, int, float, float]]) -> list[tuple]:
@@ -461,9 +470,10 @@ def _phrase_answers(
         """The next ranked phrase that does not copy the question (nor, with ``tidy``, is markup and punctuation
         only), added to ``kept``; None when none is left."""
         for p in pending:
-            if tidy and _markup_only(index, p[1], p[2]):
+            span = _answer_span(index, p[1], p[2]) if tidy else None
+            if tidy and span is None:
                 continue
-            hit = _make_phrase(index, *p, trim=tidy)
+            hit = _make_phrase(index, *p, span=span)
             if words is None or not copies_question(hit.text, words):
                 kept.append(hit)
                 return hit

@@ -107,16 +107,21 @@ def filtered_index(index, model, keep: np.ndarray, threshold: float, factory: st
 
 
 def footprint(index, where: Path) -> dict[str, float]:
-    """Disk bytes of ``index`` saved at ``where`` and the RSS (bytes) a fresh process gains by loading it."""
-    if where.exists():
-        shutil.rmtree(where)
-    index.save(where)
-    disk = sum(f.stat().st_size for f in where.rglob("*") if f.is_file())
+    """Disk bytes of ``index`` on disk (saved at ``where`` first when it lives in memory) and the RSS (bytes) a fresh
+    process gains by loading it."""
+    saved = index.path is None
+    if saved:
+        if where.exists():
+            shutil.rmtree(where)
+        index.save(where)
+    path = where if saved else Path(index.path)
+    disk = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     probe = subprocess.run(
-        [sys.executable, "-c", _RSS_PROBE, str(where)], check=True, capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-c", _RSS_PROBE, str(path)], check=True, capture_output=True, text=True, cwd=ROOT
     )
     rss = int(probe.stdout.strip().splitlines()[-1])
-    shutil.rmtree(where)
+    if saved:
+        shutil.rmtree(where)
     return {"disk_bytes": disk, "rss_bytes": rss}
 
 

@@ -47,8 +47,8 @@ def search_phrase_index(
     if isinstance(masks, list):
         if len(masks) != len(queries):
             raise InvalidParameterError(f"{len(masks)} filters for {len(queries)} queries")
-        return [searcher.search(q, options.unit, options.top_k, m) for q, m in zip(queries, masks)]
-    return searcher.search_batch(list(queries), options.unit, options.top_k, masks)
+        return [searcher.search(q, allowed_passages=m) for q, m in zip(queries, masks)]
+    return searcher.search_batch(list(queries), allowed_passages=masks)
 
 
 __all__ = [
