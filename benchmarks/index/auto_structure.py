@@ -35,6 +35,7 @@ from benchmarks.common import (
     save_figure,
     squad_open_small_questions,
 )
+from benchmarks.index_variants import use_search_params
 
 RECALL_KS = (20, 64, 256)
 ANSWER_TOP_K = 10  # a Haystack retriever's default
@@ -50,19 +51,11 @@ def _run(searcher, q_start, q_end, examples, unit: str, top_k: int) -> tuple[lis
     return hits, times
 
 
-def _use(index, params: dict[str, Any]) -> None:
-    """Search with ``params`` in this process only (``set_search_params`` would commit them to the cache)."""
-    from dphr_haystack.index import structures
-
-    index.manifest["search_params"] = dict(params)
-    structures.apply_search_params(index.faiss_index, params)
-
-
 def _recalls(index, queries, truth, params: dict[str, Any]) -> dict[str, float]:
     """Recall of the exact top-k rows (``truth``, ranked) of a search with ``params``, for each k of RECALL_KS."""
     import numpy as np
 
-    _use(index, params)
+    use_search_params(index, params)
     out = {}
     for k in RECALL_KS:
         found = index.search_tokens(queries, k)[1]
@@ -110,7 +103,7 @@ def measure(model_name: str, cache: Path | None, sweep: list[int], questions: in
         row: dict[str, Any] = {"search": name, "params": params, "tuned": params == tuned}
         for kind, queries in (("probe", probes), ("question", real)):
             row[kind] = _recalls(index, queries, truth[kind], params)
-        _use(index, params)
+        use_search_params(index, params)
         for set_name, examples in sets.items():
             qs, qe = encoded[set_name]
             answers, answer_ms = _run(searcher, qs, qe, examples, "phrase", ANSWER_TOP_K)
@@ -123,7 +116,7 @@ def measure(model_name: str, cache: Path | None, sweep: list[int], questions: in
             }
         rows.append(row)
         print(name, {k: v for k, v in row.items() if k not in ("params",)}, flush=True)
-    _use(index, tuned)
+    use_search_params(index, tuned)
     for row in rows:
         for set_name in sets:
             mine, best = tops[(row["search"], set_name)], tops[("exhaustive", set_name)]

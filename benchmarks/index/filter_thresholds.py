@@ -27,10 +27,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import shutil
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,24 +49,10 @@ from benchmarks.common import (
     save_figure,
     squad_open_small_questions,
 )
+from benchmarks.index_variants import filtered_index, footprint
 
 WORK = ROOT / "runs" / "filter_thresholds"
 EM_BUDGET = 0.01  # the most EM@1 a stricter threshold may lose on the validation questions
-_RSS_PROBE = """
-import sys
-import numpy as np
-from dphr_haystack.index.phrase_index import PhraseIndex
-
-def rss():
-    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS:")) * 1024
-
-before = rss()
-index = PhraseIndex.load(sys.argv[1])
-queries = np.random.default_rng(0).standard_normal((64, index.dim)).astype(np.float32)
-for row in range(0, 64, 8):
-    index.search_tokens(queries[row : row + 8], 200)
-print(rss() - before)
-"""
 
 
 def filter_scores(index, model, chunk: int = 65_536, head=None) -> np.ndarray:
@@ -92,37 +75,6 @@ def threshold_for(scores: np.ndarray, kept: int) -> float:
     if kept >= len(scores):
         return float(scores.min()) - 1e-6
     return float(np.sort(scores)[::-1][kept])
-
-
-def filtered_index(index, model, keep: np.ndarray, threshold: float, factory: str = "auto"):
-    """An in-memory index of every passage of ``index`` with only the vectors at ``keep``, in the FAISS structure
-    ``factory`` (``auto``: the one the index picks for its size)."""
-    from dphr_haystack.index.phrase_index import PhraseIndex
-    from dphr_haystack.index.shards import PhraseShard
-
-    shard = PhraseShard(index.storage.vectors.view()[keep], index.tokens[keep].copy(), index.passages, index.codec)
-    filtered = PhraseIndex.create(model, filter_threshold=threshold, faiss_factory=factory)
-    filtered.add_shard(shard)
-    return filtered
-
-
-def footprint(index, where: Path) -> dict[str, float]:
-    """Disk bytes of ``index`` on disk (saved at ``where`` first when it lives in memory) and the RSS (bytes) a fresh
-    process gains by loading it."""
-    saved = index.path is None
-    if saved:
-        if where.exists():
-            shutil.rmtree(where)
-        index.save(where)
-    path = where if saved else Path(index.path)
-    disk = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-    probe = subprocess.run(
-        [sys.executable, "-c", _RSS_PROBE, str(path)], check=True, capture_output=True, text=True, cwd=ROOT
-    )
-    rss = int(probe.stdout.strip().splitlines()[-1])
-    if saved:
-        shutil.rmtree(where)
-    return {"disk_bytes": disk, "rss_bytes": rss}
 
 
 def evaluate(index, model, sets: dict[str, tuple[list, np.ndarray, np.ndarray]]) -> dict[str, Any]:

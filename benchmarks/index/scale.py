@@ -22,6 +22,10 @@ file pages: evictable page cache). Recall@20 is against exact search. Types:
 * ``flat-mmap``: exact torch matmul top-k straight over the memory-mapped float16 vectors (no structure).
 * ``ivf-flat``, ``ivf-sq8``, ``ivf-sq4``, ``opq-ivf-pq`` (``OPQ48,IVF…,PQ48np``), ``hnsw`` (``HNSW32,Flat``).
 * ``ivf-sq8-ondisk``: the ivf-sq8 lists moved to an ``OnDiskInvertedLists`` file and memory-mapped.
+* ``auto``: what ``faiss_factory="auto"`` builds at that size (``dphr_haystack.index.auto``): exact search over the
+  float16 codes up to 32,768 vectors, ``IVF…,SQ8`` up to 2^21, ``OPQ96,IVF…,PQ96np`` (96 bytes a vector) above,
+  each IVF structure re-ranking ``refine``·k candidates exactly from the memory-mapped stored vectors (4 for SQ8,
+  8 for PQ); nlist capped and nprobe fixed as for the other types (a store tunes its nprobe on probe queries).
 
 nlist = ``index_types.default_nlist(n)`` capped at ``--max-nlist`` (1024) to keep 10^7 builds to minutes on 2
 cores; nprobe = ``--nprobe`` (64); HNSW efSearch 128. A structure is trained once per factory string and the
@@ -37,6 +41,7 @@ import argparse
 import gc
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -56,6 +61,7 @@ from benchmarks.common import (
     save_figure,
     write_result,
 )
+from dphr_haystack.index import auto
 from dphr_haystack.index import structures as it
 from dphr_haystack.index.backends import TorchFlatSearch
 from dphr_haystack.index.codec import VectorCodec
@@ -69,6 +75,7 @@ TYPES = {  # name: largest size measured by default
     "ivf-sq4": 10**6,
     "opq-ivf-pq": 10**7,
     "hnsw": 10**5,
+    "auto": 10**7,
 }
 CLUSTERS = 4096
 K = 20
@@ -130,6 +137,12 @@ def build(
     out_dir.mkdir(parents=True, exist_ok=True)
     if kind in ("flat", "flat-mmap"):
         return {"factory": "Flat", "train_vectors": 0, "train_s": 0.0, "add_s": 0.0, "index_file": None}
+    if kind == "auto" and auto.auto_factory(n, dim) == "Flat":
+        index = it.make_exact_index(dim, CODEC)
+        t0 = time.perf_counter()
+        it.add_exact(index, CODEC, vectors)
+        facts = {"factory": "Flat", "train_vectors": 0, "train_s": 0.0, "add_s": time.perf_counter() - t0}
+        return _write(index, out_dir, {**facts, "search_params": {}})
     source = out_dir.parent / f"ivf-sq8-{n}"
     if kind == "ivf-sq8-ondisk" and (source / "facts.json").is_file():
         # The ivf-sq8 structure just built, its lists moved to an on-disk file: read it memory-mapped, merge.
@@ -145,7 +158,10 @@ def build(
         return _write(index, out_dir, facts)
     base_kind = "ivf-sq8" if kind == "ivf-sq8-ondisk" else kind
     nlist = min(it.default_nlist(n), max_nlist)
-    factory = it.factory_for(base_kind, n, dim, nlist=nlist)
+    if kind == "auto":
+        factory = re.sub(r"IVF\d+", f"IVF{nlist}", auto.auto_factory(n, dim))
+    else:
+        factory = it.factory_for(base_kind, n, dim, nlist=nlist)
     if factory in trained:
         blob, train_s, trained_on, trained_at = trained[factory]
         index = faiss.deserialize_index(np.frombuffer(blob, dtype=np.uint8))
@@ -161,6 +177,8 @@ def build(
     params = it.default_search_params(index)
     if "nprobe" in params:
         params["nprobe"] = min(nprobe, nlist)
+    if kind == "auto":
+        params["refine"] = auto.auto_refine(factory)
     facts = {
         "factory": factory,
         "nlist": nlist if it.ivf_of(index) is not None else None,
@@ -210,8 +228,10 @@ def measure(spec: dict) -> dict:
         search = TorchFlatSearch(lambda: vectors, CODEC, "cpu").search
     else:
         index = it.read_faiss(Path(spec["index_file"]), ondisk=spec["kind"].endswith("ondisk"))
-        it.apply_search_params(index, spec["search_params"])
-        search = index.search
+        params = dict(spec["search_params"])
+        refine = int(params.pop("refine", 1))
+        it.apply_search_params(index, params)
+        search = index.search if refine <= 1 else _refined(index.search, refine, vectors)
     load_s = time.perf_counter() - t0
     questions = len(queries) // 2
     single_n = min(spec["single"], questions)
@@ -243,6 +263,16 @@ def measure(spec: dict) -> dict:
         "single_threads": 1,
         "batch_threads": threads[0],
     }
+
+
+def _refined(search, refine: int, vectors: np.ndarray):
+    """``search`` fetching ``refine``·k candidates, re-ranked exactly from the stored vectors, as a store does."""
+
+    def refined(queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        _, ids = search(queries, k * refine)
+        return it.refine_exact(queries, ids, k, vectors, CODEC.decode)
+
+    return refined
 
 
 def run_measure(spec: dict, timeout: int) -> dict:

@@ -1,9 +1,12 @@
 """The FAISS structure an index picks for itself (``faiss_factory="auto"``, the default of ``dphr index`` and the
 Haystack stores): exact search over the stored codes while the index is small, an IVF scalar-quantized structure
-with exact re-ranking from the stored vectors above :data:`EXACT_LIMIT` vectors, its ``nprobe`` chosen at build
-time on probe queries so that it returns the tokens exact search returns. The structure is built again when the
-index outgrows it (:data:`REBUILD_GROWTH` times the size it was trained for); ``PhraseIndex.retune`` (``dphr
-reindex --index DIR --retune``) chooses ``nprobe`` again by today's rule without rebuilding.
+(``IVF<nlist>,SQ8``) above :data:`EXACT_LIMIT` vectors, and above :data:`PQ_LIMIT` OPQ product-quantization codes
+(``OPQ<m>,IVF<nlist>,PQ<m>np``, m = d/4: 96 bytes a vector at d=384, a quarter of SQ8's), each IVF structure with
+exact re-ranking from the stored vectors (:func:`auto_refine` candidates per wanted token) and its ``nprobe`` chosen
+at build time on probe queries so that it returns the tokens exact search returns. The structure is built again when
+the index outgrows it (:data:`REBUILD_GROWTH` times the size it was trained for, or past a limit where another kind
+is picked); ``PhraseIndex.retune`` (``dphr reindex --index DIR --retune``) chooses ``nprobe`` again by today's rule
+without rebuilding.
 
 Probe queries are midpoints of two stored vectors drawn at random (seeded): they lie between the stored vectors
 and need no model. They are harder than questions: on the shipped model's SQuAD-open-small index (680,860
@@ -14,6 +17,15 @@ takes (the top 10 start and end tokens, and the next 10 its second round would t
 (64 finds 88%), where the earlier rule (0.99 of the top 256) chose 512 for the same answers (2,645 validation
 questions: EM@1 28.85 vs 28.88, one question apart; 300 SQuAD-open-small questions: 35.0 both) at a quarter of
 the scan. Recall is measured against exact inner-product search over the decoded stored vectors.
+
+PQ codes rank coarser than SQ8's, so they re-rank :data:`PQ_REFINE` = 8 candidates per token, not 4: on the
+default model's SQuAD-open-small index (713,934 vectors, ``OPQ96,IVF4096,PQ96np``) 4 never reaches the target
+recall (0.907 with every list probed, a 92 ms search), 8 reaches it at nprobe 128 as SQ8 does and answers 600
+validation and 600 unseen questions exactly as ``IVF4096,SQ8`` does (EM@1 42.00 / 49.17), with 3.9 instead of 14.1
+KB of RAM a passage; OPQ48 codes (48 bytes) do not reach it with 8 (``python -m
+benchmarks.index.quantized_structures``, ``python -m benchmarks.memory.index_footprint``). Below
+:data:`PQ_LIMIT` SQ8 stays: its codes take under 0.8 GB there and it builds faster (356 vs 429 s at 713,934
+vectors on 2 cores, OPQ's rotation training the difference).
 """
 
 from __future__ import annotations
@@ -24,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from .structures import default_nlist
+from .structures import default_nlist, pq_subquantizers
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +47,13 @@ AUTO = "auto"
 # in 4.9 s) and 4.1 ms with the IVF512 a store builds as it grows past this limit (99.6% the same top answer, the
 # same EM@1): benchmarks/index/exact_limit.py. Around 2^15 vectors the scan costs what list scan and re-ranking do.
 EXACT_LIMIT = 32_768
+# Vectors above which the codes in RAM are OPQ product-quantization codes (d/PQ_DIMS_PER_CODE bytes a vector)
+# instead of SQ8 (d bytes): from 2^21 vectors (~60,000 passages) SQ8 codes would take over 0.8 GB (see above).
+PQ_LIMIT = 2**21
+PQ_DIMS_PER_CODE = 4  # d/4 sub-quantizers of 8 bits: OPQ96,...,PQ96np at d=384
 REBUILD_GROWTH = 4  # an IVF structure is trained again when the index has grown this many times past its build
-REFINE = 4  # candidates fetched per wanted token, re-ranked exactly (``refine`` search parameter)
+REFINE = 4  # candidates fetched per wanted token, re-ranked exactly (``refine`` search parameter), SQ8 codes
+PQ_REFINE = 8  # the same for PQ codes, coarser than SQ8's
 TARGET_RECALL = 0.93  # of the probes' exact top-PROBE_K tokens (about 0.99 of a question's: see above)
 PROBE_QUERIES = 128
 PROBE_K = 20
@@ -45,19 +62,37 @@ SEED = 29
 TUNING_RECORD = ("probe_recall", "probe_queries", "probe_k", "target_recall")
 
 
-def auto_factory(num_vectors: int) -> str:
-    """The structure ``auto`` picks for ``num_vectors`` vectors."""
+def auto_factory(num_vectors: int, dim: int) -> str:
+    """The structure ``auto`` picks for ``num_vectors`` vectors of dimension ``dim``."""
     if num_vectors <= EXACT_LIMIT:
         return "Flat"
-    return f"IVF{default_nlist(num_vectors)},SQ8"
+    nlist = default_nlist(num_vectors)
+    if num_vectors > PQ_LIMIT:
+        m = pq_subquantizers(dim, PQ_DIMS_PER_CODE)
+        return f"OPQ{m},IVF{nlist},PQ{m}np"
+    return f"IVF{nlist},SQ8"
 
 
-def needs_rebuild(manifest: dict[str, Any], num_vectors: int) -> bool:
-    """Whether an ``auto`` index of ``num_vectors`` vectors has outgrown its structure."""
+def auto_refine(factory: str) -> int:
+    """Candidates per wanted token that ``auto`` re-ranks exactly in ``factory``: more for PQ codes."""
+    return PQ_REFINE if ",PQ" in factory else REFINE
+
+
+def needs_rebuild(manifest: dict[str, Any], num_vectors: int, dim: int) -> bool:
+    """Whether an ``auto`` index of ``num_vectors`` vectors has outgrown its structure (grown
+    :data:`REBUILD_GROWTH` times, or past a limit where ``auto`` picks another kind of structure)."""
     built_for = int((manifest.get("structure") or {}).get("built_for", 0))
-    if auto_factory(num_vectors) == "Flat":
+    wanted = auto_factory(num_vectors, dim)
+    if wanted == "Flat":
         return False
-    return manifest["faiss_factory"] == "Flat" or num_vectors > REBUILD_GROWTH * max(built_for, 1)
+    if _kind(manifest["faiss_factory"]) != _kind(wanted):
+        return True
+    return num_vectors > REBUILD_GROWTH * max(built_for, 1)
+
+
+def _kind(factory: str) -> str:
+    """``Flat``, ``SQ8`` or ``PQ``: what ``auto`` switches between."""
+    return "Flat" if factory == "Flat" else ("PQ" if ",PQ" in factory else "SQ8")
 
 
 def probe_queries(stored: np.ndarray, decode: Callable[[np.ndarray], np.ndarray], count: int) -> np.ndarray:
@@ -84,25 +119,28 @@ def exact_top_rows(
 
 
 def tune_nprobe(
-    search: Callable[[np.ndarray, int, int], np.ndarray],
+    search: Callable[[np.ndarray, int, int, int], np.ndarray],
     stored: np.ndarray,
     decode: Callable[[np.ndarray], np.ndarray],
     nlist: int,
+    refine: int = REFINE,
 ) -> dict[str, Any]:
-    """The smallest ``nprobe`` (powers of two up to ``nlist``) whose top-:data:`PROBE_K` tokens, re-ranked, hold
-    :data:`TARGET_RECALL` of exact search's, on :data:`PROBE_QUERIES` probe queries.
+    """The smallest ``nprobe`` (powers of two up to ``nlist``) whose top-:data:`PROBE_K` tokens, ``refine``·k
+    candidates re-ranked exactly, hold :data:`TARGET_RECALL` of exact search's, on :data:`PROBE_QUERIES` probe
+    queries.
 
     Args:
-        search: ``search(queries, k, nprobe)`` → rows, the index's search with those parameters.
+        search: ``search(queries, k, nprobe, refine)`` → rows, the index's search with those parameters.
         stored: The stored vectors; ``decode`` turns rows of them into float32.
         nlist: The structure's number of lists.
+        refine: Candidates per wanted token re-ranked exactly (:func:`auto_refine` of the structure).
     """
     queries = probe_queries(stored, decode, PROBE_QUERIES)
     k = min(PROBE_K, len(stored))
     truth = exact_top_rows(queries, stored, decode, k)
     nprobe, recall = 1, 0.0
     while True:
-        found = search(queries, k, nprobe)
+        found = search(queries, k, nprobe, refine)
         recall = float(np.mean([len(set(t) & set(f)) / k for t, f in zip(truth, found)]))
         if recall >= TARGET_RECALL or nprobe >= nlist:
             break
@@ -110,7 +148,7 @@ def tune_nprobe(
     logger.info("auto structure: nprobe=%d gives recall %.4f of the exact top-%d tokens", nprobe, recall, k)
     return {
         "nprobe": nprobe,
-        "refine": REFINE,
+        "refine": refine,
         "probe_recall": recall,
         "probe_queries": len(queries),
         "probe_k": k,

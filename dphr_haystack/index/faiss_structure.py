@@ -155,16 +155,19 @@ class FaissStructure:
             }
         )
 
-    def tune_nprobe(self) -> dict[str, Any]:
-        """``auto``'s search parameters for the built IVF structure (see :func:`auto.tune_nprobe`)."""
+    def tune_nprobe(self, refine: int | None = None) -> dict[str, Any]:
+        """``auto``'s search parameters for the built IVF structure (see :func:`auto.tune_nprobe`); ``refine``
+        defaults to ``auto``'s for the structure."""
         ivf = index_types.ivf_of(self.index)
-        return auto.tune_nprobe(self.probe_search, self.storage.vectors.view(), self.storage.codec.decode, ivf.nlist)
+        refine = refine or auto.auto_refine(self.factory)
+        stored = self.storage.vectors.view()
+        return auto.tune_nprobe(self.probe_search, stored, self.storage.codec.decode, ivf.nlist, refine)
 
-    def probe_search(self, queries: np.ndarray, k: int, nprobe: int) -> np.ndarray:
-        """Rows of a search with ``nprobe`` lists and ``auto``'s exact re-ranking (for tuning)."""
+    def probe_search(self, queries: np.ndarray, k: int, nprobe: int, refine: int) -> np.ndarray:
+        """Rows of a search with ``nprobe`` lists and ``refine``·k candidates re-ranked exactly (for tuning)."""
         stored = self.storage.vectors.view()
         index_types.apply_search_params(self.index, {"nprobe": nprobe})
-        _, ids = self.index.search(queries, min(k * auto.REFINE, len(stored)))
+        _, ids = self.index.search(queries, min(k * refine, len(stored)))
         return index_types.refine_exact(queries, ids, k, stored, self.storage.codec.decode)[1]
 
     # ----------------------------------------------------------------- files

@@ -69,7 +69,7 @@ def merge_dump(
         if faiss_factory == AUTO:
             index.manifest["structure"] = {"policy": "auto", "built_for": len(index)}
             index.commit()
-            if needs_rebuild(index.manifest, len(index)):
+            if needs_rebuild(index.manifest, len(index), index.dim):
                 index.build_auto_structure(progress)
             else:
                 index.structure.load()

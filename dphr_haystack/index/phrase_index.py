@@ -311,8 +311,9 @@ class PhraseIndex(Reindexing):
     def passage_cache(self, name: str, derive: Callable[[dict[str, Any]], Any]) -> RowCache:
         """Values derived from the passage records by row (``derive(record)``), each computed once and shared by
         every search of this index (e.g. a passage's words for the answer features); a reload starts afresh. It
-        grows with every passage read, up to all of them (the answer words of SQuAD-open-small's 20,598 passages:
-        55 MiB, ``benchmarks/memory/store.py``)."""
+        grows with every passage read, up to :data:`~dphr_haystack.index.passages.MAX_CACHED_ROWS` of them, the
+        least recently read dropped first (the answer words of all SQuAD-open-small's 20,598 passages: 55 MiB,
+        ``benchmarks/memory/store.py``)."""
         return self.table.cache(name, derive)
 
     @property
@@ -487,7 +488,7 @@ class PhraseIndex(Reindexing):
         if not merging:
             self.commit()
             self.structure.refresh_backend(faiss_only=True)  # a GPU copy does not see CPU adds
-            if self.auto_structure and auto.needs_rebuild(self.manifest, len(self)):
+            if self.auto_structure and auto.needs_rebuild(self.manifest, len(self), self.dim):
                 try:
                     self.build_auto_structure(progress=False)
                 except IndexWriteError as exc:  # rolled back to the committed add (see writing)

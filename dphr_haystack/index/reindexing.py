@@ -75,7 +75,7 @@ class Reindexing:
     def build_auto_structure(self, progress: bool = True) -> Any:
         """Build the structure ``auto`` picks for the current size and tune its ``nprobe`` (see ``auto``); commits.
         Call it inside :meth:`writing`."""
-        factory = auto.auto_factory(len(self))
+        factory = auto.auto_factory(len(self), self.dim)
         self._building_auto = True
         try:
             self.reindex(factory, progress=progress)

@@ -270,10 +270,54 @@ def test_auto_structure_grows_from_exact_to_a_tuned_ivf(tiny_model, tmp_path, mo
     exact_scores, _ = fixed.search_tokens(queries, 10)
     scores, _ = PhraseIndex.load(tmp_path / "a").search_tokens(queries, 10)
     np.testing.assert_allclose(scores, exact_scores, rtol=1e-3, atol=1e-3)
-    assert not auto.needs_rebuild(index.manifest, len(index))
-    assert auto.needs_rebuild(index.manifest, len(index) * auto.REBUILD_GROWTH + 1)
+    assert not auto.needs_rebuild(index.manifest, len(index), index.dim)
+    assert auto.needs_rebuild(index.manifest, len(index) * auto.REBUILD_GROWTH + 1, index.dim)
     index.reindex("HNSW8,Flat", progress=False)
     assert not index.auto_structure  # an explicit reindex fixes the structure
+
+
+def test_auto_picks_exact_then_sq8_then_opq_pq_codes_by_size():
+    from dphr_haystack.index import auto
+
+    assert auto.auto_factory(auto.EXACT_LIMIT, 384) == "Flat"
+    assert auto.auto_factory(auto.EXACT_LIMIT + 1, 384).endswith(",SQ8")
+    assert auto.auto_factory(auto.PQ_LIMIT, 384) == "IVF4096,SQ8"
+    assert auto.auto_factory(auto.PQ_LIMIT + 1, 384) == "OPQ96,IVF8192,PQ96np"  # 96 bytes a vector at d=384
+    assert auto.auto_factory(10_000_000, 768).startswith("OPQ192,IVF16384,PQ192")
+    assert (
+        auto.auto_refine("IVF4096,SQ8") == auto.REFINE and auto.auto_refine("OPQ96,IVF8192,PQ96np") == auto.PQ_REFINE
+    )
+    built_sq8 = {"faiss_factory": "IVF4096,SQ8", "structure": {"policy": "auto", "built_for": auto.PQ_LIMIT // 2}}
+    assert not auto.needs_rebuild(built_sq8, auto.PQ_LIMIT, 384)
+    assert auto.needs_rebuild(built_sq8, auto.PQ_LIMIT + 1, 384)  # past the limit before growing 4x: PQ now
+    built_pq = {
+        "faiss_factory": "OPQ96,IVF8192,PQ96np",
+        "structure": {"policy": "auto", "built_for": auto.PQ_LIMIT + 1},
+    }
+    assert not auto.needs_rebuild(built_pq, 3 * auto.PQ_LIMIT, 384)
+    assert auto.needs_rebuild(built_pq, 4 * auto.PQ_LIMIT + 5, 384)
+
+
+def test_auto_structure_switches_to_tuned_pq_codes_past_the_pq_limit(tiny_model, tmp_path, monkeypatch):
+    from dphr_haystack.index import auto
+
+    monkeypatch.setattr(auto, "EXACT_LIMIT", 100)
+    index = PhraseIndex.create(tiny_model, path=tmp_path / "a")
+    add_passages(index, tiny_model, _many_passages(60), progress=False)
+    assert index.faiss_factory.endswith(",SQ8")
+    monkeypatch.setattr(auto, "PQ_LIMIT", len(index) + 10)  # the next add passes it, long before growing 4x
+    add_passages(index, tiny_model, _many_passages(200)[60:], progress=False)
+    again = PhraseIndex.load(tmp_path / "a", model=tiny_model)
+    m = again.dim // auto.PQ_DIMS_PER_CODE
+    assert again.faiss_factory.startswith(f"OPQ{m},IVF") and again.faiss_factory.endswith(f",PQ{m}np")
+    assert again.search_params["refine"] == auto.PQ_REFINE and again.manifest["structure"]["policy"] == "auto"
+    exact = PhraseIndex.create(tiny_model, faiss_factory="Flat")
+    add_passages(exact, tiny_model, _many_passages(200), progress=False)
+    queries = exact.vectors(slice(0, 20)) + 0.1
+    exact_scores, _ = exact.search_tokens(queries, 5)
+    scores, _ = again.search_tokens(queries, 5)
+    np.testing.assert_allclose(scores[:, 0], exact_scores[:, 0], rtol=1e-3)  # re-ranked from the stored vectors
+    assert np.isclose(scores, exact_scores, rtol=1e-3).mean() >= 0.9  # PQ codes find nearly all of exact's top 5
 
 
 def test_retune_chooses_an_older_auto_structures_nprobe_again_by_todays_rule(

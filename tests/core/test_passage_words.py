@@ -108,3 +108,23 @@ def test_searches_tokenise_each_passage_once(tiny_model):
     again = searcher.search("What is the capital of France?", unit="phrase", top_k=5)
     assert [h.confidence for h in again] == [h.confidence for h in first]
     assert len(read) == len(set(read))  # the second search read them from the cache
+
+
+def test_a_passage_cache_keeps_the_most_recently_read_rows_up_to_its_bound():
+    from dphr_haystack.index.passages import RowCache
+
+    derived = []
+    cache = RowCache(lambda record: derived.append(record["id"]) or record["id"].upper(), max_rows=3)
+    records = [{"id": f"p{i}"} for i in range(5)]
+    for row in (0, 1, 2, 0, 3, 4):  # row 0 read again before 3 and 4 arrive: row 1, then 2, are dropped
+        assert cache.get(row, records[row]) == f"P{row}"
+    assert len(cache) == 3 and derived == ["p0", "p1", "p2", "p3", "p4"]
+    cache.get(0, records[0])
+    cache.get(1, records[1])
+    assert derived[-1] == "p1" and derived.count("p0") == 1  # row 0 stayed, row 1 is computed again
+    cache.get(0, {"id": "p0"})  # another record object at row 0 (rolled back, written anew): computed afresh
+    assert derived.count("p0") == 2
+    cache.forget_from(1)
+    assert len(cache) == 1
+    with pytest.raises(ValueError, match="max_rows"):
+        RowCache(str, max_rows=0)
