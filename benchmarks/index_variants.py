@@ -6,12 +6,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.common import ROOT
+from benchmarks.common import ROOT, hit_scores, percentiles
 
 _RSS_PROBE = """
 import sys
@@ -68,3 +69,36 @@ def footprint(index, where: Path) -> dict[str, float]:
     if saved:
         shutil.rmtree(where)
     return {"disk_bytes": disk, "rss_bytes": rss}
+
+
+def answer_sets(
+    index, model, sets: dict[str, tuple[list, np.ndarray, np.ndarray]], latency_set: str, latency_questions: int = 200
+) -> dict[str, Any]:
+    """EM@1 / F1@1 and passage acc@1 / acc@5 of the default searcher per question set (its examples and query
+    vectors), and ``latency_ms``: p50 / p95 of one phrase search (top 10, one thread) on ``latency_set``'s first
+    ``latency_questions``."""
+    import torch
+
+    from dphr_haystack import PhraseSearcher
+
+    searcher = PhraseSearcher(index, model)
+    out: dict[str, Any] = {}
+    for name, (examples, q_start, q_end) in sets.items():
+        questions = [ex.question for ex in examples]
+        answers = searcher.search_vectors(q_start, q_end, "phrase", 10, questions=questions)
+        passages = searcher.search_vectors(q_start, q_end, "passage", 10, questions=questions)
+        out[name] = hit_scores(examples, answers, passages, 5)
+    examples, q_start, q_end = sets[latency_set]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    times = []
+    try:
+        for i in range(min(latency_questions, len(examples))):
+            started = time.perf_counter()
+            question = [examples[i].question]
+            searcher.search_vectors(q_start[i : i + 1], q_end[i : i + 1], "phrase", 10, questions=question)
+            times.append((time.perf_counter() - started) * 1000)
+    finally:
+        torch.set_num_threads(threads)
+    out["latency_ms"] = percentiles(times)
+    return out

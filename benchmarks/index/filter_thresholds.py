@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,14 +41,13 @@ from benchmarks.common import (
     cached_open_small_phrases,
     finish_result,
     held_out_questions,
-    hit_scores,
     machine,
     model_id,
     pyplot,
     save_figure,
     squad_open_small_questions,
 )
-from benchmarks.index_variants import filtered_index, footprint
+from benchmarks.index_variants import answer_sets, filtered_index, footprint
 
 WORK = ROOT / "runs" / "filter_thresholds"
 EM_BUDGET = 0.01  # the most EM@1 a stricter threshold may lose on the validation questions
@@ -78,28 +76,10 @@ def threshold_for(scores: np.ndarray, kept: int) -> float:
 
 
 def evaluate(index, model, sets: dict[str, tuple[list, np.ndarray, np.ndarray]]) -> dict[str, Any]:
-    """EM@1 / F1@1, passage acc@1 / acc@5 per question set, and the p50 of one phrase search (one thread)."""
-    import torch
-
-    from dphr_haystack import PhraseSearcher
-
-    searcher = PhraseSearcher(index, model)
-    out: dict[str, Any] = {}
-    for name, (examples, q_start, q_end) in sets.items():
-        questions = [ex.question for ex in examples]
-        answers = searcher.search_vectors(q_start, q_end, "phrase", 10, questions=questions)
-        passages = searcher.search_vectors(q_start, q_end, "passage", 10, questions=questions)
-        out[name] = hit_scores(examples, answers, passages, 5)
-    examples, q_start, q_end = next(iter(sets.values()))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    times = []
-    for i in range(min(200, len(examples))):
-        started = time.perf_counter()
-        searcher.search_vectors(q_start[i : i + 1], q_end[i : i + 1], "phrase", 10, questions=[examples[i].question])
-        times.append((time.perf_counter() - started) * 1000)
-    torch.set_num_threads(threads)
-    out["p50_ms_search"] = statistics.median(times)
+    """EM@1 / F1@1, passage acc@1 / acc@5 per question set, and the p50 of one phrase search (one thread) on the
+    first set's questions."""
+    out = answer_sets(index, model, sets, latency_set=next(iter(sets)))
+    out["p50_ms_search"] = out.pop("latency_ms")["p50_ms"]
     return out
 
 

@@ -31,19 +31,16 @@ from benchmarks.common import (
     cached_open_small_phrases,
     finish_result,
     held_out_questions,
-    hit_scores,
     machine,
     model_id,
-    percentiles,
     pyplot,
     save_figure,
     squad_open_small_questions,
 )
-from benchmarks.index_variants import filtered_index, footprint, use_search_params
+from benchmarks.index_variants import answer_sets, filtered_index, footprint, use_search_params
 
 WORK = ROOT / "runs" / "quantized_structures"
 DEFAULT_STRUCTURES = ["IVF4096,SQ8:4", "OPQ96,IVF4096,PQ96np:4,8,16", "OPQ48,IVF4096,PQ48np:8,16"]
-LATENCY_QUESTIONS = 200
 UNSEEN = "SQuAD-open-small (unseen)"
 
 
@@ -65,36 +62,6 @@ def question_sets(model, questions: int) -> dict[str, tuple[list, np.ndarray, np
         q_start, q_end = model.encode_queries([ex.question for ex in examples], batch_size=64, precision="int8")
         sets[name] = (examples, q_start, q_end)
     return sets
-
-
-def answer(index, model, sets: dict[str, tuple[list, np.ndarray, np.ndarray]]) -> dict[str, Any]:
-    """EM@1 / F1@1 and passage acc@1 / acc@5 per question set; p50 / p95 ms of one phrase search (one thread)."""
-    import torch
-
-    from dphr_haystack import PhraseSearcher
-
-    searcher = PhraseSearcher(index, model)
-    out: dict[str, Any] = {}
-    for name, (examples, q_start, q_end) in sets.items():
-        questions = [ex.question for ex in examples]
-        answers = searcher.search_vectors(q_start, q_end, "phrase", 10, questions=questions)
-        passages = searcher.search_vectors(q_start, q_end, "passage", 10, questions=questions)
-        out[name] = hit_scores(examples, answers, passages, 5)
-    examples, q_start, q_end = sets[UNSEEN]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    times = []
-    try:
-        for i in range(min(LATENCY_QUESTIONS, len(examples))):
-            started = time.perf_counter()
-            searcher.search_vectors(
-                q_start[i : i + 1], q_end[i : i + 1], "phrase", 10, questions=[examples[i].question]
-            )
-            times.append((time.perf_counter() - started) * 1000)
-    finally:
-        torch.set_num_threads(threads)
-    out["latency_ms"] = percentiles(times)
-    return out
 
 
 def measure(model_name: str, questions: int, structures: list[str], query_models: list[str], cache: Path | None):
@@ -130,7 +97,7 @@ def measure(model_name: str, questions: int, structures: list[str], query_models
                 "nprobe": params["nprobe"],
                 "probe_recall": params["probe_recall"],
                 "tune_seconds": tune_seconds,
-                "results": {name: answer(variant, encoders[name], sets[name]) for name in encoders},
+                "results": {name: answer_sets(variant, encoders[name], sets[name], UNSEEN) for name in encoders},
             }
             row["tunings"].append(tuning)
             print(factory, {k: v for k, v in tuning.items() if k != "results"}, tuning["results"], flush=True)
