@@ -18,7 +18,8 @@ takes (the top 10 start and end tokens, and the next 10 its second round would t
 questions: EM@1 28.85 vs 28.88, one question apart; 300 SQuAD-open-small questions: 35.0 both) at a quarter of
 the scan. Recall is measured against exact inner-product search over the decoded stored vectors.
 
-PQ codes rank coarser than SQ8's, so they re-rank :data:`PQ_REFINE` = 8 candidates per token, not 4: on the
+PQ codes rank coarser than SQ8's, so they re-rank at least :data:`PQ_REFINE` = 8 candidates per token, not 4 (and
+16 or 32 where fewer lists then reach the target: :data:`PQ_REFINES`): on the
 default model's SQuAD-open-small index (713,934 vectors, ``OPQ96,IVF4096,PQ96np``) 4 never reaches the target
 recall (0.907 with every list probed, a 92 ms search), 8 reaches it at nprobe 128 as SQ8 does and answers 600
 validation and 600 unseen questions exactly as ``IVF4096,SQ8`` does (EM@1 42.00 / 49.17), with 3.9 instead of 14.1
@@ -53,7 +54,11 @@ PQ_LIMIT = 2**21
 PQ_DIMS_PER_CODE = 4  # d/4 sub-quantizers of 8 bits: OPQ96,...,PQ96np at d=384
 REBUILD_GROWTH = 4  # an IVF structure is trained again when the index has grown this many times past its build
 REFINE = 4  # candidates fetched per wanted token, re-ranked exactly (``refine`` search parameter), SQ8 codes
-PQ_REFINE = 8  # the same for PQ codes, coarser than SQ8's
+PQ_REFINE = 8  # the same for PQ codes, coarser than SQ8's: the least of PQ_REFINES
+# Refines tried for PQ codes: the one whose tuned nprobe is smallest wins (re-ranking 32·k stored rows reads far
+# less than scanning 4x more lists). At 3,957,392 vectors of SQuAD + distractor text (OPQ96,IVF8192,PQ96np) 8 does
+# not reach the target even with every list probed (0.849), 16 needs nprobe 1024 (0.934), 32 nprobe 256 (0.950).
+PQ_REFINES = (PQ_REFINE, 16, 32)
 TARGET_RECALL = 0.93  # of the probes' exact top-PROBE_K tokens (about 0.99 of a question's: see above)
 PROBE_QUERIES = 128
 PROBE_K = 20
@@ -74,8 +79,28 @@ def auto_factory(num_vectors: int, dim: int) -> str:
 
 
 def auto_refine(factory: str) -> int:
-    """Candidates per wanted token that ``auto`` re-ranks exactly in ``factory``: more for PQ codes."""
-    return PQ_REFINE if ",PQ" in factory else REFINE
+    """The fewest candidates per wanted token that ``auto`` re-ranks exactly in ``factory``: more for PQ codes."""
+    return refine_choices(factory)[0]
+
+
+def refine_choices(factory: str) -> tuple[int, ...]:
+    """The refines :func:`tune_search_params` tries for ``factory``."""
+    return PQ_REFINES if ",PQ" in factory else (REFINE,)
+
+
+def tune_search_params(
+    search: Callable[[np.ndarray, int, int, int], np.ndarray],
+    stored: np.ndarray,
+    decode: Callable[[np.ndarray], np.ndarray],
+    nlist: int,
+    refines: tuple[int, ...],
+) -> dict[str, Any]:
+    """:func:`tune_nprobe` for each refine; the tuning that reaches :data:`TARGET_RECALL` with the fewest lists
+    (then the fewest candidates) wins, else the one with the best recall."""
+    tunings = [tune_nprobe(search, stored, decode, nlist, refine) for refine in refines]
+    return min(
+        tunings, key=lambda t: (t["probe_recall"] < TARGET_RECALL, t["nprobe"], t["refine"], -t["probe_recall"])
+    )
 
 
 def needs_rebuild(manifest: dict[str, Any], num_vectors: int, dim: int) -> bool:

@@ -156,12 +156,12 @@ class FaissStructure:
         )
 
     def tune_nprobe(self, refine: int | None = None) -> dict[str, Any]:
-        """``auto``'s search parameters for the built IVF structure (see :func:`auto.tune_nprobe`); ``refine``
-        defaults to ``auto``'s for the structure."""
+        """``auto``'s search parameters for the built IVF structure (see :func:`auto.tune_search_params`): nprobe
+        for ``refine``, or the best of ``auto``'s refines for the structure."""
         ivf = index_types.ivf_of(self.index)
-        refine = refine or auto.auto_refine(self.factory)
+        refines = (refine,) if refine else auto.refine_choices(self.factory)
         stored = self.storage.vectors.view()
-        return auto.tune_nprobe(self.probe_search, stored, self.storage.codec.decode, ivf.nlist, refine)
+        return auto.tune_search_params(self.probe_search, stored, self.storage.codec.decode, ivf.nlist, refines)
 
     def probe_search(self, queries: np.ndarray, k: int, nprobe: int, refine: int) -> np.ndarray:
         """Rows of a search with ``nprobe`` lists and ``refine``·k candidates re-ranked exactly (for tuning)."""

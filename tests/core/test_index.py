@@ -287,6 +287,7 @@ def test_auto_picks_exact_then_sq8_then_opq_pq_codes_by_size():
     assert (
         auto.auto_refine("IVF4096,SQ8") == auto.REFINE and auto.auto_refine("OPQ96,IVF8192,PQ96np") == auto.PQ_REFINE
     )
+    assert auto.refine_choices("IVF4096,SQ8") == (auto.REFINE,) and auto.refine_choices("OPQ96,IVF8,PQ96np")[0] == 8
     built_sq8 = {"faiss_factory": "IVF4096,SQ8", "structure": {"policy": "auto", "built_for": auto.PQ_LIMIT // 2}}
     assert not auto.needs_rebuild(built_sq8, auto.PQ_LIMIT, 384)
     assert auto.needs_rebuild(built_sq8, auto.PQ_LIMIT + 1, 384)  # past the limit before growing 4x: PQ now
@@ -296,6 +297,22 @@ def test_auto_picks_exact_then_sq8_then_opq_pq_codes_by_size():
     }
     assert not auto.needs_rebuild(built_pq, 3 * auto.PQ_LIMIT, 384)
     assert auto.needs_rebuild(built_pq, 4 * auto.PQ_LIMIT + 5, 384)
+
+
+def test_auto_tuning_picks_the_refine_that_needs_the_fewest_lists():
+    from dphr_haystack.index import auto
+
+    stored = np.random.default_rng(0).normal(size=(500, 8)).astype(np.float32)
+    truth = auto.exact_top_rows(auto.probe_queries(stored, np.asarray, auto.PROBE_QUERIES), stored, np.asarray, 20)
+    reach = {8: 10**9, 16: 64, 32: 16}  # the nprobe from which each refine finds every exact token
+
+    def search(queries, k, nprobe, refine):
+        return truth if nprobe >= reach[refine] else np.full_like(truth, -1)
+
+    tuned = auto.tune_search_params(search, stored, np.asarray, 256, (8, 16, 32))
+    assert (tuned["refine"], tuned["nprobe"], tuned["probe_recall"]) == (32, 16, 1.0)
+    unreachable = auto.tune_search_params(search, stored, np.asarray, 256, (8,))
+    assert (unreachable["nprobe"], unreachable["probe_recall"]) == (256, 0.0)  # every list, the target missed
 
 
 def test_auto_structure_switches_to_tuned_pq_codes_past_the_pq_limit(tiny_model, tmp_path, monkeypatch):
@@ -310,7 +327,7 @@ def test_auto_structure_switches_to_tuned_pq_codes_past_the_pq_limit(tiny_model,
     again = PhraseIndex.load(tmp_path / "a", model=tiny_model)
     m = again.dim // auto.PQ_DIMS_PER_CODE
     assert again.faiss_factory.startswith(f"OPQ{m},IVF") and again.faiss_factory.endswith(f",PQ{m}np")
-    assert again.search_params["refine"] == auto.PQ_REFINE and again.manifest["structure"]["policy"] == "auto"
+    assert again.search_params["refine"] in auto.PQ_REFINES and again.manifest["structure"]["policy"] == "auto"
     exact = PhraseIndex.create(tiny_model, faiss_factory="Flat")
     add_passages(exact, tiny_model, _many_passages(200), progress=False)
     queries = exact.vectors(slice(0, 20)) + 0.1
