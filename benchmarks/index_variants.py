@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import ROOT, hit_scores, percentiles
+from benchmarks.common import ROOT, held_out_questions, hit_scores, percentiles, squad_open_small_questions
 
+UNSEEN = "SQuAD-open-small (unseen)"
 _RSS_PROBE = """
 import sys
 import numpy as np
@@ -29,6 +30,19 @@ for row in range(0, 64, 8):
     index.search_tokens(queries[row : row + 8], 200)
 print(rss() - before)
 """
+
+
+def question_sets(model, questions: int) -> dict[str, tuple[list, np.ndarray, np.ndarray]]:
+    """``questions`` held-out validation and unseen SQuAD-open-small questions each, with ``model``'s int8 query
+    vectors: ``{"validation": (examples, q_start, q_end), UNSEEN: (...)}``."""
+    sets = {}
+    for name, examples in (
+        ("validation", held_out_questions(questions)),
+        (UNSEEN, squad_open_small_questions(questions)),
+    ):
+        q_start, q_end = model.encode_queries([ex.question for ex in examples], batch_size=64, precision="int8")
+        sets[name] = (examples, q_start, q_end)
+    return sets
 
 
 def use_search_params(index, params: dict[str, Any]) -> None:

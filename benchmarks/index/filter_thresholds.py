@@ -40,14 +40,12 @@ from benchmarks.common import (
     SQUAD_TRAIN,
     cached_open_small_phrases,
     finish_result,
-    held_out_questions,
     machine,
     model_id,
     pyplot,
     save_figure,
-    squad_open_small_questions,
 )
-from benchmarks.index_variants import answer_sets, filtered_index, footprint
+from benchmarks.index_variants import UNSEEN, answer_sets, filtered_index, footprint, question_sets
 
 WORK = ROOT / "runs" / "filter_thresholds"
 EM_BUDGET = 0.01  # the most EM@1 a stricter threshold may lose on the validation questions
@@ -176,13 +174,7 @@ def measure(
     if state_head:
         head, head_summary = train_state_head(index, model)
         scorers["state head"] = filter_scores(index, model, head=head)
-    sets = {}
-    for name, examples in (
-        ("validation", held_out_questions(questions)),
-        ("SQuAD-open-small (unseen)", squad_open_small_questions(questions)),
-    ):
-        q_start, q_end = model.encode_queries([ex.question for ex in examples], batch_size=64, precision="int8")
-        sets[name] = (examples, q_start, q_end)
+    sets = question_sets(model, questions)
     rows = []
     variants = [(None, None, None), *[(name, scores, None) for name, scores in scorers.items()]]
     variants += [(f"all, {factory}", None, factory) for factory in factories]
@@ -191,10 +183,10 @@ def measure(
             kept = len(index) if target is None else min(len(index), int(round(target * passages)))
             threshold = model.config.filter_threshold if target is None else threshold_for(scores, kept)
             keep = np.arange(len(index)) if target is None else np.flatnonzero(scores > threshold)
-            if factory is not None:
-                variant = filtered_index(index, model, keep, threshold, factory)
+            if target is None and factory is None:
+                variant = index
             else:
-                variant = index if target is None else filtered_index(index, model, keep, threshold)
+                variant = filtered_index(index, model, keep, threshold, factory or "auto")
             reached = np.zeros(passages, dtype=bool)
             reached[index.tokens["passage"][keep]] = True
             row = {
@@ -232,11 +224,10 @@ def measure(
 
 
 def markdown(result: dict[str, Any]) -> str:
-    unseen = "SQuAD-open-small (unseen)"
     lines = [
         f"The token filter of `{result['model']}` at stricter thresholds, SQuAD-open-small ({result['passages']:,} "
         f"passages), default searcher, int8 queries, {result['machine']['cpu']}; EM@1 / acc@1 on "
-        f"{result['questions']['validation']:,} validation and {result['questions'][unseen]:,} unseen questions "
+        f"{result['questions']['validation']:,} validation and {result['questions'][UNSEEN]:,} unseen questions "
         f"(chosen on validation: the fewest vectors within {100 * result['em_budget']:.0f} EM point of today):",
         "",
         "| tokens kept by | threshold | vectors / passage | passages without a vector | disk B / passage "
@@ -245,7 +236,7 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     chosen = result["chosen"]
     for r in result["rows"]:
-        v, u = r["results"]["validation"], r["results"][unseen]
+        v, u = r["results"]["validation"], r["results"][UNSEEN]
         mark = " (chosen)" if (r["scorer"], r["target"]) == (chosen["scorer"], chosen["target"]) else ""
         lines.append(
             f"| {r['scorer']}{mark} | {r['threshold']:.2f} | {r['vectors_per_passage']:.1f} | "
@@ -270,7 +261,7 @@ def plot(result: dict[str, Any], path) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
     today = result["rows"][0]
-    for ax, name in zip(axes, ("validation", "SQuAD-open-small (unseen)"), strict=True):
+    for ax, name in zip(axes, ("validation", UNSEEN), strict=True):
         for row in result["rows"]:
             if row.get("factory"):
                 ax.scatter([row["vectors_per_passage"]], [100 * row["results"][name]["em@1"]], marker="x", zorder=3)

@@ -30,18 +30,15 @@ from benchmarks.common import (
     ROOT,
     cached_open_small_phrases,
     finish_result,
-    held_out_questions,
     machine,
     model_id,
     pyplot,
     save_figure,
-    squad_open_small_questions,
 )
-from benchmarks.index_variants import answer_sets, filtered_index, footprint, use_search_params
+from benchmarks.index_variants import UNSEEN, answer_sets, filtered_index, footprint, question_sets, use_search_params
 
 WORK = ROOT / "runs" / "quantized_structures"
 DEFAULT_STRUCTURES = ["IVF4096,SQ8:4", "OPQ96,IVF4096,PQ96np:4,8,16", "OPQ48,IVF4096,PQ48np:8,16"]
-UNSEEN = "SQuAD-open-small (unseen)"
 
 
 def parse_structure(spec: str) -> tuple[str, list[int]]:
@@ -50,18 +47,6 @@ def parse_structure(spec: str) -> tuple[str, list[int]]:
     if not factory:
         raise SystemExit(f"--structures: {spec!r} is not FACTORY:REFINE[,REFINE...]")
     return factory, [int(r) for r in refines.split(",")]
-
-
-def question_sets(model, questions: int) -> dict[str, tuple[list, np.ndarray, np.ndarray]]:
-    """The validation and unseen questions with ``model``'s int8 query vectors."""
-    sets = {}
-    for name, examples in (
-        ("validation", held_out_questions(questions)),
-        (UNSEEN, squad_open_small_questions(questions)),
-    ):
-        q_start, q_end = model.encode_queries([ex.question for ex in examples], batch_size=64, precision="int8")
-        sets[name] = (examples, q_start, q_end)
-    return sets
 
 
 def measure(model_name: str, questions: int, structures: list[str], query_models: list[str], cache: Path | None):

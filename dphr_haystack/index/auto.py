@@ -85,7 +85,7 @@ def auto_refine(factory: str) -> int:
 
 def refine_choices(factory: str) -> tuple[int, ...]:
     """The refines :func:`tune_search_params` tries for ``factory``."""
-    return PQ_REFINES if ",PQ" in factory else (REFINE,)
+    return PQ_REFINES if _kind(factory) == "PQ" else (REFINE,)
 
 
 def tune_search_params(
@@ -96,7 +96,7 @@ def tune_search_params(
     refines: tuple[int, ...],
 ) -> dict[str, Any]:
     """:func:`tune_nprobe` for each refine; the tuning that reaches :data:`TARGET_RECALL` with the fewest lists
-    (then the fewest candidates) wins, else the one with the best recall."""
+    (then the fewest candidates) wins; when none reaches it (each probed every list), the fewest candidates."""
     tunings = [tune_nprobe(search, stored, decode, nlist, refine) for refine in refines]
     return min(
         tunings, key=lambda t: (t["probe_recall"] < TARGET_RECALL, t["nprobe"], t["refine"], -t["probe_recall"])
