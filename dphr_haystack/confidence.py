@@ -77,6 +77,7 @@ __all__ = [
     "AnswerRanker",
     "Answerability",
     "Calibration",
+    "QuestionWords",
     "answer_confidences",
     "corpus_shift",
     "answer_features",
@@ -88,9 +89,11 @@ __all__ = [
     "fit_calibration",
     "fit_logistic",
     "fit_ranker",
+    "name_share",
     "no_answer_score",
     "normalized_words",
     "query_features",
+    "question_names",
     "question_words",
     "ranked_confidences",
     "reliability",
@@ -140,9 +143,58 @@ class RankedPhrase(Protocol):
     end: int
 
 
-def question_words(question: str) -> tuple[str, ...]:
-    """The normalised words of a question (SQuAD normalisation: case, punctuation and articles dropped)."""
-    return tuple(normalized_words(question))
+# A word of a question as written (letters, digits and the marks inside a name or a version: "3.0", "O'Neill").
+_WRITTEN_WORD = re.compile(r"[^\W_][\w.'’-]*")
+_POSSESSIVE = re.compile(r"['’]s?$")
+
+
+class QuestionWords(tuple):
+    """A question's normalised words (a tuple of str, as :func:`normalized_words` gives them) that also knows the
+    question's :attr:`names` (:func:`question_names`)."""
+
+    names: tuple[str, ...]
+
+    def __new__(cls, words: Iterable[str], names: Iterable[str] = ()) -> QuestionWords:
+        self = super().__new__(cls, words)
+        self.names = tuple(names)
+        return self
+
+
+def question_words(question: str) -> QuestionWords:
+    """The normalised words of a question (SQuAD normalisation: case, punctuation and articles dropped), with its
+    names (:func:`question_names`)."""
+    return QuestionWords(normalized_words(question), question_names(question))
+
+
+def question_names(question: str) -> tuple[str, ...]:
+    """The normalised names of a question: its words written with a capital letter (but its first word and "I")
+    or holding a digit, possessive ``'s`` dropped, each once: "Who was the first mayor of Port Calder in 1901?" →
+    ``("port", "calder", "1901")``. A passage that answers a question nearly always writes its names as asked,
+    where other words are often paraphrased."""
+    out: list[str] = []
+    for position, written in enumerate(_WRITTEN_WORD.findall(question)):
+        written = _POSSESSIVE.sub("", written.rstrip(".-"))
+        named = position > 0 and written[:1].isupper() and written != "I"
+        if named or any(ch.isdigit() for ch in written):
+            word = normalize_answer(written).replace(" ", "")
+            if word and word not in out:
+                out.append(word)
+    return tuple(out)
+
+
+def name_share(names: Sequence[str], record: Mapping[str, Any]) -> float:
+    """The share of ``names`` (:func:`question_names`) that a passage's title or text holds as whole normalised
+    words (a name also matches its possessive or plural, and a plural its singular: "velmora" in "Velmora's",
+    "normans" in "Norman"); 1.0 when there are none."""
+    if not names:
+        return 1.0
+    title = str(record.get("title") or "").replace("_", " ")
+    words = set(normalized_words(f"{title} {record.get('text') or ''}"))
+    return sum(_holds(words, name) for name in names) / len(names)
+
+
+def _holds(words: set[str], name: str) -> bool:
+    return name in words or f"{name}s" in words or (name.endswith("s") and name[:-1] in words)
 
 
 def copies_question(phrase: str, words: Sequence[str]) -> bool:
@@ -476,9 +528,17 @@ def query_features(
     right passage much (on held-out SQuAD questions the log kept AUROC right vs wrong 0.01 higher at the same
     separation of answerable from unanswerable questions);
     - ``log_passages``: log(1 + ``searched``);
-    - ``best_score``: the best raw score of the reference list.
+    - ``best_score``: the best raw score of the reference list;
+    - ``top_name_support`` / ``best_name_support``: the share of the question's names (``asked.names``, see
+      :func:`question_names`: "Port Calder", "2023", "3.0") that the top answer's passage holds, and the largest
+      share a passage of the reference list holds (:func:`name_share`, logged as the shares above): a question
+      about another town, company or version than the corpus' own shares most of its words with an answerable
+      one, but not its names;
+    - ``has_names``: 1.0 when the question has names, 0.0 when it has none (or is written in lower case);
 
-    A feature that needs the question's words is NaN without them (an :class:`Answerability` counts it at its mean).
+    A feature that needs the question's words is NaN without them (an :class:`Answerability` counts it at its mean);
+    so are the name shares for a question without names (one written in lower case: its names cannot be told),
+    and the three name features when ``asked`` is a plain sequence of words.
     """
     names = check_query_features(tuple(names))
     out = np.full(len(names), np.nan)
@@ -504,6 +564,15 @@ def query_features(
             "window_support": support.near(phrase),
             "sentence_support": support.sentence(phrase),
         }
+        names = getattr(asked, "names", None)
+        if names is not None:
+            values["has_names"] = float(bool(names))
+        if names:
+            rows = dict.fromkeys(p.passage_row for p in reference)
+            held = {row: name_share(names, passages[row]) for row in rows}
+            top_row = phrase.passage_row
+            shares["top_name_support"] = held[top_row] if top_row in held else name_share(names, passages[top_row])
+            shares["best_name_support"] = max(held.values())
         values.update({name: math.log(SUPPORT_FLOOR + share) for name, share in shares.items()})
     for name, j in column.items():
         if name in values:

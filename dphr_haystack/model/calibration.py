@@ -54,6 +54,9 @@ QUERY_FEATURES = (
     "sentence_support",
     "log_passages",
     "best_score",
+    "top_name_support",
+    "best_name_support",
+    "has_names",
 )
 # How many ranked candidate phrases a calibration's features look at (their reference list) and its ranker orders;
 # a calibration stored without a depth was fitted on the first 10.

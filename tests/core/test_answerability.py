@@ -16,8 +16,11 @@ from dphr_haystack.confidence import (
     Answerability,
     corpus_shift,
     fit_answerability,
+    name_share,
     no_answer_score,
+    normalized_words,
     query_features,
+    question_names,
     question_words,
     shifted,
 )
@@ -54,17 +57,51 @@ def test_query_features_by_hand():
     assert table["window_support"] == pytest.approx(_log(2 / 3))
     assert table["log_passages"] == pytest.approx(math.log(4.0))
     assert table["best_score"] == 12.0
+    # its one name, "Paris": not in the top answer's passage, in the title of row 1
+    assert table["top_name_support"] == pytest.approx(_log(0.0))
+    assert table["best_name_support"] == pytest.approx(_log(1.0))
     # another top answer: "Lyon" in row 2 ("Lyon has an old tower."): tower only
     lyon = dict(zip(QUERY_FEATURES, query_features(QUERY_FEATURES, CANDIDATES, 3, 0.5, ASKED, PASSAGES, 3)))
     assert lyon["top_support"] == pytest.approx(_log(1 / 3)) and lyon["top_logit"] == pytest.approx(0.0)
     # without the question the support features are NaN; a title with underscores reads as words
     blind = dict(zip(QUERY_FEATURES, query_features(QUERY_FEATURES, CANDIDATES, 0, 0.8, None, PASSAGES, 3)))
     assert np.isnan(blind["top_support"]) and blind["log_passages"] == pytest.approx(math.log(4.0))
+    # plain words know no names: the name features are NaN (counted at their mean)
+    unnamed = dict(zip(QUERY_FEATURES, query_features(QUERY_FEATURES, CANDIDATES, 0, 0.8, tuple(ASKED), PASSAGES, 3)))
+    assert np.isnan(unnamed["best_name_support"]) and unnamed["top_support"] == table["top_support"]
+    # nor does a question without names (written in lower case, its names cannot be told)
+    lower = question_words("who designed paris?")
+    assert np.isnan(query_features(("top_name_support",), CANDIDATES, 0, 0.8, lower, PASSAGES, 3)[0])
     underscored = [{**p, "title": p["title"].replace(" ", "_")} for p in PASSAGES]
     again = query_features(("best_title_support",), CANDIDATES, 0, 0.8, ASKED, underscored, 3)
     assert again[0] == pytest.approx(_log(1 / 3))
     with pytest.raises(InvalidParameterError, match="answerability over features"):
         query_features(("window_support", "margin"), CANDIDATES, 0, 0.8, ASKED, PASSAGES, 3)
+
+
+@pytest.mark.parametrize(
+    ("question", "names"),
+    [
+        ("Who was the first mayor of Port Calder?", ("port", "calder")),
+        ("When was Ledgerline 3.0 released?", ("ledgerline", "30")),
+        ("Which sculptor made the statue of Velmora's founders?", ("velmora",)),
+        ("What is the latest release of Ledgerbook, the app made by Corvid Labs?", ("ledgerbook", "corvid", "labs")),
+        ("Who composed The Magic Flute in 1791 and 1791?", ("magic", "flute", "1791")),  # articles dropped, once each
+        ("Paris: what did I see in 2021?", ("2021",)),  # the first word and "I" are not names
+        ("how many seeds does a flower produce?", ()),
+    ],
+)
+def test_question_names(question, names):
+    assert question_names(question) == names
+    asked = question_words(question)
+    assert asked.names == names and asked == tuple(normalized_words(question))  # a tuple of its words, as before
+
+
+def test_name_share_matches_whole_words_possessives_and_plurals():
+    passage = {"title": "Velmora_Museum", "text": "Velmora's 3.0 plan, by the Norman lords of Harrowgate."}
+    assert name_share(("velmora", "30", "normans", "museum"), passage) == 1.0
+    assert name_share(("velmor", "harrow", "calder", "harrowgate"), passage) == 0.25  # whole words only
+    assert name_share((), passage) == 1.0
 
 
 def test_the_corpus_shift_makes_the_top_confidence_the_answerability_and_keeps_the_order():

@@ -12,7 +12,16 @@ import pytest
 from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
 from dphr_haystack.confidence import KNOWN_FEATURES, QUERY_FEATURES, fit_calibration
 from dphr_haystack.encode.add import add_passages
-from train.answerability import Case, Question, corpus_cases, fit_table, gather, table_report
+from train.answerability import (
+    Case,
+    QueryTable,
+    Question,
+    corpus_cases,
+    fit_table,
+    gather,
+    lower_cased,
+    table_report,
+)
 from train.calibrate import write_calibrated
 from train.data import load_squad
 
@@ -107,3 +116,25 @@ def test_the_answerability_is_written_into_the_model_config(sample_index, tiny_m
     stored = json.loads((tmp_path / "out" / "dphr_config.json").read_text())["calibration"]
     assert stored["answerability"]["features"] == list(QUERY_FEATURES)
     assert PhraseModel.load(tmp_path / "out").config.calibration == fitted
+
+
+def test_the_fit_also_counts_each_named_question_as_if_asked_in_lower_case():
+    rng = np.random.default_rng(0)
+    n = 400
+    features = rng.normal(size=(n, len(QUERY_FEATURES)))
+    column = {name: j for j, name in enumerate(QUERY_FEATURES)}
+    held = rng.random(n) < 0.5  # the question's names are in the corpus, or not
+    features[:, column["top_name_support"]] = np.where(held, 0.0, -3.0)
+    features[:, column["best_name_support"]] = np.where(held, 0.0, -3.0)
+    features[:, column["has_names"]] = 1.0
+    correct = held & (rng.random(n) < 0.8)
+    cases = [Case(Question(f"q{i}", ("a",)), "all", bool(h)) for i, h in enumerate(held)]
+    table = QueryTable(cases, features, correct, np.full(n, 0.5), [""] * n)
+    lower = lower_cased(features[:3])
+    assert np.isnan(lower[:, column["top_name_support"]]).all() and (lower[:, column["has_names"]] == 0).all()
+    assert np.array_equal(lower[:, column["top_logit"]], features[:3, column["top_logit"]])
+    plain, both = fit_table(table, lower_case_weight=0.0), fit_table(table)
+    assert plain.mean[column["has_names"]] == 1.0 and both.mean[column["has_names"]] == pytest.approx(0.5)
+    # names held or missing tell right from wrong; a question whose names cannot be told lies in between
+    p = both.probability(np.vstack([features[held][:1], features[~held][:1], lower_cased(features[held][:1])]))
+    assert p[1] < p[2] < p[0]
