@@ -1,0 +1,276 @@
+"""Phrase answers at 200,000 passages: SQuAD-open-small plus 180,000 distractor passages, phrase-indexed as a user
+would (``dphr index``, in the background, see ``runs/scale/README.txt``), against SQuAD-open-small alone and against
+a dense FAISS Flat retriever over the same 200,598 passages.
+
+    .venv/bin/python -m benchmarks.index.large_corpus --dense-only     # the dense embeddings, resumable (~100 min)
+    .venv/bin/python -m benchmarks.index.large_corpus [--questions 600] [--latency-questions 200]
+
+- **corpus**: passages, vectors a passage, the FAISS structure and its search parameters, the indexing rate from the
+  indexer's one-line-a-minute log (``runs/scale/progress.tsv``: passages committed against wall time while it ran).
+- **answers**: EM@1 / F1@1 and passage acc@1 / acc@5 of the default searcher on the held-out validation and the
+  unseen SQuAD-open-small questions, over the large index and over SQuAD-open-small's own cached index (20,598
+  passages): what the distractors cost. The dense retriever's passage acc@1 / acc@5 over the large corpus beside it.
+- **latency**: p50 / p95 of one question, query encoding included, one thread, round robin: phrase answers (top 10)
+  over the large index and over SQuAD-open-small, and the dense retriever (the offline all-MiniLM-L6-v2 query
+  embedding, ``faiss.IndexFlatIP`` over the 200,598 normalised passage embeddings, top 10), with the ratio.
+
+Memory and disk: ``python -m benchmarks.memory.index_footprint --index runs/scale/index-200k`` (a fresh process).
+The dense embeddings are cached under ``runs/scale/dense-200k`` in chunks (a finished chunk is never redone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import calendar
+import gzip
+import json
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from benchmarks.common import (
+    DEFAULT_MODEL,
+    ROOT,
+    build_dense,
+    cached_open_small_phrases,
+    finish_result,
+    hit_scores,
+    load_dense,
+    machine,
+    model_id,
+    percentiles,
+    pyplot,
+    save_figure,
+)
+from benchmarks.index_variants import UNSEEN, answer_sets, question_sets
+
+SCALE = ROOT / "runs" / "scale"
+CORPUS = SCALE / "corpus-200k.jsonl.gz"
+INDEX = SCALE / "index-200k"
+DENSE = SCALE / "dense-200k"
+PROGRESS = SCALE / "progress.tsv"
+TOP_K = 10
+# Lines of the progress log further apart than this were written by different runs of the indexer.
+RUN_GAP_S = 180
+
+
+def corpus_documents(path: Path) -> list:
+    """The corpus' passages as Haystack documents (id, text, title and document id in meta), in file order."""
+    from haystack.schema import Document
+
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    return [
+        Document(id=r["id"], content=r["text"], meta={"title": r.get("title", ""), "document_id": r["document_id"]})
+        for r in records
+    ]
+
+
+def indexing_rate(path: Path) -> dict[str, Any] | None:
+    """Passages committed per second of wall time while the indexer ran (consecutive log lines of one run), from
+    ``progress.tsv`` (utc, passages, vectors, RSS KiB, index KiB, load average)."""
+    if not path.is_file():
+        return None
+    rows = []
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 6 and not line.startswith("#"):
+            stamp = calendar.timegm(time.strptime(parts[0], "%Y-%m-%dT%H:%M:%SZ"))
+            rows.append((stamp, int(parts[1]), int(parts[3])))
+    seconds = passages = 0.0
+    for (t0, p0, _), (t1, p1, _) in zip(rows, rows[1:]):
+        if 0 < t1 - t0 <= RUN_GAP_S and p1 >= p0:
+            seconds += t1 - t0
+            passages += p1 - p0
+    return {
+        "wall_hours_running": seconds / 3600,
+        "passages_logged": int(passages),
+        "passages_per_s": passages / seconds if seconds else None,
+        "peak_rss_gib": max(r[2] for r in rows) / 2**20 if rows else None,
+        "note": "wall time while the niced indexer ran beside other work on the same 2 cores, SIGSTOP pauses and "
+        "the structure's rebuilds included",
+    }
+
+
+def dense_search(embeddings: np.ndarray):
+    """Top-10 inner-product search of normalised query embeddings over ``embeddings`` (faiss.IndexFlatIP)."""
+    import faiss
+
+    vectors = np.array(embeddings, dtype=np.float32)
+    faiss.normalize_L2(vectors)
+    index = faiss.IndexFlatIP(vectors.shape[1])
+    index.add(vectors)
+    return index
+
+
+def _normalised(queries: np.ndarray) -> np.ndarray:
+    import faiss
+
+    out = np.array(queries, dtype=np.float32)
+    faiss.normalize_L2(out)
+    return out
+
+
+def dense_hits(index, docs, query_embeddings: np.ndarray) -> list[list]:
+    """Each query's top 10 passages as hits that ``hit_scores`` reads (passage id, score, text)."""
+    scores, ids = index.search(_normalised(query_embeddings), TOP_K)
+    return [
+        [SimpleNamespace(passage_id=docs[j].id, score=float(s), text=docs[j].content) for s, j in zip(row_s, row_i)]
+        for row_s, row_i in zip(scores, ids)
+    ]
+
+
+def latency(examples, phrase: dict[str, Any], model, embedder, dense, count: int) -> dict[str, Any]:
+    """p50 / p95 (ms) of one question end to end, one thread, each question to every retriever in turn."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    times: dict[str, list[float]] = {name: [] for name in [*phrase, "dense FAISS Flat"]}
+    try:
+        for example in examples[:count]:
+            question = [example.question]
+            for name, searcher in phrase.items():
+                started = time.perf_counter()
+                q_start, q_end = model.encode_queries(question, batch_size=1, precision=searcher.query_precision)
+                searcher.search_vectors(q_start, q_end, "phrase", TOP_K, questions=question)
+                times[name].append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            dense.search(_normalised(embedder.embed_queries(question)), TOP_K)
+            times["dense FAISS Flat"].append((time.perf_counter() - started) * 1000)
+    finally:
+        torch.set_num_threads(threads)
+    out = {name: percentiles(values) for name, values in times.items()}
+    reference = out["dense FAISS Flat"]["p50_ms"]
+    for values in out.values():
+        values["p50_vs_dense"] = values["p50_ms"] / reference
+    return out
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    from dphr_haystack import PhraseIndex, PhraseSearcher
+    from dphr_haystack.nodes import MiniLMEmbeddingRetriever, load_phrase_model
+
+    started = time.perf_counter()
+    docs = corpus_documents(args.corpus)
+    model = load_phrase_model(args.model)
+    large = PhraseIndex.load(args.index, model=model)
+    if large.num_passages != len(docs):
+        raise SystemExit(f"{args.index} holds {large.num_passages} of the corpus' {len(docs)} passages: finish it")
+    small = PhraseIndex.load(cached_open_small_phrases(model), model=model)
+    sets = question_sets(model, args.questions)
+    answers = {  # each with the p50 / p95 of its searches from given query vectors ("latency_ms")
+        f"{large.num_passages:,} passages (with distractors)": answer_sets(large, model, sets, UNSEEN),
+        f"{small.num_passages:,} passages (SQuAD-open-small)": answer_sets(small, model, sets, UNSEEN),
+    }
+    embedder = MiniLMEmbeddingRetriever(document_store=None, batch_size=64, progress_bar=False)
+    dense = dense_search(load_dense(args.dense, len(docs)))
+    answers["dense FAISS Flat (MiniLM), with distractors"] = {}
+    for name, (examples, _, _) in sets.items():
+        embedded = embedder.embed_queries([e.question for e in examples])
+        answers["dense FAISS Flat (MiniLM), with distractors"][name] = hit_scores(
+            examples, None, dense_hits(dense, docs, embedded), 5
+        )
+    searchers = {
+        "phrase answers, with distractors": PhraseSearcher(large, model),
+        "phrase answers, SQuAD-open-small": PhraseSearcher(small, model),
+    }
+    examples = sets[UNSEEN][0]
+    return {
+        "machine": machine(),
+        "model": args.model,
+        "model_id": model_id(args.model),
+        "corpus": {
+            "passages": large.num_passages,
+            "vectors": len(large),
+            "vectors_per_passage": len(large) / large.num_passages,
+            "faiss_factory": large.manifest.get("faiss_factory"),
+            "search_params": large.manifest.get("search_params"),
+            "structure": large.manifest.get("structure"),
+            "faiss_build": large.manifest.get("faiss_build"),
+            "indexing": indexing_rate(args.progress),
+        },
+        "questions": {name: len(s[0]) for name, s in sets.items()},
+        "answers": answers,
+        "latency_ms": latency(examples, searchers, model, embedder, dense, args.latency_questions),
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    corpus = result["corpus"]
+    lines = [
+        f"{corpus['passages']:,} passages, {corpus['vectors']:,} phrase vectors "
+        f"({corpus['vectors_per_passage']:.1f} a passage) in `{corpus['faiss_factory']}`, "
+        f"search {corpus['search_params']}.",
+        "",
+        "| corpus | questions | EM@1 | F1@1 | passage acc@1 | acc@5 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for where, sets in result["answers"].items():
+        for name, s in sets.items():
+            if name == "latency_ms":
+                continue
+            em, f1 = s.get("em@1"), s.get("f1@1")
+            lines.append(
+                f"| {where} | {name} | {'-' if em is None else f'{100 * em:.2f}'} | "
+                f"{'-' if f1 is None else f'{100 * f1:.2f}'} | {100 * s['acc@1']:.2f} | {100 * s['acc@5']:.2f} |"
+            )
+    lines += ["", "| one question, query encoding included | p50 ms | p95 ms | p50 vs dense |", "|---|---|---|---|"]
+    for name, p in result["latency_ms"].items():
+        lines.append(f"| {name} | {p['p50_ms']:.1f} | {p['p95_ms']:.1f} | {p['p50_vs_dense']:.2f}x |")
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Passage acc@1 per corpus and retriever, and p50 / p95 of one question."""
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    rows = [
+        (where, name, s["acc@1"])
+        for where, sets in result["answers"].items()
+        for name, s in sets.items()
+        if name != "latency_ms"
+    ]
+    left.barh(range(len(rows)), [100 * r[2] for r in rows])
+    left.set_yticks(range(len(rows)), [f"{w}\n{n}" for w, n, _ in rows], fontsize=6)
+    left.set_xlabel("passage acc@1 (%)")
+    names = list(result["latency_ms"])
+    for k, key in enumerate(("p50_ms", "p95_ms")):
+        right.barh(
+            np.arange(len(names)) + 0.4 * k, [result["latency_ms"][n][key] for n in names], height=0.4, label=key
+        )
+    right.set_yticks(np.arange(len(names)) + 0.2, names, fontsize=7)
+    right.set_xlabel("ms, one question, query encoding included, one thread")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--corpus", type=Path, default=CORPUS)
+    parser.add_argument("--index", type=Path, default=INDEX)
+    parser.add_argument("--dense", type=Path, default=DENSE, help="the dense embeddings' cache")
+    parser.add_argument("--progress", type=Path, default=PROGRESS, help="the indexer's progress log")
+    parser.add_argument("--questions", type=int, default=600, help="validation and unseen questions each")
+    parser.add_argument("--latency-questions", type=int, default=200)
+    parser.add_argument("--dense-only", action="store_true", help="build the dense embeddings and stop")
+    args = parser.parse_args()
+    if not args.corpus.is_file():
+        raise SystemExit(f"{args.corpus} not found: build it with python -m benchmarks.index.distractor_corpus")
+    if args.dense_only:
+        print(json.dumps(build_dense(corpus_documents(args.corpus), args.dense)))
+        return
+    finish_result("large_corpus", measure(args), markdown, plot)
+
+
+if __name__ == "__main__":
+    main()
