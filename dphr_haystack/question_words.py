@@ -1,0 +1,69 @@
+"""The words of a question that the confidence features read: its normalised words and its *names*.
+
+A question's names are the words a passage that answers it nearly always writes as asked ("Port Calder", "2023",
+"3.0"), where its other words are often paraphrased; the answerability counts how many of them the best passages hold
+(:func:`dphr_haystack.confidence.query_features`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .answers import normalize_answer
+
+__all__ = ["QuestionWords", "name_share", "question_names", "question_words"]
+
+# A word of a question as written (letters, digits and the marks inside a name or a version: "3.0", "O'Neill").
+_WRITTEN_WORD = re.compile(r"[^\W_][\w.'’-]*")
+_POSSESSIVE = re.compile(r"['’]s?$")
+
+
+class QuestionWords(tuple):
+    """A question's normalised words (a tuple of str, SQuAD-normalised as answers are) that also knows the question's
+    :attr:`names` (:func:`question_names`)."""
+
+    names: tuple[str, ...]
+
+    def __new__(cls, words: Iterable[str], names: Iterable[str] = ()) -> QuestionWords:
+        self = super().__new__(cls, words)
+        self.names = tuple(names)
+        return self
+
+
+def question_words(question: str) -> QuestionWords:
+    """The normalised words of a question (SQuAD normalisation: case, punctuation and articles dropped), with its
+    names (:func:`question_names`)."""
+    return QuestionWords(normalize_answer(question).split(), question_names(question))
+
+
+def question_names(question: str) -> tuple[str, ...]:
+    """The normalised names of a question: its words written with a capital letter (but its first word and "I")
+    or holding a digit, possessive ``'s`` dropped, each once: "Who was the first mayor of Port Calder in 1901?" →
+    ``("port", "calder", "1901")``. A passage that answers a question nearly always writes its names as asked,
+    where other words are often paraphrased."""
+    out: list[str] = []
+    for position, written in enumerate(_WRITTEN_WORD.findall(question)):
+        written = _POSSESSIVE.sub("", written.rstrip(".-"))
+        named = position > 0 and written[:1].isupper() and written != "I"
+        if named or any(ch.isdigit() for ch in written):
+            word = normalize_answer(written).replace(" ", "")
+            if word and word not in out:
+                out.append(word)
+    return tuple(out)
+
+
+def name_share(names: Sequence[str], record: Mapping[str, Any]) -> float:
+    """The share of ``names`` (:func:`question_names`) that a passage's title or text holds as whole normalised
+    words (a name also matches its possessive or plural, and a plural its singular: "velmora" in "Velmora's",
+    "normans" in "Norman"); 1.0 when there are none."""
+    if not names:
+        return 1.0
+    title = str(record.get("title") or "").replace("_", " ")
+    words = set(normalize_answer(f"{title} {record.get('text') or ''}").split())
+    return sum(_holds(words, name) for name in names) / len(names)
+
+
+def _holds(words: set[str], name: str) -> bool:
+    return name in words or f"{name}s" in words or (name.endswith("s") and name[:-1] in words)
