@@ -15,9 +15,9 @@ written for the project, 48 questions it answers, 48 it does not: world knowledg
 For each: the top answer's confidence before (the calibration alone) and after (with the answerability), AUROC of
 answerable vs unanswerable questions, and at :data:`~dphr_haystack.search_options.NO_ANSWER_THRESHOLD` the share of
 unanswerable questions that get "no answer" and of right top answers lost; per corpus size, EM@1, AUROC right vs
-wrong and ECE of the answerable questions with a reliability curve. A sample of searches is repeated with the
-fitted calibration to check that the searcher returns what the table computes. Writes results/answerability.json
-and .png.
+wrong and ECE of the answerable questions (with 95% bootstrap intervals over the questions) and a reliability
+curve. A sample of searches is repeated with the fitted calibration to check that the searcher returns what the
+table computes. Writes results/answerability.json and .png.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ OPEN_SETS = {
 }
 SIZES = ("5", "50", "500", "dev", "open")
 THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5)
+BOOTSTRAP = 1000  # resamples of a size's questions for the intervals of its ECE and AUROC
 
 
 def _open_questions(path: Path, limit: int, seed: int) -> list:
@@ -171,7 +172,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             },
             "after": {
                 "auroc_right_vs_wrong": auroc(after[yes], right),
+                "auroc_right_vs_wrong_interval": _bootstrap(auroc, after[yes], right, args.seed),
                 "ece": expected_calibration_error(after[yes], right),
+                "ece_interval": _bootstrap(expected_calibration_error, after[yes], right, args.seed),
                 "reliability": reliability(after[yes], right),
             },
         }
@@ -219,6 +222,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return finish_result("answerability", result, _markdown, _plot)
 
 
+def _bootstrap(statistic, p: np.ndarray, labels: np.ndarray, seed: int, rounds: int = BOOTSTRAP) -> list[float]:
+    """The 95% bootstrap interval of ``statistic(p, labels)`` over the questions (resampled with replacement)."""
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(rounds):
+        pick = rng.integers(0, len(p), len(p))
+        if labels[pick].any() and not labels[pick].all():
+            values.append(statistic(p[pick], labels[pick]))
+    return [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))]
+
+
 def _any_right(text: str, case) -> bool:
     from dphr_haystack.answers import exact_match
 
@@ -262,17 +276,23 @@ def _markdown(result: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "| corpus (passages) | EM@1 | AUROC right vs wrong before → after | ECE before → after |",
+        "| corpus (passages) | EM@1 | AUROC right vs wrong before → after [95% interval] |"
+        " ECE before → after [95% interval] |",
         "|---|---|---|---|",
     ]
     for size, row in result["sizes"].items():
         b, a = row["before"], row["after"]
         label = {"dev": "1,702", "open": "20,598"}.get(size, size)
+        auroc_in, ece_in = a.get("auroc_right_vs_wrong_interval"), a.get("ece_interval")
         lines.append(
             f"| {label} | {100 * row['em@1']:.1f} | {b['auroc_right_vs_wrong']:.3f} → {a['auroc_right_vs_wrong']:.3f}"
-            f" | {b['ece']:.3f} → {a['ece']:.3f} |"
+            f"{_interval(auroc_in)} | {b['ece']:.3f} → {a['ece']:.3f}{_interval(ece_in)} |"
         )
     return "\n".join(lines)
+
+
+def _interval(bounds: list[float] | None) -> str:
+    return "" if not bounds else f" [{bounds[0]:.3f}–{bounds[1]:.3f}]"
 
 
 def _plot(result: dict[str, Any], path: Path) -> None:
