@@ -481,7 +481,7 @@ def query_features(
       share a passage of the reference list holds (:func:`name_share`, logged as the shares above): a question
       about another town, company or version than the corpus' own shares most of its words with an answerable
       one, but not its names;
-    - ``has_names``: 1.0 when the question has names, 0.0 when it has none (or is written in lower case);
+    - ``has_names``: 1.0 when the question has names, 0.0 when it has none (or is written in lower case).
 
     A feature that needs the question's words is NaN without them (an :class:`Answerability` counts it at its mean);
     so are the name shares for a question without names (one written in lower case: its names cannot be told),
@@ -511,14 +511,13 @@ def query_features(
             "window_support": support.near(phrase),
             "sentence_support": support.sentence(phrase),
         }
-        names = getattr(asked, "names", None)
-        if names is not None:
-            values["has_names"] = float(bool(names))
-        if names:
-            rows = dict.fromkeys(p.passage_row for p in reference)
-            held = {row: name_share(names, passages[row]) for row in rows}
-            top_row = phrase.passage_row
-            shares["top_name_support"] = held[top_row] if top_row in held else name_share(names, passages[top_row])
+        named = getattr(asked, "names", None)  # the question's names (QuestionWords), None for plain words
+        if named is not None:
+            values["has_names"] = float(bool(named))
+        if named:
+            held = {row: name_share(named, passages[row]) for row in dict.fromkeys(p.passage_row for p in reference)}
+            row = phrase.passage_row
+            shares["top_name_support"] = held[row] if row in held else name_share(named, passages[row])
             shares["best_name_support"] = max(held.values())
         values.update({name: math.log(SUPPORT_FLOOR + share) for name, share in shares.items()})
     for name, j in column.items():
