@@ -161,13 +161,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     docs = corpus_documents(args.corpus)
     model = load_phrase_model(args.model)
     large = PhraseIndex.load(args.index, model=model)
-    if large.num_passages != len(docs):
-        raise SystemExit(f"{args.index} holds {large.num_passages} of the corpus' {len(docs)} passages: finish it")
+    if large.num_live_passages != len(docs):
+        live = large.num_live_passages
+        raise SystemExit(f"{args.index} holds {live} of the corpus' {len(docs)} passages: finish indexing it")
     small = PhraseIndex.load(cached_open_small_phrases(model), model=model)
     sets = question_sets(model, args.questions)
     answers = {  # each with the p50 / p95 of its searches from given query vectors ("latency_ms")
-        f"{large.num_passages:,} passages (with distractors)": answer_sets(large, model, sets, UNSEEN),
-        f"{small.num_passages:,} passages (SQuAD-open-small)": answer_sets(small, model, sets, UNSEEN),
+        f"{large.num_live_passages:,} passages (with distractors)": answer_sets(large, model, sets, UNSEEN),
+        f"{small.num_live_passages:,} passages (SQuAD-open-small)": answer_sets(small, model, sets, UNSEEN),
     }
     embedder = MiniLMEmbeddingRetriever(document_store=None, batch_size=64, progress_bar=False)
     dense = dense_search(load_dense(args.dense, len(docs)))
@@ -187,9 +188,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "model": args.model,
         "model_id": model_id(args.model),
         "corpus": {
-            "passages": large.num_passages,
-            "vectors": len(large),
-            "vectors_per_passage": len(large) / large.num_passages,
+            "passages": large.num_live_passages,
+            "vectors": large.num_live_vectors,
+            "vectors_per_passage": large.num_live_vectors / large.num_live_passages,
             "faiss_factory": large.manifest.get("faiss_factory"),
             "search_params": large.manifest.get("search_params"),
             "structure": large.manifest.get("structure"),

@@ -10,8 +10,10 @@ of the passages it added and deleted):
 2. this process, the **writer**, adds the 24 paragraphs of ``benchmarks/data/user_corpus`` (encoding and commit);
    the reader catches up (``PhraseIndex.refresh``) and answers a question only they answer;
 3. the writer deletes them; the reader catches up and no longer gives that answer;
-4. a writer process adding ``--crash-passages`` copies of them (new ids) is killed with SIGKILL after
-   ``--kill-after`` seconds; the index then loads with the counts it had before, and a new writer commits again;
+4. a writer process adding ``--crash-passages`` copies of them (new ids, a commit every :data:`CRASH_CHUNK`) is
+   killed with SIGKILL ``--kill-after`` seconds after it starts writing; the index then loads with its whole
+   commits only (what it appended after its last commit rolled back), and a new writer adds and deletes again (what
+   the killed writer committed is deleted first, so the index keeps its corpus);
 5. the probe questions' answers (text and passage) before and after all of it: they must not change;
 6. **REST**: ``uvicorn dphr_haystack.nodes.rest_api:app`` with a query pipeline whose store is the index
    (``phrase_index:``, read-only): seconds until ``/initialized`` answers, then ``/query`` round trips.
@@ -52,6 +54,7 @@ USER_CORPUS = ROOT / "benchmarks" / "data" / "user_corpus" / "passages.jsonl"
 # Answered by the user corpus only (paragraph uc-08): the reader finds it after the add, not after the delete.
 NEW_QUESTION, NEW_ANSWER = "Who served as Velmora's first mayor?", "Aldo Ferrin"
 TOP_K = 10
+CRASH_CHUNK = 240  # the killed writer commits every this many passages, so the kill lands between or in commits
 
 
 def user_passages(copies: int = 1, tag: str = "ops") -> list[dict[str, Any]]:
@@ -103,7 +106,7 @@ def crash_writer(index_dir: str, model_name: str, passages: int) -> None:
     index = PhraseIndex.load(index_dir, model=model)
     copies = -(-passages // 24)
     _say({"writing": passages})
-    add_passages(index, model, user_passages(copies, "crash")[:passages], chunk_size=passages, progress=False)
+    add_passages(index, model, user_passages(copies, "crash")[:passages], chunk_size=CRASH_CHUNK, progress=False)
 
 
 class Reader:
@@ -224,6 +227,11 @@ def _vectors_bytes(index_dir: Path) -> int:
     return (index_dir / "vectors.bin").stat().st_size
 
 
+def _crash_ids(index) -> list[str]:
+    """The live passages a killed crash writer committed (ids ``crash-…``)."""
+    return [pid for pid in index.live_passage_ids() if pid.startswith("crash-")]
+
+
 def _answered(reply: dict[str, Any]) -> bool:
     return any(NEW_ANSWER.lower() in text.lower() for text, _ in reply["answers"][0])
 
@@ -278,6 +286,16 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "vectors_bin_bytes_at_kill": _vectors_bytes(args.index),
         "reopen_s": time.perf_counter() - t0,
     }
+    after = reopened.manifest["counts"]
+    per_vector = size / committed["vectors"]
+    kept = after["passages"] - committed["passages"]
+    steps["crash"]["passages_kept"] = kept  # the killed writer's commits
+    steps["crash"]["whole_commits_only"] = kept % CRASH_CHUNK == 0
+    steps["crash"]["uncommitted_bytes_at_kill"] = steps["crash"]["vectors_bin_bytes_at_kill"] - round(
+        after["vectors"] * per_vector
+    )
+    # what the killed writer committed, if it got that far, goes again: the index keeps the corpus it had
+    steps["crash"]["deleted_committed"] = reopened.delete_passages(_crash_ids(reopened))
     again = user_passages(1, "after-crash")
     t0 = time.perf_counter()
     add_passages(reopened, model, again, chunk_size=len(again), progress=False)
@@ -328,7 +346,9 @@ def markdown(result: dict[str, Any]) -> str:
         (
             f"writer killed {crash['killed_after_s']:.0f} s into adding {crash['passages_being_added']} passages",
             f"reopened in {crash['reopen_s']:.1f} s with {crash['counts_after_reopen']} (committed before: "
-            f"{crash['counts_committed_before']})",
+            f"{crash['counts_committed_before']}): {crash['passages_kept']} passages of its commits kept (whole "
+            f"commits only: {crash['whole_commits_only']}), {crash['uncommitted_bytes_at_kill']:,} bytes it had "
+            "appended after its last commit rolled back",
         ),
         ("next add + delete after the crash", f"{crash['next_add_and_delete_s']:.1f} s"),
         (
@@ -371,7 +391,7 @@ def main() -> None:
     parser.add_argument("--index", type=Path, default=INDEX)
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--questions", type=int, default=100, help="probe questions asked before and after")
-    parser.add_argument("--crash-passages", type=int, default=480)
+    parser.add_argument("--crash-passages", type=int, default=4800, help="passages the killed writer adds")
     parser.add_argument("--kill-after", type=float, default=20.0)
     parser.add_argument("--rest-questions", type=int, default=20)
     parser.add_argument("--rest-timeout", type=float, default=1800.0)
