@@ -3,7 +3,7 @@ would (``dphr index``, in the background, see ``runs/scale/README.txt``), agains
 a dense FAISS Flat retriever over the same 200,598 passages.
 
     .venv/bin/python -m benchmarks.index.large_corpus --dense-only     # the dense embeddings, resumable (~100 min)
-    .venv/bin/python -m benchmarks.index.large_corpus [--questions 600] [--latency-questions 200]
+    .venv/bin/python -m benchmarks.index.large_corpus [--questions 600] [--latency-questions 200] [--no-dense]
 
 - **corpus**: passages, vectors a passage, the FAISS structure and its search parameters, the indexing rate from the
   indexer's one-line-a-minute log (``runs/scale/progress.tsv``: passages committed against wall time while it ran).
@@ -132,7 +132,7 @@ def latency(examples, phrase: dict[str, Any], model, embedder, dense, count: int
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    times: dict[str, list[float]] = {name: [] for name in [*phrase, "dense FAISS Flat"]}
+    times: dict[str, list[float]] = {name: [] for name in [*phrase, *(["dense FAISS Flat"] if dense else [])]}
     try:
         for example in examples[:count]:
             question = [example.question]
@@ -142,14 +142,16 @@ def latency(examples, phrase: dict[str, Any], model, embedder, dense, count: int
                 searcher.search_vectors(q_start, q_end, "phrase", TOP_K, questions=question)
                 times[name].append((time.perf_counter() - started) * 1000)
             started = time.perf_counter()
-            dense.search(_normalised(embedder.embed_queries(question)), TOP_K)
-            times["dense FAISS Flat"].append((time.perf_counter() - started) * 1000)
+            if dense is not None:
+                dense.search(_normalised(embedder.embed_queries(question)), TOP_K)
+                times["dense FAISS Flat"].append((time.perf_counter() - started) * 1000)
     finally:
         torch.set_num_threads(threads)
     out = {name: percentiles(values) for name, values in times.items()}
-    reference = out["dense FAISS Flat"]["p50_ms"]
-    for values in out.values():
-        values["p50_vs_dense"] = values["p50_ms"] / reference
+    if dense is not None:
+        reference = out["dense FAISS Flat"]["p50_ms"]
+        for values in out.values():
+            values["p50_vs_dense"] = values["p50_ms"] / reference
     return out
 
 
@@ -171,11 +173,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         f"{small.num_live_passages:,} passages (SQuAD-open-small)": answer_sets(small, model, sets, UNSEEN),
     }
     embedder = MiniLMEmbeddingRetriever(document_store=None, batch_size=64, progress_bar=False)
-    dense = dense_search(load_dense(args.dense, len(docs)))
-    answers["dense FAISS Flat (MiniLM), with distractors"] = {}
-    for name, (examples, _, _) in sets.items():
+    dense = None if args.no_dense else dense_search(load_dense(args.dense, len(docs)))
+    for name, (examples, _, _) in sets.items() if dense is not None else ():
         embedded = embedder.embed_queries([e.question for e in examples])
-        answers["dense FAISS Flat (MiniLM), with distractors"][name] = hit_scores(
+        answers.setdefault("dense FAISS Flat (MiniLM), with distractors", {})[name] = hit_scores(
             examples, None, dense_hits(dense, docs, embedded), 5
         )
     searchers = {
@@ -225,7 +226,8 @@ def markdown(result: dict[str, Any]) -> str:
             )
     lines += ["", "| one question, query encoding included | p50 ms | p95 ms | p50 vs dense |", "|---|---|---|---|"]
     for name, p in result["latency_ms"].items():
-        lines.append(f"| {name} | {p['p50_ms']:.1f} | {p['p95_ms']:.1f} | {p['p50_vs_dense']:.2f}x |")
+        ratio = f"{p['p50_vs_dense']:.2f}x" if "p50_vs_dense" in p else "-"
+        lines.append(f"| {name} | {p['p50_ms']:.1f} | {p['p95_ms']:.1f} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -264,6 +266,7 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=600, help="validation and unseen questions each")
     parser.add_argument("--latency-questions", type=int, default=200)
     parser.add_argument("--dense-only", action="store_true", help="build the dense embeddings and stop")
+    parser.add_argument("--no-dense", action="store_true", help="leave the dense retriever out (no embeddings yet)")
     args = parser.parse_args()
     if not args.corpus.is_file():
         raise SystemExit(f"{args.corpus} not found: build it with python -m benchmarks.index.distractor_corpus")
