@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import calendar
-import gzip
 import json
 import os
 import time
@@ -58,18 +57,6 @@ PROGRESS = SCALE / "progress.tsv"
 TOP_K = 10
 # Lines of the progress log further apart than this were written by different runs of the indexer.
 RUN_GAP_S = 180
-
-
-def corpus_documents(path: Path) -> list:
-    """The corpus' passages as Haystack documents (id, text, title and document id in meta), in file order."""
-    from haystack.schema import Document
-
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    return [
-        Document(id=r["id"], content=r["text"], meta={"title": r.get("title", ""), "document_id": r["document_id"]})
-        for r in records
-    ]
 
 
 def indexing_rate(path: Path) -> dict[str, Any] | None:
@@ -157,10 +144,10 @@ def latency(examples, phrase: dict[str, Any], model, embedder, dense, count: int
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     from dphr_haystack import PhraseIndex, PhraseSearcher
-    from dphr_haystack.nodes import MiniLMEmbeddingRetriever, load_phrase_model
+    from dphr_haystack.nodes import MiniLMEmbeddingRetriever, corpus_documents, load_phrase_model
 
     started = time.perf_counter()
-    docs = corpus_documents(args.corpus)
+    docs = corpus_documents([args.corpus])
     model = load_phrase_model(args.model)
     large = PhraseIndex.load(args.index, model=model)
     if large.num_live_passages != len(docs):
@@ -271,7 +258,9 @@ def main() -> None:
     if not args.corpus.is_file():
         raise SystemExit(f"{args.corpus} not found: build it with python -m benchmarks.index.distractor_corpus")
     if args.dense_only:
-        print(json.dumps(build_dense(corpus_documents(args.corpus), args.dense)))
+        from dphr_haystack.nodes import corpus_documents
+
+        print(json.dumps(build_dense(corpus_documents([args.corpus]), args.dense)))
         return
     finish_result("large_corpus", measure(args), markdown, plot)
 

@@ -68,7 +68,7 @@ def user_passages(copies: int = 1, tag: str = "ops") -> list[dict[str, Any]]:
 
 
 # ----------------------------------------------------------------------------- the processes
-def reader(index_dir: str, model_name: str) -> None:
+def serve_reader(index_dir: str, model_name: str) -> None:
     """A reader process: loads the index, then answers one JSON command a line on stdin with one JSON line."""
     from dphr_haystack import PhraseIndex, PhraseSearcher
     from dphr_haystack.nodes import load_phrase_model
@@ -401,7 +401,7 @@ def main() -> None:
     parser.add_argument("--passages", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.reader:
-        return reader(args.reader, args.model)
+        return serve_reader(args.reader, args.model)
     if args.crash_writer:
         return crash_writer(args.crash_writer, args.model, args.passages)
     if not (args.index / "manifest.json").is_file():
