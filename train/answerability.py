@@ -1,7 +1,8 @@
 """Fit a phrase model's answerability: P(the top answer is right *given the corpus searched*).
 
     python -m train.answerability --model dphr_haystack/shipped_models/dphr-minilm-squad-distilled \\
-        --dev-index DIR [--open-index DIR] (--out DIR | --in-place) [--questions 2000] [--report FILE]
+        --dev-index DIR [--open-index DIR] (--out DIR | --in-place) [--questions 2000] [--report FILE] \\
+        [--invented-name-weight W]
 
 A model's calibration (``python -m train.calibrate``) says how likely its top answer is right among the candidates
 a search found; it cannot tell that the corpus holds no answer at all (asked over four paragraphs about a lake
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -50,6 +52,7 @@ from dphr_haystack.confidence import (
 from dphr_haystack.encode.add import add_passages
 from dphr_haystack.index.shards import PhraseShard
 from dphr_haystack.model.calibration import sigmoid
+from dphr_haystack.question_words import question_names
 from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
 
 from .calibrate import DEFAULT_DEV, write_calibrated
@@ -69,6 +72,13 @@ UNANSWERABLE_WEIGHT = 0.3
 # 0.843 / 0.844 for SQuAD questions over it without their article (0.824), ECE of the answerable ones over the
 # 1,702 dev paragraphs 0.061 / 0.053 / 0.052.
 LOWER_CASE_WEIGHT = 0.5
+# Optional cases about invented names (:func:`invented_cases`: an answerable case re-asked with one of its names
+# respelled, so no corpus holds its answer), weighing this much of an unanswerable case. Off by default: on held-out
+# questions they raise the AUROC of questions about another town or company than the corpus' own, but over-weigh
+# unanswerability for the answerable ones (docs/scores.md compares them).
+INVENTED_NAME_WEIGHT = 0.0
+_VOWELS = "aeiou"
+_CAPITALISED = re.compile(r"\b[A-Z][a-z]{3,}\b")
 NAME_FEATURES = ("top_name_support", "best_name_support", "has_names")
 
 
@@ -85,12 +95,14 @@ class Question:
 @dataclass(frozen=True)
 class Case:
     """A question asked over a corpus: ``corpus`` names it (``"5"``, ``"dev"``, ``"open"``...), ``answerable``
-    says whether it holds the question's passage, ``allowed`` masks the index's passages (None: all)."""
+    says whether it holds the question's passage, ``allowed`` masks the index's passages (None: all), ``weight``
+    scales its weight in the fit."""
 
     question: Question
     corpus: str
     answerable: bool
     allowed: np.ndarray | None = field(default=None, compare=False, repr=False)
+    weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -278,6 +290,35 @@ def all_cases(
     return out
 
 
+def invented_name(question: str) -> str | None:
+    """``question`` about an invented name: its longest capitalised name of four letters or more (not its first
+    word) respelled, each vowel moved one on (a→e, e→i, i→o, o→u, u→a) wherever the name occurs; None without such
+    a name. "Which Super Bowl was hosted in San Diego in 2003?" → "Which Sapir Bowl was hosted in San Diego in 2003?"
+    """
+    names = set(question_names(question))
+    found = [w for w in _CAPITALISED.findall(question, 1) if w.lower() in names]
+    if not found:
+        return None
+    name = max(found, key=len)
+    respelled = "".join(
+        (_VOWELS[(_VOWELS.index(ch.lower()) + 1) % 5] if ch.lower() in _VOWELS else ch.lower()) for ch in name
+    )
+    respelled = respelled[0].upper() + respelled[1:]
+    return re.sub(rf"\b{name}\b", respelled, question)
+
+
+def invented_cases(cases: Sequence[Case], weight: float) -> list[Case]:
+    """The answerable ``cases`` asked about an invented name (:func:`invented_name`) over the same corpus: cases
+    without an answer (no passage holds the name), each weighing ``weight``; questions without a name are left out."""
+    out = []
+    for case in cases:
+        asked = invented_name(case.question.question) if case.answerable else None
+        if asked is not None:
+            question = replace(case.question, question=asked)
+            out.append(Case(question, case.corpus, False, case.allowed, weight))
+    return out
+
+
 def fit_table(
     table: QueryTable,
     names: Sequence[str] = QUERY_FEATURES,
@@ -289,7 +330,7 @@ def fit_table(
     lower case (:func:`lower_cased`), weighing ``lower_case_weight`` of it."""
     known = ~np.isnan(table.features[:, QUERY_FEATURES.index("top_logit")])
     columns = [QUERY_FEATURES.index(n) for n in names]
-    weights = np.array([1.0 if c.answerable else unanswerable_weight for c in table.cases])
+    weights = np.array([(1.0 if c.answerable else unanswerable_weight) * c.weight for c in table.cases])
     features, correct = table.features, table.correct
     named = known & (table.features[:, QUERY_FEATURES.index("has_names")] == 1.0)
     if lower_case_weight > 0 and named.any():
@@ -354,6 +395,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--lower-case-weight", type=float, default=LOWER_CASE_WEIGHT, help="weight of a case asked in lower case"
     )
+    parser.add_argument(
+        "--invented-name-weight",
+        type=float,
+        default=INVENTED_NAME_WEIGHT,
+        help="add the answerable cases asked about an invented name, weighing this much of an unanswerable case",
+    )
     args = parser.parse_args(argv)
     if bool(args.out) == bool(args.in_place):
         parser.error("give one of --out DIR or --in-place")
@@ -367,6 +414,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     dev = dev_index(model, args.dev_index, args.dev)
     open_index = PhraseIndex.load(args.open_index, model=model) if args.open_index else None
     cases = all_cases(dev, questions, args.seed, open_index)
+    if args.invented_name_weight > 0:
+        cases = {name: found + invented_cases(found, args.invented_name_weight) for name, found in cases.items()}
     indexes = {"dev": dev, "open": open_index}
     table = concatenate([gather(indexes[name], model, calibration, found) for name, found in cases.items()])
     answerability = fit_table(
@@ -379,6 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cases": len(table.cases),
         "unanswerable_weight": args.unanswerable_weight,
         "lower_case_weight": args.lower_case_weight,
+        "invented_name_weight": args.invented_name_weight,
         "fit": table_report(table, probability),
         "threshold": NO_ANSWER_THRESHOLD,
         "no_answer_share": float(below[~np.array([c.answerable for c in table.cases])].mean()),

@@ -17,7 +17,7 @@ answerable vs unanswerable questions, and at :data:`~dphr_haystack.search_option
 unanswerable questions that get "no answer" and of right top answers lost; per corpus size, EM@1, AUROC right vs
 wrong and ECE of the answerable questions (with 95% bootstrap intervals over the questions) and a reliability
 curve. A sample of searches is repeated with the fitted calibration to check that the searcher returns what the
-table computes. Writes results/answerability.json and .png.
+table computes. Writes results/answerability.json and .png (``--name`` another name).
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         )
     result["searcher_check"] = _check_searcher(PhraseSearcher, indexes, model, calibration, table, after, args.seed)
     result["seconds"] = time.perf_counter() - started
-    return finish_result("answerability", result, _markdown, _plot)
+    return finish_result(args.name, result, _markdown, _plot)
 
 
 def _bootstrap(statistic, p: np.ndarray, labels: np.ndarray, seed: int, rounds: int = BOOTSTRAP) -> list[float]:
@@ -335,6 +335,7 @@ def main() -> None:
     parser.add_argument("--open-questions", type=int, default=600)
     parser.add_argument("--no-open", action="store_true", help="leave out SQuAD-open-small")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--name", default="answerability", help="results/NAME.json and .png (default: %(default)s)")
     args = parser.parse_args()
     if not SQUAD_DEV.is_file():
         raise SystemExit(f"SQuAD dev not found at {SQUAD_DEV}: this benchmark needs ../shared/data")

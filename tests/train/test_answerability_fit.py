@@ -19,6 +19,8 @@ from train.answerability import (
     corpus_cases,
     fit_table,
     gather,
+    invented_cases,
+    invented_name,
     lower_cased,
     table_report,
 )
@@ -138,3 +140,43 @@ def test_the_fit_also_counts_each_named_question_as_if_asked_in_lower_case():
     # names held or missing tell right from wrong; a question whose names cannot be told lies in between
     p = both.probability(np.vstack([features[held][:1], features[~held][:1], lower_cased(features[held][:1])]))
     assert p[1] < p[2] < p[0]
+
+
+def test_an_invented_name_respells_the_longest_name_wherever_it_is_asked():
+    assert invented_name("Which Super Bowl was hosted in San Diego in 2003?") == (
+        "Which Sapir Bowl was hosted in San Diego in 2003?"
+    )
+    assert invented_name("Did Calder visit Port Calder?") == "Did Celdir visit Port Celdir?"
+    # a first word, short or lower-case words and numbers are not names to respell
+    assert invented_name("Where was Bob born in 1990?") is None
+    assert invented_name("who played jason in friday the 13th") is None
+
+
+def test_invented_cases_are_answerable_cases_asked_without_an_answer_and_weigh_in_the_fit():
+    mask = np.array([True, False])
+    cases = [
+        Case(Question("When did Velmora get its charter?", ("1412",)), "5", True, mask),
+        Case(Question("When did Velmora get its charter?", ("1412",)), "5", False, ~mask),
+        Case(Question("how deep is the lake", ("40 m",)), "5", True, mask),
+    ]
+    (invented,) = invented_cases(cases, 0.5)
+    assert invented.question.question == "When did Vilmure get its charter?"
+    assert invented.question.answers == ("1412",) and invented.corpus == "5"
+    assert not invented.answerable and invented.allowed is mask and invented.weight == 0.5
+    # a case's weight scales it in the fit: many light cases move it less than as many whole ones
+    rng = np.random.default_rng(1)
+    n = 300
+    features = rng.normal(size=(n, len(QUERY_FEATURES)))
+    answerable = rng.random(n) < 0.5
+    features[:, 0] += np.where(answerable, 1.0, -1.0)
+    correct = answerable & (rng.random(n) < 0.7)
+    weight = np.where(answerable, 1.0, 0.05)
+
+    def table(weights):
+        made = [Case(Question(f"q{i}", ("a",)), "all", bool(a), None, float(w)) for i, (a, w) in enumerate(weights)]
+        return QueryTable(made, features, correct, np.full(n, 0.5), [""] * n)
+
+    whole = fit_table(table(zip(answerable, np.ones(n))), lower_case_weight=0.0)
+    light = fit_table(table(zip(answerable, weight)), lower_case_weight=0.0)
+    low = features[~answerable]
+    assert light.probability(low).mean() > whole.probability(low).mean()
