@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -540,15 +541,36 @@ class PhraseIndex(Reindexing):
                 (self.path / old_faiss).unlink(missing_ok=True)
 
     def private_copy(self) -> PhraseIndex:
-        """A copy of this index in a temporary directory, removed once the copy is garbage: what a store writes to
-        instead of a directory it opened but must not change (copy-on-write)."""
+        """A copy of this index in a temporary directory (Python's ``tempfile`` one: ``TMPDIR`` chooses it), removed
+        once the copy is garbage: what a store writes to instead of a directory it opened but must not change
+        (copy-on-write).
+
+        A copy the temporary directory's disk has no room for is refused before anything is written
+        (:class:`~dphr_haystack.errors.IndexWriteError` saying how much it needs and where to point ``TMPDIR``):
+        a large index is gigabytes, and the temporary directory is often a small, memory-backed file system.
+        """
         import tempfile
         import weakref
 
+        where = Path(tempfile.gettempdir())
+        needed = directory_bytes(self.path) if self.path is not None else 0
+        free = shutil.disk_usage(where).free
+        if needed > free:
+            raise IndexWriteError(
+                f"cannot write the phrase index {self.path}: a store never writes the index directory it was opened "
+                f"from, and its first phrase change writes to a private copy of it, which needs about "
+                f"{_size(needed)} where {where} has {_size(free)} free; set TMPDIR to a directory "
+                "on a disk with room and retry"
+            )
         folder = Path(tempfile.mkdtemp(prefix="dphr-phrases-"))
-        self.save(folder / "index")
-        private = type(self).load(folder / "index", verify=False)
+        try:
+            self.save(folder / "index")
+            private = type(self).load(folder / "index", verify=False)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         weakref.finalize(private, shutil.rmtree, folder, True)
+        logger.info("phrase index %s copied to %s (%s) for writing", self.path, folder, _size(needed))
         return private
 
     def save(self, path: str | Path) -> None:
@@ -572,3 +594,22 @@ class PhraseIndex(Reindexing):
                 shutil.rmtree(tmp, ignore_errors=True)  # the new copy, or the old one an exchange swapped out
                 atomic.recover_directory(path)  # a two-rename swap that failed half-way
                 raise
+
+
+def directory_bytes(path: Path) -> int:
+    """The bytes of the files directly in ``path`` (a phrase index directory: its files, no folders)."""
+    total = 0
+    with os.scandir(path) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+    return total
+
+
+def _size(n: int) -> str:
+    """``n`` bytes in the largest binary unit that keeps it at 1 or more: "1.50 GiB", "12.00 KiB", "512 B"."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"

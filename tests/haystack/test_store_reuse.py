@@ -12,7 +12,7 @@ from haystack.schema import Document
 
 from dphr_haystack.documents.database import StoreDatabase
 from dphr_haystack.encode.add import add_passages
-from dphr_haystack.errors import InvalidParameterError
+from dphr_haystack.errors import IndexWriteError, InvalidParameterError
 from dphr_haystack.index.phrase_index import PhraseIndex
 from dphr_haystack.model.phrase_model import PhraseModel
 from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever, load_pipeline
@@ -95,6 +95,40 @@ def test_a_phrase_index_directory_opens_as_a_store(built_index, tiny_model_dir, 
     saved = PhraseDocumentStore.load(built_index.parent / "saved")
     assert saved.get_phrase_document_count() == 6 and saved.get_document_by_id("p3") is None
     assert "phrase_index" not in saved._config  # a snapshot needs no index directory to reload
+
+
+def test_a_private_copy_without_room_is_refused_before_it_is_written(
+    built_index, tiny_model_dir, tmp_path, monkeypatch
+):
+    import shutil as real_shutil
+    from collections import namedtuple
+
+    import dphr_haystack.index.phrase_index as phrase_index_module
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr("tempfile.tempdir", None)  # read TMPDIR again
+    usage, real_usage = namedtuple("usage", "total used free"), real_shutil.disk_usage
+    full = lambda path: usage(10**6, 10**6 - 1000, 1000)  # noqa: E731  a disk with 1 kB free
+    monkeypatch.setattr(phrase_index_module.shutil, "disk_usage", full)
+    before = _digest(built_index)
+    store = PhraseDocumentStore.from_index(built_index, progress_bar=False)
+    retriever = PhraseRetriever(document_store=store, model=str(tiny_model_dir), top_k=3, device="cpu")
+    answers = _answers(retriever, QUERIES)
+    store.write_documents([Document(content="Rome is the capital of Italy.", id="rome", meta={"title": "Rome"})])
+    with pytest.raises(
+        IndexWriteError,
+        match=r"private copy of it, which needs about [\d.]+ KiB where .*temp has 1000 B free; set TMPDIR",
+    ):
+        store.update_embeddings(retriever)
+    assert list(temp.iterdir()) == [] and _digest(built_index) == before  # nothing written anywhere
+    assert _answers(retriever, QUERIES) == answers  # it still answers from the index
+    monkeypatch.setattr(phrase_index_module.shutil, "disk_usage", real_usage)  # room again: the write goes on
+    assert store.update_embeddings(retriever).encoded == 1
+    assert store.get_phrase_document_count() == 7
+    assert "rome" in {d.id for d in retriever.retrieve("capital of Italy", top_k=7)}
+    assert len(list(temp.iterdir())) == 1 and _digest(built_index) == before
 
 
 def test_a_phrase_index_in_a_yaml_pipeline(built_index, tiny_model_dir):
