@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._util import atomic
+from .._util.disk import directory_bytes, human_size
 from .._util.lock import WriterLock, directory_entries
 from .._util.nofollow import make_temp_dir, refuse_symlink
 from ..errors import IndexLoadError, IndexWriteError, InvalidParameterError, ModelMismatchError
@@ -559,7 +559,7 @@ class PhraseIndex(Reindexing):
             raise IndexWriteError(
                 f"cannot write the phrase index {self.path}: a store never writes the index directory it was opened "
                 f"from, and its first phrase change writes to a private copy of it, which needs about "
-                f"{_size(needed)} where {where} has {_size(free)} free; set TMPDIR to a directory "
+                f"{human_size(needed)} where {where} has {human_size(free)} free; set TMPDIR to a directory "
                 "on a disk with room and retry"
             )
         folder = Path(tempfile.mkdtemp(prefix="dphr-phrases-"))
@@ -570,7 +570,7 @@ class PhraseIndex(Reindexing):
             shutil.rmtree(folder, ignore_errors=True)
             raise
         weakref.finalize(private, shutil.rmtree, folder, True)
-        logger.info("phrase index %s copied to %s (%s) for writing", self.path, folder, _size(needed))
+        logger.info("phrase index %s copied to %s (%s) for writing", self.path, folder, human_size(needed))
         return private
 
     def save(self, path: str | Path) -> None:
@@ -594,22 +594,3 @@ class PhraseIndex(Reindexing):
                 shutil.rmtree(tmp, ignore_errors=True)  # the new copy, or the old one an exchange swapped out
                 atomic.recover_directory(path)  # a two-rename swap that failed half-way
                 raise
-
-
-def directory_bytes(path: Path) -> int:
-    """The bytes of the files directly in ``path`` (a phrase index directory: its files, no folders)."""
-    total = 0
-    with os.scandir(path) as entries:
-        for entry in entries:
-            with contextlib.suppress(OSError):
-                if entry.is_file(follow_symlinks=False):
-                    total += entry.stat(follow_symlinks=False).st_size
-    return total
-
-
-def _size(n: int) -> str:
-    """``n`` bytes in the largest binary unit that keeps it at 1 or more: "1.50 GiB", "12.00 KiB", "512 B"."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n} B"
