@@ -4,6 +4,7 @@ a dense FAISS Flat retriever over the same 200,598 passages.
 
     .venv/bin/python -m benchmarks.index.large_corpus --dense-only     # the dense embeddings, resumable (~100 min)
     .venv/bin/python -m benchmarks.index.large_corpus [--questions 600] [--latency-questions 200] [--no-dense]
+    .venv/bin/python -m benchmarks.index.large_corpus --tuning     # search parameters compared (~20 min)
 
 - **corpus**: passages, vectors a passage, the FAISS structure and its search parameters, the indexing rate from the
   indexer's one-line-a-minute log (``runs/scale/progress.tsv``: passages committed against wall time while it ran).
@@ -13,6 +14,10 @@ a dense FAISS Flat retriever over the same 200,598 passages.
 - **latency**: p50 / p95 of one question, query encoding included, one thread, round robin: phrase answers (top 10)
   over the large index and over SQuAD-open-small, and the dense retriever (the offline all-MiniLM-L6-v2 query
   embedding, ``faiss.IndexFlatIP`` over the 200,598 normalised passage embeddings, top 10), with the ratio.
+
+- **tuning** (``--tuning``): for each of :data:`TUNINGS` (nprobe, refine) on the large index, the recall of the
+  exact top-20 tokens on ``auto``'s probe queries and on the start and end vectors of real questions, EM@1 / F1@1 /
+  acc@1 / acc@5 on both question sets, and p50 / p95 of one question beside the dense retriever (round robin).
 
 Memory and disk: ``python -m benchmarks.memory.index_footprint --index runs/scale/index-200k`` (a fresh process).
 The dense embeddings are cached under ``runs/scale/dense-200k`` in chunks (a finished chunk is never redone).
@@ -30,6 +35,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -47,7 +53,7 @@ from benchmarks.common import (
     pyplot,
     save_figure,
 )
-from benchmarks.index_variants import UNSEEN, answer_sets, question_sets
+from benchmarks.index_variants import UNSEEN, answer_sets, question_sets, use_search_params
 
 SCALE = ROOT / "runs" / "scale"
 CORPUS = SCALE / "corpus-200k.jsonl.gz"
@@ -55,6 +61,8 @@ INDEX = SCALE / "index-200k"
 DENSE = SCALE / "dense-200k"
 PROGRESS = SCALE / "progress.tsv"
 TOP_K = 10
+# Search parameters (nprobe, refine) ``--tuning`` compares on the large index.
+TUNINGS = ((64, 32), (128, 16), (128, 32), (256, 16), (256, 32))
 # Lines of the progress log further apart than this were written by different runs of the indexer.
 RUN_GAP_S = 180
 
@@ -113,8 +121,11 @@ def dense_hits(index, docs, query_embeddings: np.ndarray) -> list[list]:
     ]
 
 
-def latency(examples, phrase: dict[str, Any], model, embedder, dense, count: int) -> dict[str, Any]:
-    """p50 / p95 (ms) of one question end to end, one thread, each question to every retriever in turn."""
+def latency(
+    examples, phrase: dict[str, Any], model, embedder, dense, count: int, params: dict[str, dict] | None = None
+) -> dict[str, Any]:
+    """p50 / p95 (ms) of one question end to end, one thread, each question to every retriever in turn (``params``:
+    the search parameters a phrase searcher's index is given before each of its searches, by name)."""
     import torch
 
     threads = torch.get_num_threads()
@@ -124,6 +135,8 @@ def latency(examples, phrase: dict[str, Any], model, embedder, dense, count: int
         for example in examples[:count]:
             question = [example.question]
             for name, searcher in phrase.items():
+                if params and name in params:
+                    use_search_params(searcher.index, params[name])
                 started = time.perf_counter()
                 q_start, q_end = model.encode_queries(question, batch_size=1, precision=searcher.query_precision)
                 searcher.search_vectors(q_start, q_end, "phrase", TOP_K, questions=question)
@@ -192,6 +205,106 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def measure_tuning(args: argparse.Namespace) -> dict[str, Any]:
+    """Each of :data:`TUNINGS` on the large index: the recall of its top-20 tokens against exact search (auto's
+    probes, and the start and end vectors of real questions), the answers it gives and its latency beside the dense
+    retriever's (one thread, round robin)."""
+    from dphr_haystack import PhraseIndex, PhraseSearcher
+    from dphr_haystack.index import auto
+    from dphr_haystack.nodes import MiniLMEmbeddingRetriever, corpus_documents, load_phrase_model
+
+    started = time.perf_counter()
+    docs = corpus_documents([args.corpus])
+    model = load_phrase_model(args.model)
+    large = PhraseIndex.load(args.index, model=model)
+    stored, decode = large.storage.vectors.view(), large.codec.decode
+    probes = auto.probe_queries(stored, decode, auto.PROBE_QUERIES)
+    asked = [np.concatenate([s, e]) for _, s, e in question_sets(model, args.recall_questions).values()]
+    queries = np.concatenate([probes, *asked]).astype(np.float32)
+    truth = auto.exact_top_rows(queries, stored, decode, auto.PROBE_K)
+    sets = question_sets(model, args.questions)
+    tunings: dict[str, Any] = {}
+    for nprobe, refine in tqdm(TUNINGS, desc="tunings"):
+        found = large.structure.probe_search(queries, auto.PROBE_K, nprobe, refine)
+        recall = np.array([len(set(t) & set(f)) / auto.PROBE_K for t, f in zip(truth, found)])
+        use_search_params(large, {"nprobe": nprobe, "refine": refine})
+        answers = answer_sets(large, model, sets, UNSEEN, latency_questions=1)
+        answers.pop("latency_ms")
+        tunings[f"nprobe {nprobe} / refine {refine}"] = {
+            "nprobe": nprobe,
+            "refine": refine,
+            "probe_recall": float(recall[: len(probes)].mean()),
+            "question_recall": float(recall[len(probes) :].mean()),
+            "answers": answers,
+        }
+    searcher = PhraseSearcher(large, model)
+    embedder = MiniLMEmbeddingRetriever(document_store=None, batch_size=64, progress_bar=False)
+    dense = dense_search(load_dense(args.dense, len(docs)))
+    params = {name: {"nprobe": t["nprobe"], "refine": t["refine"]} for name, t in tunings.items()}
+    times = latency(
+        sets[UNSEEN][0], dict.fromkeys(params, searcher), model, embedder, dense, args.latency_questions, params
+    )
+    for name, values in times.items():
+        tunings.setdefault(name, {})["latency_ms"] = values
+    return {
+        "machine": machine(),
+        "model": args.model,
+        "model_id": model_id(args.model),
+        "vectors": large.num_live_vectors,
+        "passages": large.num_live_passages,
+        "faiss_factory": large.faiss_factory,
+        "auto_target_recall": auto.target_recall(large.faiss_factory),
+        "probe_queries": len(probes),
+        "recall_question_vectors": len(queries) - len(probes),
+        "questions": {name: len(s[0]) for name, s in sets.items()},
+        "tunings": tunings,
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def tuning_markdown(result: dict[str, Any]) -> str:
+    lines = [
+        f"{result['passages']:,} passages, {result['vectors']:,} vectors in `{result['faiss_factory']}`; recall of "
+        f"the exact top-20 tokens on {result['probe_queries']} probes and {result['recall_question_vectors']} "
+        f"question vectors; `auto` tunes PQ codes to a probe recall of {result['auto_target_recall']}.",
+        "",
+        "| search parameters | probe recall | question recall | validation EM@1 / F1@1 / acc@1 / acc@5 "
+        "| unseen EM@1 / F1@1 / acc@1 / acc@5 | p50 ms | p95 ms | p50 vs dense |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, t in result["tunings"].items():
+        p = t["latency_ms"]
+        ratio = f"{p['p50_vs_dense']:.2f}x"
+        if "answers" not in t:
+            lines.append(f"| {name} | - | - | - | - | {p['p50_ms']:.1f} | {p['p95_ms']:.1f} | {ratio} |")
+            continue
+        scores = [
+            " / ".join(f"{100 * s[k]:.2f}" for k in ("em@1", "f1@1", "acc@1", "acc@5")) for s in t["answers"].values()
+        ]
+        lines.append(
+            f"| {name} | {t['probe_recall']:.3f} | {t['question_recall']:.3f} | {scores[0]} | {scores[1]} "
+            f"| {p['p50_ms']:.1f} | {p['p95_ms']:.1f} | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def tuning_plot(result: dict[str, Any], path: Path) -> None:
+    """Question recall and p50 per tuning, the dense retriever's p50 as a line."""
+    plt = pyplot()
+    tunings = {n: t for n, t in result["tunings"].items() if "answers" in t}
+    dense = next(t["latency_ms"]["p50_ms"] for t in result["tunings"].values() if "answers" not in t)
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name, t in tunings.items():
+        ax.scatter(t["latency_ms"]["p50_ms"], 100 * t["question_recall"])
+        ax.annotate(name, (t["latency_ms"]["p50_ms"], 100 * t["question_recall"]), fontsize=7)
+    ax.axvline(dense, color="grey", linestyle="--", label="dense FAISS Flat p50")
+    ax.set_xlabel("p50 ms, one question, query encoding included, one thread")
+    ax.set_ylabel("question recall of the exact top-20 tokens (%)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
 def markdown(result: dict[str, Any]) -> str:
     corpus = result["corpus"]
     lines = [
@@ -254,6 +367,10 @@ def main() -> None:
     parser.add_argument("--latency-questions", type=int, default=200)
     parser.add_argument("--dense-only", action="store_true", help="build the dense embeddings and stop")
     parser.add_argument("--no-dense", action="store_true", help="leave the dense retriever out (no embeddings yet)")
+    parser.add_argument(
+        "--tuning", action="store_true", help="compare search parameters (nprobe / refine) of the large index instead"
+    )
+    parser.add_argument("--recall-questions", type=int, default=200, help="validation and unseen questions each")
     args = parser.parse_args()
     if not args.corpus.is_file():
         raise SystemExit(f"{args.corpus} not found: build it with python -m benchmarks.index.distractor_corpus")
@@ -261,6 +378,9 @@ def main() -> None:
         from dphr_haystack.nodes import corpus_documents
 
         print(json.dumps(build_dense(corpus_documents([args.corpus]), args.dense)))
+        return
+    if args.tuning:
+        finish_result("large_corpus_tuning", measure_tuning(args), tuning_markdown, tuning_plot)
         return
     finish_result("large_corpus", measure(args), markdown, plot)
 

@@ -20,11 +20,13 @@ the scan. Recall is measured against exact inner-product search over the decoded
 
 PQ codes rank coarser than SQ8's, so they re-rank at least :data:`PQ_REFINE` = 8 candidates per token, not 4 (and
 16 or 32 where fewer lists then reach the target: :data:`PQ_REFINES`): on the
-default model's SQuAD-open-small index (713,934 vectors, ``OPQ96,IVF4096,PQ96np``) 4 never reaches the target
-recall (0.907 with every list probed, a 92 ms search), 8 reaches it at nprobe 128 as SQ8 does and answers 600
+default model's SQuAD-open-small index (713,934 vectors, ``OPQ96,IVF4096,PQ96np``) 4 never reaches a probe
+recall of 0.93 (0.907 with every list probed, a 92 ms search), 8 reaches it at nprobe 128 as SQ8 does and answers 600
 validation and 600 unseen questions exactly as ``IVF4096,SQ8`` does (EM@1 42.00 / 49.17), with 3.9 instead of 14.1
 KB of RAM a passage; OPQ48 codes (48 bytes) do not reach it with 8 (``python -m
-benchmarks.index.quantized_structures``, ``python -m benchmarks.memory.index_footprint``). Below
+benchmarks.index.quantized_structures``, ``python -m benchmarks.memory.index_footprint``). An index past
+:data:`PQ_LIMIT` is tuned to a lower probe recall, :data:`PQ_TARGET_RECALL` = 0.85: at 200,598 passages the
+questions' answers were the same at half the lists (see the constant). Below
 :data:`PQ_LIMIT` SQ8 stays: its codes take under 0.8 GB there and it builds faster (356 vs 429 s at 713,934
 vectors on 2 cores, OPQ's rotation training the difference).
 """
@@ -60,6 +62,14 @@ PQ_REFINE = 8  # the same for PQ codes, coarser than SQ8's: the least of PQ_REFI
 # not reach the target even with every list probed (0.849), 16 needs nprobe 1024 (0.934), 32 nprobe 256 (0.950).
 PQ_REFINES = (PQ_REFINE, 16, 32)
 TARGET_RECALL = 0.93  # of the probes' exact top-PROBE_K tokens (about 0.99 of a question's: see above)
+# The same for PQ codes: past PQ_LIMIT the phrase search's time is mostly its list scan and re-ranking, and a question
+# keeps nearly all its tokens at a lower probe recall. At 7,349,324 vectors (200,598 passages, OPQ96,IVF8192,PQ96np)
+# nprobe 256 / refine 32 held 0.935 of 128 probes' exact top-20 tokens and 0.991 of 800 question vectors' (the start
+# and end vectors of 400 validation and unseen SQuAD questions); nprobe 128 / refine 32 held 0.871 and 0.984, gave
+# 1,200 questions the same EM@1, acc@1 and acc@5 (F1@1 56.67 against 56.75 on the unseen half) and answered in 0.81
+# of the time (p50 34.5 against 42.8 ms; a dense Flat retriever over the same passages 39.4); nprobe 64 lost 3 of
+# 600 validation answers (``python -m benchmarks.index.large_corpus --tuning``).
+PQ_TARGET_RECALL = 0.85
 PROBE_QUERIES = 128
 PROBE_K = 20
 SEED = 29
@@ -88,19 +98,24 @@ def refine_choices(factory: str) -> tuple[int, ...]:
     return PQ_REFINES if _kind(factory) == "PQ" else (REFINE,)
 
 
+def target_recall(factory: str) -> float:
+    """The probe recall ``auto`` tunes ``factory`` to: :data:`PQ_TARGET_RECALL` for PQ codes, else
+    :data:`TARGET_RECALL`."""
+    return PQ_TARGET_RECALL if _kind(factory) == "PQ" else TARGET_RECALL
+
+
 def tune_search_params(
     search: Callable[[np.ndarray, int, int, int], np.ndarray],
     stored: np.ndarray,
     decode: Callable[[np.ndarray], np.ndarray],
     nlist: int,
     refines: tuple[int, ...],
+    target: float = TARGET_RECALL,
 ) -> dict[str, Any]:
-    """:func:`tune_nprobe` for each refine; the tuning that reaches :data:`TARGET_RECALL` with the fewest lists
-    (then the fewest candidates) wins; when none reaches it (each probed every list), the fewest candidates."""
-    tunings = [tune_nprobe(search, stored, decode, nlist, refine) for refine in refines]
-    return min(
-        tunings, key=lambda t: (t["probe_recall"] < TARGET_RECALL, t["nprobe"], t["refine"], -t["probe_recall"])
-    )
+    """:func:`tune_nprobe` for each refine; the tuning that reaches ``target`` with the fewest lists (then the
+    fewest candidates) wins; when none reaches it (each probed every list), the fewest candidates."""
+    tunings = [tune_nprobe(search, stored, decode, nlist, refine, target) for refine in refines]
+    return min(tunings, key=lambda t: (t["probe_recall"] < target, t["nprobe"], t["refine"], -t["probe_recall"]))
 
 
 def needs_rebuild(manifest: dict[str, Any], num_vectors: int, dim: int) -> bool:
@@ -149,10 +164,11 @@ def tune_nprobe(
     decode: Callable[[np.ndarray], np.ndarray],
     nlist: int,
     refine: int = REFINE,
+    target: float = TARGET_RECALL,
 ) -> dict[str, Any]:
     """The smallest ``nprobe`` (powers of two up to ``nlist``) whose top-:data:`PROBE_K` tokens, ``refine``·k
-    candidates re-ranked exactly, hold :data:`TARGET_RECALL` of exact search's, on :data:`PROBE_QUERIES` probe
-    queries.
+    candidates re-ranked exactly, hold ``target`` (:func:`target_recall`) of exact search's, on
+    :data:`PROBE_QUERIES` probe queries.
 
     Args:
         search: ``search(queries, k, nprobe, refine)`` → rows, the index's search with those parameters.
@@ -167,7 +183,7 @@ def tune_nprobe(
     while True:
         found = search(queries, k, nprobe, refine)
         recall = float(np.mean([len(set(t) & set(f)) / k for t, f in zip(truth, found)]))
-        if recall >= TARGET_RECALL or nprobe >= nlist:
+        if recall >= target or nprobe >= nlist:
             break
         nprobe = min(nprobe * 2, nlist)
     logger.info("auto structure: nprobe=%d gives recall %.4f of the exact top-%d tokens", nprobe, recall, k)
@@ -177,5 +193,5 @@ def tune_nprobe(
         "probe_recall": recall,
         "probe_queries": len(queries),
         "probe_k": k,
-        "target_recall": TARGET_RECALL,
+        "target_recall": target,
     }

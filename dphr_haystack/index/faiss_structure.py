@@ -161,7 +161,8 @@ class FaissStructure:
         ivf = index_types.ivf_of(self.index)
         refines = (refine,) if refine else auto.refine_choices(self.factory)
         stored = self.storage.vectors.view()
-        return auto.tune_search_params(self.probe_search, stored, self.storage.codec.decode, ivf.nlist, refines)
+        decode, target = self.storage.codec.decode, auto.target_recall(self.factory)
+        return auto.tune_search_params(self.probe_search, stored, decode, ivf.nlist, refines, target)
 
     def probe_search(self, queries: np.ndarray, k: int, nprobe: int, refine: int) -> np.ndarray:
         """Rows of a search with ``nprobe`` lists and ``refine``·k candidates re-ranked exactly (for tuning)."""

@@ -315,6 +315,26 @@ def test_auto_tuning_picks_the_refine_that_needs_the_fewest_lists():
     assert (unreachable["nprobe"], unreachable["probe_recall"]) == (256, 0.0)  # every list, the target missed
 
 
+def test_auto_tunes_pq_codes_to_a_lower_probe_recall_than_sq8():
+    from dphr_haystack.index import auto
+
+    assert auto.target_recall("OPQ96,IVF8192,PQ96np") == auto.PQ_TARGET_RECALL < auto.TARGET_RECALL
+    assert auto.target_recall("IVF4096,SQ8") == auto.TARGET_RECALL
+    stored = np.random.default_rng(1).normal(size=(400, 8)).astype(np.float32)
+    truth = auto.exact_top_rows(auto.probe_queries(stored, np.asarray, auto.PROBE_QUERIES), stored, np.asarray, 20)
+
+    def search(queries, k, nprobe, refine):  # 18 of the 20 exact tokens (0.9) from nprobe 32, all from 128
+        found = truth.copy()
+        if nprobe < 128:
+            found[:, 18:] = -1
+        return found if nprobe >= 32 else np.full_like(truth, -1)
+
+    lower = auto.tune_search_params(search, stored, np.asarray, 256, (32,), auto.PQ_TARGET_RECALL)
+    assert (lower["nprobe"], lower["target_recall"]) == (32, auto.PQ_TARGET_RECALL)
+    assert lower["probe_recall"] == pytest.approx(0.9)
+    assert auto.tune_search_params(search, stored, np.asarray, 256, (32,))["nprobe"] == 128
+
+
 def test_auto_structure_switches_to_tuned_pq_codes_past_the_pq_limit(tiny_model, tmp_path, monkeypatch):
     from dphr_haystack.index import auto
 
