@@ -481,11 +481,12 @@ def query_features(
       share a passage of the reference list holds (:func:`name_share`, logged as the shares above): a question
       about another town, company or version than the corpus' own shares most of its words with an answerable
       one, but not its names;
-    - ``has_names``: 1.0 when the question has names, 0.0 when it has none (or is written in lower case).
+    - ``has_names``: 1.0 when the question has names, 0.0 when it has none (a question written in lower case has
+      those its truecasing by the corpus gives it: :class:`~dphr_haystack.search.PhraseSearcher`).
 
     A feature that needs the question's words is NaN without them (an :class:`Answerability` counts it at its mean);
-    so are the name shares for a question without names (one written in lower case: its names cannot be told),
-    and the three name features when ``asked`` is a plain sequence of words.
+    so are the name shares for a question without names, and the three name features when ``asked`` is a plain
+    sequence of words.
     """
     names = check_query_features(tuple(names))
     out = np.full(len(names), np.nan)

@@ -32,10 +32,11 @@ class QuestionWords(tuple):
         return self
 
 
-def question_words(question: str) -> QuestionWords:
+def question_words(question: str, cased: str | None = None) -> QuestionWords:
     """The normalised words of a question (SQuAD normalisation: case, punctuation and articles dropped), with its
-    names (:func:`question_names`)."""
-    return QuestionWords(normalize_answer(question).split(), question_names(question))
+    names (:func:`question_names`) read from ``cased`` when given: the question as it would be written, e.g. a
+    question typed in lower case truecased (``"who led the normans"`` → ``"Who led the Normans"``)."""
+    return QuestionWords(normalize_answer(question).split(), question_names(question if cased is None else cased))
 
 
 def question_names(question: str) -> tuple[str, ...]:

@@ -32,9 +32,11 @@ from .confidence import Calibration, answer_confidences, copies_question, corpus
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
 from .index.phrase_index import PhraseIndex
 from .index.rounds import TokenRounds
-from .model.truecase import corpus_truecaser, is_all_lowercase
+from .model.calibration import NAME_FEATURES
+from .model.truecase import corpus_cased, corpus_truecaser, is_all_lowercase
 from .params import check_param
 from .passage_words import cached_words
+from .question_words import QuestionWords
 from .search_options import (
     DEFAULT_SEARCH_OPTIONS,
     PhraseSearchOptions,
@@ -217,7 +219,7 @@ class PhraseSearcher(SearchOptionAttributes):
         truecase = self.model.config.truecase if self.truecase is None else self.truecase
         # the index's own passages teach the truecaser (built only when a query needs it)
         caser = (
-            corpus_truecaser(self.index, self.model.tokenizer.get_vocab())
+            corpus_truecaser(self.index, self.model.tokenizer.get_vocab)
             if truecase and any(isinstance(q, str) and is_all_lowercase(q) for q in texts)
             else None
         )
@@ -269,7 +271,7 @@ class PhraseSearcher(SearchOptionAttributes):
             return results
         if questions is not None and len(questions) != n_queries:
             raise InvalidParameterError(f"{len(questions)} question texts for {n_queries} query vectors")
-        asked = [question_words(q) for q in questions] if questions is not None else None  # confidence features
+        asked = self._question_words(questions) if questions is not None else None  # confidence features
         words = asked if self.skip_question_copies else None
         calibration = self.calibration
         by_confidence = self.ranking == "confidence" and calibration is not None
@@ -324,6 +326,15 @@ class PhraseSearcher(SearchOptionAttributes):
             c = min(2 * c, total)
         return results
 
+    def _question_words(self, questions: Sequence[str]) -> list[QuestionWords]:
+        """Each question's words for the confidence features; with an answerability that reads names, a question
+        written in lower case (as NQ's are) reads them from its truecasing by the index's passages."""
+        answerability = getattr(self.calibration, "answerability", None)
+        cased: list[str | None] = [None] * len(questions)
+        if answerability is not None and set(answerability.features).intersection(NAME_FEATURES):
+            cased = corpus_cased(self.index, questions, self.model.tokenizer.get_vocab if self.model else ())
+        return [question_words(q, c) for q, c in zip(questions, cased, strict=True)]
+
     def _spans(
         self, qs: np.ndarray, qe: np.ndarray, start_ids: np.ndarray, end_ids: np.ndarray, allowed: np.ndarray
     ) -> list[tuple[float, int, int, float, float]]:
@@ -369,13 +380,7 @@ class PhraseSearcher(SearchOptionAttributes):
         e_scores = end_scores_by_row[np.searchsorted(rows, ends)]
         scores = s_scores + e_scores
         pairs = np.unique(np.stack([starts, ends], axis=1), axis=0, return_index=True)[1]
-        starts, ends, scores, s_scores, e_scores = (
-            starts[pairs],
-            ends[pairs],
-            scores[pairs],
-            s_scores[pairs],
-            e_scores[pairs],
-        )
+        starts, ends, scores, s_scores, e_scores = (a[pairs] for a in (starts, ends, scores, s_scores, e_scores))
         # Keep, for each start hit, its best end and, for each end hit, its best start.
         chosen = set()
         chosen |= argmax_groups(starts, scores, np.isin(starts, start_ids))

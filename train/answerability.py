@@ -51,7 +51,7 @@ from dphr_haystack.confidence import (
 )
 from dphr_haystack.encode.add import add_passages
 from dphr_haystack.index.shards import PhraseShard
-from dphr_haystack.model.calibration import sigmoid
+from dphr_haystack.model.calibration import NAME_FEATURES, sigmoid
 from dphr_haystack.question_words import question_names
 from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
 
@@ -66,11 +66,11 @@ VALIDATION_ARTICLES = 8
 # over the answerable ones 0.064 / 0.055 (5 passages), 0.048 / 0.031 (500), 0.158 / 0.114 (20,598), and "no answer"
 # at the threshold of 0.25 for 96% / 92%, 86% / 83%, 87% / 81% of the unanswerable ones.
 UNANSWERABLE_WEIGHT = 0.3
-# Each case also counts as if its question were written in lower case (as NQ's are: its names cannot be told, the
-# name features say so), weighing this much of the case. On held-out questions, 0 / 0.5 / 1: AUROC answerable vs
-# not 0.786 / 0.797 / 0.801 for NQ-open questions over SQuAD-open-small (0.808 without name features), 0.838 /
-# 0.843 / 0.844 for SQuAD questions over it without their article (0.824), ECE of the answerable ones over the
-# 1,702 dev paragraphs 0.061 / 0.053 / 0.052.
+# Each case also counts as if its question were written in lower case with no name the corpus' truecasing finds (as
+# many of NQ's are: the name features say so), weighing this much of the case. On held-out questions, 0 / 0.5 / 1:
+# AUROC answerable vs not 0.786 / 0.797 / 0.801 for NQ-open questions over SQuAD-open-small (0.808 without name
+# features; measured before lower-case questions read names), 0.838 / 0.843 / 0.844 for SQuAD questions over it
+# without their article (0.824), ECE of the answerable ones over the 1,702 dev paragraphs 0.061 / 0.053 / 0.052.
 LOWER_CASE_WEIGHT = 0.5
 # Optional cases about invented names (:func:`invented_cases`: an answerable case re-asked with one of its names
 # respelled, so no corpus holds its answer), weighing this much of an unanswerable case. Off by default: on held-out
@@ -79,7 +79,6 @@ LOWER_CASE_WEIGHT = 0.5
 INVENTED_NAME_WEIGHT = 0.0
 _VOWELS = "aeiou"
 _CAPITALISED = re.compile(r"\b[A-Z][a-z]{3,}\b")
-NAME_FEATURES = ("top_name_support", "best_name_support", "has_names")
 
 
 @dataclass(frozen=True)

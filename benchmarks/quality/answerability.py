@@ -17,7 +17,9 @@ answerable vs unanswerable questions, and at :data:`~dphr_haystack.search_option
 unanswerable questions that get "no answer" and of right top answers lost; per corpus size, EM@1, AUROC right vs
 wrong and ECE of the answerable questions (with 95% bootstrap intervals over the questions) and a reliability
 curve. A sample of searches is repeated with the fitted calibration to check that the searcher returns what the
-table computes. Writes results/answerability.json and .png (``--name`` another name).
+table computes. ``--lower-case`` asks every question in lower case (as NQ's are written; the searcher then reads a
+question's names from the corpus' truecasing of it). Writes results/answerability.json and .png (``--name`` another
+name).
 """
 
 from __future__ import annotations
@@ -87,6 +89,11 @@ def _user_cases(model) -> tuple[Any, list]:
     return index, cases
 
 
+def _lower_cased(case):
+    question = dataclasses.replace(case.question, question=case.question.question.lower())
+    return dataclasses.replace(case, question=question)
+
+
 def _stats(p: np.ndarray, answerable: np.ndarray, correct: np.ndarray, threshold: float) -> dict[str, Any]:
     from dphr_haystack.confidence import auroc
 
@@ -139,6 +146,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             cases[where] += [Case(q, f"{name}-{where}", False) for q in asked]
     user_index, user_cases = _user_cases(model)
     indexes["user"], cases["user"] = user_index, user_cases
+    if args.lower_case:  # every question as a user typing in lower case asks it
+        cases = {name: [_lower_cased(case) for case in found] for name, found in cases.items()}
     tables = {name: gather(indexes[name], model, plain, found) for name, found in cases.items()}
     table = concatenate(list(tables.values()))
     after = calibration.answerability.probability(table.features)
@@ -151,6 +160,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "model": args.model,
         "model_id": model_id(args.model),
         "threshold": NO_ANSWER_THRESHOLD,
+        "lower_case": bool(args.lower_case),
         "questions": len(questions),
         "cases": len(table.cases),
         "sizes": {},
@@ -335,6 +345,7 @@ def main() -> None:
     parser.add_argument("--open-questions", type=int, default=600)
     parser.add_argument("--no-open", action="store_true", help="leave out SQuAD-open-small")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lower-case", action="store_true", help="ask every question in lower case")
     parser.add_argument("--name", default="answerability", help="results/NAME.json and .png (default: %(default)s)")
     args = parser.parse_args()
     if not SQUAD_DEV.is_file():

@@ -58,6 +58,8 @@ QUERY_FEATURES = (
     "best_name_support",
     "has_names",
 )
+# The query features that read a question's names (:func:`dphr_haystack.question_words.question_names`).
+NAME_FEATURES = ("top_name_support", "best_name_support", "has_names")
 # How many ranked candidate phrases a calibration's features look at (their reference list) and its ranker orders;
 # a calibration stored without a depth was fitted on the first 10.
 CONFIDENCE_DEPTH = 20

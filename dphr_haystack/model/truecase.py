@@ -30,12 +30,12 @@ import math
 import re
 import weakref
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 # Letter runs, or dotted abbreviations such as "U.S." / "e.g." kept whole.
 WORD = re.compile(r"[^\W\d_]+(?:\.[^\W\d_]+)+\.?|[^\W\d_]+")
-_SENTENCE_END = re.compile(r"[.!?]")
+_WORD_GROUP = re.compile(f"({WORD.pattern})")
 UNKNOWN_OPTIONS = ("lower", "title")
 # Corpus passages a searcher reads to build its truecaser (evenly spread over the index).
 CORPUS_SAMPLE = 20_000
@@ -51,23 +51,23 @@ class TrueCaser:
 
     Args:
         forms: lower-cased word → Counter of its surface forms (away from sentence starts).
-        left: (previous word, word), both lower-cased → Counter of the word's forms after it.
-        right: (word, next word), both lower-cased → Counter of the word's forms before it.
+        left: (previous word, word), both lower-cased → counts of the word's forms after it.
+        right: (word, next word), both lower-cased → counts of the word's forms before it.
         unknown: What an unknown word becomes: ``lower`` (kept) or ``title``.
     """
 
     def __init__(
         self,
         forms: Mapping[str, Counter[str]] | None = None,
-        left: Mapping[tuple[str, str], Counter[str]] | None = None,
-        right: Mapping[tuple[str, str], Counter[str]] | None = None,
+        left: Mapping[tuple[str, str], Mapping[str, int]] | None = None,
+        right: Mapping[tuple[str, str], Mapping[str, int]] | None = None,
         unknown: str = "lower",
     ) -> None:
         if unknown not in UNKNOWN_OPTIONS:
             raise ValueError(f"unknown={unknown!r}; valid: {', '.join(UNKNOWN_OPTIONS)}")
         self.forms: dict[str, Counter[str]] = dict(forms or {})
-        self.left: dict[tuple[str, str], Counter[str]] = dict(left or {})
-        self.right: dict[tuple[str, str], Counter[str]] = dict(right or {})
+        self.left: dict[tuple[str, str], Mapping[str, int]] = dict(left or {})
+        self.right: dict[tuple[str, str], Mapping[str, int]] = dict(right or {})
         self.unknown = unknown
         self.initial: dict[str, str] = {}  # forms of words seen only at sentence starts
         self.fallback: dict[str, str] = {}  # from a vocabulary: used for words without corpus counts
@@ -76,26 +76,35 @@ class TrueCaser:
     @classmethod
     def from_texts(cls, texts: Iterable[str], unknown: str = "lower") -> TrueCaser:
         """Count case forms in cased ``texts`` (two passes: forms, then the neighbours of ambiguous words)."""
-        texts = list(texts)
-        forms: dict[str, Counter[str]] = defaultdict(Counter)
+        split = [_sentence_words(text) for text in texts]
+        counted: Counter[str | None] = Counter()  # surface forms away from sentence starts, in order of appearance
         initials: dict[str, Counter[str]] = defaultdict(Counter)
-        for text in texts:
-            for form, initial in _words(text):
-                (initials if initial and _positional(form) else forms)[form.lower()][form] += 1
+        for words, starts in split:
+            positional = [i for i, start in enumerate(starts) if start and _positional(words[i])]
+            if positional:
+                words = list(words)
+                for i in positional:
+                    initials[words[i].lower()][words[i]] += 1
+                    words[i] = None
+            counted.update(words)  # counted in C: a corpus sample's millions of words take a second or two
+        counted.pop(None, None)
+        forms: dict[str, Counter[str]] = defaultdict(Counter)
+        for form, count in counted.items():
+            forms[form.lower()][form] += count
         ambiguous = {key for key, counts in forms.items() if _is_ambiguous(counts)}
-        left: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
-        right: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
-        if ambiguous:
-            for text in texts:
-                words = list(_words(text))
-                for i, (form, initial) in enumerate(words):
-                    key = form.lower()
-                    if key not in ambiguous or (initial and _positional(form)):
-                        continue
-                    if i > 0:
-                        left[(words[i - 1][0].lower(), key)][form] += 1
-                    if i + 1 < len(words):
-                        right[(key, words[i + 1][0].lower())][form] += 1
+        before: Counter[tuple[str, str, str]] = Counter()  # (previous word, word, form), words lower-cased
+        after: Counter[tuple[str, str, str]] = Counter()  # (word, next word, form)
+        for words, starts in split if ambiguous else ():
+            keys = [word.lower() for word in words]
+            at = [i for i, key in enumerate(keys) if key in ambiguous and not (starts[i] and _positional(words[i]))]
+            before.update([(keys[i - 1], keys[i], words[i]) for i in at if i > 0])
+            after.update([(keys[i], keys[i + 1], words[i]) for i in at if i + 1 < len(words)])
+        left: dict[tuple[str, str], dict[str, int]] = {}
+        right: dict[tuple[str, str], dict[str, int]] = {}
+        for (previous, key, form), count in before.items():
+            left.setdefault((previous, key), {})[form] = count
+        for (key, following, form), count in after.items():
+            right.setdefault((key, following), {})[form] = count
         caser = cls(forms, left, right, unknown)
         # A word seen only at sentence starts ("Hamlet is a tragedy.") keeps that form, as weak evidence.
         caser.initial = {key: counts.most_common(1)[0][0] for key, counts in initials.items() if key not in forms}
@@ -164,19 +173,18 @@ class TrueCaser:
             score = math.log((count + 1) / (total + len(counts)))
             for context in (self.left.get((prev, key)) if prev else None, self.right.get((key, nxt)) if nxt else None):
                 if context:
-                    score += math.log((context[form] + 1) / (sum(context.values()) + len(counts)))
+                    score += math.log((context.get(form, 0) + 1) / (sum(context.values()) + len(counts)))
             if score > best_score:
                 best, best_score = form, score
         return best
 
 
-def _words(text: str) -> Iterable[tuple[str, bool]]:
-    """(word, starts a sentence) for every word of ``text``: the first word, or one after a . ! or ?"""
-    last = None
-    for match in WORD.finditer(text):
-        gap = text[last : match.start()] if last is not None else ""
-        yield match.group(), last is None or bool(_SENTENCE_END.search(gap))
-        last = match.end()
+def _sentence_words(text: str) -> tuple[list[str], list[bool]]:
+    """The words of ``text`` and, for each, whether it starts a sentence (the first word, or one after . ! or ?)."""
+    parts = _WORD_GROUP.split(text)  # gap, word, gap, word, ..., gap
+    words = parts[1::2]
+    starts = [True, *(("." in gap or "!" in gap or "?" in gap) for gap in parts[2:-1:2])]
+    return words, starts[: len(words)]
 
 
 def _clitic(text: str, start: int) -> bool:
@@ -199,14 +207,29 @@ def _is_ambiguous(counts: Counter[str]) -> bool:
 _CORPUS_CASERS: weakref.WeakKeyDictionary[Any, tuple[int, TrueCaser]] = weakref.WeakKeyDictionary()
 
 
-def corpus_truecaser(index: Any, vocab: Iterable[str] = (), max_passages: int = CORPUS_SAMPLE) -> TrueCaser:
+Vocab = Iterable[str] | Callable[[], Iterable[str]]
+
+
+def corpus_truecaser(index: Any, vocab: Vocab = (), max_passages: int = CORPUS_SAMPLE) -> TrueCaser:
     """The truecaser of a phrase index's corpus (up to ``max_passages`` passages, evenly spread), with ``vocab``
-    for words the corpus lacks. Built once per index object and rebuilt after it grows or shrinks by a tenth."""
+    for words the corpus lacks (or a function that returns it, called only when the truecaser is built: a
+    tokenizer's ``get_vocab`` takes milliseconds). Built once per index object and rebuilt after it grows or shrinks
+    by a tenth."""
     count = len(index.passages)
     cached = _CORPUS_CASERS.get(index)
     if cached is not None and abs(cached[0] - count) <= 0.1 * cached[0]:
         return cached[1]
     rows = range(count) if count <= max_passages else (int(i * count / max_passages) for i in range(max_passages))
-    caser = TrueCaser.from_texts(index.passages[row]["text"] for row in rows).add_vocab(vocab)
+    caser = TrueCaser.from_texts(index.passages[row]["text"] for row in rows)
+    caser.add_vocab(vocab() if callable(vocab) else vocab)
     _CORPUS_CASERS[index] = (count, caser)
     return caser
+
+
+def corpus_cased(index: Any, questions: Sequence[str], vocab: Vocab = ()) -> list[str | None]:
+    """Each question written all in lower case as the index's own passages would write it (truecased by
+    :func:`corpus_truecaser`, built only when one is), None for any other question."""
+    if not any(is_all_lowercase(q) for q in questions):
+        return [None] * len(questions)
+    caser = corpus_truecaser(index, vocab)
+    return [caser.truecase(q) if is_all_lowercase(q) else None for q in questions]

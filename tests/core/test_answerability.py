@@ -183,6 +183,24 @@ def test_the_searched_passages_are_the_corpus_size(tiny_model, index):
     assert question_words(question)  # the question has content words: the support features are known
 
 
+def test_a_lower_case_question_reads_its_names_from_the_corpus_truecasing(tiny_model, index):
+    assert question_words("who wrote hamlet?", "Who wrote Hamlet?").names == ("hamlet",)
+    assert question_words("who wrote hamlet?", "Who wrote Hamlet?") == question_words("who wrote hamlet?")
+    calibration = dataclasses.replace(_ranked_calibration(), answerability=_answerability(has_names=2.0))
+    searcher = PhraseSearcher(index, tiny_model, calibration=calibration)
+    asked = ("When did Shakespeare write?", "when did shakespeare write?")
+    cased, lower = (searcher.search(q, top_k=1, unit="phrase")[0] for q in asked)
+    assert cased.confidence == pytest.approx(1 / (1 + math.exp(-1.5)))  # "Shakespeare" is a name: has_names 1
+    assert lower.confidence == pytest.approx(cased.confidence)  # the corpus writes "Shakespeare": a name too
+    # words the corpus writes in lower case, or never, are no names: has_names 0
+    for unnamed in ("what is the capital?", "who wrote zorblax?"):
+        top = searcher.search(unnamed, top_k=1, unit="phrase")[0]
+        assert top.confidence == pytest.approx(1 / (1 + math.exp(0.5)))
+    # a calibration that reads no names never builds the truecaser
+    plain = PhraseSearcher(index, tiny_model, calibration=_ranked_calibration())
+    assert plain._question_words(["who wrote hamlet?"])[0].names == ()
+
+
 def _text(hit) -> str:
     return best_phrase(hit).text
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dphr_haystack.model.truecase import TrueCaser, corpus_truecaser, is_all_lowercase
+from dphr_haystack.model.truecase import TrueCaser, corpus_cased, corpus_truecaser, is_all_lowercase
 
 pytestmark = pytest.mark.unit
 
@@ -78,3 +78,30 @@ def test_corpus_truecaser_is_cached_per_index_and_rebuilt_when_it_grows():
     # 2 of 12 passages read, evenly spread: rows 0 and 6 (copies of the first and third texts)
     assert sum(sampled.forms["denmark"].values()) == 1 and sum(sampled.forms["army"].values()) == 2
     assert "may" not in sampled.forms
+    calls = []
+
+    def vocab():  # a tokenizer's get_vocab: asked for only when a truecaser is built
+        calls.append(1)
+        return ["Fjord"]
+
+    fresh = Index(CORPUS)
+    assert corpus_truecaser(fresh, vocab).truecase("a fjord") == "A Fjord"
+    assert corpus_truecaser(fresh, vocab) is corpus_truecaser(fresh, vocab) and len(calls) == 1
+    assert corpus_cased(fresh, ["Who wrote hamlet", "who wrote hamlet"]) == [None, "Who wrote Hamlet"]
+    assert corpus_cased(Index(CORPUS), ["Cased only"], vocab) == [None] and len(calls) == 1  # nothing built
+    assert corpus_cased(fresh, ["who is zorblax"]) == ["Who is zorblax"]  # a word nothing knows stays as it is
+
+
+def test_the_truecaser_counts_sentence_starts_apart():
+    texts = [
+        "Apple fell. Apple pie is good. He ate an Apple! An apple? apple.",
+        "We saw an Apple and an apple.",
+        "",
+        ".",
+    ]
+    caser = TrueCaser.from_texts(texts)
+    # the sentence-start "Apple"s are set apart; a lower-case sentence start counts
+    assert list(caser.forms["apple"].items()) == [("Apple", 2), ("apple", 3)]
+    assert caser.initial == {"he": "He", "we": "We"}  # seen only at sentence starts ("An" is written "an" too)
+    assert list(caser.left[("an", "apple")].items()) == [("Apple", 2), ("apple", 2)]  # an ambiguous word's neighbours
+    assert caser.right[("apple", "and")] == {"Apple": 1} and caser.left[("apple", "apple")] == {"apple": 1}
