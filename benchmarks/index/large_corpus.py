@@ -4,7 +4,7 @@ a dense FAISS Flat retriever over the same 200,598 passages.
 
     .venv/bin/python -m benchmarks.index.large_corpus --dense-only     # the dense embeddings, resumable (~100 min)
     .venv/bin/python -m benchmarks.index.large_corpus [--questions 600] [--latency-questions 200] [--no-dense]
-    .venv/bin/python -m benchmarks.index.large_corpus --tuning     # search parameters compared (~20 min)
+    .venv/bin/python -m benchmarks.index.large_corpus --tuning     # search parameters compared (~13 min)
 
 - **corpus**: passages, vectors a passage, the FAISS structure and its search parameters, the indexing rate from the
   indexer's one-line-a-minute log (``runs/scale/progress.tsv``: passages committed against wall time while it ran).
@@ -226,7 +226,7 @@ def measure_tuning(args: argparse.Namespace) -> dict[str, Any]:
     tunings: dict[str, Any] = {}
     for nprobe, refine in tqdm(TUNINGS, desc="tunings"):
         found = large.structure.probe_search(queries, auto.PROBE_K, nprobe, refine)
-        recall = np.array([len(set(t) & set(f)) / auto.PROBE_K for t, f in zip(truth, found)])
+        recall = auto.token_recall(truth, found)
         use_search_params(large, {"nprobe": nprobe, "refine": refine})
         answers = answer_sets(large, model, sets, UNSEEN, latency_questions=1)
         answers.pop("latency_ms")

@@ -158,6 +158,11 @@ def exact_top_rows(
     return best_rows
 
 
+def token_recall(truth: np.ndarray, found: np.ndarray) -> np.ndarray:
+    """Per query, the share of its exact top rows (a row of ``truth``) that a search found (its row of ``found``)."""
+    return np.array([len(set(t) & set(f)) / len(t) for t, f in zip(truth, found, strict=True)])
+
+
 def tune_nprobe(
     search: Callable[[np.ndarray, int, int, int], np.ndarray],
     stored: np.ndarray,
@@ -182,7 +187,7 @@ def tune_nprobe(
     nprobe, recall = 1, 0.0
     while True:
         found = search(queries, k, nprobe, refine)
-        recall = float(np.mean([len(set(t) & set(f)) / k for t, f in zip(truth, found)]))
+        recall = float(token_recall(truth, found).mean())
         if recall >= target or nprobe >= nlist:
             break
         nprobe = min(nprobe * 2, nlist)

@@ -196,7 +196,7 @@ def test_a_lower_case_question_reads_its_names_from_the_corpus_truecasing(tiny_m
     for unnamed in ("what is the capital?", "who wrote zorblax?"):
         top = searcher.search(unnamed, top_k=1, unit="phrase")[0]
         assert top.confidence == pytest.approx(1 / (1 + math.exp(0.5)))
-    # a calibration that reads no names never builds the truecaser
+    # a calibration that reads no names reads none from a lower-case question
     plain = PhraseSearcher(index, tiny_model, calibration=_ranked_calibration())
     assert plain._question_words(["who wrote hamlet?"])[0].names == ()
 
