@@ -235,16 +235,26 @@ class FaissStructure:
 
     # ----------------------------------------------------------------- search
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` (scores, rows) by inner product for each query vector (FAISS semantics: row -1 = none)."""
+        """Top-``k`` (scores, rows) by inner product for each query vector (FAISS semantics: row -1 = none), among
+        equal scores the lower rows (:func:`~dphr_haystack.index.structures.ranked_head`)."""
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         if self.backend is None and self.index is None:
             self.backend = self.make_backend("cpu")
         searcher = self.backend if self.backend is not None else self.index
         refine = int(self.search_params.get("refine", 1))
-        if refine <= 1:
-            return searcher.search(queries, k)
         stored = self.storage.vectors.view()
-        _, ids = searcher.search(queries, min(k * refine, max(len(stored), k)))
+        total = max(len(stored), k)
+        width = k if refine <= 1 else min(k * refine, total)
+        scores = np.empty((len(queries), width), dtype=np.float32)
+        ids = np.empty((len(queries), width), dtype=np.int64)
+        pending, fetch = np.arange(len(queries)), min(width + index_types.tie_slack(width), total)
+        while len(pending):  # a query whose equal scores at the cut run past the rows fetched fetches more
+            found = searcher.search(queries[pending], fetch)
+            head_scores, head_ids, settled = index_types.ranked_head(*found, width, complete=fetch >= total)
+            scores[pending[settled]], ids[pending[settled]] = head_scores[settled], head_ids[settled]
+            pending, fetch = pending[~settled], min(fetch * 2, total)
+        if refine <= 1:
+            return scores, ids
         return index_types.refine_exact(queries, ids, k, stored, self.storage.codec.decode)
 
     def search_rows(self, queries: np.ndarray, largest: int) -> SearchedRows | None:
@@ -257,7 +267,7 @@ class FaissStructure:
         refine = int(self.search_params.get("refine", 1))
         stored = self.storage.vectors.view()
         searched = SearchedRows(queries, largest, refine, len(stored), stored, self.storage.codec.decode)
-        searched.scores, searched.ids = self.index.search(queries, searched.fetched(largest))
+        searched.scores, searched.ids = self.index.search(queries, searched.fetched_rows())
         return searched
 
     def to(self, device: str) -> None:

@@ -4,9 +4,11 @@ search per round would: with tidy answers half the phrase searches need a second
 (``benchmarks/haystack/retrievers.py``), which then scans no index again.
 
 An exact or IVF structure ranks the same scored rows whatever k is asked for (:func:`~dphr_haystack.index.structures.
-k_independent`), so its top-k for a smaller k is the head of its top-k for a larger one, except where equal scores
-straddle the cut: those queries search again. With ``refine`` the head's candidates are re-ranked as a search for
-that k re-ranks them.
+k_independent`), and every search keeps its top-k in one total order (by score, then the lower row:
+:func:`~dphr_haystack.index.structures.ranked_head`), so its top-k for a smaller k is the head of its top-k for a
+larger one, equal scores at the cut included (copies of a passage score alike): only a query whose equal scores run
+past every row the search fetched searches again. With ``refine`` the head's candidates are re-ranked as a search
+for that k re-ranks them.
 """
 
 from __future__ import annotations
@@ -16,22 +18,15 @@ from typing import Protocol
 
 import numpy as np
 
-from .structures import refine_exact
+from .structures import ranked_head, refine_exact, tie_slack
 
 ROUNDS_AHEAD = 2  # candidate counts one token search serves: c and 2c
 
 
-def clean_cut(scores: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
-    """Per query of a ranked result (best first): is its top-``k`` one set whatever the order of equal scores, with
-    no equal scores on both sides of its k-th result?"""
-    if k >= ids.shape[1]:
-        return np.ones(len(ids), dtype=bool)
-    return ~((ids[:, k] >= 0) & (scores[:, k - 1] == scores[:, k]))
-
-
 class SearchedRows:
-    """The ranked rows of one search for ``largest`` candidates per query (set ``scores`` and ``ids``), which also
-    give, for a smaller k, the rows a search of its own would return: :meth:`rows`."""
+    """The ranked rows of one search for ``largest`` candidates per query (set ``scores`` and ``ids``, fetched as
+    :meth:`fetched_rows` says), which also give, for a smaller k, the rows a search of its own would return:
+    :meth:`rows`."""
 
     def __init__(
         self,
@@ -48,23 +43,26 @@ class SearchedRows:
         self.ids = np.empty((0, 0), dtype=np.int64)
 
     def fetched(self, k: int) -> int:
-        """How many candidates a search for k asks the FAISS index for (more to re-rank with ``refine``)."""
+        """How many candidates a search for k keeps from the FAISS index (more to re-rank with ``refine``)."""
         return k if self.refine <= 1 else min(k * self.refine, max(self.total, k))
 
+    def fetched_rows(self) -> int:
+        """How many rows to ask the FAISS index for: the largest search's candidates and the rows that show where
+        equal scores at its cut end."""
+        width = self.fetched(self.largest)
+        return min(width + tie_slack(width), max(self.total, width))
+
     def rows(self, k: int, which: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """For the queries ``which`` (indices into the searched ones), the rows a search for ``k`` candidates returns
-        (per query the same set, perhaps in another order), and per query whether they are those rows: not where
-        equal scores straddle the cut, where a search of its own might keep either. None for k above the search's."""
+        """For the queries ``which`` (indices into the searched ones), the rows a search for ``k`` candidates returns,
+        and per query whether they are those rows: not where equal scores at its cut run past the rows fetched,
+        which a search of its own settles. None for k above the search's."""
         if k > self.largest:
             return None
-        width = self.fetched(k)
-        scores, ids = self.scores[which], self.ids[which]
-        clean = clean_cut(scores, ids, width)
+        complete = self.ids.shape[1] >= self.total
+        _, ids, settled = ranked_head(self.scores[which], self.ids[which], self.fetched(k), complete)
         if self.refine <= 1:
-            return ids[:, :k], clean
-        # re-ranked as a search for k re-ranks its candidates; one more kept to see the cut
-        exact, rows = refine_exact(self.queries[which], ids[:, :width], k + 1, self.stored, self.decode)
-        return rows[:, :k], clean & clean_cut(exact, rows, k)
+            return ids, settled
+        return refine_exact(self.queries[which], ids, k, self.stored, self.decode)[1], settled
 
 
 class TokenSearch(Protocol):
@@ -94,9 +92,9 @@ class TokenRounds:
         found = self.searched.rows(c, np.concatenate([pending, pending + n])) if self.searched is not None else None
         if found is None:
             return self.search(c, pending)
-        ids, clean = found
-        redo = np.flatnonzero(~(clean[:p] & clean[p:]))
-        if len(redo):  # equal scores at the cut: these queries search again
+        ids, settled = found
+        redo = np.flatnonzero(~(settled[:p] & settled[p:]))
+        if len(redo):  # equal scores past the rows fetched: these queries search again
             ids = ids.copy()
             ids[np.concatenate([redo, redo + p])] = self.search(c, pending[redo])
         return ids

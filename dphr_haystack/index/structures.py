@@ -252,10 +252,45 @@ def apply_search_params(index, params: dict[str, Any] | None) -> None:
             ) from exc
 
 
+def total_order(scores: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Per query, the positions of its results best first: by score, and among equal scores the lower row first
+    (missing rows, -1, last), so that which of equal-scored rows a search keeps never depends on the order FAISS
+    met them in."""
+    missing = ids < 0
+    keys = (np.where(missing, np.iinfo(np.int64).max, ids), -np.where(missing, -np.inf, scores))
+    return np.lexsort(keys, axis=-1)
+
+
+def tie_slack(k: int) -> int:
+    """Rows fetched beyond the k a search keeps, to see where the equal scores at its cut end."""
+    return max(16, k // 8)
+
+
+def ranked_head(
+    scores: np.ndarray, ids: np.ndarray, k: int, complete: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The top ``k`` of each query's results in :func:`total_order` (scores, rows), and per query whether the
+    results settle it: their last row scores below the k-th (so no row they miss could tie with it), they ran out
+    of rows (-1), or they hold every row of the index (``complete``). A search's settled top-k is then the head of
+    its top-2k: a smaller k never needs a search of its own."""
+    unordered = np.flatnonzero((scores[:, 1:] >= scores[:, :-1]).any(axis=1))  # FAISS ranks by score alone
+    if len(unordered):
+        scores, ids = scores.copy(), ids.copy()
+        order = total_order(scores[unordered], ids[unordered])
+        scores[unordered] = np.take_along_axis(scores[unordered], order, axis=1)
+        ids[unordered] = np.take_along_axis(ids[unordered], order, axis=1)
+    if complete or k >= ids.shape[1]:
+        settled = np.ones(len(ids), dtype=bool)
+    else:
+        settled = (ids[:, -1] < 0) | (ids[:, k - 1] < 0) | (scores[:, -1] < scores[:, k - 1])
+    return scores[:, :k], ids[:, :k], settled
+
+
 def refine_exact(
     queries: np.ndarray, ids: np.ndarray, k: int, stored: np.ndarray, decode: Callable[[np.ndarray], np.ndarray]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Re-rank candidate rows by their exact inner product with the stored vectors; keep the best ``k``.
+    """Re-rank candidate rows by their exact inner product with the stored vectors; keep the best ``k`` (equal
+    scores: the lower row first, :func:`total_order`), so the same candidates give the same rows in any order.
 
     With ``search_params["refine"] = r`` a quantized structure returns r·k candidates per query, re-scored from
     ``vectors.bin`` (r·k rows per query, read from the memory map): FAISS' ``IndexRefineFlat`` without a
@@ -269,7 +304,7 @@ def refine_exact(
     scores = np.einsum("qcd,qd->qc", cand, queries.astype(np.float32))
     scores[ids < 0] = -np.inf
     keep = min(k, ids.shape[1])
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :keep]
+    order = total_order(scores, ids)[:, :keep]
     out_ids = np.full((n_q, k), -1, dtype=np.int64)
     out_scores = np.full((n_q, k), np.finfo(np.float32).min, dtype=np.float32)
     out_ids[:, :keep] = np.take_along_axis(ids, order, axis=1)
