@@ -11,13 +11,15 @@ a dense FAISS Flat retriever over the same 200,598 passages.
 - **answers**: EM@1 / F1@1 and passage acc@1 / acc@5 of the default searcher on the held-out validation and the
   unseen SQuAD-open-small questions, over the large index and over SQuAD-open-small's own cached index (20,598
   passages): what the distractors cost. The dense retriever's passage acc@1 / acc@5 over the large corpus beside it.
-- **latency**: p50 / p95 of one question, query encoding included, one thread, round robin: phrase answers (top 10)
-  over the large index and over SQuAD-open-small, and the dense retriever (the offline all-MiniLM-L6-v2 query
-  embedding, ``faiss.IndexFlatIP`` over the 200,598 normalised passage embeddings, top 10), with the ratio.
+- **latency**: p50 / p95 of one question, query encoding included, one thread, round robin (the order rotated
+  each question): phrase answers (top 10) over the large index and over SQuAD-open-small, and the dense retriever
+  (the offline all-MiniLM-L6-v2 query embedding, ``faiss.IndexFlatIP`` over the 200,598 normalised passage
+  embeddings, top 10), with the ratio.
 
-- **tuning** (``--tuning``): for each of :data:`TUNINGS` (nprobe, refine) on the large index, the recall of the
-  exact top-20 tokens on ``auto``'s probe queries and on the start and end vectors of real questions, EM@1 / F1@1 /
-  acc@1 / acc@5 on both question sets, and p50 / p95 of one question beside the dense retriever (round robin).
+- **tuning** (``--tuning``): for each of :data:`TUNINGS` (nprobe, refine, scan budget) on the large index, the
+  recall of the exact top-20 tokens on ``auto``'s probe queries and on the start and end vectors of real questions,
+  EM@1 / F1@1 / acc@1 / acc@5 on both question sets, and p50 / p95 of one question beside the dense retriever (round
+  robin).
 
 Memory and disk: ``python -m benchmarks.memory.index_footprint --index runs/scale/index-200k`` (a fresh process).
 The dense embeddings are cached under ``runs/scale/dense-200k`` in chunks (a finished chunk is never redone).
@@ -61,8 +63,18 @@ INDEX = SCALE / "index-200k"
 DENSE = SCALE / "dense-200k"
 PROGRESS = SCALE / "progress.tsv"
 TOP_K = 10
-# Search parameters (nprobe, refine) ``--tuning`` compares on the large index.
-TUNINGS = ((64, 32), (128, 16), (128, 32), (256, 16), (256, 32))
+# Search parameters (nprobe, refine, scan cap) ``--tuning`` compares on the large index; a cap f > 0 stops a query's
+# scan at f times what its lists hold on average (auto.scan_budget, FAISS' max_codes).
+TUNINGS = (
+    (64, 32, 0),
+    (128, 16, 0),
+    (128, 32, 0),
+    (128, 32, 1.0),
+    (128, 32, 1.5),
+    (128, 32, 2.0),
+    (256, 16, 0),
+    (256, 32, 0),
+)
 # Lines of the progress log further apart than this were written by different runs of the indexer.
 RUN_GAP_S = 180
 
@@ -124,27 +136,30 @@ def dense_hits(index, docs, query_embeddings: np.ndarray) -> list[list]:
 def latency(
     examples, phrase: dict[str, Any], model, embedder, dense, count: int, params: dict[str, dict] | None = None
 ) -> dict[str, Any]:
-    """p50 / p95 (ms) of one question end to end, one thread, each question to every retriever in turn (``params``:
-    the search parameters a phrase searcher's index is given before each of its searches, by name)."""
+    """p50 / p95 (ms) of one question end to end, one thread, each question to every retriever in turn, the order
+    rotated by one each question (the retriever after the dense scan, which streams its 300 MB through the CPU
+    caches, starts cold: always first after it, a phrase search took ~6 ms more at p50 in a scratch comparison);
+    ``params``: the search parameters a phrase searcher's index is given before each of its searches, by name."""
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    times: dict[str, list[float]] = {name: [] for name in [*phrase, *(["dense FAISS Flat"] if dense else [])]}
+    names = [*phrase, *(["dense FAISS Flat"] if dense is not None else [])]
+    times: dict[str, list[float]] = {name: [] for name in names}
     try:
-        for example in examples[:count]:
+        for i, example in enumerate(examples[:count]):
             question = [example.question]
-            for name, searcher in phrase.items():
-                if params and name in params:
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                searcher = phrase.get(name)
+                if searcher is not None and params and name in params:
                     use_search_params(searcher.index, params[name])
                 started = time.perf_counter()
-                q_start, q_end = model.encode_queries(question, batch_size=1, precision=searcher.query_precision)
-                searcher.search_vectors(q_start, q_end, "phrase", TOP_K, questions=question)
+                if searcher is None:
+                    dense.search(_normalised(embedder.embed_queries(question)), TOP_K)
+                else:
+                    q_start, q_end = model.encode_queries(question, batch_size=1, precision=searcher.query_precision)
+                    searcher.search_vectors(q_start, q_end, "phrase", TOP_K, questions=question)
                 times[name].append((time.perf_counter() - started) * 1000)
-            started = time.perf_counter()
-            if dense is not None:
-                dense.search(_normalised(embedder.embed_queries(question)), TOP_K)
-                times["dense FAISS Flat"].append((time.perf_counter() - started) * 1000)
     finally:
         torch.set_num_threads(threads)
     out = {name: percentiles(values) for name, values in times.items()}
@@ -211,6 +226,7 @@ def measure_tuning(args: argparse.Namespace) -> dict[str, Any]:
     retriever's (one thread, round robin)."""
     from dphr_haystack import PhraseIndex, PhraseSearcher
     from dphr_haystack.index import auto
+    from dphr_haystack.index import structures as index_types
     from dphr_haystack.nodes import MiniLMEmbeddingRetriever, corpus_documents, load_phrase_model
 
     started = time.perf_counter()
@@ -224,15 +240,19 @@ def measure_tuning(args: argparse.Namespace) -> dict[str, Any]:
     truth = auto.exact_top_rows(queries, stored, decode, auto.PROBE_K)
     sets = question_sets(model, args.questions)
     tunings: dict[str, Any] = {}
-    for nprobe, refine in tqdm(TUNINGS, desc="tunings"):
-        found = large.structure.probe_search(queries, auto.PROBE_K, nprobe, refine)
+    nlist = index_types.ivf_of(large.faiss_index).nlist
+    for nprobe, refine, cap in tqdm(TUNINGS, desc="tunings"):
+        max_codes = auto.scan_budget(nprobe, len(stored), nlist, cap) if cap else 0
+        found = large.structure.probe_search(queries, auto.PROBE_K, nprobe, refine, max_codes)
         recall = auto.token_recall(truth, found)
-        use_search_params(large, {"nprobe": nprobe, "refine": refine})
+        use_search_params(large, {"nprobe": nprobe, "refine": refine, "max_codes": max_codes})
         answers = answer_sets(large, model, sets, UNSEEN, latency_questions=1)
         answers.pop("latency_ms")
-        tunings[f"nprobe {nprobe} / refine {refine}"] = {
+        name = f"nprobe {nprobe} / refine {refine}" + (f" / max_codes {max_codes:,} ({cap}x)" if cap else "")
+        tunings[name] = {
             "nprobe": nprobe,
             "refine": refine,
+            "max_codes": max_codes,
             "probe_recall": float(recall[: len(probes)].mean()),
             "question_recall": float(recall[len(probes) :].mean()),
             "answers": answers,
@@ -240,7 +260,7 @@ def measure_tuning(args: argparse.Namespace) -> dict[str, Any]:
     searcher = PhraseSearcher(large, model)
     embedder = MiniLMEmbeddingRetriever(document_store=None, batch_size=64, progress_bar=False)
     dense = dense_search(load_dense(args.dense, len(docs)))
-    params = {name: {"nprobe": t["nprobe"], "refine": t["refine"]} for name, t in tunings.items()}
+    params = {name: {key: t[key] for key in ("nprobe", "refine", "max_codes")} for name, t in tunings.items()}
     times = latency(
         sets[UNSEEN][0], dict.fromkeys(params, searcher), model, embedder, dense, args.latency_questions, params
     )
@@ -368,7 +388,9 @@ def main() -> None:
     parser.add_argument("--dense-only", action="store_true", help="build the dense embeddings and stop")
     parser.add_argument("--no-dense", action="store_true", help="leave the dense retriever out (no embeddings yet)")
     parser.add_argument(
-        "--tuning", action="store_true", help="compare search parameters (nprobe / refine) of the large index instead"
+        "--tuning",
+        action="store_true",
+        help="compare search parameters (nprobe / refine / scan budget) of the large index instead",
     )
     parser.add_argument("--recall-questions", type=int, default=200, help="validation and unseen questions each")
     args = parser.parse_args()

@@ -26,7 +26,10 @@ validation and 600 unseen questions exactly as ``IVF4096,SQ8`` does (EM@1 42.00 
 KB of RAM a passage; OPQ48 codes (48 bytes) do not reach it with 8 (``python -m
 benchmarks.index.quantized_structures``, ``python -m benchmarks.memory.index_footprint``). An index past
 :data:`PQ_LIMIT` is tuned to a lower probe recall, :data:`PQ_TARGET_RECALL` = 0.85: at 200,598 passages the
-questions' answers were the same at half the lists (see the constant). Below
+questions' answers were the same at half the lists (see the constant). A PQ structure also caps the codes a query
+scans (FAISS' ``max_codes``) at the tightest of :data:`SCAN_BUDGETS` times the average of its ``nprobe`` lists that
+keeps the target: k-means lists of real text are uneven, and the queries landing among the longest lists made the
+slowest searches. Below
 :data:`PQ_LIMIT` SQ8 stays: its codes take under 0.8 GB there and it builds faster (356 vs 429 s at 713,934
 vectors on 2 cores, OPQ's rotation training the difference).
 """
@@ -34,6 +37,7 @@ vectors on 2 cores, OPQ's rotation training the difference).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -70,6 +74,13 @@ TARGET_RECALL = 0.93  # of the probes' exact top-PROBE_K tokens (about 0.99 of a
 # of the time (p50 34.5 against 42.8 ms; a dense Flat retriever over the same passages 39.4); nprobe 64 lost 3 of
 # 600 validation answers (``python -m benchmarks.index.large_corpus --tuning``).
 PQ_TARGET_RECALL = 0.85
+# PQ structures cap the codes a query scans (FAISS' max_codes, nearest lists first) at the first of these multiples of
+# what its nprobe lists hold on average under which the probes keep the target: k-means lists of real text are
+# uneven (at 7,306,544 vectors in IVF8192: 897 codes a list on average, 3,302 at the 99th percentile, 15,723 the
+# longest), and a question landing among long lists scans 2-3x the median's codes. At 200,598 passages, nprobe 128 /
+# refine 32, the probes keep 0.814 / 0.859 / 0.870 of their exact top-20 tokens under 1 / 1.5 / 2x (0.871 uncapped),
+# so 1.5x is kept (``python -m benchmarks.index.large_corpus --tuning`` compares them).
+SCAN_BUDGETS = (1.0, 1.5, 2.0)
 PROBE_QUERIES = 128
 PROBE_K = 20
 SEED = 29
@@ -105,17 +116,44 @@ def target_recall(factory: str) -> float:
 
 
 def tune_search_params(
-    search: Callable[[np.ndarray, int, int, int], np.ndarray],
+    search: Callable[..., np.ndarray],
     stored: np.ndarray,
     decode: Callable[[np.ndarray], np.ndarray],
     nlist: int,
     refines: tuple[int, ...],
     target: float = TARGET_RECALL,
+    budget: bool = False,
 ) -> dict[str, Any]:
     """:func:`tune_nprobe` for each refine; the tuning that reaches ``target`` with the fewest lists (then the
-    fewest candidates) wins; when none reaches it (each probed every list), the fewest candidates."""
-    tunings = [tune_nprobe(search, stored, decode, nlist, refine, target) for refine in refines]
-    return min(tunings, key=lambda t: (t["probe_recall"] < target, t["nprobe"], t["refine"], -t["probe_recall"]))
+    fewest candidates) wins; when none reaches it (each probed every list), the fewest candidates. With ``budget``
+    (PQ structures: :func:`budgets_scan`) it also caps the codes a query scans (``max_codes``) at the first of
+    :data:`SCAN_BUDGETS` times the average scan (:func:`scan_budget`) under which the probes keep ``target``, else
+    ``max_codes`` is 0 (no cap); ``search`` then takes ``max_codes`` as a fifth argument."""
+    probes = probe_truth(stored, decode)
+    tunings = [tune_nprobe(search, stored, decode, nlist, refine, target, probes) for refine in refines]
+    best = min(tunings, key=lambda t: (t["probe_recall"] < target, t["nprobe"], t["refine"], -t["probe_recall"]))
+    if budget:
+        (queries, truth), best["max_codes"] = probes, 0
+        for factor in SCAN_BUDGETS:  # the tightest cap that keeps the target (or, missed anyway, loses nothing)
+            cap = scan_budget(best["nprobe"], len(stored), nlist, factor)
+            found = search(queries, truth.shape[1], best["nprobe"], best["refine"], cap)
+            recall = float(token_recall(truth, found).mean())
+            logger.info("auto structure: max_codes=%d gives recall %.4f", cap, recall)
+            if recall >= min(target, best["probe_recall"]):
+                best["max_codes"], best["probe_recall"] = cap, recall
+                break
+    return best
+
+
+def budgets_scan(factory: str) -> bool:
+    """Whether ``auto`` caps the codes a query of ``factory`` scans (:data:`SCAN_BUDGETS`): PQ structures."""
+    return _kind(factory) == "PQ"
+
+
+def scan_budget(nprobe: int, num_vectors: int, nlist: int, factor: float = 1.0) -> int:
+    """The codes a query may scan (FAISS' ``max_codes``, nearest lists first): ``factor`` times what ``nprobe``
+    lists of ``num_vectors`` vectors in ``nlist`` lists hold on average."""
+    return math.ceil(factor * nprobe * num_vectors / max(nlist, 1))
 
 
 def needs_rebuild(manifest: dict[str, Any], num_vectors: int, dim: int) -> bool:
@@ -158,6 +196,12 @@ def exact_top_rows(
     return best_rows
 
 
+def probe_truth(stored: np.ndarray, decode: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """:data:`PROBE_QUERIES` probe queries and the rows of their exact top-:data:`PROBE_K` tokens."""
+    queries = probe_queries(stored, decode, PROBE_QUERIES)
+    return queries, exact_top_rows(queries, stored, decode, min(PROBE_K, len(stored)))
+
+
 def token_recall(truth: np.ndarray, found: np.ndarray) -> np.ndarray:
     """Per query, the share of its exact top rows (a row of ``truth``) that a search found (its row of ``found``)."""
     return np.array([len(set(t) & set(f)) / len(t) for t, f in zip(truth, found, strict=True)])
@@ -170,6 +214,7 @@ def tune_nprobe(
     nlist: int,
     refine: int = REFINE,
     target: float = TARGET_RECALL,
+    probes: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """The smallest ``nprobe`` (powers of two up to ``nlist``) whose top-:data:`PROBE_K` tokens, ``refine``·k
     candidates re-ranked exactly, hold ``target`` (:func:`target_recall`) of exact search's, on
@@ -180,10 +225,10 @@ def tune_nprobe(
         stored: The stored vectors; ``decode`` turns rows of them into float32.
         nlist: The structure's number of lists.
         refine: Candidates per wanted token re-ranked exactly (:func:`auto_refine` of the structure).
+        probes: :func:`probe_truth` of ``stored``, when the caller has it.
     """
-    queries = probe_queries(stored, decode, PROBE_QUERIES)
-    k = min(PROBE_K, len(stored))
-    truth = exact_top_rows(queries, stored, decode, k)
+    queries, truth = probes if probes is not None else probe_truth(stored, decode)
+    k = truth.shape[1]
     nprobe, recall = 1, 0.0
     while True:
         found = search(queries, k, nprobe, refine)

@@ -157,17 +157,19 @@ class FaissStructure:
 
     def tune_nprobe(self, refine: int | None = None) -> dict[str, Any]:
         """``auto``'s search parameters for the built IVF structure (see :func:`auto.tune_search_params`): nprobe
-        for ``refine``, or the best of ``auto``'s refines for the structure."""
+        for ``refine``, or the best of ``auto``'s refines for the structure, and a PQ structure's scan budget."""
         ivf = index_types.ivf_of(self.index)
         refines = (refine,) if refine else auto.refine_choices(self.factory)
         stored = self.storage.vectors.view()
         decode, target = self.storage.codec.decode, auto.target_recall(self.factory)
-        return auto.tune_search_params(self.probe_search, stored, decode, ivf.nlist, refines, target)
+        budget = auto.budgets_scan(self.factory)
+        return auto.tune_search_params(self.probe_search, stored, decode, ivf.nlist, refines, target, budget)
 
-    def probe_search(self, queries: np.ndarray, k: int, nprobe: int, refine: int) -> np.ndarray:
-        """Rows of a search with ``nprobe`` lists and ``refine``·k candidates re-ranked exactly (for tuning)."""
+    def probe_search(self, queries: np.ndarray, k: int, nprobe: int, refine: int, max_codes: int = 0) -> np.ndarray:
+        """Rows of a search with ``nprobe`` lists, at most ``max_codes`` codes scanned (0: no cap) and ``refine``·k
+        candidates re-ranked exactly (for tuning)."""
         stored = self.storage.vectors.view()
-        index_types.apply_search_params(self.index, {"nprobe": nprobe})
+        index_types.apply_search_params(self.index, {"nprobe": nprobe, "max_codes": max_codes})
         _, ids = self.index.search(queries, min(k * refine, len(stored)))
         return index_types.refine_exact(queries, ids, k, stored, self.storage.codec.decode)[1]
 
@@ -299,9 +301,10 @@ class FaissStructure:
 
     def set_params(self, params: dict[str, Any]) -> None:
         """Apply search parameters to the structure and record them in the manifest (not committed)."""
-        problem = search_params_problem({**self.search_params, **params})
+        merged = {**self.search_params, **params}
+        problem = search_params_problem(merged)
         if problem:
             raise InvalidParameterError(problem)
-        if self.index is not None:
-            index_types.apply_search_params(self.index, params)
-        self.storage.manifest["search_params"] = {**self.search_params, **params}
+        if self.index is not None:  # all of them: a tuning's probe searches set some of them on the way
+            index_types.apply_search_params(self.index, merged)
+        self.storage.manifest["search_params"] = merged

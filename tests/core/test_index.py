@@ -335,7 +335,33 @@ def test_auto_tunes_pq_codes_to_a_lower_probe_recall_than_sq8():
     assert auto.tune_search_params(search, stored, np.asarray, 256, (32,))["nprobe"] == 128
 
 
+def test_auto_caps_a_pq_querys_scan_where_the_probes_keep_the_target():
+    from dphr_haystack.index import auto
+
+    assert auto.budgets_scan("OPQ96,IVF8192,PQ96np") and not auto.budgets_scan("IVF4096,SQ8")
+    assert auto.scan_budget(128, 7_000_000, 8192) == 109_375
+    assert auto.scan_budget(128, 7_000_000, 8192, 1.5) == 164_063
+    stored = np.random.default_rng(2).normal(size=(400, 8)).astype(np.float32)
+    truth = auto.exact_top_rows(auto.probe_queries(stored, np.asarray, auto.PROBE_QUERIES), stored, np.asarray, 20)
+    wide = auto.scan_budget(32, 400, 256, 1.5)
+    # exact tokens found (of 20) under a cap of at least 1.5x the average scan, and under a tighter one
+    for wide_finds, narrow_finds, want in ((19, 16, wide), (19, 19, auto.scan_budget(32, 400, 256)), (0, 0, 0)):
+
+        def search(queries, k, nprobe, refine, max_codes=0, wide_finds=wide_finds, narrow_finds=narrow_finds):
+            found = truth.copy() if nprobe >= 32 else np.full_like(truth, -1)  # all 20 from nprobe 32, uncapped
+            if max_codes:
+                found[:, wide_finds if max_codes >= wide else narrow_finds :] = -1
+            return found
+
+        tuned = auto.tune_search_params(search, stored, np.asarray, 256, (32,), auto.PQ_TARGET_RECALL, budget=True)
+        assert (tuned["nprobe"], tuned["max_codes"]) == (32, want)
+        assert tuned["probe_recall"] == pytest.approx(0.95 if want else 1.0)
+    assert "max_codes" not in auto.tune_search_params(search, stored, np.asarray, 256, (32,))
+
+
 def test_auto_structure_switches_to_tuned_pq_codes_past_the_pq_limit(tiny_model, tmp_path, monkeypatch):
+    import faiss
+
     from dphr_haystack.index import auto
 
     monkeypatch.setattr(auto, "EXACT_LIMIT", 100)
@@ -348,6 +374,10 @@ def test_auto_structure_switches_to_tuned_pq_codes_past_the_pq_limit(tiny_model,
     m = again.dim // auto.PQ_DIMS_PER_CODE
     assert again.faiss_factory.startswith(f"OPQ{m},IVF") and again.faiss_factory.endswith(f",PQ{m}np")
     assert again.search_params["refine"] in auto.PQ_REFINES and again.manifest["structure"]["policy"] == "auto"
+    nlist = int(again.faiss_factory.split(",")[1].removeprefix("IVF"))
+    caps = {auto.scan_budget(again.search_params["nprobe"], len(again), nlist, f) for f in auto.SCAN_BUDGETS}
+    assert again.search_params["max_codes"] in caps | {0}  # 0 where the probes lose their target under each cap
+    assert faiss.extract_index_ivf(again.faiss_index).max_codes == again.search_params["max_codes"]
     exact = PhraseIndex.create(tiny_model, faiss_factory="Flat")
     add_passages(exact, tiny_model, _many_passages(200), progress=False)
     queries = exact.vectors(slice(0, 20)) + 0.1
@@ -387,3 +417,19 @@ def test_retune_chooses_an_older_auto_structures_nprobe_again_by_todays_rule(
     assert "nothing to tune" in capsys.readouterr().out
     assert dphr(["reindex", "--index", str(tmp_path / "a"), "--retune", "--nprobe", "2"]) == 2
     assert "--retune keeps the structure in place: drop --nprobe" in capsys.readouterr().err
+
+
+def test_setting_search_params_applies_every_recorded_one_again(tiny_model, tmp_path, monkeypatch):
+    import faiss
+
+    from dphr_haystack.index import auto
+
+    monkeypatch.setattr(auto, "EXACT_LIMIT", 100)
+    index = PhraseIndex.create(tiny_model, path=tmp_path / "a")
+    add_passages(index, tiny_model, _many_passages(60), progress=False)
+    ivf = faiss.extract_index_ivf(index.faiss_index)
+    index.set_search_params(nprobe=2, max_codes=300)
+    index.structure.probe_search(index.vectors(slice(0, 4)).astype(np.float32), 5, 4, 2)  # a tuning's probe
+    assert (ivf.nprobe, ivf.max_codes) == (4, 0)
+    index.set_search_params(nprobe=1)
+    assert (ivf.nprobe, ivf.max_codes) == (1, 300) and index.search_params["max_codes"] == 300
