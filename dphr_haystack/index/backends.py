@@ -201,7 +201,8 @@ def make_search_backend(
         if faiss_index is not None and faiss_has_gpu() and not is_flat:  # flat: exact torch over the stored codes
             try:
                 gpu_index = faiss_to_gpu(faiss_index, device)
-                apply_search_params(gpu_index, search_params)
+                # a GPU IVF scans its lists in parallel, without a cap on the codes a query scans
+                apply_search_params(gpu_index, {k: v for k, v in (search_params or {}).items() if k != "max_codes"})
                 return FaissSearch(gpu_index, device)
             except RuntimeError as exc:
                 warn_cpu_fallback(f"FAISS cannot run this index type on the GPU ({exc})")
