@@ -246,10 +246,10 @@ class FaissStructure:
         refine = int(self.search_params.get("refine", 1))
         stored = self.storage.vectors.view()
         total = max(len(stored), k)
-        width = k if refine <= 1 else min(k * refine, total)
+        width = index_types.candidate_count(k, refine, total)
         scores = np.empty((len(queries), width), dtype=np.float32)
         ids = np.empty((len(queries), width), dtype=np.int64)
-        pending, fetch = np.arange(len(queries)), min(width + index_types.tie_slack(width), total)
+        pending, fetch = np.arange(len(queries)), index_types.rows_to_fetch(width, total)
         while len(pending):  # a query whose equal scores at the cut run past the rows fetched fetches more
             found = searcher.search(queries[pending], fetch)
             head_scores, head_ids, settled = index_types.ranked_head(*found, width, complete=fetch >= total)

@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .structures import ranked_head, refine_exact, tie_slack
+from .structures import candidate_count, ranked_head, refine_exact, rows_to_fetch
 
 ROUNDS_AHEAD = 2  # candidate counts one token search serves: c and 2c
 
@@ -44,13 +44,12 @@ class SearchedRows:
 
     def fetched(self, k: int) -> int:
         """How many candidates a search for k keeps from the FAISS index (more to re-rank with ``refine``)."""
-        return k if self.refine <= 1 else min(k * self.refine, max(self.total, k))
+        return candidate_count(k, self.refine, self.total)
 
     def fetched_rows(self) -> int:
         """How many rows to ask the FAISS index for: the largest search's candidates and the rows that show where
         equal scores at its cut end."""
-        width = self.fetched(self.largest)
-        return min(width + tie_slack(width), max(self.total, width))
+        return rows_to_fetch(self.fetched(self.largest), self.total)
 
     def rows(self, k: int, which: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """For the queries ``which`` (indices into the searched ones), the rows a search for ``k`` candidates returns,

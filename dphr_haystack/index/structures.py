@@ -261,9 +261,16 @@ def total_order(scores: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.lexsort(keys, axis=-1)
 
 
-def tie_slack(k: int) -> int:
-    """Rows fetched beyond the k a search keeps, to see where the equal scores at its cut end."""
-    return max(16, k // 8)
+def candidate_count(k: int, refine: int, total: int) -> int:
+    """How many candidates a search for ``k`` rows keeps from the FAISS structure: k, or refine·k to re-rank exactly
+    (at most every one of its ``total`` rows, at least k)."""
+    return k if refine <= 1 else min(k * refine, max(total, k))
+
+
+def rows_to_fetch(width: int, total: int) -> int:
+    """Rows to ask the FAISS structure for to keep ``width`` of them: a few more, to see where the equal scores at
+    the cut end (at most every row, at least ``width``)."""
+    return min(width + max(16, width // 8), max(total, width))
 
 
 def ranked_head(
