@@ -4,7 +4,7 @@ a dense FAISS Flat retriever over the same 200,598 passages.
 
     .venv/bin/python -m benchmarks.index.large_corpus --dense-only     # the dense embeddings, resumable (~100 min)
     .venv/bin/python -m benchmarks.index.large_corpus [--questions 600] [--latency-questions 200] [--no-dense]
-    .venv/bin/python -m benchmarks.index.large_corpus --tuning     # search parameters compared (~13 min)
+    .venv/bin/python -m benchmarks.index.large_corpus --tuning     # search parameters compared (~15 min)
 
 - **corpus**: passages, vectors a passage, the FAISS structure and its search parameters, the indexing rate from the
   indexer's one-line-a-minute log (``runs/scale/progress.tsv``: passages committed against wall time while it ran).
@@ -138,7 +138,7 @@ def latency(
 ) -> dict[str, Any]:
     """p50 / p95 (ms) of one question end to end, one thread, each question to every retriever in turn, the order
     rotated by one each question (the retriever after the dense scan, which streams its 300 MB through the CPU
-    caches, starts cold: always first after it, a phrase search took ~6 ms more at p50 in a scratch comparison);
+    caches, starts cold: always first after it, a phrase search took 5-8 ms more at p50 in a scratch comparison);
     ``params``: the search parameters a phrase searcher's index is given before each of its searches, by name."""
     import torch
 
