@@ -1,6 +1,7 @@
 """Fewer vectors per passage: the model's token filter at stricter thresholds, on the SQuAD-open-small phrase index.
 
     .venv/bin/python -m benchmarks.index.filter_thresholds [--questions 1000] [--targets 24 16 8 6 4] [--state-head]
+        [--oracle 4 8]
 
 The index keeps a token when the larger of its start and end filter logits exceeds the model's threshold (0.9 for the
 shipped default: ~35 vectors a passage). A stored vector is the phrase encoder's state of its token (float16), the
@@ -20,6 +21,11 @@ answers (train paragraphs only: the evaluated questions are dev questions), i.e.
 the model's filter kept. ``--factories`` also searches every vector of today's index in other FAISS structures
 (product quantization, ``OPQ96,IVF4096,PQ96``: 96 bytes a vector in FAISS as in DensePhrases, the stored vectors
 still scoring the spans), side by side.
+
+``--oracle B ...`` also keeps, in each SQuAD paragraph, only whole answers to the questions SQuAD asks of it (their
+first and last stored tokens, at most B a paragraph; the validation and unseen questions among them): what a filter
+that knew every question could keep, the bound of one that must guess which phrases will be asked about. Every row
+reports the share of questions whose answer (first and last token, in the gold passage) the kept vectors still hold.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import numpy as np
 from benchmarks.common import (
     DEFAULT_MODEL,
     ROOT,
+    SQUAD_DEV,
     SQUAD_TRAIN,
     cached_open_small_phrases,
     finish_result,
@@ -49,6 +56,7 @@ from benchmarks.index_variants import UNSEEN, answer_sets, filtered_index, footp
 
 WORK = ROOT / "runs" / "filter_thresholds"
 EM_BUDGET = 0.01  # the most EM@1 a stricter threshold may lose on the validation questions
+ORACLE = "oracle: answers to the paragraph's own questions"
 
 
 def filter_scores(index, model, chunk: int = 65_536, head=None) -> np.ndarray:
@@ -81,19 +89,44 @@ def evaluate(index, model, sets: dict[str, tuple[list, np.ndarray, np.ndarray]])
     return out
 
 
-def answer_labels(index) -> tuple[np.ndarray, np.ndarray]:
-    """The stored tokens of SQuAD train paragraphs (rows of ``index``) and their (start, end) labels: 1 where the
-    token holds the first (last) character of an answer to one of the paragraph's questions."""
+def paragraph_answers(paths: Sequence[Path]) -> dict[str, list[list[tuple[int, int]]]]:
+    """Each SQuAD paragraph's questions (by passage id), a question as the character spans of its answers."""
     import gzip
 
     from dphr_haystack.corpus import squad_paragraphs
 
-    with gzip.open(SQUAD_TRAIN, "rt", encoding="utf-8") as handle:
-        data = json.load(handle)
-    spans: dict[str, list[tuple[int, int]]] = {}
-    for record, paragraph in squad_paragraphs(data):
-        answers = [a for qa in paragraph["qas"] for a in qa["answers"]]
-        spans[record["id"]] = [(a["answer_start"], a["answer_start"] + len(a["text"])) for a in answers]
+    answers: dict[str, list[list[tuple[int, int]]]] = {}
+    for path in paths:
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            data = json.load(handle)
+        for record, paragraph in squad_paragraphs(data):
+            answers[record["id"]] = [
+                [(a["answer_start"], a["answer_start"] + len(a["text"])) for a in qa["answers"]]
+                for qa in paragraph["qas"]
+            ]
+    return answers
+
+
+def passage_rows(index) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of ``index`` grouped by passage: ``rows[bounds[p]:bounds[p + 1]]`` are passage ``p``'s."""
+    passage = index.tokens["passage"]
+    rows = np.argsort(passage, kind="stable")
+    return rows, np.searchsorted(passage[rows], np.arange(index.num_passages + 1))
+
+
+def boundary_rows(index, rows: np.ndarray, span: tuple[int, int]) -> tuple[int, int] | None:
+    """The stored rows (among a passage's ``rows``) holding the first and the last character of ``span``, or None
+    where either token is not stored."""
+    first, last = index.tokens["char_start"][rows], index.tokens["char_end"][rows]
+    starts = rows[(first <= span[0]) & (span[0] < last)]
+    ends = rows[(first < span[1]) & (span[1] <= last)]
+    return (int(starts[0]), int(ends[-1])) if len(starts) and len(ends) else None
+
+
+def answer_labels(index) -> tuple[np.ndarray, np.ndarray]:
+    """The stored tokens of SQuAD train paragraphs (rows of ``index``) and their (start, end) labels: 1 where the
+    token holds the first (last) character of an answer to one of the paragraph's questions."""
+    spans = paragraph_answers([SQUAD_TRAIN])
     tokens = index.tokens
     train = np.array([p["id"] in spans for p in index.passages], dtype=bool)
     rows = np.flatnonzero(train[tokens["passage"]])
@@ -103,10 +136,66 @@ def answer_labels(index) -> tuple[np.ndarray, np.ndarray]:
     for passage, lo, hi in zip(passages, starts, np.append(starts[1:], len(order)).astype(int), strict=True):
         ks = order[lo:hi]
         first, last = tokens["char_start"][rows[ks]], tokens["char_end"][rows[ks]]
-        for a_start, a_end in spans[index.passages[passage]["id"]]:
-            labels[ks[(first <= a_start) & (a_start < last)], 0] = 1
-            labels[ks[(first < a_end) & (a_end <= last)], 1] = 1
+        for question in spans[index.passages[passage]["id"]]:
+            for a_start, a_end in question:
+                labels[ks[(first <= a_start) & (a_start < last)], 0] = 1
+                labels[ks[(first < a_end) & (a_end <= last)], 1] = 1
     return rows, labels
+
+
+def oracle_keep(index, budget: int) -> np.ndarray:
+    """What a filter that knew every question asked of a SQuAD paragraph would keep within ``budget`` vectors of it:
+    the first and last stored tokens of whole answers, the question whose answer adds the fewest new tokens first
+    (any of its annotated answers), until the next would pass the budget. Other passages keep nothing."""
+    answers = paragraph_answers([SQUAD_DEV, SQUAD_TRAIN])
+    rows, bounds = passage_rows(index)
+    keep = np.zeros(len(index), dtype=bool)
+    for p, record in enumerate(index.passages):
+        own = rows[bounds[p] : bounds[p + 1]]
+        questions = []
+        for question in answers.get(record["id"], []):
+            options = {frozenset(b) for b in (boundary_rows(index, own, span) for span in question) if b}
+            if options:
+                questions.append(options)
+        keep[sorted(pack_answers(questions, budget))] = True
+    return keep
+
+
+def pack_answers(questions: Sequence[set[frozenset[int]]], budget: int) -> set[int]:
+    """Rows answering as many questions as a greedy choice finds within ``budget`` rows: a question is a set of
+    options (the rows of one of its answers); the question whose cheapest option adds the fewest new rows is taken
+    first (ties: the earlier question), until the next would pass the budget."""
+    todo, kept = list(questions), set()
+    while todo:
+        cost, best = min((min(len(o - kept) for o in q), i) for i, q in enumerate(todo))
+        if len(kept) + cost > budget:
+            break
+        kept |= min(todo.pop(best), key=lambda o: (len(o - kept), sorted(o)))
+    return kept
+
+
+def answers_kept(index, keep: np.ndarray, examples) -> float:
+    """The share of ``examples`` whose gold passage keeps the first and the last token of an occurrence of one of
+    their answers (only then can a search over the kept vectors answer from the gold passage)."""
+    rows, bounds = passage_rows(index)
+    position = {p["id"]: i for i, p in enumerate(index.passages)}
+    found = 0
+    for ex in examples:
+        p = position.get(ex.gold_passage_id)
+        if p is None:
+            continue
+        own, text = rows[bounds[p] : bounds[p + 1]], index.passages[p]["text"]
+        spans = [(m, m + len(a)) for a in ex.answers for m in _occurrences(text, a)]
+        found += any((b := boundary_rows(index, own, span)) and keep[list(b)].all() for span in spans)
+    return found / max(1, len(examples))
+
+
+def _occurrences(text: str, answer: str) -> list[int]:
+    at, out = text.find(answer), []
+    while answer and at >= 0:
+        out.append(at)
+        at = text.find(answer, at + 1)
+    return out
 
 
 def train_state_head(index, model, epochs: int = 4, seed: int = 0):
@@ -161,6 +250,7 @@ def measure(
     cache: Path | None = None,
     state_head: bool = False,
     factories: Sequence[str] = (),
+    oracle: Sequence[int] = (),
 ) -> dict[str, Any]:
     from dphr_haystack.index.phrase_index import PhraseIndex
     from dphr_haystack.nodes import load_phrase_model
@@ -175,38 +265,52 @@ def measure(
         head, head_summary = train_state_head(index, model)
         scorers["state head"] = filter_scores(index, model, head=head)
     sets = question_sets(model, questions)
+    variants: list[tuple[str, str | None, float | None, float | None, np.ndarray]] = [
+        ("model's filter (today)", None, None, model.config.filter_threshold, np.arange(len(index)))
+    ]
+    for scorer, scores in scorers.items():
+        for target in targets:
+            threshold = threshold_for(scores, min(len(index), int(round(target * passages))))
+            variants.append((scorer, None, target, threshold, np.flatnonzero(scores > threshold)))
+    variants += [(f"all, {f}", f, None, model.config.filter_threshold, np.arange(len(index))) for f in factories]
+    variants += [(ORACLE, None, budget, None, np.flatnonzero(oracle_keep(index, budget))) for budget in oracle]
     rows = []
-    variants = [(None, None, None), *[(name, scores, None) for name, scores in scorers.items()]]
-    variants += [(f"all, {factory}", None, factory) for factory in factories]
-    for scorer, scores, factory in variants:
-        for target in targets if scores is not None else [None]:
-            kept = len(index) if target is None else min(len(index), int(round(target * passages)))
-            threshold = model.config.filter_threshold if target is None else threshold_for(scores, kept)
-            keep = np.arange(len(index)) if target is None else np.flatnonzero(scores > threshold)
-            if target is None and factory is None:
-                variant = index
-            else:
-                variant = filtered_index(index, model, keep, threshold, factory or "auto")
-            reached = np.zeros(passages, dtype=bool)
-            reached[index.tokens["passage"][keep]] = True
-            row = {
-                "scorer": scorer or "model's filter (today)",
-                "factory": factory,
-                "target": target,
-                "threshold": threshold,
-                "vectors": int(len(keep)),
-                "vectors_per_passage": len(keep) / passages,
-                "passages_without_vectors": int(passages - reached.sum()),
-                "structure": variant.faiss_factory,
-                **footprint(variant, WORK / "variant"),
-                "results": evaluate(variant, model, sets),
-            }
-            row["disk_bytes_per_passage"] = row["disk_bytes"] / passages
-            row["rss_bytes_per_passage"] = row["rss_bytes"] / passages
-            rows.append(row)
-            print(json.dumps({k: v for k, v in row.items() if k != "results"}), json.dumps(row["results"]), flush=True)
+    for scorer, factory, target, threshold, keep in variants:
+        variant = (
+            index
+            if len(keep) == len(index) and factory is None
+            else filtered_index(
+                index,
+                model,
+                keep,
+                model.config.filter_threshold if threshold is None else threshold,
+                factory or "auto",
+            )
+        )
+        reached = np.zeros(passages, dtype=bool)
+        reached[index.tokens["passage"][keep]] = True
+        kept = np.zeros(len(index), dtype=bool)
+        kept[keep] = True
+        row = {
+            "scorer": scorer,
+            "factory": factory,
+            "target": target,
+            "threshold": threshold,
+            "vectors": int(len(keep)),
+            "vectors_per_passage": len(keep) / passages,
+            "passages_without_vectors": int(passages - reached.sum()),
+            "answers_kept": {name: answers_kept(index, kept, s[0]) for name, s in sets.items()},
+            "structure": variant.faiss_factory,
+            **footprint(variant, WORK / "variant"),
+            "results": evaluate(variant, model, sets),
+        }
+        row["disk_bytes_per_passage"] = row["disk_bytes"] / passages
+        row["rss_bytes_per_passage"] = row["rss_bytes"] / passages
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "results"}), json.dumps(row["results"]), flush=True)
     best = rows[0]["results"]["validation"]["em@1"]
-    within = [r for r in rows if not r["factory"] and r["results"]["validation"]["em@1"] >= best - EM_BUDGET]
+    filters = [r for r in rows if not r["factory"] and r["scorer"] != ORACLE]
+    within = [r for r in filters if r["results"]["validation"]["em@1"] >= best - EM_BUDGET]
     chosen = min(within, key=lambda r: r["vectors"])
     return {
         "machine": machine(),
@@ -230,17 +334,23 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['questions']['validation']:,} validation and {result['questions'][UNSEEN]:,} unseen questions "
         f"(chosen on validation: the fewest vectors within {100 * result['em_budget']:.0f} EM point of today):",
         "",
-        "| tokens kept by | threshold | vectors / passage | passages without a vector | disk B / passage "
-        "| RSS B / passage | val EM@1 | unseen EM@1 | unseen F1@1 | unseen acc@1 | unseen acc@5 | search p50 ms |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| tokens kept by | threshold | vectors / passage | passages without a vector | answers kept val / unseen "
+        "| disk B / passage | RSS B / passage | val EM@1 | unseen EM@1 | unseen F1@1 | unseen acc@1 | unseen acc@5 "
+        "| search p50 ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     chosen = result["chosen"]
     for r in result["rows"]:
         v, u = r["results"]["validation"], r["results"][UNSEEN]
         mark = " (chosen)" if (r["scorer"], r["target"]) == (chosen["scorer"], chosen["target"]) else ""
+        if r["scorer"] == ORACLE:
+            mark = f" (≤ {r['target']:g} a paragraph)"
+        threshold = "–" if r["threshold"] is None else f"{r['threshold']:.2f}"
+        kept = r.get("answers_kept")
+        kept = f"{100 * kept['validation']:.1f} / {100 * kept[UNSEEN]:.1f}" if kept else "–"
         lines.append(
-            f"| {r['scorer']}{mark} | {r['threshold']:.2f} | {r['vectors_per_passage']:.1f} | "
-            f"{r['passages_without_vectors']:,} | {r['disk_bytes_per_passage']:,.0f} | "
+            f"| {r['scorer']}{mark} | {threshold} | {r['vectors_per_passage']:.1f} | "
+            f"{r['passages_without_vectors']:,} | {kept} | {r['disk_bytes_per_passage']:,.0f} | "
             f"{r['rss_bytes_per_passage']:,.0f} | "
             f"{100 * v['em@1']:.2f} | {100 * u['em@1']:.2f} | {100 * u['f1@1']:.2f} | {100 * u['acc@1']:.2f} | "
             f"{100 * u['acc@5']:.2f} | {r['results']['p50_ms_search']:.1f} |"
@@ -270,7 +380,8 @@ def plot(result: dict[str, Any], path) -> None:
                 )
         filtered = [r for r in result["rows"][1:] if not r.get("factory")]
         for scorer in dict.fromkeys(r["scorer"] for r in filtered):
-            rows = [today, *[r for r in filtered if r["scorer"] == scorer]]
+            own = [r for r in filtered if r["scorer"] == scorer]
+            rows = sorted(own if scorer == ORACLE else [today, *own], key=lambda r: r["vectors_per_passage"])
             x = [r["vectors_per_passage"] for r in rows]
             ax.plot(x, [100 * r["results"][name]["em@1"] for r in rows], marker="o", label=f"EM@1, {scorer}")
             acc = [100 * r["results"][name]["acc@1"] for r in rows]
@@ -302,9 +413,19 @@ def main() -> None:
         default=[],
         help="also every vector of today's index in these FAISS structures (product quantization: OPQ96,IVF4096,PQ96)",
     )
+    parser.add_argument(
+        "--oracle",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also keep only whole answers to each SQuAD paragraph's own questions, within these vectors a paragraph "
+        "(what a filter that knew the questions could keep: the bound of any filter that does not)",
+    )
     parser.add_argument("--name", default="filter_thresholds", help="the result's name in benchmarks/results")
     args = parser.parse_args()
-    result = measure(args.model, args.questions, args.targets, args.cache, args.state_head, args.factories)
+    result = measure(
+        args.model, args.questions, args.targets, args.cache, args.state_head, args.factories, args.oracle
+    )
     finish_result(args.name, result, markdown, plot)
 
 
