@@ -143,12 +143,14 @@ def answer_labels(index) -> tuple[np.ndarray, np.ndarray]:
     return rows, labels
 
 
-def oracle_keep(index, budget: int) -> np.ndarray:
+def oracle_keep(
+    index, budget: int, answers: dict[str, list[list[tuple[int, int]]]], grouped: tuple[np.ndarray, np.ndarray]
+) -> np.ndarray:
     """What a filter that knew every question asked of a SQuAD paragraph would keep within ``budget`` vectors of it:
     the first and last stored tokens of whole answers, the question whose answer adds the fewest new tokens first
-    (any of its annotated answers), until the next would pass the budget. Other passages keep nothing."""
-    answers = paragraph_answers([SQUAD_DEV, SQUAD_TRAIN])
-    rows, bounds = passage_rows(index)
+    (any of its annotated answers), until the next would pass the budget. Other passages keep nothing. ``answers``:
+    :func:`paragraph_answers`; ``grouped``: :func:`passage_rows`."""
+    rows, bounds = grouped
     keep = np.zeros(len(index), dtype=bool)
     for p, record in enumerate(index.passages):
         own = rows[bounds[p] : bounds[p + 1]]
@@ -174,10 +176,11 @@ def pack_answers(questions: Sequence[set[frozenset[int]]], budget: int) -> set[i
     return kept
 
 
-def answers_kept(index, keep: np.ndarray, examples) -> float:
+def answers_kept(index, keep: np.ndarray, examples, grouped: tuple[np.ndarray, np.ndarray]) -> float:
     """The share of ``examples`` whose gold passage keeps the first and the last token of an occurrence of one of
-    their answers (only then can a search over the kept vectors answer from the gold passage)."""
-    rows, bounds = passage_rows(index)
+    their answers (only then can a search over the kept vectors answer from the gold passage). ``grouped``:
+    :func:`passage_rows`."""
+    rows, bounds = grouped
     position = {p["id"]: i for i, p in enumerate(index.passages)}
     found = 0
     for ex in examples:
@@ -273,7 +276,10 @@ def measure(
             threshold = threshold_for(scores, min(len(index), int(round(target * passages))))
             variants.append((scorer, None, target, threshold, np.flatnonzero(scores > threshold)))
     variants += [(f"all, {f}", f, None, model.config.filter_threshold, np.arange(len(index))) for f in factories]
-    variants += [(ORACLE, None, budget, None, np.flatnonzero(oracle_keep(index, budget))) for budget in oracle]
+    grouped = passage_rows(index)
+    if oracle:
+        answers = paragraph_answers([SQUAD_DEV, SQUAD_TRAIN])
+        variants += [(ORACLE, None, b, None, np.flatnonzero(oracle_keep(index, b, answers, grouped))) for b in oracle]
     rows = []
     for scorer, factory, target, threshold, keep in variants:
         variant = (
@@ -299,7 +305,7 @@ def measure(
             "vectors": int(len(keep)),
             "vectors_per_passage": len(keep) / passages,
             "passages_without_vectors": int(passages - reached.sum()),
-            "answers_kept": {name: answers_kept(index, kept, s[0]) for name, s in sets.items()},
+            "answers_kept": {name: answers_kept(index, kept, s[0], grouped) for name, s in sets.items()},
             "structure": variant.faiss_factory,
             **footprint(variant, WORK / "variant"),
             "results": evaluate(variant, model, sets),
