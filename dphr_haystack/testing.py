@@ -1,4 +1,4 @@
-"""Tiny random-initialised BERT bases for tests and smoke runs (no downloads)."""
+"""Tiny random-initialised BERT and MPNet bases for tests and smoke runs (no downloads)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from pathlib import Path
 from ._util.lazy import require
 
 _SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+# MPNet's vocabulary is BERT's behind its own four specials (the ids all-mpnet-base-v2 gives them), "<mask>" last
+_MPNET_SPECIAL = ["<s>", "<pad>", "</s>", "<unk>", *_SPECIAL]
+KINDS = ("bert", "mpnet")
 
 
 def make_tiny_base(
@@ -21,29 +24,40 @@ def make_tiny_base(
     heads: int = 4,
     max_words: int = 2000,
     seed: int = 0,
+    kind: str = "bert",
 ) -> Path:
     """Write a random-initialised BERT (hidden 32, 2 layers, 4 heads by default) with a WordPiece vocab.
 
     The vocab holds the special tokens, single characters with their ``##`` forms, and the ``max_words``
-    most frequent lower-cased words of ``texts``, so tokenisation of that text is realistic.
+    most frequent lower-cased words of ``texts``, so tokenisation of that text is realistic. ``kind="mpnet"``
+    writes an MPNet of the same size instead, shaped like all-mpnet-base-v2 (``<s>``/``</s>`` specials, no
+    segment embeddings, positions offset past the padding id).
     """
     transformers = require("transformers")
     torch = require("torch")
+    if kind not in KINDS:
+        raise ValueError(f"tiny base kind {kind!r}; valid: {', '.join(KINDS)}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     counts: Counter[str] = Counter()
     for text in texts:
         counts.update(re.findall(r"\w+|[^\w\s]", text.lower()))
     chars = sorted({ch for word in counts for ch in word} | set("abcdefghijklmnopqrstuvwxyz0123456789.,;:!?'\"()-"))
-    vocab = list(_SPECIAL) + chars + ["##" + ch for ch in chars]
+    specials = _MPNET_SPECIAL if kind == "mpnet" else _SPECIAL
+    vocab = list(specials) + chars + ["##" + ch for ch in chars]
     seen = set(vocab)
     for word, _ in counts.most_common():
-        if len(vocab) >= len(_SPECIAL) + 2 * len(chars) + max_words:
+        if len(vocab) >= len(specials) + 2 * len(chars) + max_words:
             break
         if word not in seen:
             vocab.append(word)
             seen.add(word)
+    if kind == "mpnet":
+        vocab.append("<mask>")  # last, as in all-mpnet-base-v2
     (out / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    torch.manual_seed(seed)
+    if kind == "mpnet":
+        return _write_tiny_mpnet(out, vocab, hidden_size, layers, heads)
     if int(transformers.__version__.split(".")[0]) >= 5:  # 5.x takes the vocab itself and ignores vocab_file
         tokenizer = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
     else:
@@ -58,8 +72,31 @@ def make_tiny_base(
         max_position_embeddings=512,
         type_vocab_size=2,
     )
-    torch.manual_seed(seed)
     transformers.BertModel(config).save_pretrained(str(out))
+    return out
+
+
+def _write_tiny_mpnet(out: Path, vocab: list[str], hidden_size: int, layers: int, heads: int) -> Path:
+    """The MPNet half of :func:`make_tiny_base`: tokenizer and random weights for ``vocab`` (already written)."""
+    transformers = require("transformers")
+    ids = {w: i for i, w in enumerate(vocab)}
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        tokenizer = transformers.MPNetTokenizerFast(vocab=ids, do_lower_case=True)
+    else:
+        tokenizer = transformers.MPNetTokenizerFast(vocab_file=str(out / "vocab.txt"), do_lower_case=True)
+    tokenizer.save_pretrained(str(out))
+    config = transformers.MPNetConfig(
+        vocab_size=len(vocab),
+        hidden_size=hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=hidden_size * 2,
+        max_position_embeddings=514,
+        pad_token_id=ids["<pad>"],
+        bos_token_id=ids["<s>"],
+        eos_token_id=ids["</s>"],
+    )
+    transformers.MPNetModel(config).save_pretrained(str(out))
     return out
 
 

@@ -15,7 +15,9 @@ assumed to use the student's tokenizer, as the DensePhrases teachers do.
 
 from __future__ import annotations
 
+import inspect
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,34 @@ logger = logging.getLogger(__name__)
 
 MASKED_LOGIT = -1e4  # title positions: what DensePhrases gives positions the teacher does not see
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model")
+
+
+# Models whose position ids start past the padding id (RoBERTa's scheme): max_position_embeddings − (pad id + 1) usable
+_OFFSET_POSITIONS = ("mpnet", "roberta", "xlm-roberta", "camembert")
+
+
+def usable_positions(config) -> int:
+    """The longest input a model's position embeddings take (all-mpnet-base-v2: 514 embeddings, 512 positions)."""
+    positions = int(getattr(config, "max_position_embeddings", 512))
+    if getattr(config, "model_type", "") in _OFFSET_POSITIONS:
+        positions -= int(getattr(config, "pad_token_id", None) or 0) + 1
+    return positions
+
+
+def takes_token_types(model: torch.nn.Module) -> bool:
+    """Whether a model reads segment ids: BERT-style models do; MPNet's forward has no ``token_type_ids``."""
+    forward = inspect.signature(model.forward).parameters
+    return "token_type_ids" in forward and getattr(model.config, "type_vocab_size", 2) >= 2
+
+
+def pair_separator_ids(tokenizer) -> list[int]:
+    """The ids a tokenizer puts between a pair's first text and its [SEP] and the second text: none for BERT
+    (``[CLS] a [SEP] b [SEP]``), one ``</s>`` for MPNet and RoBERTa (``<s> a </s></s> b </s>``)."""
+    encoded = tokenizer("a", "b")  # a fast tokenizer's template (transformers 4 and 5) around two one-token texts
+    sequences, ids = encoded.sequence_ids(0), encoded["input_ids"]
+    first_end = max(i for i, s in enumerate(sequences) if s == 0)
+    second_start = min(i for i, s in enumerate(sequences) if s == 1)
+    return list(ids[first_end + 2 : second_start])
 
 
 def load_qa_model(path: str | Path) -> torch.nn.Module:
@@ -74,13 +104,21 @@ def load_qa_model(path: str | Path) -> torch.nn.Module:
 
 
 def reader_inputs(
-    batch: dict[str, Any], pad_id: int, max_length: int, use_token_types: bool = True
+    batch: dict[str, Any],
+    pad_id: int,
+    max_length: int,
+    use_token_types: bool = True,
+    pair_separators: Sequence[int] = (),
 ) -> tuple[dict[str, torch.Tensor], list[tuple[int, int, int, int]]]:
     """Reader inputs ``[CLS] q [SEP] context [SEP]`` for each row of a per-question batch, and each row's alignment.
 
-    The alignment tuple is (student context start, context length, reader context start, student final
-    [SEP] position). A row longer than ``max_length`` keeps its whole context and shortens the question.
+    ``pair_separators`` go between the question's [SEP] and the context where the tokenizer pairs texts so (MPNet
+    and RoBERTa: ``<s> q </s></s> context </s>``, see :func:`pair_separator_ids`), so a reader reads what its
+    tokenizer gives it in Haystack. The alignment tuple is (student context start, context length, reader context
+    start, student final [SEP] position). A row longer than ``max_length`` keeps its whole context and shortens
+    the question.
     """
+    extra = list(pair_separators)
     q_ids, q_mask = batch["q_input_ids"].tolist(), batch["q_attention_mask"].tolist()
     p_ids, p_mask = batch["p_input_ids"].tolist(), batch["p_attention_mask"].tolist()
     context_starts = batch["p_context_start"].tolist()
@@ -89,10 +127,11 @@ def reader_inputs(
         question = [t for t, m in zip(qi, qm, strict=True) if m]  # [CLS] q [SEP]
         n_real = sum(pm)
         context = pi[cs : n_real - 1]  # up to the final [SEP]
-        overflow = len(question) + len(context) + 1 - max_length
+        overflow = len(question) + len(extra) + len(context) + 1 - max_length
         if overflow > 0:  # keep the whole context; shorten the question
             question = question[: max(2, len(question) - overflow - 1)] + [question[-1]]
-            context = context[: max_length - len(question) - 1]
+            context = context[: max_length - len(question) - len(extra) - 1]
+        question = question + extra
         rows.append(question + context + [pi[n_real - 1]])
         types.append([0] * len(question) + [1] * (len(context) + 1))
         align.append((cs, len(context), len(question), n_real - 1))
@@ -117,8 +156,9 @@ class CrossEncoderTeacher:
     def __init__(self, model: torch.nn.Module, tokenizer) -> None:
         self.model = model
         self.tokenizer = tokenizer
-        self.max_length = int(getattr(model.config, "max_position_embeddings", 512))
-        self.use_token_types = getattr(model.config, "type_vocab_size", 2) >= 2
+        self.max_length = usable_positions(model.config)
+        self.use_token_types = takes_token_types(model)
+        self.pair_separators = pair_separator_ids(tokenizer)
 
     @classmethod
     def load(cls, path: str | Path, student_tokenizer) -> CrossEncoderTeacher:
@@ -154,7 +194,9 @@ class CrossEncoderTeacher:
 
     def inputs(self, batch: dict[str, Any]) -> tuple[dict[str, torch.Tensor], list[tuple[int, int, int, int]]]:
         """Teacher inputs ``[CLS] q [SEP] context [SEP]`` per row and each row's alignment (:func:`reader_inputs`)."""
-        return reader_inputs(batch, self.tokenizer.pad_token_id or 0, self.max_length, self.use_token_types)
+        return reader_inputs(
+            batch, self.tokenizer.pad_token_id or 0, self.max_length, self.use_token_types, self.pair_separators
+        )
 
     @torch.no_grad()
     def logits(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:

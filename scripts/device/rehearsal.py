@@ -10,7 +10,7 @@ device's own model. The device side runs in subprocesses (``--device-python``, e
 the GPU machine's) from the tree copy, exactly as the call commands run there, or in this process (tests).
 
 Usage: ``bash scripts/device/rehearse.sh`` (see there), or
-``python scripts/device/rehearsal.py --work DIR [--device-python PY] [--squad FILE]``.
+``python scripts/device/rehearsal.py --work DIR [--device-python PY] [--squad FILE] [--base-kind mpnet]``.
 """
 
 from __future__ import annotations
@@ -117,9 +117,10 @@ class Sim:
         return tree_bytes() + sum(p.stat().st_size for p in stage.rglob("*") if p.is_file())
 
 
-def make_inputs(work: Path, squad: Path | None = None, paragraphs: int = 40) -> dict[str, Path]:
+def make_inputs(work: Path, squad: Path | None = None, paragraphs: int = 40, kind: str = "bert") -> dict[str, Path]:
     """A small SQuAD-format training file (the first ``paragraphs`` of ``squad``, else the built-in sample) and a
-    tiny random base built from its words (what ``smoke.yaml`` builds); the dev file is the tree's own."""
+    tiny random base built from its words (what ``smoke.yaml`` builds; ``kind="mpnet"``: shaped like
+    all-mpnet-base-v2); the dev file is the tree's own."""
     from dphr_haystack.testing import make_tiny_base
     from train.data import builtin_squad
 
@@ -143,7 +144,7 @@ def make_inputs(work: Path, squad: Path | None = None, paragraphs: int = 40) -> 
     texts = [p["context"] for a in data["data"] for p in a["paragraphs"]]
     texts += [q["question"] for a in data["data"] for p in a["paragraphs"] for q in p["qas"]]
     texts += [a["title"] for a in data["data"]]
-    base = make_tiny_base(cpu / "base", texts, hidden_size=32, layers=2, heads=4, max_words=3000)
+    base = make_tiny_base(cpu / "base", texts, hidden_size=32, layers=2, heads=4, max_words=3000, kind=kind)
     return {"train": train, "dev": REPO_ROOT / TREE_DEV_FILE, "base": base}
 
 
@@ -176,12 +177,16 @@ def _steps_after_stop(metrics: Path) -> tuple[int, list[int]]:
 
 
 def rehearse(
-    work: Path, device_python: str | None = None, squad: Path | None = None, smoke: bool = True
+    work: Path,
+    device_python: str | None = None,
+    squad: Path | None = None,
+    smoke: bool = True,
+    base_kind: str = "bert",
 ) -> dict[str, Any]:
     """The whole sequence; raises AssertionError naming the first thing that went wrong, else returns a report."""
     started = time.monotonic()
     shutil.rmtree(work, ignore_errors=True)
-    inputs = make_inputs(work, squad)
+    inputs = make_inputs(work, squad, kind=base_kind)
     root = work / "device" if device_python else REPO_ROOT
     if device_python:
         copy_tree(root)
@@ -280,9 +285,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device-python", help="run the device side in subprocesses with this interpreter")
     parser.add_argument("--squad", help="SQuAD .json.gz to take the training subset from (default: built-in)")
     parser.add_argument("--no-smoke", action="store_true")
+    parser.add_argument(
+        "--base-kind", choices=("bert", "mpnet"), default="bert", help="the tiny base's family (default bert)"
+    )
     args = parser.parse_args(argv)
     squad = Path(args.squad) if args.squad else None
-    report = rehearse(Path(args.work), args.device_python, squad, smoke=not args.no_smoke)
+    report = rehearse(Path(args.work), args.device_python, squad, smoke=not args.no_smoke, base_kind=args.base_kind)
     print(json.dumps(report, indent=1, default=str))
     print("rehearsal passed")
     return 0

@@ -220,13 +220,15 @@ def test_assemble_names_what_is_missing_and_refuses_a_damaged_piece(tmp_path, on
 
 
 @pytest.mark.integration
-def test_rehearsal_of_the_whole_device_sequence(tmp_path, one_torch_thread):
+@pytest.mark.parametrize("base_kind", ["bert", "mpnet"])
+def test_rehearsal_of_the_whole_device_sequence(tmp_path, one_torch_thread, base_kind):
     """pack → stage carries (check calls, one with the smoke run) → a training call without the last stage fails
-    naming it → a training call stopped by its budget → a call resuming it → restore of both calls' files."""
+    naming it → a training call stopped by its budget → a call resuming it → restore of both calls' files; on a
+    BERT-shaped base (MiniLM's family) and an MPNet-shaped one (all-mpnet-base-v2's)."""
     from dphr_haystack import PhraseModel
     from dphr_haystack.model.weights import read_base_state
 
-    report = rehearsal.rehearse(tmp_path / "work")  # raises AssertionError on any broken step or limit
+    report = rehearsal.rehearse(tmp_path / "work", base_kind=base_kind)  # raises AssertionError on any broken step
     assert len(report["stages"]) >= 3 and "stage-" in report["missing_stage_message"]
     assert report["exported"] == ["rc/checkpoint-1", "rc/best"] and report["resumed_after_step"] == 1
     assert (

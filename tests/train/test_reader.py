@@ -172,3 +172,63 @@ def test_recipe_trains_a_reader_then_distils_it(tmp_path, run_tiny_recipe):
     assert json.loads((tmp_path / "run" / "reader" / "metrics.json").read_text())["steps"] == 2
     records = [json.loads(x) for x in (tmp_path / "run" / "rc" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2] and all(r["kl"] > 0 for r in records)
+
+
+@pytest.fixture(scope="module")
+def tiny_mpnet_dir(tmp_path_factory):
+    """A tiny random MPNet (all-mpnet-base-v2's shape: <s>/</s> specials, no segment embeddings)."""
+    from dphr_haystack.testing import make_tiny_base
+    from tests.conftest import TINY_TEXTS
+    from train.data import builtin_squad
+
+    data = builtin_squad()
+    texts = [p["context"] for a in data["data"] for p in a["paragraphs"]]
+    texts += [q["question"] for a in data["data"] for p in a["paragraphs"] for q in p["qas"]]
+    texts += [t for _, t in TINY_TEXTS]
+    return make_tiny_base(tmp_path_factory.mktemp("tiny-mpnet"), texts, kind="mpnet")
+
+
+def test_reader_rows_are_what_the_readers_tokenizer_pairs(tiny_model, tiny_mpnet_dir):
+    """BERT reads ``[CLS] q [SEP] c [SEP]`` with segments; MPNet ``<s> q </s></s> c </s>`` without: the rows a reader
+    trains on equal its tokenizer's own pair encoding, which is what Haystack's readers give it."""
+    from dphr_haystack.model.config import PhraseModelConfig
+    from dphr_haystack.model.phrase_model import PhraseModel
+
+    mpnet = PhraseModel.from_base(tiny_mpnet_dir, PhraseModelConfig(max_passage_length=48, passage_stride=8))
+    for model in (tiny_model, mpnet):
+        data = load_squad("builtin")
+        features = build_features(data, PassageWindows(model.tokenizer, model.config, data.passages))[:6]
+        questions = [data.examples[f.example].question for f in features]
+        batch = collate(features, questions, model.tokenizer, model.config)
+        teacher = ReaderModel.from_phrase_model(model, "base").teacher()
+        inputs, align = teacher.inputs(batch)
+        assert ("token_type_ids" in inputs) == (model is tiny_model)
+        for row, (feature, (cs, n_context, reader_cs, _)) in enumerate(zip(features, align, strict=True)):
+            context = feature.input_ids[cs : cs + n_context]
+            question = model.tokenizer(questions[row].rstrip("?"), add_special_tokens=False)["input_ids"]
+            expected = model.tokenizer.build_inputs_with_special_tokens(question, context)
+            got = inputs["input_ids"][row, : len(expected)].tolist()
+            assert got == expected and got[reader_cs : reader_cs + n_context] == context
+
+
+def test_an_mpnet_base_trains_a_reader_then_distils_it(tmp_path, run_tiny_recipe, tiny_mpnet_dir):
+    train = {"max_steps": 2, "lr": 1e-3, "log_every": 1, "progress": False}
+    summary = run_tiny_recipe(
+        {
+            "stages": ["reader", "rc"],
+            "model.base": str(tiny_mpnet_dir),
+            "reader.encoder_init": "base",
+            "reader.train": {**train, "batch_size": 4},
+            "rc.loss": "unified",
+            "rc.batching": "passage",
+            "rc.teacher": "reader",
+            "rc.lambda_kl": 1.0,
+            "rc.select_on": None,
+            "rc.train": {**train, "batch_size": 2},
+        }
+    )
+    assert summary["stages"]["reader"]["steps"] == 2
+    qa = json.loads((tmp_path / "run" / "reader" / "final" / "config.json").read_text())
+    assert qa["model_type"] == "mpnet" and qa["architectures"] == ["MPNetForQuestionAnswering"]
+    records = [json.loads(x) for x in (tmp_path / "run" / "rc" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2] and all(r["kl"] > 0 for r in records)

@@ -156,3 +156,13 @@ def test_recipe_rc_stage_distils_from_a_teacher_directory(teacher_dir, tmp_path,
     assert result["steps"] == 2 and result["teacher"] == str(teacher_dir)
     records = [json.loads(line) for line in (tmp_path / "run" / "rc" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2] and all(r["kl"] > 0 for r in records)
+
+
+def test_reader_rows_fit_the_position_embeddings_of_each_family():
+    import transformers
+
+    from train.teacher import usable_positions
+
+    assert usable_positions(transformers.BertConfig(max_position_embeddings=512)) == 512
+    mpnet = transformers.MPNetConfig(max_position_embeddings=514, pad_token_id=1)  # all-mpnet-base-v2's values
+    assert usable_positions(mpnet) == 512  # positions start past the padding id
