@@ -44,6 +44,7 @@ def test_every_pipeline_file_is_tested():
         "phrase_qa.yml",
         "phrase_passages.yml",
         "bm25.yml",
+        "bm25_reader.yml",
         "dense_passages.yml",
         "hybrid_rrf.yml",
         "hybrid_dpr.yml",
@@ -83,6 +84,35 @@ def test_bm25(tiny_model_dir, haystack_docs):
     pipeline = _load("bm25.yml", tiny_model_dir)
     _fill(pipeline, haystack_docs)
     assert pipeline.run(query=QUERY)["documents"][0].id == "p3"
+
+
+@pytest.fixture(scope="module")
+def tiny_reader_dir(tiny_base_dir, tmp_path_factory) -> Path:
+    """A random-initialised question-answering model on the tiny base, saved as a Hugging Face directory."""
+    import transformers
+
+    path = tmp_path_factory.mktemp("tiny-reader")
+    transformers.set_seed(0)
+    config = transformers.AutoConfig.from_pretrained(tiny_base_dir)
+    transformers.AutoModelForQuestionAnswering.from_config(config).save_pretrained(path, safe_serialization=True)
+    transformers.AutoTokenizer.from_pretrained(tiny_base_dir).save_pretrained(path)
+    return path
+
+
+@pytest.mark.unit
+def test_bm25_reader_reads_only_the_passages_bm25_found(tiny_model_dir, tiny_reader_dir, haystack_docs):
+    reader = {"model_name_or_path": str(tiny_reader_dir), "use_gpu": False, "max_seq_len": 64, "doc_stride": 16}
+    pipeline = _load("bm25_reader.yml", tiny_model_dir, Reader={**reader, "max_query_length": 24})
+    _fill(pipeline, haystack_docs)
+    output = pipeline.run(query=QUERY, params={"BM25": {"top_k": 1}, "Reader": {"top_k": 3}})
+    answers = output["answers"]
+    assert 1 <= len(answers) <= 3 and [d.id for d in output["documents"]] == ["p3"]
+    for answer in answers:
+        assert answer.document_ids == ["p3"] and answer.answer
+        start, end = answer.offsets_in_document[0].start, answer.offsets_in_document[0].end
+        assert haystack_docs[3].content[start:end] == answer.answer
+    wider = pipeline.run(query=QUERY, params={"BM25": {"top_k": 6}, "Reader": {"top_k": 20}})
+    assert {i for a in wider["answers"] for i in a.document_ids} - {"p3"}  # more passages, answers from them
 
 
 @pytest.mark.integration
