@@ -22,6 +22,9 @@ if [ "${1:-}" = "--haystack2" ]; then
     # Hayhooks serves the Haystack 2 pipelines over HTTP (hayhooks_pipelines/); it leaves torch and haystack-ai as
     # they are. 2.1.0 is the measured release.
     .venv-hs2/bin/python -m pip install -q "hayhooks==2.1.0"
+    # haystack-ai 3.x's extractive reader (TransformersExtractiveReader), for the BM25 + reader baseline that
+    # benchmarks/quality/reader_baseline.py measures beside phrase answers; torch stays pinned.
+    .venv-hs2/bin/python -m pip install -q "torch==2.13.0" "transformers-haystack==2.0.0"
     .venv-hs2/bin/python -m pip check
     .venv-hs2/bin/python -c "import importlib.metadata as m, torch, transformers, faiss, haystack, hayhooks.server.app, dphr_haystack.haystack2; print('ok: torch', torch.__version__, '| transformers', transformers.__version__, '| faiss', faiss.__version__, '| haystack-ai', haystack.__version__, '| hayhooks', m.version('hayhooks'))"
     exit 0

@@ -1,21 +1,24 @@
 """Phrase answers beside the pipeline a Haystack user would otherwise pick: BM25 + an extractive reader.
 
     .venv/bin/python -m benchmarks.quality.reader_baseline --reader runs/reader-baseline/reader/final
+    .venv-hs2/bin/python -m benchmarks.quality.reader_baseline --haystack 2 --reader runs/reader-baseline/reader/final
     .venv/bin/python -m benchmarks.quality.reader_baseline --reader DIR --questions 100 --passages 1 5   # quicker
 
-Corpus: SQuAD-open-small (the 20,598 paragraphs of SQuAD train-rebuilt and dev-public) in one
-PhraseDocumentStore, with the default model's cached phrase index (``python -m benchmarks.quality.squad_open_small
---only phrases`` builds it). Questions: the dev-public questions ``squad_open_small`` samples (same seed, held-out
-validation articles excluded), which neither the phrase model nor a reader trained on SQuAD train has seen.
+Corpus: SQuAD-open-small (the 20,598 paragraphs of SQuAD train-rebuilt and dev-public) in one store with the
+default model's cached phrase index (``python -m benchmarks.quality.squad_open_small --only phrases`` builds it).
+Questions: the dev-public questions ``squad_open_small`` samples (same seed, held-out validation articles
+excluded), which neither the phrase model nor a reader trained on SQuAD train has seen.
 
-Systems, each a Haystack 1.x YAML pipeline of ``pipelines/`` on that store: ``phrase_qa.yml`` (phrase answers) and
-``bm25_reader.yml`` (BM25's top k passages read by Haystack's ``FARMReader``) for each k of ``--passages``. Every
-question goes to every system in turn (round robin, so the machine's drift hits all alike) after one warm-up query
-each; torch runs ``--threads`` intra-op threads (default 1, what the phrase retriever uses). Reported: EM@1 / F1@1
-of the top answer, the share of questions whose top answer comes from a passage holding a gold answer, p50 / p95
-ms of ``pipeline.run`` and the ratio of each p50 to phrase answers', with the paired difference in EM@1 to phrase
-answers (its standard error and exact McNemar p). Writes ``results/reader_baseline[_<tag>].json`` and ``.png``
-(EM@1 against p50).
+Systems: phrase answers, and BM25's top k passages read by the reader for each k of ``--passages``. Haystack 1.x
+(default, ``.venv``): the YAML pipelines ``phrase_qa.yml`` and ``bm25_reader.yml`` (Haystack's ``FARMReader``) on
+one PhraseDocumentStore. ``--haystack 2`` (``.venv-hs2``): the 2.x phrase QA pipeline and BM25 +
+``TransformersExtractiveReader`` (haystack-ai 3.x's reader, package ``transformers-haystack``) on one Haystack 2
+store. Every question goes to every system in turn (round robin, so the machine's drift hits all alike) after one
+warm-up query each; torch runs ``--threads`` intra-op threads (default 1, what the phrase retriever uses).
+Reported: EM@1 / F1@1 of the top answer, the share of questions whose top answer comes from a passage holding a
+gold answer, p50 / p95 ms of one question through the pipeline and the ratio of each p50 to phrase answers', with
+the paired difference in EM@1 to phrase answers (its standard error and exact McNemar p). Writes
+``results/reader_baseline[_haystack2][_<tag>].json`` and ``.png`` (EM@1 against p50).
 """
 
 from __future__ import annotations
@@ -94,8 +97,9 @@ def pipeline_run(pipeline, params: dict[str, dict[str, Any]]) -> Callable[[str],
     return run
 
 
-def system_rows(results: dict[str, list], examples: Sequence[Any], store) -> list[dict[str, Any]]:
-    """Per system: EM@1, F1@1, top answer from an answer passage, latency and the EM@1 difference to phrase answers."""
+def system_rows(results: dict[str, list], examples: Sequence[Any], texts: dict[str, str]) -> list[dict[str, Any]]:
+    """Per system: EM@1, F1@1, top answer from an answer passage (``texts``: passage id → text), latency and the
+    EM@1 difference to phrase answers."""
     from dphr_haystack.answers import contains_answer, exact_match, f1_score
 
     def em_f1(rows: list) -> tuple[np.ndarray, np.ndarray]:
@@ -107,8 +111,7 @@ def system_rows(results: dict[str, list], examples: Sequence[Any], store) -> lis
         hits = []
         for example, row in zip(examples, rows, strict=True):
             pid = row.predictions[0].get("passage_id") if row.predictions else None
-            doc = store.get_document_by_id(pid) if pid else None
-            hits.append(doc is not None and contains_answer(doc.content or "", example.answers))
+            hits.append(pid in texts and contains_answer(texts[pid], example.answers))
         return np.array(hits, float)
 
     reference = em_f1(results[PHRASE])[0] if PHRASE in results else None
@@ -139,7 +142,8 @@ def markdown(payload: dict[str, Any]) -> str:
     lines = [
         f"Corpus: SQuAD-open-small, {payload['corpus_passages']:,} passages; {payload['questions']} dev-public "
         f"questions (seed {payload['seed']}, held-out validation articles excluded); phrase model "
-        f"`{payload['phrase_model']}`; reader `{payload['reader']}` (FARMReader, max_seq_len 384, doc_stride 128); "
+        f"`{payload['phrase_model']}`; reader `{payload['reader']}` ({payload['haystack']}, windows of 384 subwords, "
+        f"stride 128); "
         f"torch threads {payload['threads']}; {payload['machine'].get('cpu', '')}.",
         "",
         "| system | EM@1 | F1@1 | top answer from an answer passage | p50 ms | p95 ms | p50 / phrase answers "
@@ -174,29 +178,11 @@ def plot(payload: dict[str, Any], path: Path) -> None:
     save_figure(fig, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--reader", required=True, help="a question-answering model directory (or model id)")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="phrase model (its SQuAD-open-small index cached)")
-    parser.add_argument("--questions", type=int, default=300, help="dev questions sampled (default 300)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--passages", type=int, nargs="+", default=[1, 5, 10], help="BM25 passages the reader reads (default 1 5 10)"
-    )
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    parser.add_argument("--tag", default="", help="write results/reader_baseline_<tag>.json")
-    args = parser.parse_args(argv)
-    if not SQUAD_TRAIN.is_file() or not SQUAD_DEV.is_file():
-        raise SystemExit("SQuAD train-rebuilt and dev-public are needed (../shared/data/squad)")
-    if any(k < 1 for k in args.passages):
-        raise SystemExit("--passages takes counts >= 1")
-    import torch
-
+def haystack1_systems(args: argparse.Namespace) -> tuple[dict[str, Callable], dict[str, str], str]:
+    """Phrase answers and BM25 + FARMReader, the Haystack 1.x YAML pipelines over one store: the runs, the passage
+    texts and the phrase index's name."""
     from dphr_haystack.nodes import load_pipeline
 
-    torch.set_num_threads(args.threads)
-    started = time.perf_counter()
-    examples = squad_open_small_questions(args.questions, args.seed)
     store, phrase_index = squad_open_small_store(args.model)
     components = {"DocumentStore": store}
     phrase = load_pipeline("phrase_qa.yml", overrides={"Retriever": {"model": args.model}}, components=components)
@@ -206,24 +192,117 @@ def main(argv: list[str] | None = None) -> int:
     )
     for k in args.passages:
         runs[reader_system(k)] = pipeline_run(reader, {"BM25": {"top_k": k}, "Reader": {"top_k": READER_ANSWERS}})
+    return runs, {d.id: d.content for d in store.get_all_documents()}, phrase_index
+
+
+def haystack2_reader_pipeline(store, reader: str):
+    """BM25 + ``TransformersExtractiveReader`` (haystack-ai 3.x's reader, package ``transformers-haystack``) over a
+    Haystack 2 store: run with ``{"bm25": {"query": q, "top_k": k}, "reader": {"query": q}}``."""
+    from haystack import Pipeline
+    from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+    from haystack.utils import ComponentDevice
+    from haystack_integrations.components.readers.transformers import TransformersExtractiveReader
+
+    pipeline = Pipeline()
+    pipeline.add_component("bm25", InMemoryBM25Retriever(document_store=store, top_k=5))
+    reader_component = TransformersExtractiveReader(
+        model=reader, top_k=READER_ANSWERS, no_answer=False, device=ComponentDevice.from_str("cpu")
+    )
+    pipeline.add_component("reader", reader_component)
+    pipeline.connect("bm25.documents", "reader.documents")
+    pipeline.warm_up()
+    return pipeline
+
+
+def haystack2_run(pipeline, inputs: Callable[[str], dict], answers_from: str, documents_from: str) -> Callable:
+    """``run(question)`` of a Haystack 2 pipeline, its answers and documents as :func:`round_robin` takes them."""
+
+    def run(question: str) -> tuple[Iterable, Iterable]:
+        output = pipeline.run(inputs(question), include_outputs_from={documents_from})
+        answers = [(a.data, a.score, a.document.id if a.document else None) for a in output[answers_from]["answers"]]
+        documents = [(d.id, d.score, d.content) for d in output[documents_from].get("documents") or []]
+        return [a for a in answers if a[0]], documents
+
+    return run
+
+
+def haystack2_systems(args: argparse.Namespace) -> tuple[dict[str, Callable], dict[str, str], str]:
+    """Phrase answers and BM25 + TransformersExtractiveReader over one Haystack 2 store holding the same passages
+    and the same cached phrase index as the 1.x run."""
+    from benchmarks.common import SQUAD_OPEN_SMALL_CACHE, phrase_cache
+    from benchmarks.haystack.haystack2_parity import make_store
+    from dphr_haystack.haystack2.pipelines import corpus_documents, phrase_qa_pipeline
+    from dphr_haystack.model.cache import load_phrase_model
+
+    model = load_phrase_model(args.model)
+    phrase_dir = phrase_cache(model, SQUAD_OPEN_SMALL_CACHE)
+    docs = corpus_documents([SQUAD_TRAIN, SQUAD_DEV])
+    store = make_store(docs, phrase_dir, model)
+    phrase = phrase_qa_pipeline(store, model=args.model, top_k=READER_ANSWERS)
+    phrase.warm_up()
+    runs = {PHRASE: haystack2_run(phrase, lambda q: {"retriever": {"query": q}}, "retriever", "retriever")}
+    reader = haystack2_reader_pipeline(store, args.reader)
+    for k in args.passages:
+
+        def inputs(question: str, k: int = k) -> dict:
+            return {"bm25": {"query": question, "top_k": k}, "reader": {"query": question}}
+
+        runs[reader_system(k)] = haystack2_run(reader, inputs, "reader", "bm25")
+    return runs, {d.id: d.content for d in docs}, phrase_dir.name
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--reader", required=True, help="a question-answering model directory (or model id)")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="phrase model (its SQuAD-open-small index cached)")
+    parser.add_argument("--questions", type=int, default=300, help="dev questions sampled (default 300)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--passages", type=int, nargs="+", default=[1, 5, 10], help="BM25 passages the reader reads (default 1 5 10)"
+    )
+    parser.add_argument(
+        "--haystack",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="1: FARMReader in farm-haystack 1.26 (.venv); 2: TransformersExtractiveReader in haystack-ai 3.x "
+        "(.venv-hs2, package transformers-haystack)",
+    )
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--tag", default="", help="write results/reader_baseline[_haystack2]_<tag>.json")
+    args = parser.parse_args(argv)
+    if not SQUAD_TRAIN.is_file() or not SQUAD_DEV.is_file():
+        raise SystemExit("SQuAD train-rebuilt and dev-public are needed (../shared/data/squad)")
+    if any(k < 1 for k in args.passages):
+        raise SystemExit("--passages takes counts >= 1")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    examples = squad_open_small_questions(args.questions, args.seed)
+    runs, texts, phrase_index = (haystack2_systems if args.haystack == 2 else haystack1_systems)(args)
     for run in runs.values():
         run(examples[0].question)  # warm-up: model loading and caches are not query latency
     results = round_robin(examples, runs)
     payload = {
         "benchmark": "phrase answers vs BM25 + extractive reader, SQuAD-open-small",
+        "haystack": "farm-haystack 1.26, FARMReader"
+        if args.haystack == 1
+        else "haystack-ai 3.x, TransformersExtractiveReader",
         "phrase_model": args.model,
         "model_id": model_id(args.model),
         "phrase_index": phrase_index,
         "reader": args.reader,
-        "corpus_passages": store.get_document_count(),
+        "corpus_passages": len(texts),
         "questions": len(examples),
         "seed": args.seed,
         "threads": args.threads,
-        "systems": system_rows(results, examples, store),
+        "systems": system_rows(results, examples, texts),
         "machine": machine(),
         "seconds": time.perf_counter() - started,
     }
-    finish_result("reader_baseline" + (f"_{args.tag}" if args.tag else ""), payload, markdown, plot)
+    name = "reader_baseline" + ("_haystack2" if args.haystack == 2 else "") + (f"_{args.tag}" if args.tag else "")
+    finish_result(name, payload, markdown, plot)
     return 0
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from haystack.schema import Document
 
 from benchmarks.quality.reader_baseline import PHRASE, markdown, reader_system, round_robin, system_rows
 from dphr_haystack.evaluation import QAExample
@@ -12,16 +11,11 @@ EXAMPLES = [
     QAExample(qid="q1", question="What is the capital of France?", answers=("Paris",)),
     QAExample(qid="q2", question="Who wrote Hamlet?", answers=("William Shakespeare", "Shakespeare")),
 ]
-DOCS = {
-    "d-paris": Document(content="Paris is the capital of France.", id="d-paris"),
-    "d-hamlet": Document(content="Hamlet was written by William Shakespeare.", id="d-hamlet"),
-    "d-other": Document(content="The Globe theatre stands in London.", id="d-other"),
+TEXTS = {
+    "d-paris": "Paris is the capital of France.",
+    "d-hamlet": "Hamlet was written by William Shakespeare.",
+    "d-other": "The Globe theatre stands in London.",
 }
-
-
-class _Store:
-    def get_document_by_id(self, doc_id: str):
-        return DOCS.get(doc_id)
 
 
 def test_round_robin_asks_each_system_each_question_in_turn_and_scores_the_top_answer():
@@ -31,7 +25,7 @@ def test_round_robin_asks_each_system_each_question_in_turn_and_scores_the_top_a
         def run(question: str):
             calls.append((name, question))
             text, doc_id = answers[question]
-            return [(text, 0.9, doc_id), ("wrong", 0.1, "d-other")], [(doc_id, 1.0, DOCS[doc_id].content)]
+            return [(text, 0.9, doc_id), ("wrong", 0.1, "d-other")], [(doc_id, 1.0, TEXTS[doc_id])]
 
         return run
 
@@ -45,7 +39,7 @@ def test_round_robin_asks_each_system_each_question_in_turn_and_scores_the_top_a
         (PHRASE, EXAMPLES[1].question),
         (reader_system(5), EXAMPLES[1].question),
     ]
-    rows = {row["system"]: row for row in system_rows(results, EXAMPLES, _Store())}
+    rows = {row["system"]: row for row in system_rows(results, EXAMPLES, TEXTS)}
     assert rows[PHRASE]["em@1"] == 0.5 and rows[reader_system(5)]["em@1"] == 0.5
     assert rows[PHRASE]["top_answer_passage_acc"] == 1.0  # "Hamlet" is wrong, but from the passage holding the answer
     assert rows[reader_system(5)]["top_answer_passage_acc"] == 0.5  # "London" from a passage without one
@@ -60,6 +54,7 @@ def test_round_robin_asks_each_system_each_question_in_turn_and_scores_the_top_a
             "seed": 0,
             "phrase_model": "m",
             "reader": "r",
+            "haystack": "farm-haystack 1.26, FARMReader",
             "threads": 1,
             "machine": {"cpu": "test"},
             "systems": list(rows.values()),
