@@ -9,7 +9,9 @@ default model's cached phrase index (``python -m benchmarks.quality.squad_open_s
 Questions: the dev-public questions ``squad_open_small`` samples (same seed, held-out validation articles
 excluded), which neither the phrase model nor a reader trained on SQuAD train has seen.
 
-Systems: phrase answers, and BM25's top k passages read by the reader for each k of ``--passages``. Haystack 1.x
+Systems: phrase answers; BM25's top k passages read by the reader for each k of ``--passages``; and the passages
+phrase retrieval ranks first (``unit="passage"``) read by the same reader, for each k of ``--phrase-passages``
+(a hybrid: phrase retrieval finds, the reader reads). Haystack 1.x
 (default, ``.venv``): the YAML pipelines ``phrase_qa.yml`` and ``bm25_reader.yml`` (Haystack's ``FARMReader``) on
 one PhraseDocumentStore. ``--haystack 2`` (``.venv-hs2``): the 2.x phrase QA pipeline and BM25 +
 ``TransformersExtractiveReader`` (haystack-ai 3.x's reader, package ``transformers-haystack``) on one Haystack 2
@@ -56,9 +58,12 @@ PHRASE = "Phrase answers"
 READER_ANSWERS = 5  # answers the reader returns per question (only the top one is scored)
 
 
-def reader_system(passages: int) -> str:
-    """The name of the BM25 + reader system that reads ``passages`` passages."""
-    return f"BM25 top-{passages} + reader"
+def reader_system(passages: int, retriever: str = "BM25") -> str:
+    """The name of the system whose reader reads the ``passages`` passages ``retriever`` ranks first."""
+    return f"{retriever} top-{passages} + reader"
+
+
+PHRASE_PASSAGES = "Phrase passages"
 
 
 def round_robin(
@@ -168,7 +173,8 @@ def plot(payload: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for row in payload["systems"]:
         x, y = row["latency"]["p50_ms"], 100 * row["em@1"]
-        ax.scatter([x], [y], s=60, color="tab:red" if row["system"] == PHRASE else "tab:blue")
+        color = "tab:red" if row["system"] == PHRASE else "tab:blue"
+        ax.scatter([x], [y], s=60, color="tab:purple" if row["system"].startswith(PHRASE_PASSAGES) else color)
         ax.annotate(row["system"], (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
     ax.set_xscale("log")
     ax.set_xlabel("p50 ms per question (log), 2-core CPU")
@@ -179,8 +185,10 @@ def plot(payload: dict[str, Any], path: Path) -> None:
 
 
 def haystack1_systems(args: argparse.Namespace) -> tuple[dict[str, Callable], dict[str, str], str]:
-    """Phrase answers and BM25 + FARMReader, the Haystack 1.x YAML pipelines over one store: the runs, the passage
-    texts and the phrase index's name."""
+    """Phrase answers, BM25 + FARMReader (the Haystack 1.x YAML pipelines) and phrase passages + the same reader over
+    one store: the runs, the passage texts and the phrase index's name."""
+    from haystack import Pipeline
+
     from dphr_haystack.nodes import load_pipeline
 
     store, phrase_index = squad_open_small_store(args.model)
@@ -192,24 +200,34 @@ def haystack1_systems(args: argparse.Namespace) -> tuple[dict[str, Callable], di
     )
     for k in args.passages:
         runs[reader_system(k)] = pipeline_run(reader, {"BM25": {"top_k": k}, "Reader": {"top_k": READER_ANSWERS}})
+    passages = load_pipeline(
+        "phrase_passages.yml", overrides={"Retriever": {"model": args.model}}, components=components
+    )
+    hybrid = Pipeline()
+    hybrid.add_node(passages.get_node("Retriever"), "Retriever", ["Query"])
+    hybrid.add_node(reader.get_node("Reader"), "Reader", ["Retriever"])
+    for k in args.phrase_passages:
+        params = {"Retriever": {"top_k": k}, "Reader": {"top_k": READER_ANSWERS}}
+        runs[reader_system(k, PHRASE_PASSAGES)] = pipeline_run(hybrid, params)
     return runs, {d.id: d.content for d in store.get_all_documents()}, phrase_index
 
 
-def haystack2_reader_pipeline(store, reader: str):
-    """BM25 + ``TransformersExtractiveReader`` (haystack-ai 3.x's reader, package ``transformers-haystack``) over a
-    Haystack 2 store: run with ``{"bm25": {"query": q, "top_k": k}, "reader": {"query": q}}``."""
+def haystack2_reader_pipeline(store, reader: str, retriever=None, name: str = "bm25"):
+    """A retriever (default BM25) + ``TransformersExtractiveReader`` (haystack-ai 3.x's reader, package
+    ``transformers-haystack``) over a Haystack 2 store: run with ``{name: {"query": q, "top_k": k}, "reader":
+    {"query": q}}``."""
     from haystack import Pipeline
     from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
     from haystack.utils import ComponentDevice
     from haystack_integrations.components.readers.transformers import TransformersExtractiveReader
 
     pipeline = Pipeline()
-    pipeline.add_component("bm25", InMemoryBM25Retriever(document_store=store, top_k=5))
+    pipeline.add_component(name, retriever or InMemoryBM25Retriever(document_store=store, top_k=5))
     reader_component = TransformersExtractiveReader(
         model=reader, top_k=READER_ANSWERS, no_answer=False, device=ComponentDevice.from_str("cpu")
     )
     pipeline.add_component("reader", reader_component)
-    pipeline.connect("bm25.documents", "reader.documents")
+    pipeline.connect(f"{name}.documents", "reader.documents")
     pipeline.warm_up()
     return pipeline
 
@@ -227,10 +245,11 @@ def haystack2_run(pipeline, inputs: Callable[[str], dict], answers_from: str, do
 
 
 def haystack2_systems(args: argparse.Namespace) -> tuple[dict[str, Callable], dict[str, str], str]:
-    """Phrase answers and BM25 + TransformersExtractiveReader over one Haystack 2 store holding the same passages
-    and the same cached phrase index as the 1.x run."""
+    """Phrase answers, BM25 + TransformersExtractiveReader and phrase passages + the same reader over one Haystack 2
+    store holding the same passages and the same cached phrase index as the 1.x run."""
     from benchmarks.common import SQUAD_OPEN_SMALL_CACHE, phrase_cache
     from benchmarks.haystack.haystack2_parity import make_store
+    from dphr_haystack.haystack2 import PhraseRetriever
     from dphr_haystack.haystack2.pipelines import corpus_documents, phrase_qa_pipeline
     from dphr_haystack.model.cache import load_phrase_model
 
@@ -248,6 +267,14 @@ def haystack2_systems(args: argparse.Namespace) -> tuple[dict[str, Callable], di
             return {"bm25": {"query": question, "top_k": k}, "reader": {"query": question}}
 
         runs[reader_system(k)] = haystack2_run(reader, inputs, "reader", "bm25")
+    passages = PhraseRetriever(document_store=store, model=args.model, unit="passage", top_k=5)
+    hybrid = haystack2_reader_pipeline(store, args.reader, passages, "retriever")
+    for k in args.phrase_passages:
+
+        def hybrid_inputs(question: str, k: int = k) -> dict:
+            return {"retriever": {"query": question, "top_k": k}, "reader": {"query": question}}
+
+        runs[reader_system(k, PHRASE_PASSAGES)] = haystack2_run(hybrid, hybrid_inputs, "reader", "retriever")
     return runs, {d.id: d.content for d in docs}, phrase_dir.name
 
 
@@ -259,6 +286,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--passages", type=int, nargs="+", default=[1, 5, 10], help="BM25 passages the reader reads (default 1 5 10)"
+    )
+    parser.add_argument(
+        "--phrase-passages",
+        type=int,
+        nargs="*",
+        default=[1, 5],
+        help="phrase-ranked passages the reader reads, as a third system (default 1 5; none: left out)",
     )
     parser.add_argument(
         "--haystack",
@@ -273,8 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not SQUAD_TRAIN.is_file() or not SQUAD_DEV.is_file():
         raise SystemExit("SQuAD train-rebuilt and dev-public are needed (../shared/data/squad)")
-    if any(k < 1 for k in args.passages):
-        raise SystemExit("--passages takes counts >= 1")
+    if any(k < 1 for k in [*args.passages, *args.phrase_passages]):
+        raise SystemExit("--passages and --phrase-passages take counts >= 1")
     import torch
 
     torch.set_num_threads(args.threads)
