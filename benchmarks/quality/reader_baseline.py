@@ -179,7 +179,7 @@ def plot(payload: dict[str, Any], path: Path) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("p50 ms per question (log), 2-core CPU")
     ax.set_ylabel("EM@1 (%)")
-    ax.set_title(f"SQuAD-open-small, {payload['questions']} unseen questions")
+    ax.set_title(f"SQuAD-open-small, {payload['questions']} unseen questions ({payload['haystack']})", fontsize=10)
     ax.grid(alpha=0.3)
     save_figure(fig, path)
 
