@@ -406,6 +406,34 @@ def phrase_store(docs, phrase_dir: Path, embedding_dim: int = 384):
     return store
 
 
+# BM25 of the store: the 1.x PhraseDocumentStore's (its inner InMemoryDocumentStore's defaults), or Haystack 2's.
+HAYSTACK2_BM25 = {
+    "haystack1": {"bm25_algorithm": "BM25Okapi", "bm25_tokenization_regex": r"(?u)\b\w\w+\b"},
+    "haystack2": {},
+}
+
+
+def haystack2_phrase_store(docs: list, phrase_dir: Path, model, bm25: str = "haystack1"):
+    """One Haystack 2 PhraseDocumentStore, named as the shipped pipelines name theirs, holding ``docs`` and serving
+    the phrase index in ``phrase_dir`` (loaded, checked against ``model``, never encoded again): the 2.x twin of
+    :func:`phrase_store`, BM25 as ``bm25`` of :data:`HAYSTACK2_BM25` says."""
+    from dphr_haystack.haystack2 import PhraseDocumentStore
+    from dphr_haystack.haystack2.pipelines import STORE_INDEX
+    from dphr_haystack.index.phrase_index import PhraseIndex
+
+    store = PhraseDocumentStore(index=STORE_INDEX, progress_bar=False, return_embedding=False, **HAYSTACK2_BM25[bm25])
+    store.write_documents(docs)
+    store.attach_phrase_index(PhraseIndex.load(phrase_dir, model=model))
+    pending = store.pending_documents()
+    if pending:
+        store.close()
+        raise SystemExit(
+            f"{phrase_dir} lacks the phrases of {len(pending)} of the {len(docs)} documents (e.g. "
+            f"{[d.id for d in pending[:3]]}): its build is incomplete or of another corpus; resume it (see --help)"
+        )
+    return store
+
+
 def analyze_sqlite(faiss_store) -> None:
     """Give a Haystack 1.x ``FAISSDocumentStore``'s SQLite table statistics (``ANALYZE``), after writing to it.
 

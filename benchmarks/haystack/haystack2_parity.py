@@ -41,10 +41,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.common import (
     DEFAULT_MODEL,
+    HAYSTACK2_BM25,
     RESULTS,
     SQUAD_DEV,
     SQUAD_TRAIN,
     finish_result,
+    haystack2_phrase_store,
     machine,
     model_id,
     percentiles,
@@ -72,34 +74,9 @@ HEADLINE = [
     ("Hybrid RRF (BM25 + phrase)", "passage_acc@20"),
     ("Phrase answers", "phrase_em@1"),
 ]
-# BM25 of the store: the 1.x PhraseDocumentStore's (its inner InMemoryDocumentStore's defaults), or Haystack 2's.
-BM25_SETTINGS = {
-    "haystack1": {"bm25_algorithm": "BM25Okapi", "bm25_tokenization_regex": r"(?u)\b\w\w+\b"},
-    "haystack2": {},
-}
 
 
-# ----------------------------------------------------------------------------- store and systems
-def make_store(docs: list, phrase_dir: Path, model, bm25: str = "haystack1"):
-    """One Haystack 2 PhraseDocumentStore, named as the shipped pipelines name theirs, holding ``docs`` and serving
-    the phrase index in ``phrase_dir`` (loaded, checked against ``model``, never encoded again)."""
-    from dphr_haystack.haystack2 import PhraseDocumentStore
-    from dphr_haystack.haystack2.pipelines import STORE_INDEX
-    from dphr_haystack.index.phrase_index import PhraseIndex
-
-    store = PhraseDocumentStore(index=STORE_INDEX, progress_bar=False, return_embedding=False, **BM25_SETTINGS[bm25])
-    store.write_documents(docs)
-    store.attach_phrase_index(PhraseIndex.load(phrase_dir, model=model))
-    pending = store.pending_documents()
-    if pending:
-        store.close()
-        raise SystemExit(
-            f"{phrase_dir} lacks the phrases of {len(pending)} of the {len(docs)} documents (e.g. "
-            f"{[d.id for d in pending[:3]]}): its build is incomplete or of another corpus; resume it (see --help)"
-        )
-    return store
-
-
+# ----------------------------------------------------------------------------- systems
 def evaluate_systems(store, examples: list, model: str, top_k: int = 20, progress: bool = True) -> list[tuple]:
     """Each system of :data:`SYSTEMS` through its shipped YAML pipeline over ``store``: ``(row, report)`` pairs."""
     from dphr_haystack.evaluation import markdown_table
@@ -394,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--bm25",
-        choices=sorted(BM25_SETTINGS),
+        choices=sorted(HAYSTACK2_BM25),
         default="haystack1",
         help="BM25 of the store: the 1.x store's BM25Okapi and tokenisation (default) or Haystack 2's defaults",
     )
@@ -434,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     examples = read_questions(SQUAD_DEV, limit=args.questions, seed=args.seed, exclude_titles=held_out)
     attach_start = time.perf_counter()
     try:
-        store = make_store(docs, phrase_dir, model, args.bm25)
+        store = haystack2_phrase_store(docs, phrase_dir, model, args.bm25)
     except SystemExit as exc:
         raise SystemExit(f"{exc}: {build_hint(args.model, args.max_passages)}") from None
     attach_seconds = time.perf_counter() - attach_start
@@ -466,8 +443,8 @@ def main(argv: list[str] | None = None) -> int:
         "haystack_ai": importlib.metadata.version("haystack-ai"),
         "bm25": {
             "settings": args.bm25,
-            "algorithm": BM25_SETTINGS[args.bm25].get("bm25_algorithm", "BM25L"),
-            **BM25_SETTINGS[args.bm25],
+            "algorithm": HAYSTACK2_BM25[args.bm25].get("bm25_algorithm", "BM25L"),
+            **HAYSTACK2_BM25[args.bm25],
         },
         "corpus_passages": len(docs),
         "questions_sampled": len(examples),

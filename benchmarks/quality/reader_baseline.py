@@ -247,8 +247,7 @@ def haystack2_run(pipeline, inputs: Callable[[str], dict], answers_from: str, do
 def haystack2_systems(args: argparse.Namespace) -> tuple[dict[str, Callable], dict[str, str], str]:
     """Phrase answers, BM25 + TransformersExtractiveReader and phrase passages + the same reader over one Haystack 2
     store holding the same passages and the same cached phrase index as the 1.x run."""
-    from benchmarks.common import SQUAD_OPEN_SMALL_CACHE, phrase_cache
-    from benchmarks.haystack.haystack2_parity import make_store
+    from benchmarks.common import SQUAD_OPEN_SMALL_CACHE, haystack2_phrase_store, phrase_cache
     from dphr_haystack.haystack2 import PhraseRetriever
     from dphr_haystack.haystack2.pipelines import corpus_documents, phrase_qa_pipeline
     from dphr_haystack.model.cache import load_phrase_model
@@ -256,7 +255,7 @@ def haystack2_systems(args: argparse.Namespace) -> tuple[dict[str, Callable], di
     model = load_phrase_model(args.model)
     phrase_dir = phrase_cache(model, SQUAD_OPEN_SMALL_CACHE)
     docs = corpus_documents([SQUAD_TRAIN, SQUAD_DEV])
-    store = make_store(docs, phrase_dir, model)
+    store = haystack2_phrase_store(docs, phrase_dir, model)
     phrase = phrase_qa_pipeline(store, model=args.model, top_k=READER_ANSWERS)
     phrase.warm_up()
     runs = {PHRASE: haystack2_run(phrase, lambda q: {"retriever": {"query": q}}, "retriever", "retriever")}

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks.common import build_phrases
+from benchmarks.common import build_phrases, haystack2_phrase_store
 from benchmarks.haystack import haystack2_parity as bench
 from benchmarks.significance import mcnemar_p, paired, unpaired, within_noise
 from dphr_haystack.evaluation import QAExample
@@ -39,7 +39,7 @@ def run(tmp_path, tiny_model_dir, one_torch_thread):
         {"id": d.id, "text": d.content, "title": d.meta["title"], "document_id": d.meta["document_id"]} for d in docs
     ]
     build_phrases(model, str(tiny_model_dir), passages, tmp_path / "phrases")
-    store = bench.make_store(docs, tmp_path / "phrases", model)
+    store = haystack2_phrase_store(docs, tmp_path / "phrases", model)
     try:
         rows = bench.evaluate_systems(store, QUESTIONS, str(tiny_model_dir), top_k=20, progress=False)
     finally:
