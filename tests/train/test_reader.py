@@ -151,11 +151,14 @@ def test_unified_loss_adds_the_kl_term_with_gradients(tiny_model, sample):
         RCTask(tiny_model, data, features, windows, loss="densephrases", lambda_kl=1.0)
 
 
-def test_recipe_trains_a_reader_then_distils_it(tmp_path, run_tiny_recipe):
+@pytest.mark.parametrize("kind", ["bert", "mpnet"])
+def test_recipe_trains_a_reader_then_distils_it(tmp_path, run_tiny_recipe, tiny_base_dir, tiny_mpnet_dir, kind):
+    """On the BERT-shaped tiny base (MiniLM's family) and the MPNet-shaped one (all-mpnet-base-v2's)."""
     train = {"max_steps": 2, "lr": 1e-3, "log_every": 1, "progress": False}
     summary = run_tiny_recipe(
         {
             "stages": ["reader", "rc"],
+            "model.base": str(tiny_mpnet_dir if kind == "mpnet" else tiny_base_dir),
             "reader.encoder_init": "base",
             "reader.train": {**train, "batch_size": 4},
             "rc.loss": "unified",
@@ -170,6 +173,8 @@ def test_recipe_trains_a_reader_then_distils_it(tmp_path, run_tiny_recipe):
     assert reader["steps"] == 2 and reader["encoder_init"] == "base"
     assert set(reader["gold_window_spans"]) == {"reader", "phrase_model"}
     assert json.loads((tmp_path / "run" / "reader" / "metrics.json").read_text())["steps"] == 2
+    qa = json.loads((tmp_path / "run" / "reader" / "final" / "config.json").read_text())
+    assert qa["architectures"] == ["MPNetForQuestionAnswering" if kind == "mpnet" else "BertForQuestionAnswering"]
     records = [json.loads(x) for x in (tmp_path / "run" / "rc" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2] and all(r["kl"] > 0 for r in records)
 
@@ -209,26 +214,3 @@ def test_reader_rows_are_what_the_readers_tokenizer_pairs(tiny_model, tiny_mpnet
             expected = model.tokenizer.build_inputs_with_special_tokens(question, context)
             got = inputs["input_ids"][row, : len(expected)].tolist()
             assert got == expected and got[reader_cs : reader_cs + n_context] == context
-
-
-def test_an_mpnet_base_trains_a_reader_then_distils_it(tmp_path, run_tiny_recipe, tiny_mpnet_dir):
-    train = {"max_steps": 2, "lr": 1e-3, "log_every": 1, "progress": False}
-    summary = run_tiny_recipe(
-        {
-            "stages": ["reader", "rc"],
-            "model.base": str(tiny_mpnet_dir),
-            "reader.encoder_init": "base",
-            "reader.train": {**train, "batch_size": 4},
-            "rc.loss": "unified",
-            "rc.batching": "passage",
-            "rc.teacher": "reader",
-            "rc.lambda_kl": 1.0,
-            "rc.select_on": None,
-            "rc.train": {**train, "batch_size": 2},
-        }
-    )
-    assert summary["stages"]["reader"]["steps"] == 2
-    qa = json.loads((tmp_path / "run" / "reader" / "final" / "config.json").read_text())
-    assert qa["model_type"] == "mpnet" and qa["architectures"] == ["MPNetForQuestionAnswering"]
-    records = [json.loads(x) for x in (tmp_path / "run" / "rc" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == [1, 2] and all(r["kl"] > 0 for r in records)
