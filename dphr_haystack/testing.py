@@ -55,48 +55,29 @@ def make_tiny_base(
     if kind == "mpnet":
         vocab.append("<mask>")  # last, as in all-mpnet-base-v2
     (out / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    torch.manual_seed(seed)
-    if kind == "mpnet":
-        return _write_tiny_mpnet(out, vocab, hidden_size, layers, heads)
-    if int(transformers.__version__.split(".")[0]) >= 5:  # 5.x takes the vocab itself and ignores vocab_file
-        tokenizer = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
-    else:
-        tokenizer = transformers.BertTokenizerFast(vocab_file=str(out / "vocab.txt"), do_lower_case=True)
-    tokenizer.save_pretrained(str(out))
-    config = transformers.BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=hidden_size,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=hidden_size * 2,
-        max_position_embeddings=512,
-        type_vocab_size=2,
-    )
-    transformers.BertModel(config).save_pretrained(str(out))
-    return out
-
-
-def _write_tiny_mpnet(out: Path, vocab: list[str], hidden_size: int, layers: int, heads: int) -> Path:
-    """The MPNet half of :func:`make_tiny_base`: tokenizer and random weights for ``vocab`` (already written)."""
-    transformers = require("transformers")
     ids = {w: i for i, w in enumerate(vocab)}
-    if int(transformers.__version__.split(".")[0]) >= 5:
-        tokenizer = transformers.MPNetTokenizerFast(vocab=ids, do_lower_case=True)
+    family = "MPNet" if kind == "mpnet" else "Bert"
+    tokenizer_class = getattr(transformers, f"{family}TokenizerFast")
+    if int(transformers.__version__.split(".")[0]) >= 5:  # 5.x takes the vocab itself and ignores vocab_file
+        tokenizer = tokenizer_class(vocab=ids, do_lower_case=True)
     else:
-        tokenizer = transformers.MPNetTokenizerFast(vocab_file=str(out / "vocab.txt"), do_lower_case=True)
+        tokenizer = tokenizer_class(vocab_file=str(out / "vocab.txt"), do_lower_case=True)
     tokenizer.save_pretrained(str(out))
-    config = transformers.MPNetConfig(
+    if kind == "mpnet":  # positions start past the padding id: 512 usable, as all-mpnet-base-v2's 514
+        shape = {"max_position_embeddings": 514, "pad_token_id": ids["<pad>"], "bos_token_id": ids["<s>"]}
+        shape["eos_token_id"] = ids["</s>"]
+    else:
+        shape = {"max_position_embeddings": 512, "type_vocab_size": 2}
+    config = getattr(transformers, f"{family}Config")(
         vocab_size=len(vocab),
         hidden_size=hidden_size,
         num_hidden_layers=layers,
         num_attention_heads=heads,
         intermediate_size=hidden_size * 2,
-        max_position_embeddings=514,
-        pad_token_id=ids["<pad>"],
-        bos_token_id=ids["<s>"],
-        eos_token_id=ids["</s>"],
+        **shape,
     )
-    transformers.MPNetModel(config).save_pretrained(str(out))
+    torch.manual_seed(seed)
+    getattr(transformers, f"{family}Model")(config).save_pretrained(str(out))
     return out
 
 
