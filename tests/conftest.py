@@ -65,6 +65,20 @@ def tiny_base_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_reader_dir(tiny_base_dir, tmp_path_factory) -> Path:
+    """A random-initialised question-answering model on the tiny base, saved as a Hugging Face directory (what
+    Haystack's readers and the reader benchmarks load)."""
+    import transformers
+
+    path = tmp_path_factory.mktemp("tiny-reader")
+    transformers.set_seed(0)
+    config = transformers.AutoConfig.from_pretrained(tiny_base_dir)
+    transformers.AutoModelForQuestionAnswering.from_config(config).save_pretrained(path)
+    transformers.AutoTokenizer.from_pretrained(tiny_base_dir).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def _tiny_model_session(tiny_base_dir):
     from dphr_haystack import PhraseModel, PhraseModelConfig
 

@@ -9,15 +9,8 @@ from benchmarks.quality.reader_verification import SpanReader, out_of_fold
 
 
 @pytest.fixture(scope="module")
-def tiny_reader(tiny_base_dir, tmp_path_factory) -> SpanReader:
-    import transformers
-
-    path = tmp_path_factory.mktemp("tiny-span-reader")
-    transformers.set_seed(0)
-    config = transformers.AutoConfig.from_pretrained(tiny_base_dir)
-    transformers.AutoModelForQuestionAnswering.from_config(config).save_pretrained(path)
-    transformers.AutoTokenizer.from_pretrained(tiny_base_dir).save_pretrained(path)
-    return SpanReader(path, max_length=32)
+def tiny_reader(tiny_reader_dir) -> SpanReader:
+    return SpanReader(tiny_reader_dir, max_length=32)
 
 
 def test_the_span_view_scores_the_answer_against_the_windows_spans(tiny_reader, one_torch_thread):

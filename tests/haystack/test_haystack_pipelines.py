@@ -86,19 +86,6 @@ def test_bm25(tiny_model_dir, haystack_docs):
     assert pipeline.run(query=QUERY)["documents"][0].id == "p3"
 
 
-@pytest.fixture(scope="module")
-def tiny_reader_dir(tiny_base_dir, tmp_path_factory) -> Path:
-    """A random-initialised question-answering model on the tiny base, saved as a Hugging Face directory."""
-    import transformers
-
-    path = tmp_path_factory.mktemp("tiny-reader")
-    transformers.set_seed(0)
-    config = transformers.AutoConfig.from_pretrained(tiny_base_dir)
-    transformers.AutoModelForQuestionAnswering.from_config(config).save_pretrained(path, safe_serialization=True)
-    transformers.AutoTokenizer.from_pretrained(tiny_base_dir).save_pretrained(path)
-    return path
-
-
 @pytest.mark.unit
 def test_bm25_reader_reads_only_the_passages_bm25_found(tiny_model_dir, tiny_reader_dir, haystack_docs):
     reader = {"model_name_or_path": str(tiny_reader_dir), "use_gpu": False, "max_seq_len": 64, "doc_stride": 16}

@@ -17,18 +17,6 @@ from dphr_haystack.haystack2 import PhraseDocumentStore  # noqa: E402
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture(scope="module")
-def tiny_reader_dir(tiny_base_dir, tmp_path_factory):
-    import transformers
-
-    path = tmp_path_factory.mktemp("tiny-reader-hs2")
-    transformers.set_seed(0)
-    config = transformers.AutoConfig.from_pretrained(tiny_base_dir)
-    transformers.AutoModelForQuestionAnswering.from_config(config).save_pretrained(path)
-    transformers.AutoTokenizer.from_pretrained(tiny_base_dir).save_pretrained(path)
-    return path
-
-
 def test_bm25_reader_answers_from_the_passages_bm25_found(tiny_reader_dir, hs2_docs, one_torch_thread):
     store = PhraseDocumentStore(index=f"reader-{uuid.uuid4()}", progress_bar=False)
     store.write_documents(hs2_docs)
