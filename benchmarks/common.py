@@ -434,6 +434,31 @@ def haystack2_phrase_store(docs: list, phrase_dir: Path, model, bm25: str = "hay
     return store
 
 
+# ----------------------------------------------------------------------------- logistic confidences
+def fit_predict(x_fit: np.ndarray, y_fit: np.ndarray, x_test: np.ndarray) -> np.ndarray:
+    """Confidences of ``x_test`` by the logistic calibration fitted on ``x_fit``
+    (:func:`dphr_haystack.fitting.fit_calibration`'s fit; a NaN feature counts at its mean)."""
+    import numpy as np
+
+    from dphr_haystack.confidence import fit_logistic
+    from dphr_haystack.model.calibration import sigmoid, standardised
+
+    weights, bias, mean, scale = fit_logistic(x_fit, y_fit)
+    return sigmoid(standardised(x_test, mean, scale) @ np.asarray(weights) + bias)
+
+
+def out_of_fold_confidences(x: np.ndarray, y: np.ndarray, folds: int = 5, seed: int = 0) -> np.ndarray:
+    """Each example's confidence from the logistic calibration fitted on the other folds (``folds``-fold
+    cross-validation, examples assigned to folds at random with ``seed``)."""
+    import numpy as np
+
+    fold = np.random.default_rng(seed).permutation(len(y)) % folds
+    out = np.empty(len(y))
+    for f in range(folds):
+        out[fold == f] = fit_predict(x[fold != f], y[fold != f], x[fold == f])
+    return out
+
+
 def analyze_sqlite(faiss_store) -> None:
     """Give a Haystack 1.x ``FAISSDocumentStore``'s SQLite table statistics (``ANALYZE``), after writing to it.
 

@@ -127,20 +127,18 @@ def answer_labels(index) -> tuple[np.ndarray, np.ndarray]:
     """The stored tokens of SQuAD train paragraphs (rows of ``index``) and their (start, end) labels: 1 where the
     token holds the first (last) character of an answer to one of the paragraph's questions."""
     spans = paragraph_answers([SQUAD_TRAIN])
-    tokens = index.tokens
-    train = np.array([p["id"] in spans for p in index.passages], dtype=bool)
-    rows = np.flatnonzero(train[tokens["passage"]])
-    labels = np.zeros((len(rows), 2), dtype=np.float32)
-    order = np.argsort(tokens["passage"][rows], kind="stable")
-    passages, starts = np.unique(tokens["passage"][rows][order], return_index=True)
-    for passage, lo, hi in zip(passages, starts, np.append(starts[1:], len(order)).astype(int), strict=True):
-        ks = order[lo:hi]
-        first, last = tokens["char_start"][rows[ks]], tokens["char_end"][rows[ks]]
-        for question in spans[index.passages[passage]["id"]]:
+    grouped, bounds = passage_rows(index)
+    labels = np.zeros((len(index), 2), dtype=np.float32)
+    for p, record in enumerate(index.passages):
+        own = grouped[bounds[p] : bounds[p + 1]]
+        first, last = index.tokens["char_start"][own], index.tokens["char_end"][own]
+        for question in spans.get(record["id"], []):
             for a_start, a_end in question:
-                labels[ks[(first <= a_start) & (a_start < last)], 0] = 1
-                labels[ks[(first < a_end) & (a_end <= last)], 1] = 1
-    return rows, labels
+                labels[own[(first <= a_start) & (a_start < last)], 0] = 1
+                labels[own[(first < a_end) & (a_end <= last)], 1] = 1
+    train = np.array([p["id"] in spans for p in index.passages], dtype=bool)
+    rows = np.flatnonzero(train[index.tokens["passage"]])
+    return rows, labels[rows]
 
 
 def oracle_keep(

@@ -46,8 +46,10 @@ from benchmarks.common import (
     SQUAD_DEV,
     VALIDATION_PARAGRAPHS,
     finish_result,
+    fit_predict,
     machine,
     model_id,
+    out_of_fold_confidences,
     pyplot,
     save_figure,
     squad_open_small_questions,
@@ -310,25 +312,11 @@ def feature_table(
 
 
 # ----------------------------------------------------------------------------- fitting and scoring
-def _fit_predict(x_fit: np.ndarray, y_fit: np.ndarray, x_test: np.ndarray) -> np.ndarray:
-    """Confidences of ``x_test`` by the logistic calibration fitted on ``x_fit`` (:func:`fit_calibration`'s fit;
-    a NaN feature counts at its mean)."""
-    from dphr_haystack.confidence import fit_logistic
-    from dphr_haystack.model.calibration import sigmoid, standardised
-
-    weights, bias, mean, scale = fit_logistic(x_fit, y_fit)
-    return sigmoid(standardised(x_test, mean, scale) @ np.asarray(weights) + bias)
-
-
 def cross_validated_auroc(x: np.ndarray, y: np.ndarray, folds: int = 5, seed: int = 0) -> float:
     """AUROC of out-of-fold confidences (``folds``-fold cross-validation, pooled)."""
     from dphr_haystack.confidence import auroc
 
-    fold = np.random.default_rng(seed).permutation(len(y)) % folds
-    out = np.empty(len(y))
-    for f in range(folds):
-        out[fold == f] = _fit_predict(x[fold != f], y[fold != f], x[fold == f])
-    return auroc(out, y)
+    return auroc(out_of_fold_confidences(x, y, folds, seed), y)
 
 
 def forward_selection(x: np.ndarray, y: np.ndarray, names: Sequence[str], base: int, gain: float) -> list[str]:
@@ -398,7 +386,7 @@ def measure(model_name: str, index_dir: Path, open_small: int, refresh: bool, ga
     confidences, cv = {}, {}
     for label, chosen in sets.items():
         cols = [column[n] for n in chosen]
-        confidences[label] = _fit_predict(x_fit[:, cols], y_fit, x_test[:, cols])
+        confidences[label] = fit_predict(x_fit[:, cols], y_fit, x_test[:, cols])
         cv[label] = cross_validated_auroc(x_fit[:, cols], y_fit)
     stored = PhraseModel.load(model_name).config.calibration
     if stored is not None and stored.get("ranker") is not None:

@@ -10,8 +10,8 @@ top answer the reader (a question-answering model directory, e.g. the MiniLM rea
 the span's start + end logit (``reader_span``), its log-probability among the window's spans of at most 15 subwords,
 and its gap to the window's best span. Reported, as AUROC: right vs wrong top answers (answerable questions) and
 answerable vs NQ questions, for the answer's confidence alone, the reader's span score alone, and both in a logistic
-regression scored out of fold (5 folds, :func:`dphr_haystack.fitting.fit_logistic`), with the reader's p50 ms per
-answer. Writes ``results/reader_verification.json`` and ``.png`` (ROC curves).
+regression scored out of fold (5 folds, :func:`benchmarks.common.out_of_fold_confidences`), with the reader's p50 ms
+per answer. Writes ``results/reader_verification.json`` and ``.png`` (ROC curves).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from benchmarks.common import (
     finish_result,
     machine,
     model_id,
+    out_of_fold_confidences,
     percentiles,
     pyplot,
     save_figure,
@@ -44,7 +45,6 @@ from benchmarks.common import (
 
 NQ_DEV = SHARED_DATA / "nq-open" / "NQ-open.dev.jsonl.gz"
 MAX_SPAN = 15  # subwords: the spans a reader window's log-probability is taken over
-FOLDS = 5
 FEATURES = ("confidence_logit", "reader_span", "reader_logp", "reader_gap")
 
 
@@ -127,20 +127,6 @@ def top_answers(pipeline, store, reader: SpanReader, examples: list) -> list[dic
     return rows
 
 
-def out_of_fold(features: np.ndarray, labels: np.ndarray, folds: int = FOLDS, seed: int = 0) -> np.ndarray:
-    """Each example's probability from a logistic regression fitted on the other folds."""
-    from dphr_haystack.fitting import fit_logistic
-
-    order = np.random.default_rng(seed).permutation(len(labels))
-    scores = np.zeros(len(labels))
-    for fold in np.array_split(order, folds):
-        train = np.setdiff1d(order, fold)
-        weights, bias, mean, scale = fit_logistic(features[train], labels[train])
-        z = (features[fold] - np.array(mean)) / np.array(scale)
-        scores[fold] = 1 / (1 + np.exp(-(z @ np.array(weights) + bias)))
-    return scores
-
-
 def separation(rows: list[dict], labels: np.ndarray) -> dict[str, Any]:
     """AUROC of the confidence, of the reader's span score and of both (out of fold), with the ROC points."""
     from dphr_haystack.fitting import auroc
@@ -148,7 +134,7 @@ def separation(rows: list[dict], labels: np.ndarray) -> dict[str, Any]:
     scores = {
         "confidence": np.array([r["confidence"] for r in rows]),
         "reader span score": np.array([r["reader_span"] for r in rows]),
-        "confidence + reader": out_of_fold(np.array([[r[f] for f in FEATURES] for r in rows]), labels),
+        "confidence + reader": out_of_fold_confidences(np.array([[r[f] for f in FEATURES] for r in rows]), labels),
     }
     return {name: {"auroc": auroc(s, labels.astype(bool)), "roc": roc_points(s, labels)} for name, s in scores.items()}
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.quality.reader_verification import SpanReader, out_of_fold
+from benchmarks.common import out_of_fold_confidences
+from benchmarks.quality.reader_verification import SpanReader
 
 
 @pytest.fixture(scope="module")
@@ -26,5 +27,5 @@ def test_out_of_fold_scores_rank_a_separable_feature_first():
     rng = np.random.default_rng(0)
     labels = np.array([1.0] * 40 + [0.0] * 40)
     features = np.column_stack([labels * 2 + rng.normal(0, 0.5, 80), rng.normal(0, 1, 80)])
-    scores = out_of_fold(features, labels)
+    scores = out_of_fold_confidences(features, labels)
     assert scores[labels == 1].mean() > 0.8 > 0.2 > scores[labels == 0].mean()
