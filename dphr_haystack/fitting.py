@@ -19,9 +19,11 @@ from .model.calibration import (
     CONFIDENCE_DEPTH,
     FEATURES,
     KNOWN_FEATURES,
+    VERIFICATION_FEATURES,
     Answerability,
     AnswerRanker,
     Calibration,
+    Verification,
     check_features,
     check_query_features,
     sigmoid,
@@ -84,6 +86,23 @@ def fit_answerability(
         raise InvalidParameterError(f"feature columns of shape {x.shape} for the {len(names)} features {names}")
     fitted, bias, mean, scale = fit_logistic(x, correct, l2, iterations, weights)
     return Answerability(fitted, bias, mean, scale, names)
+
+
+def fit_verification(
+    features: np.ndarray,
+    correct: np.ndarray,
+    reader: str,
+    l2: float = 1e-2,
+    iterations: int = 50,
+    weights: np.ndarray | None = None,
+) -> Verification:
+    """The :class:`Verification` by ``reader`` over :data:`VERIFICATION_FEATURES` (columns, in order), fitted by
+    :func:`fit_logistic` on whether each query's top answer is right; ``weights`` as :func:`fit_answerability`'s."""
+    x = np.asarray(features, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != len(VERIFICATION_FEATURES):
+        raise InvalidParameterError(f"feature columns of shape {x.shape} for {VERIFICATION_FEATURES}")
+    fitted, bias, mean, scale = fit_logistic(x, correct, l2, iterations, weights)
+    return Verification(reader, fitted, bias, mean, scale)
 
 
 def fit_ranker(

@@ -21,7 +21,7 @@ that top-k phrases are k different answers.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from ._util.groups import argmax_groups
 from ._util.threads import resolve_threads, using_threads
 from .confidence import Calibration, answer_confidences, copies_question, corpus_shift, question_words, shifted
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
+from .hits import DocumentHit, Hit, PassageHit, PhraseHit, best_passage, best_phrase
 from .index.phrase_index import PhraseIndex
 from .index.rounds import TokenRounds
 from .model.calibration import NAME_FEATURES
@@ -44,6 +45,7 @@ from .search_options import (
     check_unit,
 )
 from .spans import AnswerFolder, answer_span, first_answers, trim_span, word_boundaries
+from .verification import verification_of, verify_batch
 
 # Start and end tokens searched first, per result asked for: passages and documents gather several phrases
 # each, so their first search takes more candidates instead of re-searching the index at 2c, 4c, ... (each
@@ -57,68 +59,6 @@ FIRST_CANDIDATES_PER_RESULT = {"phrase": 1, "passage": 8, "document": 16}
 # passage acc@1 from 55.95 to 74.35 for the default (benchmarks/quality/confidence_ranking.py; depths compared in
 # quality/ranking_depth.py).
 RANKING_POOL = {"passage": 10, "document": 10}
-
-
-@dataclass(frozen=True)
-class PhraseHit:
-    """A phrase answer: ``text == passage_text[start:end]``. ``start_token``/``end_token`` are the scored span's
-    subwords; ``start``/``end`` may lie inside it when the answer was trimmed (see :class:`PhraseSearcher`)."""
-
-    text: str
-    score: float
-    passage_id: str
-    document_id: str
-    title: str
-    start: int  # char offset in the passage text
-    end: int
-    start_score: float = 0.0
-    end_score: float = 0.0
-    start_token: int = 0  # subword position of the first and last token in the passage context
-    end_token: int = 0
-    passage_row: int = field(default=0, compare=False, repr=False)
-    confidence: float | None = field(default=None, compare=False)  # P(correct), from the model's calibration
-    # True only for the best phrase of a passage whose every retrieved phrase copies the question: no answer
-    # (its confidence is then 0 with a calibration)
-    copies_question: bool = field(default=False, compare=False)
-
-
-@dataclass(frozen=True)
-class PassageHit:
-    """A passage ranked by its best phrase; ``best_phrase`` is its answer, the best of its phrases that does not
-    copy the question (see :class:`PhraseSearcher`)."""
-
-    passage_id: str
-    document_id: str
-    title: str
-    text: str
-    score: float
-    best_phrase: PhraseHit
-    meta: dict[str, Any] = field(default_factory=dict, compare=False)
-
-
-@dataclass(frozen=True)
-class DocumentHit:
-    """A document ranked by its best passage."""
-
-    document_id: str
-    title: str
-    score: float
-    best_passage: PassageHit
-
-
-Hit = PhraseHit | PassageHit | DocumentHit
-
-
-def best_phrase(hit: Hit) -> PhraseHit:
-    """The phrase of a phrase hit, the best phrase of a passage or document hit."""
-    if isinstance(hit, PhraseHit):
-        return hit
-    return best_passage(hit).best_phrase
-
-
-def best_passage(hit: PassageHit | DocumentHit) -> PassageHit:
-    """A passage hit itself, or the best passage of a document hit."""
-    return hit.best_passage if isinstance(hit, DocumentHit) else hit
 
 
 class PhraseSearcher(SearchOptionAttributes):
@@ -138,7 +78,8 @@ class PhraseSearcher(SearchOptionAttributes):
     ``ranking="confidence"`` orders the first results by score (as many phrase answers as the calibration's depth;
     :data:`RANKING_POOL` passages or documents), then by the calibrated confidence of their answer (scores stay the
     phrase scores; a passage or document answers with its most confident phrase).
-    ``query_precision="int8"``: :mod:`dphr_haystack.model.int8`. ``scale_score`` and ``no_answer`` shape the results
+    ``query_precision="int8"``: :mod:`dphr_haystack.model.int8`. ``verify``: a reader reads each query's top answer
+    (:mod:`dphr_haystack.verification`). ``scale_score`` and ``no_answer`` shape the results
     the front ends build from the hits (:mod:`dphr_haystack.documents.results`), not the hits.
 
     The searcher's own settings:
@@ -192,6 +133,8 @@ class PhraseSearcher(SearchOptionAttributes):
             "max_answer_length", longest, high=window, why=f"the model's passage window of {window} subwords"
         )
         self.search_options = options.replaced(max_answer_length=longest)
+        if options.verify:  # refused here, not at the first query
+            verification_of(calibration)
 
     def search(
         self,
@@ -231,7 +174,8 @@ class PhraseSearcher(SearchOptionAttributes):
                 truecaser=caser,
                 precision=self.query_precision,
             )
-            return self.search_vectors(q_start, q_end, unit, top_k, allowed_passages, questions=list(queries))
+            results = self.search_vectors(q_start, q_end, unit, top_k, allowed_passages, questions=texts)
+            return verify_batch(results, texts, self.index, self.calibration) if self.verify else results
 
     def search_vectors(
         self,
@@ -597,3 +541,16 @@ def _aggregate(
             hit = DocumentHit(passage["document_id"], passage.get("title", ""), totals[key], hit)
         out.append(hit)
     return out
+
+
+# The hit types live in :mod:`dphr_haystack.hits`; they are imported from here too.
+__all__ = [
+    "RANKING_POOL",
+    "DocumentHit",
+    "Hit",
+    "PassageHit",
+    "PhraseHit",
+    "PhraseSearcher",
+    "best_passage",
+    "best_phrase",
+]

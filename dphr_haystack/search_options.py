@@ -102,6 +102,10 @@ class PhraseSearchOptions:
         no_answer: Also give "no answer", scored 1 − the top answer's confidence: first when that confidence is
             below ``no_answer_threshold``, last otherwise (needs a model with a calibration).
         no_answer_threshold: The top answer's confidence below which "no answer" comes first, in [0, 1].
+        verify: A question-answering reader reads each query's top answer in its passage, and every answer's
+            confidence moves so that the top answer's is P(right) given the reader's view too (one reader pass a
+            query; needs a model whose calibration has a verification, as the shipped default's does;
+            :mod:`dphr_haystack.verification`).
     """
 
     unit: str = "passage"
@@ -118,13 +122,14 @@ class PhraseSearchOptions:
     scale_score: bool = True
     no_answer: bool = False
     no_answer_threshold: float = NO_ANSWER_THRESHOLD
+    verify: bool = False
 
     def __post_init__(self) -> None:
         check_unit(self.unit)
         check_param("top_k", self.top_k)
         if self.max_answer_length is not None:
             check_param("max_answer_length", self.max_answer_length)
-        for name in ("whole_words", "skip_question_copies", "scale_score", "no_answer"):
+        for name in ("whole_words", "skip_question_copies", "scale_score", "no_answer", "verify"):
             check_flag(name, getattr(self, name))
         check_truecase(self.truecase)
         check_passage_scoring(self.passage_scoring)

@@ -22,6 +22,7 @@ DEFAULTS = {
     "scale_score": True,
     "no_answer": False,
     "no_answer_threshold": 0.25,
+    "verify": False,
 }
 
 EVERY_OPTION_SET = {
@@ -39,6 +40,7 @@ EVERY_OPTION_SET = {
     "scale_score": False,
     "no_answer": True,
     "no_answer_threshold": 0.4,
+    "verify": True,
 }
 
 # (name, init values, one query's values, the options sent to the store)
@@ -48,7 +50,14 @@ CASES = [
     (
         "a query overrides",
         {"top_k": 3, "unit": "phrase", "ranking": "score"},
-        {"top_k": 5, "unit": "document", "scale_score": False, "no_answer": True, "no_answer_threshold": 0.9},
+        {
+            "top_k": 5,
+            "unit": "document",
+            "scale_score": False,
+            "no_answer": True,
+            "no_answer_threshold": 0.9,
+            "verify": True,
+        },
         {
             **DEFAULTS,
             "top_k": 5,
@@ -57,12 +66,13 @@ CASES = [
             "scale_score": False,
             "no_answer": True,
             "no_answer_threshold": 0.9,
+            "verify": True,
         },
     ),
     (
         "a query turns off what init turned on",
-        {"no_answer": True, "no_answer_threshold": 0.6, "scale_score": False},
-        {"no_answer": False, "scale_score": True},
+        {"no_answer": True, "no_answer_threshold": 0.6, "scale_score": False, "verify": True},
+        {"no_answer": False, "scale_score": True, "verify": False},
         {**DEFAULTS, "no_answer": False, "no_answer_threshold": 0.6},
     ),
     (
@@ -74,7 +84,7 @@ CASES = [
 ]
 
 # The values a query may set in both retrievers' ``run``
-PER_QUERY = ("top_k", "unit", "scale_score", "no_answer", "no_answer_threshold")
+PER_QUERY = ("top_k", "unit", "scale_score", "no_answer", "no_answer_threshold", "verify")
 
 
 def assert_signature_follows_the_contract(retriever: type) -> None:

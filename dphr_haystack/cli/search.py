@@ -113,6 +113,14 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
         f"(default: {default.no_answer_threshold}, NO_ANSWER_THRESHOLD of dphr_haystack.search_options, chosen on "
         "held-out questions)",
     )
+    search.add_argument(
+        "--verify",
+        action="store_true",
+        default=default.verify,
+        help="let a question-answering reader read each question's top answer in its passage: the confidences (and "
+        "--no-answer) weigh what it sees (one reader pass a question, ~26 ms on two CPU threads; needs a model whose "
+        "calibration has a verification, as the shipped default's does)",
+    )
     search.add_argument("--json", action="store_true", help="print results as JSON lines")
     search.add_argument("query", nargs="+", help="one or more questions")
 

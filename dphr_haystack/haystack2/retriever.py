@@ -25,6 +25,7 @@ from ..model.cache import load_phrase_model
 from ..model.phrase_model import PhraseModel
 from ..model.registry import DEFAULT_MODEL
 from ..search_options import NO_ANSWER_THRESHOLD, PhraseSearchOptions, SearchOptionAttributes, check_flag
+from ..verification import check_verify_model
 from .document_store import PhraseDocumentStore
 from .filters import check_filters
 from .serialization import (
@@ -61,12 +62,13 @@ class PhraseRetriever(SearchOptionAttributes):
 
     The search options (``top_k``, ``unit``, ``max_answer_length``, ``whole_words``, ``skip_question_copies``,
     ``truecase``, ``passage_scoring``, ``ranking``, ``query_precision``, ``batch_size``, ``threads``, ``scale_score``,
-    ``no_answer``, ``no_answer_threshold``) have the names, defaults and meanings of
+    ``no_answer``, ``no_answer_threshold``, ``verify``) have the names, defaults and meanings of
     :class:`~dphr_haystack.search_options.PhraseSearchOptions`, the one search contract of every front end (this
     component, the Haystack 1.x retriever, ``dphr search``, the REST server,
     :class:`~dphr_haystack.search.PhraseSearcher`); each reads and writes as an attribute (checked), and ``to_dict``
-    writes them all. ``run`` takes ``top_k``, ``unit``, ``scale_score``, ``no_answer`` and ``no_answer_threshold`` per
-    query (None: the init value). ``batch_size`` also batches the encoding of ``encode_missing``.
+    writes them all. ``run`` takes ``top_k``, ``unit``, ``scale_score``, ``no_answer``, ``no_answer_threshold`` and
+    ``verify`` per query (None: the init value); ``verify`` lets a question-answering reader read the top answer in
+    its passage (:mod:`dphr_haystack.verification`). ``batch_size`` also batches the encoding of ``encode_missing``.
 
     Args:
         document_store: The store to search.
@@ -103,6 +105,7 @@ class PhraseRetriever(SearchOptionAttributes):
         no_answer: bool = False,
         no_answer_threshold: float = NO_ANSWER_THRESHOLD,
         threads: int | None = None,
+        verify: bool = False,
     ) -> None:
         if not isinstance(document_store, PhraseDocumentStore):
             raise InvalidParameterError(
@@ -125,6 +128,8 @@ class PhraseRetriever(SearchOptionAttributes):
         if self.phrase_model is None:
             model = load_phrase_model(self.model, torch_device(self.device))
             resolve_max_answer_length(model, self.max_answer_length)
+            if self.verify:
+                check_verify_model(model, self.model)
             self.phrase_model = model
 
     def to_dict(self) -> dict[str, Any]:
@@ -156,6 +161,7 @@ class PhraseRetriever(SearchOptionAttributes):
         scale_score: bool | None = None,
         no_answer: bool | None = None,
         no_answer_threshold: float | None = None,
+        verify: bool | None = None,
     ) -> dict[str, Any]:
         """Phrase-ranked documents and phrase answers for ``query``.
 
@@ -169,11 +175,13 @@ class PhraseRetriever(SearchOptionAttributes):
             no_answer: Add "no answer" to the answers (default: the init value).
             no_answer_threshold: The top answer's confidence below which "no answer" comes first (default: the
                 init value).
+            verify: A reader reads the top answer in its passage; the confidences weigh its view (default: the init
+                value).
 
         Raises:
             InvalidParameterError: A bad option value (``top_k`` < 1, an unknown ``unit``, ``no_answer`` not a bool,
                 ``no_answer_threshold`` not a number in [0, 1], ...) or ``no_answer`` with a model without a
-                calibration.
+                calibration, or ``verify`` with a model without a verification.
             InvalidQueryError: An empty query.
             haystack.errors.FilterError: Malformed filters.
         """
@@ -183,6 +191,7 @@ class PhraseRetriever(SearchOptionAttributes):
             scale_score=scale_score,
             no_answer=no_answer,
             no_answer_threshold=no_answer_threshold,
+            verify=verify,
         )
         check_filters(filters)
         filters = apply_filter_policy(self.filter_policy, self.filters, filters)
@@ -191,6 +200,8 @@ class PhraseRetriever(SearchOptionAttributes):
         assert self.phrase_model is not None
         if options.no_answer:
             check_no_answer_model(self.phrase_model, self.model)
+        if options.verify:
+            check_verify_model(self.phrase_model, self.model)
         store = self.document_store
         if self.encode_missing:
             store.update_phrases(self.phrase_model, batch_size=self.batch_size)

@@ -10,7 +10,10 @@ read each answer's place in that ranking, and the searchers order answers by it.
 :class:`Answerability`: P(the top answer is right *given the corpus searched*) from features of the whole query
 (:data:`QUERY_FEATURES`: how confident its top answer is, how much of the question the best passages hold, how many
 passages were searched); every answer's log-odds then shift by the same amount so that the top answer's confidence
-is that probability (the order of a query's answers stays as it was).
+is that probability (the order of a query's answers stays as it was). A calibration may carry a
+:class:`Verification` too: a question-answering reader that reads the top answer in its passage, and P(right) from
+the answerability's confidence and the reader's view of the span (:data:`VERIFICATION_FEATURES`), applied the same
+way when a search asks for it (:mod:`dphr_haystack.verification`).
 """
 
 from __future__ import annotations
@@ -58,6 +61,9 @@ QUERY_FEATURES = (
     "best_name_support",
     "has_names",
 )
+# What a :class:`Verification` weighs: the top answer's confidence as log-odds and a reader's view of its span in
+# its passage (:class:`dphr_haystack.verification.ReaderView`).
+VERIFICATION_FEATURES = ("top_logit", "reader_span", "reader_logp", "reader_gap")
 # The query features that read a question's names (:func:`dphr_haystack.question_words.question_names`).
 NAME_FEATURES = ("top_name_support", "best_name_support", "has_names")
 # How many ranked candidate phrases a calibration's features look at (their reference list) and its ranker orders;
@@ -145,6 +151,48 @@ class Answerability:
 
 
 @dataclass(frozen=True)
+class Verification:
+    """P(the top answer is right) = σ(w · standardised :data:`VERIFICATION_FEATURES` + b) once ``reader`` (a shipped
+    reader's name or a question-answering model directory) has read the top answer in its passage
+    (:func:`dphr_haystack.fitting.fit_verification`)."""
+
+    reader: str
+    weights: tuple[float, ...]
+    bias: float
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    features: tuple[str, ...] = VERIFICATION_FEATURES
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reader, str) or not self.reader:
+            raise InvalidParameterError(f"verification reader must be a non-empty string, got {self.reader!r}")
+        if self.features != VERIFICATION_FEATURES:
+            raise InvalidParameterError(
+                f"verification over features {self.features}: expected {', '.join(VERIFICATION_FEATURES)}"
+            )
+
+    def probability(self, features: np.ndarray) -> np.ndarray:
+        """P(right) of each row of :data:`VERIFICATION_FEATURES`."""
+        return sigmoid(standardised(features, self.mean, self.scale) @ np.asarray(self.weights) + self.bias)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reader": self.reader,
+            "features": list(self.features),
+            "weights": list(self.weights),
+            "bias": self.bias,
+            "mean": list(self.mean),
+            "scale": list(self.scale),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Verification:
+        """Read a stored verification; InvalidParameterError on a malformed or foreign one."""
+        features, values = _read_linear(data, "verification", ("weights", "mean", "scale", "bias"))
+        return cls(str(data.get("reader", "")), values[0], values[3][0], values[1], values[2], features)
+
+
+@dataclass(frozen=True)
 class Calibration:
     """P(correct) = σ(w · standardised features + b), over the named ``features`` (default :data:`FEATURES`).
 
@@ -165,6 +213,7 @@ class Calibration:
     ranker: AnswerRanker | None = None
     depth: int = CONFIDENCE_DEPTH
     answerability: Answerability | None = None
+    verification: Verification | None = None
 
     def __post_init__(self) -> None:
         check_features(self.features, ranked=self.ranker is not None)
@@ -189,6 +238,8 @@ class Calibration:
             out["ranker"] = self.ranker.to_dict()
         if self.answerability is not None:
             out["answerability"] = self.answerability.to_dict()
+        if self.verification is not None:
+            out["verification"] = self.verification.to_dict()
         return out
 
     @classmethod
@@ -199,7 +250,9 @@ class Calibration:
         stored = data.get("answerability")
         answerability = Answerability.from_dict(stored) if stored is not None else None
         depth = data.get("depth", STORED_DEPTH)
-        return cls(values[0], values[3][0], values[1], values[2], features, ranker, depth, answerability)
+        stored = data.get("verification")
+        verification = Verification.from_dict(stored) if stored is not None else None
+        return cls(values[0], values[3][0], values[1], values[2], features, ranker, depth, answerability, verification)
 
 
 def _read_linear(data: Any, what: str, keys: tuple[str, ...]) -> tuple[tuple[str, ...], list[tuple[float, ...]]]:

@@ -25,6 +25,7 @@ from ..errors import InvalidParameterError
 from ..model.cache import load_phrase_model
 from ..model.registry import DEFAULT_MODEL
 from ..search_options import NO_ANSWER_THRESHOLD, PhraseSearchOptions, SearchOptionAttributes, check_flag
+from ..verification import check_verify_model
 from ._schema import typed_init
 from .document_store import PhraseDocumentStore
 
@@ -47,7 +48,7 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
 
     The search options (``top_k``, ``unit``, ``max_answer_length``, ``whole_words``, ``skip_question_copies``,
     ``truecase``, ``passage_scoring``, ``ranking``, ``query_precision``, ``batch_size``, ``threads``, ``scale_score``,
-    ``no_answer``, ``no_answer_threshold``) have the names, defaults and meanings of
+    ``no_answer``, ``no_answer_threshold``, ``verify``) have the names, defaults and meanings of
     :class:`~dphr_haystack.search_options.PhraseSearchOptions`, the one search contract of every front end (this
     retriever, the Haystack 2 component, ``dphr search``, the REST server,
     :class:`~dphr_haystack.search.PhraseSearcher`); each reads and writes as an attribute (``retriever.top_k = 5``,
@@ -59,9 +60,11 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
     ``no_answer`` adds to ``run``'s answers "no answer" as Haystack 1.x's readers write it (empty text, no context,
     offsets (0, 0)), scored 1 − the top answer's confidence, with ``meta={"no_answer": True, "top_confidence": ...}``;
     it needs a model with a calibration, and documents never change. ``batch_size`` also batches passage encoding.
-    ``run``, ``run_query`` (and their batch forms) take ``top_k``, ``unit``, ``scale_score``, ``no_answer`` and
-    ``no_answer_threshold`` per query (None: the init value), so a pipeline passes them as
-    ``params={"Retriever": {"no_answer": True}}``.
+    ``verify`` lets a question-answering reader read each query's top answer in its passage (one reader pass a query,
+    :mod:`dphr_haystack.verification`): its confidence, and "no answer", then weigh what the reader sees.
+    ``run``, ``run_query`` (and their batch forms) take ``top_k``, ``unit``, ``scale_score``, ``no_answer``,
+    ``no_answer_threshold`` and ``verify`` per query (None: the init value), so a pipeline passes them as
+    ``params={"Retriever": {"no_answer": True, "verify": True}}``.
 
     Args:
         document_store: The PhraseDocumentStore to search.
@@ -101,6 +104,7 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
         ranking: Literal["confidence", "score"] = "confidence",
         no_answer: bool = False,
         no_answer_threshold: float = NO_ANSWER_THRESHOLD,
+        verify: bool = False,
     ):
         super().__init__()
         if document_store is not None and not isinstance(document_store, PhraseDocumentStore):
@@ -121,6 +125,8 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
         resolve_max_answer_length(self.phrase_model, self.max_answer_length)  # within the model's passage window
         if self.no_answer:
             check_no_answer_model(self.phrase_model, model)
+        if self.verify:
+            check_verify_model(self.phrase_model, model)
 
     # ----------------------------------------------------------------- BaseRetriever API
     def retrieve(
@@ -165,9 +171,10 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
         unit: str | None = None,
         no_answer: bool | None = None,
         no_answer_threshold: float | None = None,
+        verify: bool | None = None,
     ):
-        """BaseRetriever's ``run``, also taking ``unit``, ``no_answer`` and ``no_answer_threshold`` (None: the init
-        values), so that a pipeline passes them per query (``params={"Retriever": {"no_answer": True}}``)."""
+        """BaseRetriever's ``run``, also taking ``unit``, ``no_answer``, ``no_answer_threshold`` and ``verify`` (None:
+        the init values), so that a pipeline passes them per query (``params={"Retriever": {"no_answer": True}}``)."""
         if root_node != "Query":
             return super().run(root_node, query, filters, top_k, documents, index, headers, scale_score)
         if query is None:
@@ -185,6 +192,7 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
             unit=unit,
             no_answer=no_answer,
             no_answer_threshold=no_answer_threshold,
+            verify=verify,
         )
 
     def run_batch(  # type: ignore[override]
@@ -200,9 +208,10 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
         unit: str | None = None,
         no_answer: bool | None = None,
         no_answer_threshold: float | None = None,
+        verify: bool | None = None,
     ):
-        """BaseRetriever's ``run_batch``, also taking ``scale_score``, ``unit``, ``no_answer`` and
-        ``no_answer_threshold`` as ``run`` does."""
+        """BaseRetriever's ``run_batch``, also taking ``scale_score``, ``unit``, ``no_answer``,
+        ``no_answer_threshold`` and ``verify`` as ``run`` does."""
         if root_node != "Query":
             return super().run_batch(root_node, queries, filters, top_k, documents, index, headers)
         if queries is None:
@@ -220,6 +229,7 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
             unit=unit,
             no_answer=no_answer,
             no_answer_threshold=no_answer_threshold,
+            verify=verify,
         )
 
     def run_query(
@@ -233,6 +243,7 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
         unit: str | None = None,
         no_answer: bool | None = None,
         no_answer_threshold: float | None = None,
+        verify: bool | None = None,
     ):
         """Documents and answers for one query (each option None: the init value)."""
         asked = self.search_options.updated(
@@ -241,6 +252,7 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
             unit=unit,
             no_answer=no_answer,
             no_answer_threshold=no_answer_threshold,
+            verify=verify,
         )
         docs, answers = self._search([query], filters, asked, index)[0]
         output: dict[str, Any] = {"documents": docs}
@@ -260,6 +272,7 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
         unit: str | None = None,
         no_answer: bool | None = None,
         no_answer_threshold: float | None = None,
+        verify: bool | None = None,
     ):
         """Documents and answers per query, as ``run_query``."""
         if isinstance(queries, str):
@@ -273,6 +286,7 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
                 unit=unit,
                 no_answer=no_answer,
                 no_answer_threshold=no_answer_threshold,
+                verify=verify,
             )
         asked = self.search_options.updated(
             top_k=top_k,
@@ -281,6 +295,7 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
             unit=unit,
             no_answer=no_answer,
             no_answer_threshold=no_answer_threshold,
+            verify=verify,
         )
         results = self._search(queries, filters, asked, index)
         output: dict[str, Any] = {"documents": [docs for docs, _ in results]}
@@ -320,6 +335,8 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
             check_legacy_filters(one)
         if options.no_answer:  # refused before searching
             check_no_answer_model(self.phrase_model, self.model)
+        if options.verify:
+            check_verify_model(self.phrase_model, self.model)
         results = store.search_phrases(self.phrase_model, list(queries), options, filters, index, self.model)
         out = []
         for pairs in results:

@@ -56,6 +56,7 @@ class PipelineWrapper(BasePipelineWrapper):
         filters: dict[str, Any] | None = None,
         no_answer: bool | None = None,
         no_answer_threshold: float | None = None,
+        verify: bool | None = None,
     ) -> Answers:
         """
         Answers a question with phrases of the indexed documents, best first.
@@ -68,13 +69,20 @@ class PipelineWrapper(BasePipelineWrapper):
                 answer's confidence: first when that confidence is below ``no_answer_threshold``, last otherwise.
             no_answer_threshold: The top answer's confidence below which "no answer" comes first, from 0 to 1
                 (default 0.25).
+            verify: Let a reader read the top answer in its passage; the confidences (and "no answer") weigh what
+                it sees (one reader pass, tens of milliseconds on a CPU).
 
         Returns:
             The answers, each with its text, confidence, document id and place in the document.
         """
         if not question.strip():
             raise HTTPException(status_code=422, detail="question must not be empty")
-        given = {"top_k": top_k, "no_answer": no_answer, "no_answer_threshold": no_answer_threshold}
+        given = {
+            "top_k": top_k,
+            "no_answer": no_answer,
+            "no_answer_threshold": no_answer_threshold,
+            "verify": verify,
+        }
         inputs: dict[str, Any] = {
             "query": question,
             "filters": filters,

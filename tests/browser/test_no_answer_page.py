@@ -201,7 +201,7 @@ def test_the_no_answer_result_fits_a_390_px_phone(phone, console_errors):
     assert phone.locator("#no-answer").is_visible()
     scroll_width = phone.evaluate("() => document.documentElement.scrollWidth")
     assert scroll_width <= 390, f"the page is {scroll_width} px wide in a 390 px viewport"
-    for selector in ("#no-answer", "label.option", "#ask-button"):
+    for selector in ("#no-answer", "label[for=no-answer-option]", "label[for=verify-option]", "#ask-button"):
         box = phone.locator(selector).bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, (selector, box)
     assert console_errors == []

@@ -11,7 +11,7 @@ from dphr_haystack.answers import normalize_answer
 from dphr_haystack.confidence import copies_question, question_words
 from dphr_haystack.documents.results import best_phrase, retrieved
 from dphr_haystack.encode.add import add_passages
-from dphr_haystack.model.calibration import Calibration
+from dphr_haystack.model.calibration import Calibration, Verification
 from dphr_haystack.search import RANKING_POOL
 from tests.conftest import tiny_passages
 
@@ -36,6 +36,19 @@ EVERY = {"phrase": 1000, "passage": 20, "document": 20}
 def save_calibrated(model, path):
     """A model directory of ``model`` with :data:`CALIBRATION` stored (what the Haystack retrievers load)."""
     calibrated(model).save(path)
+    return path
+
+
+def verification(reader) -> Verification:
+    """A verification by the reader directory ``reader`` (values chosen so that the reader's view matters)."""
+    return Verification(str(reader), (0.6, 0.9, 0.4, 0.3), -0.2, (0.0, 0.0, -3.0, -1.0), (1.5, 2.0, 1.0, 1.0))
+
+
+def save_verified(model, path, reader):
+    """A model directory of ``model`` with :data:`CALIBRATION` and a :func:`verification` by ``reader`` stored."""
+    stored = dataclasses.replace(CALIBRATION, verification=verification(reader))
+    model.config = dataclasses.replace(model.config, calibration=stored.to_dict())
+    model.save(path)
     return path
 
 

@@ -42,6 +42,7 @@ BAD_VALUES = {
     "scale_score": ["true", None],
     "no_answer": ["on", 1, None],
     "no_answer_threshold": [-0.1, 1.5, "0.3", True, None],
+    "verify": ["yes", 1, None],
 }
 
 
@@ -137,6 +138,7 @@ def test_dphr_search_flags_are_the_options_with_their_defaults():
         "--batch-size=8",
         "--no-answer",
         "--no-answer-threshold=0.4",
+        "--verify",
     )
     # the command line's own conventions: raw scores are a display flag (--raw-scores), threads a process setting
     expected = {**EVERY_OPTION_SET, "threads": None, "scale_score": True}

@@ -11,15 +11,17 @@ import pytest
 from dphr_haystack.errors import InvalidParameterError
 from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever
 from dphr_haystack.search_options import DEFAULT_SEARCH_OPTIONS, PhraseSearchOptions
-from tests.core.test_answers_every_unit import save_calibrated
+from tests.core.test_answers_every_unit import save_verified
 from tests.search_contract import CASES, assert_signature_follows_the_contract
 
 pytestmark = pytest.mark.unit
 
 
 @pytest.fixture(scope="module")
-def calibrated_dir(tmp_path_factory, _tiny_model_session):
-    return save_calibrated(copy.deepcopy(_tiny_model_session), tmp_path_factory.mktemp("contract") / "calibrated")
+def calibrated_dir(tmp_path_factory, _tiny_model_session, tiny_reader_dir):
+    """A calibrated model whose calibration has a verification (``verify=True`` needs one)."""
+    path = tmp_path_factory.mktemp("contract") / "calibrated"
+    return save_verified(copy.deepcopy(_tiny_model_session), path, tiny_reader_dir)
 
 
 class RecordingStore(PhraseDocumentStore):

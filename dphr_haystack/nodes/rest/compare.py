@@ -4,14 +4,15 @@ The columns are the shipped pipelines, each loaded on the served document store 
 (and device): phrase answers (``phrase_qa.yml``), BM25 (``bm25.yml``), passages ranked by their best phrase
 (``phrase_passages.yml``) and the BM25 + phrase hybrid fused by reciprocal rank (``hybrid_rrf.yml``). They run one
 after another; each column reports its own latency in milliseconds. ``{"query", "top_k", "filters", "no_answer",
-"no_answer_threshold"}`` → ``{"query", "top_k", "columns": [{"name", "title", "pipeline", "ms", "answers",
+"no_answer_threshold", "verify"}`` → ``{"query", "top_k", "columns": [{"name", "title", "pipeline", "ms", "answers",
 "documents"}]}``. ``no_answer`` (a JSON bool; default: the served PhraseRetriever's) adds "no answer" to the phrase
 answers column (an answer with empty text, ``meta["no_answer"]`` true; see
 :class:`~dphr_haystack.nodes.PhraseRetriever`), placed by ``no_answer_threshold`` (a number in [0, 1]; default: the
-served PhraseRetriever's). Needs a PhraseDocumentStore (501 otherwise). The query is checked as ``/query``'s is
-before any column runs: a JSON string (422), at most ``DPHR_MAX_QUERY_CHARS`` characters (413), not blank (400);
-so are the options: ``no_answer`` or ``no_answer_threshold`` of the wrong JSON type is 422, a threshold outside
-[0, 1] 400.
+served PhraseRetriever's); ``verify`` (a JSON bool; default: the served PhraseRetriever's) lets a reader read the
+top phrase answer in its passage (:mod:`dphr_haystack.verification`). Needs a PhraseDocumentStore (501 otherwise).
+The query is checked as ``/query``'s is before any column runs: a JSON string (422), at most
+``DPHR_MAX_QUERY_CHARS`` characters (413), not blank (400); so are the options: ``no_answer``,
+``no_answer_threshold`` or ``verify`` of the wrong JSON type is 422, a threshold outside [0, 1] 400.
 """
 
 from __future__ import annotations
@@ -42,16 +43,16 @@ class Column:
     title: str
     pipeline_file: str
 
-    def params(self, top_k: int, no_answer: dict[str, Any] | None = None) -> dict[str, Any]:
+    def params(self, top_k: int, answer_options: dict[str, Any] | None = None) -> dict[str, Any]:
         """The per-node params that make the column return ``top_k`` results; the phrase answers column also
-        takes ``no_answer`` (the Retriever's ``no_answer`` and ``no_answer_threshold``)."""
+        takes ``answer_options`` (the Retriever's ``no_answer``, ``no_answer_threshold`` and ``verify``)."""
         if self.name == "bm25":
             return {"BM25": {"top_k": top_k}}
         if self.name == "hybrid":
             candidates = max(HYBRID_CANDIDATES, top_k)
             return {"BM25": {"top_k": candidates}, "Retriever": {"top_k": candidates}, "Join": {"top_k_join": top_k}}
-        if self.name == "answers" and no_answer:
-            return {"Retriever": {"top_k": top_k, **no_answer}}
+        if self.name == "answers" and answer_options:
+            return {"Retriever": {"top_k": top_k, **answer_options}}
         return {"Retriever": {"top_k": top_k}}
 
 
@@ -71,6 +72,7 @@ class StrictCompareRequest(CompareRequest):
     top_k: conint(strict=True, ge=1, le=MAX_COMPARE_TOP_K) = 5  # type: ignore[valid-type]
     no_answer: StrictBool | None = None
     no_answer_threshold: StrictInt | StrictFloat | None = None
+    verify: StrictBool | None = None
 
 
 class Comparison:
@@ -128,9 +130,12 @@ class Comparison:
         filters: dict[str, Any] | None,
         no_answer: bool | None = None,
         no_answer_threshold: float | None = None,
+        verify: bool | None = None,
     ) -> list[dict[str, Any]]:
-        """Each column's answers, documents and latency for ``query``."""
+        """Each column's answers, documents and latency for ``query`` (``verify`` None: the served retriever's)."""
         asked = self.no_answer(no_answer, no_answer_threshold)  # refused before any column runs
+        if verify is not None:
+            asked = {**(asked or {}), "verify": verify}
         pipelines = self.pipelines()
         columns = []
         for column in COLUMNS:
@@ -167,7 +172,12 @@ def add_compare_route(
         check_query(request.query, max_query_chars)
         with limiter.run():
             columns = comparison.run(
-                request.query, request.top_k, request.filters, request.no_answer, request.no_answer_threshold
+                request.query,
+                request.top_k,
+                request.filters,
+                request.no_answer,
+                request.no_answer_threshold,
+                request.verify,
             )
         return {"query": request.query, "top_k": request.top_k, "columns": columns}
 

@@ -49,6 +49,7 @@ class CompareRequest(_Request):
     filters: dict[str, Any] | None = None
     no_answer: bool | None = None
     no_answer_threshold: float | None = None
+    verify: bool | None = None
 
 
 class QueryResponse(_Response):

@@ -327,6 +327,7 @@
           query: question,
           top_k: Number(byId("top-k").value),
           no_answer: byId("no-answer-option").checked,
+          verify: byId("verify-option").checked,
         }),
       });
       const terms = queryTerms(question);

@@ -1,0 +1,153 @@
+"""Answer verification: a reader's view of an answer span, the stored verification, and a search that asks for it
+(the top answer's confidence becomes the verification's probability, every answer shifted alike) and only then."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
+from dphr_haystack.encode.add import add_passages
+from dphr_haystack.errors import InvalidParameterError, ModelLoadError
+from dphr_haystack.fitting import fit_verification
+from dphr_haystack.hits import best_phrase
+from dphr_haystack.model.calibration import VERIFICATION_FEATURES, Calibration, Verification
+from dphr_haystack.verification import (
+    SpanReader,
+    load_reader,
+    reader_dir,
+    top_answer,
+    verification_features,
+)
+from tests.conftest import tiny_passages
+from tests.core.test_answers_every_unit import CALIBRATION, QUESTION, save_calibrated, save_verified, verification
+
+pytestmark = pytest.mark.unit
+
+CONTEXT = "Paris is the capital of France. Berlin is the capital of Germany, and Rome is the capital of Italy."
+
+
+@pytest.fixture(scope="module")
+def reader(tiny_reader_dir):
+    return SpanReader(tiny_reader_dir)
+
+
+@pytest.fixture(scope="module")
+def verified_dir(tmp_path_factory, _tiny_model_session, tiny_reader_dir):
+    path = tmp_path_factory.mktemp("verified") / "model"
+    return save_verified(copy.deepcopy(_tiny_model_session), path, tiny_reader_dir)
+
+
+@pytest.fixture(scope="module")
+def verified_index(verified_dir):
+    model = PhraseModel.load(verified_dir)
+    index = PhraseIndex.create(model)
+    add_passages(index, model, tiny_passages(), progress=False)
+    return model, index
+
+
+def test_a_view_scores_the_span_among_the_windows_spans(reader):
+    start = CONTEXT.index("Berlin")
+    view = reader.view("What is the capital of Germany?", CONTEXT, start, start + len("Berlin"))
+    assert all(math.isfinite(v) for v in (view.span, view.logp, view.gap))
+    assert view.logp <= 0.0 and view.gap <= 0.0 and view.gap >= view.logp
+    # the same span read twice is the same view; another span is another one
+    assert reader.view("What is the capital of Germany?", CONTEXT, start, start + 6) == view
+    other = CONTEXT.index("Rome")
+    assert reader.view("What is the capital of Germany?", CONTEXT, other, other + 4) != view
+
+
+def test_a_span_far_into_a_long_passage_is_read_in_a_window_that_holds_it(reader):
+    long = " ".join(["The river runs past the old mill and the bridge."] * 60) + " Berlin is in Germany."
+    start = long.index("Berlin")
+    assert len(reader.tokenizer(long)["input_ids"]) > reader.max_length  # more than one window
+    view = reader.view("Where is Berlin?", long, start, start + 6)
+    assert view is not None and view.gap <= 0.0
+
+
+def test_a_span_outside_the_passage_is_refused_and_a_long_question_is_cut(reader):
+    with pytest.raises(InvalidParameterError, match="outside a passage"):
+        reader.view("Where?", CONTEXT, 5, len(CONTEXT) + 3)
+    question = " ".join(["capital"] * 500) + "?"
+    assert reader.view(question, CONTEXT, 0, 5) is not None
+
+
+def test_a_missing_reader_names_what_was_looked_for(tmp_path):
+    with pytest.raises(ModelLoadError, match="not found"):
+        reader_dir(tmp_path / "nowhere")
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ModelLoadError):
+        SpanReader(tmp_path)
+
+
+def test_the_shipped_reader_is_found_by_name():
+    assert (reader_dir("dphr-minilm-squad-reader") / "config.json").is_file()
+
+
+def test_a_verification_is_stored_and_read_back_and_malformed_ones_are_refused(tiny_reader_dir):
+    stored = dataclasses.replace(CALIBRATION, verification=verification(tiny_reader_dir))
+    assert Calibration.from_dict(stored.to_dict()) == stored
+    assert Calibration.from_dict(CALIBRATION.to_dict()).verification is None
+    data = stored.to_dict()["verification"]
+    with pytest.raises(InvalidParameterError, match="verification"):
+        Verification.from_dict({**data, "weights": [1.0]})
+    with pytest.raises(InvalidParameterError, match="reader"):
+        Verification.from_dict({**data, "reader": ""})
+    with pytest.raises(InvalidParameterError, match="features"):
+        Verification.from_dict({**data, "features": ["a", "b", "c", "d"]})
+
+
+def test_a_fitted_verification_weighs_the_reader_where_it_tells_right_from_wrong():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, len(VERIFICATION_FEATURES)))
+    right = x[:, 1] + 0.2 * rng.normal(size=400) > 0  # the reader's span score decides
+    fitted = fit_verification(x, right, "some-reader")
+    assert fitted.reader == "some-reader" and fitted.features == VERIFICATION_FEATURES
+    assert abs(fitted.weights[1]) == max(abs(w) for w in fitted.weights) and fitted.weights[1] > 0
+    with pytest.raises(InvalidParameterError, match="columns"):
+        fit_verification(x[:, :3], right, "some-reader")
+
+
+def test_a_verified_search_moves_every_confidence_by_the_same_log_odds(verified_index, reader):
+    model, index = verified_index
+    plain = PhraseSearcher(index, model, unit="phrase", top_k=5).search(QUESTION)
+    checked = PhraseSearcher(index, model, unit="phrase", top_k=5, verify=True).search(QUESTION)
+    assert [(h.text, h.passage_id, h.start) for h in checked] == [(h.text, h.passage_id, h.start) for h in plain]
+    top = plain[top_answer(plain)]
+    view = reader.view(QUESTION, index.passages[top.passage_row]["text"], top.start, top.end)
+    stored = Calibration.from_dict(model.config.calibration).verification
+    expected = float(stored.probability(verification_features(top.confidence, view)[None, :])[0])
+    assert checked[top_answer(checked)].confidence == pytest.approx(expected, abs=1e-9)
+
+    def logit(p):
+        return math.log(p / (1 - p))
+
+    shifts = [logit(c.confidence) - logit(p.confidence) for c, p in zip(checked, plain, strict=True)]
+    assert max(shifts) - min(shifts) < 1e-6 and abs(shifts[0]) > 1e-6
+
+
+@pytest.mark.parametrize("unit", ["passage", "document"])
+def test_every_unit_is_verified_through_its_best_phrase(verified_index, unit):
+    model, index = verified_index
+    plain = PhraseSearcher(index, model, unit=unit, top_k=3).search(QUESTION)
+    checked = PhraseSearcher(index, model, unit=unit, top_k=3, verify=True).search(QUESTION)
+    assert [best_phrase(h).text for h in checked] == [best_phrase(h).text for h in plain]
+    assert [best_phrase(h).confidence for h in checked] != [best_phrase(h).confidence for h in plain]
+
+
+def test_verify_needs_a_model_with_a_verification(tmp_path, _tiny_model_session):
+    model = PhraseModel.load(save_calibrated(copy.deepcopy(_tiny_model_session), tmp_path / "calibrated"))
+    index = PhraseIndex.create(model)
+    add_passages(index, model, tiny_passages(), progress=False)
+    with pytest.raises(InvalidParameterError, match="train.verifier"):
+        PhraseSearcher(index, model, verify=True)
+    searcher = PhraseSearcher(index, model)
+    assert searcher.search(QUESTION)  # without verify nothing is asked of the calibration
+
+
+def test_a_reader_loads_once_per_process(tiny_reader_dir):
+    assert load_reader(tiny_reader_dir) is load_reader(str(tiny_reader_dir))
