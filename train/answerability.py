@@ -54,6 +54,7 @@ from dphr_haystack.index.shards import PhraseShard
 from dphr_haystack.model.calibration import NAME_FEATURES, sigmoid
 from dphr_haystack.question_words import question_names
 from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
+from dphr_haystack.verification import SpanReader, read_top_answer
 
 from .calibrate import DEFAULT_DEV, write_calibrated
 from .data import load_squad
@@ -118,13 +119,15 @@ class _Recorder(Answerability):
 
 @dataclass
 class QueryTable:
-    """One row per case: the query features, whether the top answer is right, its confidence and text."""
+    """One row per case: the query features, whether the top answer is right, its confidence and text, and (when
+    gathered with a reader) the reader's view of it (``views``: span, logp, gap; NaN without one)."""
 
     cases: list[Case]
     features: np.ndarray
     correct: np.ndarray
     confidence: np.ndarray
     texts: list[str]
+    views: np.ndarray | None = None
 
     def rows(self, corpus: str | None = None, answerable: bool | None = None) -> np.ndarray:
         """Positions of the cases of ``corpus`` (None: any) that are (not) ``answerable`` (None: either)."""
@@ -183,15 +186,17 @@ def gather(
     cases: Sequence[Case],
     batch_size: int = 64,
     progress: bool = True,
+    reader: SpanReader | None = None,
 ) -> QueryTable:
     """Search each case as a default :class:`PhraseSearcher` would (phrase answers, ranked by confidence) with
-    ``calibration`` minus any answerability, and record its query features and top answer. A case masked to fewer
-    than half of the index's passages searches an index of those passages alone (:func:`sub_index`), as a corpus of
-    them is searched; one masked to more searches the index masked (a corpus less an article)."""
+    ``calibration`` minus any answerability, and record its query features and top answer (with ``reader``, also
+    the reader's view of it: :func:`dphr_haystack.verification.read_top_answer`). A case masked to fewer than half
+    of the index's passages searches an index of those passages alone (:func:`sub_index`), as a corpus of them is
+    searched; one masked to more searches the index masked (a corpus less an article)."""
     recording, records = recording_calibration(replace(calibration, answerability=None))
     searcher = PhraseSearcher(index, model, calibration=recording)
     whole = as_shard(index)
-    features, correct, confidence, texts = [], [], [], []
+    features, correct, confidence, texts, views = [], [], [], [], []
     bar = tqdm(total=len(cases), desc="searching", unit="question", disable=not progress)
     for b in range(0, len(cases), batch_size):
         batch = cases[b : b + batch_size]
@@ -209,9 +214,13 @@ def gather(
             correct.append(top is not None and case.answerable and exact_match(top.text, case.question.answers))
             confidence.append(float(top.confidence) if top is not None and top.confidence is not None else 0.0)
             texts.append(top.text if top is not None else "")
+            if reader is not None:
+                view = read_top_answer(reader, case.question.question, hits, search.index)
+                views.append((view.span, view.logp, view.gap) if view is not None else (np.nan,) * 3)
         bar.update(len(batch))
     bar.close()
-    return QueryTable(list(cases), np.array(features), np.array(correct, dtype=bool), np.array(confidence), texts)
+    table = QueryTable(list(cases), np.array(features), np.array(correct, dtype=bool), np.array(confidence), texts)
+    return replace(table, views=np.array(views, dtype=np.float64).reshape(-1, 3)) if reader is not None else table
 
 
 def squad_questions(path: Path, articles: slice) -> list[Question]:
@@ -368,12 +377,14 @@ def table_report(table: QueryTable, probability: np.ndarray) -> dict[str, Any]:
 
 
 def concatenate(tables: Sequence[QueryTable]) -> QueryTable:
+    views = [t.views for t in tables]
     return QueryTable(
         [c for t in tables for c in t.cases],
         np.vstack([t.features for t in tables]),
         np.concatenate([t.correct for t in tables]),
         np.concatenate([t.confidence for t in tables]),
         [x for t in tables for x in t.texts],
+        np.vstack(views) if all(v is not None for v in views) else None,
     )
 
 

@@ -118,3 +118,34 @@ def test_shipped_model_answers_squad_questions_the_untrained_one_cannot(shipped_
     untrained = em_at_1(PhraseModel.from_base("minilm", shipped_model.config))
     assert trained >= MIN_EM_AT_1, (trained, untrained)
     assert trained >= untrained + 0.15, (trained, untrained)
+
+
+@pytest.mark.integration
+def test_the_shipped_reader_verifies_the_shipped_default(shipped_model, squad_dev_paragraphs):
+    """The default's verification names the shipped reader, which fits the budget and, over 20 SQuAD dev paragraphs,
+    keeps every answer while it moves the confidences of right answers above those of wrong ones on average."""
+    from dphr_haystack.confidence import Calibration
+    from dphr_haystack.verification import reader_dir
+
+    verification = Calibration.from_dict(shipped_model.config.calibration).verification
+    assert verification is not None and verification.reader == "dphr-minilm-squad-reader"
+    files = [f for f in reader_dir(verification.reader).iterdir() if f.is_file()]
+    assert sum(f.stat().st_size for f in files) <= SIZE_BUDGET_BYTES and max(f.stat().st_size for f in files) <= 2**24
+    passages = [{k: p[k] for k in ("id", "title", "text")} for p in squad_dev_paragraphs]
+    questions = [(qa["question"], [a["text"] for a in qa["answers"]]) for p in squad_dev_paragraphs for qa in p["qas"]]
+    index = PhraseIndex.create(shipped_model)
+    add_passages(index, shipped_model, passages, batch_size=16, progress=False)
+    texts = [q for q, _ in questions]
+    plain = PhraseSearcher(index, shipped_model, unit="phrase", top_k=1).search_batch(texts)
+    checked = PhraseSearcher(index, shipped_model, unit="phrase", top_k=1, verify=True).search_batch(texts)
+    assert [h[0].text for h in checked] == [h[0].text for h in plain]
+    right = [exact_match(h[0].text, answers) for h, (_, answers) in zip(plain, questions)]
+    assert any(right) and not all(right)
+
+    def gap(results) -> float:
+        values = [h[0].confidence for h in results]
+        good = [v for v, r in zip(values, right) if r]
+        bad = [v for v, r in zip(values, right) if not r]
+        return sum(good) / len(good) - sum(bad) / len(bad)
+
+    assert gap(checked) > gap(plain)

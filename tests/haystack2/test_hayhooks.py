@@ -211,6 +211,21 @@ def test_no_answer_comes_when_asked(deployed: Server) -> None:
     assert refused.status_code == 422, refused.text
 
 
+def test_the_shipped_reader_verifies_when_asked(deployed: Server) -> None:
+    indexed = deployed.post("/dphr_indexing/run", {"documents": DOCUMENTS})
+    assert indexed.status_code == 200, indexed.text
+    question = {"question": "Who created Python?", "top_k": 3}
+    plain = deployed.post("/dphr_phrase_qa/run", question).json()["result"]["answers"]
+    response = deployed.post("/dphr_phrase_qa/run", {**question, "verify": True})
+    assert response.status_code == 200, response.text
+    verified = response.json()["result"]["answers"]
+    assert [a["text"] for a in verified] == [a["text"] for a in plain]
+    assert verified[0]["score"] != plain[0]["score"] and verified[0]["text"] == "Guido van Rossum"
+    assert deployed.post("/dphr_phrase_qa/run", question).json()["result"]["answers"] == plain  # only when asked
+    refused = deployed.post("/dphr_phrase_qa/run", {**question, "verify": "often"})
+    assert refused.status_code == 422, refused.text
+
+
 @pytest.mark.parametrize(
     ("path", "payload"),
     [

@@ -1,0 +1,191 @@
+"""Fit a phrase model's answer verification: P(the top answer is right) once a reader has read it.
+
+    python -m train.verifier --model dphr_haystack/shipped_models/dphr-minilm-squad-distilled \\
+        --reader dphr-minilm-squad-reader --dev-index DIR [--open-index DIR] (--out DIR | --in-place) \\
+        [--questions 800] [--report FILE]
+    python -m train.verifier --export-reader runs/reader/final --to dphr_haystack/shipped_models/NAME [--dtype int8]
+
+The answerability (``python -m train.answerability``) judges the top answer from the search alone. A verification
+(:mod:`dphr_haystack.verification`) lets a question-answering reader read the top answer in its passage and is a
+logistic regression of "the top answer is right" on the answerability's confidence (as log-odds) and the reader's
+view of the span (start + end logit, log-probability among the window's spans, gap to its best span), fitted on the
+cases the answerability is fitted on (:func:`train.answerability.all_cases`: questions of the held-out validation
+articles over 5, 50, 500, 1,702 and, with ``--open-index``, 20,598 passages, with and without their article; a
+case without its answer weighing :data:`~train.answerability.UNANSWERABLE_WEIGHT`). It is stored in the calibration
+of the model's ``dphr_config.json`` beside the answerability, naming its reader; ``verify.json`` reports the fit.
+
+``--export-reader`` writes a reader directory (a ``transformers`` question-answering model, e.g. the one
+``train/configs/cpu_reader.yaml`` trains) in the compact weight format (int8 matrices by default; SHA-256 sums), as
+the shipped reader is stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dphr_haystack import PhraseIndex, PhraseModel
+from dphr_haystack.confidence import Calibration
+from dphr_haystack.fitting import auroc, expected_calibration_error, fit_verification
+from dphr_haystack.model.calibration import Verification
+from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
+from dphr_haystack.verification import SpanReader, reader_dir
+
+from .answerability import (
+    UNANSWERABLE_WEIGHT,
+    VALIDATION_ARTICLES,
+    QueryTable,
+    all_cases,
+    concatenate,
+    dev_index,
+    gather,
+    squad_questions,
+)
+from .calibrate import DEFAULT_DEV, write_calibrated
+
+READER_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+MAX_SHARD_MB = 16.0
+
+
+def verification_inputs(table: QueryTable, calibration: Calibration) -> np.ndarray:
+    """The verification features of each case of ``table`` (gathered with a reader): the answerability's P(right)
+    as log-odds and the reader's view; rows without a top answer are NaN."""
+    if table.views is None:
+        raise ValueError("the table was gathered without a reader")
+    p = calibration.answerability.probability(table.features)
+    p = np.clip(p, 1e-6, 1 - 1e-6)
+    logit = np.log(p / (1 - p))
+    logit[np.isnan(table.features[:, 0])] = np.nan
+    return np.column_stack([logit, table.views])
+
+
+def verified_probability(verification: Verification, inputs: np.ndarray) -> np.ndarray:
+    """P(right) of each case: the verification's where the reader read the top answer, else the answerability's
+    (no view: the search's own), 0.0 without a top answer."""
+    p = verification.probability(inputs)
+    no_view = np.isnan(inputs[:, 1])
+    base = 1.0 / (1.0 + np.exp(-np.nan_to_num(inputs[:, 0], nan=-50.0)))
+    return np.where(no_view, base, p) * ~np.isnan(inputs[:, 0])
+
+
+def fit(
+    table: QueryTable, calibration: Calibration, reader: str, unanswerable_weight: float = UNANSWERABLE_WEIGHT
+) -> Verification:
+    """The verification fitted on the cases of ``table`` that have a top answer the reader read."""
+    inputs = verification_inputs(table, calibration)
+    known = ~np.isnan(inputs).any(axis=1)
+    weights = np.array([1.0 if c.answerable else unanswerable_weight for c in table.cases])
+    return fit_verification(inputs[known], table.correct[known], reader, weights=weights[known])
+
+
+def report(table: QueryTable, before: np.ndarray, after: np.ndarray) -> dict[str, Any]:
+    """Per corpus, before (the answerability) and after (the verification): AUROC answerable vs not, AUROC right vs
+    wrong and ECE of the answerable cases; the share of unanswerable cases below the threshold and of right ones."""
+    out: dict[str, Any] = {}
+    answerable = np.array([c.answerable for c in table.cases])
+    for corpus in dict.fromkeys(c.corpus for c in table.cases):
+        yes, no = table.rows(corpus, True), table.rows(corpus, False)
+        rows = np.concatenate([yes, no])
+        out[corpus] = {
+            label: {
+                "auroc_answerable": auroc(p[rows], answerable[rows]),
+                "auroc_right_vs_wrong": auroc(p[yes], table.correct[yes]),
+                "ece_answerable": expected_calibration_error(p[yes], table.correct[yes]),
+            }
+            for label, p in (("answerability", before), ("verified", after))
+        }
+    for label, p in (("answerability", before), ("verified", after)):
+        below = p < NO_ANSWER_THRESHOLD
+        out[f"at_threshold_{label}"] = {
+            "no_answer_share": float(below[~answerable].mean()),
+            "right_lost_share": float(below[table.correct].mean()),
+        }
+    return out
+
+
+def export_reader(source: str | Path, to: Path, dtype: str = "int8") -> dict[str, Any]:
+    """Write the question-answering model in ``source`` to ``to`` in the compact weight format (``dtype``), with
+    its config and tokenizer files; returns the weight summary."""
+    from dphr_haystack.model.weights import read_weights, write_weights
+
+    source = reader_dir(source)
+    to.mkdir(parents=True, exist_ok=True)
+    for name in READER_FILES:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, to / name)
+    state = {k: v for k, v in read_weights(source).items() if not k.endswith("position_ids")}
+    return write_weights(state, to, dtype=dtype, max_shard_mb=MAX_SHARD_MB)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--export-reader", help="write this reader directory in the compact format (with --to)")
+    parser.add_argument("--to", type=Path, help="where --export-reader writes")
+    parser.add_argument("--dtype", default="int8", help="weights of the exported reader (int8, float16, float32)")
+    parser.add_argument("--model", help="a phrase model directory whose calibration has an answerability")
+    parser.add_argument("--reader", default="dphr-minilm-squad-reader", help="a reader directory or shipped name")
+    parser.add_argument("--dev-index", type=Path, help="the dev-public phrase index (built if missing)")
+    parser.add_argument("--open-index", type=Path, help="an open-domain phrase index holding the dev paragraphs")
+    parser.add_argument("--dev", type=Path, default=DEFAULT_DEV, help="SQuAD dev-public (its validation articles)")
+    parser.add_argument("--out", type=Path, help="write the model with its verification here (a copy)")
+    parser.add_argument("--in-place", action="store_true", help="write into --model itself")
+    parser.add_argument("--questions", type=int, default=800, help="at most this many validation questions")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--report", type=Path, help="the fit report (default: verify.json in the model)")
+    args = parser.parse_args(argv)
+    if args.export_reader:
+        if not args.to:
+            parser.error("--export-reader needs --to DIR")
+        json.dump(export_reader(args.export_reader, args.to, args.dtype), sys.stdout, indent=2)
+        print()
+        return 0
+    if not args.model or not args.dev_index:
+        parser.error("--model and --dev-index are needed to fit a verification")
+    if bool(args.out) == bool(args.in_place):
+        parser.error("give one of --out DIR or --in-place")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    model = PhraseModel.load(args.model)
+    calibration = Calibration.from_dict(model.config.calibration or {})
+    if calibration.answerability is None:
+        parser.error(f"{args.model} has no answerability: run python -m train.answerability first")
+    reader = SpanReader(args.reader)
+    questions = squad_questions(args.dev, slice(0, VALIDATION_ARTICLES))
+    questions = random.Random(args.seed).sample(questions, min(args.questions, len(questions)))
+    dev = dev_index(model, args.dev_index, args.dev)
+    open_index = PhraseIndex.load(args.open_index, model=model) if args.open_index else None
+    cases = all_cases(dev, questions, args.seed, open_index)
+    indexes = {"dev": dev, "open": open_index}
+    plain = replace(calibration, answerability=None, verification=None)
+    table = concatenate([gather(indexes[k], model, plain, found, reader=reader) for k, found in cases.items()])
+    verification = fit(table, calibration, args.reader)
+    inputs = verification_inputs(table, calibration)
+    before = np.nan_to_num(calibration.answerability.probability(table.features)) * ~np.isnan(table.features[:, 0])
+    fitted = {
+        "questions": len(questions),
+        "cases": len(table.cases),
+        "reader": args.reader,
+        "threshold": NO_ANSWER_THRESHOLD,
+        "fit": report(table, before, verified_probability(verification, inputs)),
+    }
+    out = Path(args.model) if args.in_place else args.out
+    write_calibrated(Path(args.model), out, replace(calibration, verification=verification).to_dict())
+    (args.report or out / "verify.json").write_text(json.dumps(fitted, indent=2) + "\n")
+    json.dump(fitted, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
