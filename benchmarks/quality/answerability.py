@@ -18,8 +18,9 @@ unanswerable questions that get "no answer" and of right top answers lost; per c
 wrong and ECE of the answerable questions (with 95% bootstrap intervals over the questions) and a reliability
 curve. A sample of searches is repeated with the fitted calibration to check that the searcher returns what the
 table computes. ``--lower-case`` asks every question in lower case (as NQ's are written; the searcher then reads a
-question's names from the corpus' truecasing of it). Writes results/answerability.json and .png (``--name`` another
-name).
+question's names from the corpus' truecasing of it). ``--verify`` also lets the model's verification reader read
+every top answer (:mod:`dphr_haystack.verification`): "before" is then the answerability and "after" the verified
+confidence. Writes results/answerability.json and .png (``--name`` another name).
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         reliability,
     )
     from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
+    from dphr_haystack.verification import SpanReader
     from train.answerability import (
         Case,
         all_cases,
@@ -127,12 +129,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         gather,
         squad_questions,
     )
+    from train.verifier import verification_inputs, verified_probability
 
     started = time.perf_counter()
     model = PhraseModel.load(args.model)
     calibration = Calibration.from_dict(model.config.calibration)
     if calibration.answerability is None:
         raise SystemExit(f"{args.model} has no answerability: run python -m train.answerability")
+    if args.verify and calibration.verification is None:
+        raise SystemExit(f"{args.model} has no verification: run python -m train.verifier")
     plain = dataclasses.replace(calibration, answerability=None)
     held = squad_questions(SQUAD_DEV, slice(8, None))
     questions = random.Random(args.seed).sample(held, min(args.questions, len(held)))
@@ -148,11 +153,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     indexes["user"], cases["user"] = user_index, user_cases
     if args.lower_case:  # every question as a user typing in lower case asks it
         cases = {name: [_lower_cased(case) for case in found] for name, found in cases.items()}
-    tables = {name: gather(indexes[name], model, plain, found) for name, found in cases.items()}
+    reader = SpanReader(calibration.verification.reader) if args.verify else None
+    tables = {name: gather(indexes[name], model, plain, found, reader=reader) for name, found in cases.items()}
     table = concatenate(list(tables.values()))
     after = calibration.answerability.probability(table.features)
     after[np.isnan(table.features[:, 0])] = 0.0  # no answer at all
     before = table.confidence
+    if args.verify:  # the answerability before, the verified confidence after
+        before, after = after, verified_probability(calibration.verification, verification_inputs(table, calibration))
     corpus = np.array([c.corpus for c in table.cases])
     answerable = np.array([c.answerable for c in table.cases])
     result: dict[str, Any] = {
@@ -161,6 +169,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "model_id": model_id(args.model),
         "threshold": NO_ANSWER_THRESHOLD,
         "lower_case": bool(args.lower_case),
+        "labels": ["answerability", "verified"] if args.verify else ["calibration", "answerability"],
+        "reader": calibration.verification.reader if args.verify else None,
         "questions": len(questions),
         "cases": len(table.cases),
         "sizes": {},
@@ -227,7 +237,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 "right_lost_share": float((after[right] < t).mean()),
             }
         )
-    result["searcher_check"] = _check_searcher(PhraseSearcher, indexes, model, calibration, table, after, args.seed)
+    result["searcher_check"] = _check_searcher(
+        PhraseSearcher, indexes, model, calibration, table, after, args.seed, args.verify
+    )
     result["seconds"] = time.perf_counter() - started
     return finish_result(args.name, result, _markdown, _plot)
 
@@ -249,8 +261,11 @@ def _any_right(text: str, case) -> bool:
     return bool(case.question.answers) and exact_match(text, case.question.answers)
 
 
-def _check_searcher(searcher_cls, indexes, model, calibration, table, after, seed: int, n: int = 40) -> dict:
-    """Repeat ``n`` searches with the fitted calibration: their top confidences against the table's."""
+def _check_searcher(
+    searcher_cls, indexes, model, calibration, table, after, seed: int, verify: bool = False, n: int = 40
+) -> dict:
+    """Repeat ``n`` searches with the fitted calibration (``verify`` as the benchmark): their top confidences
+    against the table's."""
     from train.answerability import case_searcher
 
     rng = random.Random(seed)
@@ -260,6 +275,7 @@ def _check_searcher(searcher_cls, indexes, model, calibration, table, after, see
         case = table.cases[i]
         name = "user" if case.corpus.startswith("user-") else where.get(case.corpus, case.corpus.split("-")[-1])
         searcher, allowed = case_searcher(searcher_cls(indexes[name], model, calibration=calibration), case)
+        searcher.verify = verify
         hits = searcher.search(case.question.question, unit="phrase", top_k=1, allowed_passages=allowed)
         if hits:
             diffs.append(abs(float(hits[0].confidence) - float(after[i])))
@@ -270,8 +286,10 @@ def _markdown(result: dict[str, Any]) -> str:
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{100 * x:.1f}%"
 
+    before, after = result.get("labels", ["calibration", "answerability"])
     lines = [
-        f'Threshold {result["threshold"]}: a top answer less confident than it is answered "no answer".',
+        f'Threshold {result["threshold"]}: a top answer less confident than it is answered "no answer"; "before" is '
+        f'the {before}, "after" the {after}.',
         "",
         "| unanswerable set | answerable / unanswerable | AUROC before → after | no answer (unanswerable) |"
         " right answers lost |",
@@ -326,9 +344,10 @@ def _plot(result: dict[str, Any], path: Path) -> None:
     ax.legend(fontsize=7)
     ax = axes[1]
     names = list(result["unanswerable_sets"])
+    shown = result.get("labels", ["calibration", "answerability"])
     for k, label in enumerate(("before", "after")):
         values = [result["unanswerable_sets"][n][label]["auroc_answerable_vs_not"] for n in names]
-        ax.barh(np.arange(len(names)) + 0.4 * k, values, height=0.4, label=label)
+        ax.barh(np.arange(len(names)) + 0.4 * k, values, height=0.4, label=shown[k])
     ax.axvline(0.85, color="grey", linestyle=":", linewidth=1)
     ax.set_yticks(np.arange(len(names)) + 0.2, names, fontsize=7)
     ax.set_xlim(0.4, 1.0)
@@ -346,6 +365,7 @@ def main() -> None:
     parser.add_argument("--no-open", action="store_true", help="leave out SQuAD-open-small")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lower-case", action="store_true", help="ask every question in lower case")
+    parser.add_argument("--verify", action="store_true", help="the verification's reader reads every top answer")
     parser.add_argument("--name", default="answerability", help="results/NAME.json and .png (default: %(default)s)")
     args = parser.parse_args()
     if not SQUAD_DEV.is_file():

@@ -8,7 +8,8 @@ pipeline): the top answer to ``--questions`` unseen dev-public questions (answer
 top answer the reader (a question-answering model directory, e.g. the MiniLM reader of
 ``train/configs/cpu_reader.yaml``) reads its passage with the question, and its view of the answer's span is kept:
 the span's start + end logit (``reader_span``), its log-probability among the window's spans of at most 15 subwords,
-and its gap to the window's best span. Reported, as AUROC: right vs wrong top answers (answerable questions) and
+and its gap to the window's best span (:class:`dphr_haystack.verification.SpanReader`, one window of
+``--max-length`` subwords around the answer). Reported, as AUROC: right vs wrong top answers (answerable questions) and
 answerable vs NQ questions, for the answer's confidence alone, the reader's span score alone, and both in a logistic
 regression scored out of fold (5 folds, :func:`benchmarks.common.out_of_fold_confidences`), with the reader's p50 ms
 per answer. Writes ``results/reader_verification.json`` and ``.png`` (ROC curves).
@@ -44,58 +45,10 @@ from benchmarks.common import (
 )
 
 NQ_DEV = SHARED_DATA / "nq-open" / "NQ-open.dev.jsonl.gz"
-MAX_SPAN = 15  # subwords: the spans a reader window's log-probability is taken over
 FEATURES = ("confidence_logit", "reader_span", "reader_logp", "reader_gap")
 
 
-class SpanReader:
-    """A question-answering model's view of one answer span in its passage (one window of 384 subwords)."""
-
-    def __init__(self, path: str | Path, max_length: int = 384) -> None:
-        import transformers
-
-        self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
-        self.model = transformers.AutoModelForQuestionAnswering.from_pretrained(str(path), use_safetensors=True)
-        self.model.eval()
-        self.max_length = max_length
-
-    def view(self, question: str, context: str, start: int, end: int) -> dict[str, float] | None:
-        """The span score of ``context[start:end]``, its log-probability and gap to the best span; None when the
-        span lies outside the window."""
-        import torch
-
-        encoded = self.tokenizer(
-            question,
-            context,
-            truncation="only_second",
-            max_length=self.max_length,
-            return_offsets_mapping=True,
-            return_tensors="pt",
-        )
-        offsets = encoded.pop("offset_mapping")[0].tolist()
-        in_context = [s == 1 for s in encoded.sequence_ids(0)]
-        tokens = [i for i, (a, b) in enumerate(offsets) if in_context[i] and b > start and a < end]
-        if not tokens:
-            return None
-        with torch.no_grad():
-            out = self.model(**encoded)
-        mask = torch.tensor(in_context)
-        starts = torch.where(mask, out.start_logits[0], torch.tensor(-1e4))
-        ends = torch.where(mask, out.end_logits[0], torch.tensor(-1e4))
-        n = len(starts)
-        allowed = torch.triu(torch.ones(n, n, dtype=torch.bool)) & ~torch.triu(
-            torch.ones(n, n, dtype=torch.bool), diagonal=MAX_SPAN
-        )
-        spans = torch.where(allowed, starts[:, None] + ends[None, :], torch.tensor(-1e4))
-        score = float(starts[tokens[0]] + ends[tokens[-1]])
-        return {
-            "reader_span": score,
-            "reader_logp": score - float(torch.logsumexp(spans.flatten(), 0)),
-            "reader_gap": score - float(spans.max()),
-        }
-
-
-def top_answers(pipeline, store, reader: SpanReader, examples: list) -> list[dict[str, Any]]:
+def top_answers(pipeline, store, reader, examples: list) -> list[dict[str, Any]]:
     """Each question's top phrase answer, whether it is right, its confidence and the reader's view of it."""
     from tqdm import tqdm
 
@@ -115,6 +68,7 @@ def top_answers(pipeline, store, reader: SpanReader, examples: list) -> list[dic
         if view is None:
             continue
         confidence = min(max(float(answer.score), 1e-6), 1 - 1e-6)
+        view = {"reader_span": view.span, "reader_logp": view.logp, "reader_gap": view.gap}
         rows.append(
             {
                 "right": bool(exact_match(answer.answer, example.answers)),
@@ -195,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unanswerable", type=int, default=400, help="NQ-open dev questions (default 400)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--max-length", type=int, default=384, help="subwords of the reader's window (default 384)")
+    parser.add_argument("--name", default="reader_verification", help="results/NAME.json (default: %(default)s)")
     args = parser.parse_args(argv)
     if not NQ_DEV.is_file():
         raise SystemExit(f"{NQ_DEV} is needed (../shared/data)")
@@ -202,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from dphr_haystack.evaluation import read_questions
     from dphr_haystack.nodes import load_pipeline
+    from dphr_haystack.verification import SpanReader
 
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
@@ -209,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     pipeline = load_pipeline(
         "phrase_qa.yml", overrides={"Retriever": {"model": args.model}}, components={"DocumentStore": store}
     )
-    reader = SpanReader(args.reader)
+    reader = SpanReader(args.reader, max_length=args.max_length)
     answerable = top_answers(pipeline, store, reader, squad_open_small_questions(args.questions, args.seed))
     nq = top_answers(pipeline, store, reader, read_questions(NQ_DEV, limit=args.unanswerable, seed=args.seed))
     right = np.array([r["right"] for r in answerable], dtype=float)
@@ -225,13 +182,14 @@ def main(argv: list[str] | None = None) -> int:
         "em@1": float(right.mean()),
         "seed": args.seed,
         "threads": args.threads,
+        "max_length": args.max_length,
         "reader_latency": percentiles([r["reader_ms"] for r in answerable + nq]),
         "right_vs_wrong": separation(answerable, right),
         "answerable_vs_unanswerable": separation(answerable + nq, np.array([1.0] * len(answerable) + [0.0] * len(nq))),
         "machine": machine(),
         "seconds": time.perf_counter() - started,
     }
-    finish_result("reader_verification", payload, markdown, plot)
+    finish_result(args.name, payload, markdown, plot)
     return 0
 
 
