@@ -32,13 +32,17 @@ from torch import nn
 from dphr_haystack._util.atomic import replace_directory, write_file_atomic
 from dphr_haystack._util.nofollow import make_temp_dir, open_no_follow, refuse_symlink
 from dphr_haystack.errors import DphrError
+from dphr_haystack.model.adapters import adapter_parameters
 from dphr_haystack.model.phrase_model import PhraseModel
+from dphr_haystack.model.weights import ENCODER_PREFIXES
+
+from .curves import plot_curves
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.pt"
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-TRAINABLE = ("all", "query", "filter", "encoders")
+TRAINABLE = ("all", "query", "filter", "encoders", "adapters")
 
 
 @dataclass
@@ -54,7 +58,9 @@ class TrainArgs:
         max_grad_norm: Gradient clipping (0 disables).
         freeze_word_embeddings: Keep every ``word_embeddings`` matrix fixed (DensePhrases does).
         precision: ``auto`` (bf16 on CUDA when supported, else fp16; fp32 on CPU), ``fp32``, ``bf16``, ``fp16``.
-        trainable: ``all``, ``encoders`` (all but the filter), ``query`` (query encoders only, QSFT) or ``filter``.
+        trainable: ``all``, ``encoders`` (all but the filter), ``query`` (query encoders only, QSFT), ``filter`` or
+            ``adapters`` (a model with low-rank adapters: the adapters, heads and filter; the encoders' own weights
+            stay the base's).
         log_every, save_every, eval_every: In optimiser steps; ``save_every``/``eval_every`` 0 means once
             per epoch.
         keep_checkpoints: How many ``checkpoint-*`` directories to keep.
@@ -236,6 +242,8 @@ def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
 
 def set_trainable(model: PhraseModel, trainable: str, freeze_word_embeddings: bool) -> list[nn.Parameter]:
     """Set ``requires_grad`` by role and return the trainable parameters."""
+    if trainable == "adapters":
+        return _adapters_trainable(model)
     groups = model.parameter_groups()
     chosen = {
         "all": tuple(groups),
@@ -250,6 +258,16 @@ def set_trainable(model: PhraseModel, trainable: str, freeze_word_embeddings: bo
         for name, param in model.named_parameters():
             if "word_embeddings" in name:
                 param.requires_grad_(False)
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def _adapters_trainable(model: PhraseModel) -> list[nn.Parameter]:
+    """Only the adapters and what lies outside the encoders (heads, filter) train."""
+    adapters = {id(p) for p in adapter_parameters(model)}
+    if not adapters:
+        raise ValueError("trainable='adapters' needs a model with low-rank adapters (its config's adapters)")
+    for name, param in model.named_parameters():
+        param.requires_grad_(id(param) in adapters or not name.startswith(ENCODER_PREFIXES))
     return [p for p in model.parameters() if p.requires_grad]
 
 
@@ -551,49 +569,3 @@ def _restore_state(checkpoint: Path, optimizer, scheduler, scaler) -> tuple[int,
 
 def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
     return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    path = Path(path)
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-SIDE_KEYS = ("grad_norm", "negatives")
-
-
-def plot_curves(metrics_path: str | Path, out_path: str | Path) -> Path | None:
-    """Plot training terms and validation metrics against steps (PNG); None when matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        logger.warning("matplotlib is not installed: no curves plot (pip install 'dphr-haystack[train]')")
-        return None
-    records = read_metrics(metrics_path)
-    numeric = {k for r in records for k, v in r.items() if isinstance(v, (int, float))}
-    # Loss terms on one panel; counts and norms (negatives, grad_norm: other scales) on their own.
-    train_keys = sorted(numeric - set(SIDE_KEYS) - {"step", "epoch", "lr", "samples_per_s"})
-    train_keys = [k for k in train_keys if not k.startswith(("eval/", "ddp/"))]
-    side_keys = [k for k in SIDE_KEYS if k in numeric]
-    eval_keys = sorted(k for k in numeric if k.startswith("eval/"))
-    panels = [("training loss", train_keys, "")] + [(k, [k], "") for k in side_keys]
-    if eval_keys:
-        panels.append(("validation", eval_keys, "o"))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
-    for ax, (title, keys, marker) in zip(axes[0], panels, strict=True):
-        for key in keys:
-            points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
-            if points:
-                ax.plot(*zip(*points, strict=True), marker=marker or None, label=key.removeprefix("eval/"))
-        ax.set_xlabel("step")
-        ax.set_title(title)
-        if len(keys) > 1 and ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out_path, dpi=90)
-    plt.close(fig)
-    return Path(out_path)

@@ -20,6 +20,8 @@ QUERY_LAYOUTS = ("separate", "shared")
 # How `PhraseModel.save` can store weights (model/weights.py defines them; named here so the CLI needs no torch).
 WEIGHT_STORAGE = ("float32", "float16", "int8", "int8-phrase")
 CONFIG_FORMAT_VERSION = 1
+# The encoders low-rank adapters may sit on (:mod:`dphr_haystack.model.adapters`).
+ADAPTER_ROLES = ("phrase", "query")
 # The file a phrase model's config is saved to, beside its weights.
 CONFIG_FILE = "dphr_config.json"
 
@@ -61,6 +63,8 @@ class PhraseModelConfig:
             Not part of :meth:`passage_side`: it changes which vectors are stored, not the vectors.
         calibration: The phrase-answer confidence calibration (:class:`dphr_haystack.model.calibration.Calibration`
             as a dict), fitted by ``python -m train.calibrate``; None: answers carry no confidence.
+        adapters: Low-rank adapters on the encoders' linear maps (:mod:`dphr_haystack.model.adapters`):
+            ``{"rank", "alpha", "roles"}``, built whenever the model is; None: none.
     """
 
     max_passage_length: int = 384
@@ -80,6 +84,7 @@ class PhraseModelConfig:
     filter_hidden: int | None = None
     filter_threshold: float | None = None
     calibration: dict[str, Any] | None = None
+    adapters: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -121,6 +126,8 @@ class PhraseModelConfig:
             raise InvalidParameterError(f"filter_threshold must be a finite number or None, got {threshold!r}")
         if self.calibration is not None:
             Calibration.from_dict(self.calibration)
+        if self.adapters is not None:
+            self.adapters = check_adapters(self.adapters)
 
     def passage_side(self) -> dict[str, Any]:
         """The settings that change phrase vectors (part of an index's model fingerprint).
@@ -170,6 +177,26 @@ class PhraseModelConfig:
             return cls(**data)
         except InvalidParameterError as exc:
             raise ModelLoadError(f"{path}: {exc}") from exc
+
+
+def check_adapters(spec: Any) -> dict[str, Any]:
+    """``spec`` as a checked adapters config ``{"rank": int from 1 to 4096, "alpha": number > 0, "roles": [...]}``
+    (roles among :data:`ADAPTER_ROLES`, default both); InvalidParameterError otherwise."""
+    if not isinstance(spec, dict):
+        raise InvalidParameterError(f"adapters must be a mapping with rank and alpha, got {spec!r:.80}")
+    unknown = sorted(set(spec) - {"rank", "alpha", "roles"})
+    if unknown:
+        raise InvalidParameterError(f"adapters: unknown keys {unknown}; valid: rank, alpha, roles")
+    rank, alpha, roles = spec.get("rank"), spec.get("alpha"), spec.get("roles", list(ADAPTER_ROLES))
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= 4096:
+        raise InvalidParameterError(f"adapters rank must be an integer from 1 to 4096, got {rank!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha <= 0:
+        raise InvalidParameterError(f"adapters alpha must be a positive number, got {alpha!r}")
+    valid = isinstance(roles, (list, tuple)) and roles and all(r in ADAPTER_ROLES for r in roles)
+    if not valid or len(set(roles)) < len(roles):
+        roles_text = ", ".join(ADAPTER_ROLES)
+        raise InvalidParameterError(f"adapters roles must be distinct names among {roles_text}, got {roles!r}")
+    return {"rank": rank, "alpha": float(alpha), "roles": list(roles)}
 
 
 def _same_json_type(value: Any, default: Any) -> bool:

@@ -54,7 +54,8 @@ def int8_copy(module: nn.Module) -> nn.Module:
 def _swap_linears(module: nn.Module) -> None:
     for name, child in module.named_children():
         if isinstance(child, nn.Linear):
-            setattr(module, name, Int8Linear(child))
+            # a low-rank adapted linear is quantized as the one linear map it computes
+            setattr(module, name, Int8Linear(child.merged() if hasattr(child, "merged") else child))
         else:
             _swap_linears(child)
 

@@ -26,6 +26,7 @@ from .._util.lazy import require
 from .._util.threads import resolve_threads, using_threads
 from ..errors import ModelLoadError
 from ..params import check_param, check_query_precision
+from .adapters import add_adapters
 from .building import attention_for, build_for_weights, check_impl, make_encoder, on_meta
 from .config import CONFIG_FILE, PhraseModelConfig
 from .densephrases import CHECKPOINT_WEIGHTS_FILE, import_checkpoint
@@ -84,6 +85,8 @@ class PhraseModel(nn.Module):
             self.query_start_head = _identity_linear(hidden)
             self.query_end_head = _identity_linear(hidden)
         self.filter_linear = filter_head(hidden, config.filter_hidden)
+        if config.adapters is not None:  # built with the model, so that a saved adapted model loads adapted
+            add_adapters(self, config.adapters)
 
     # ----------------------------------------------------------------- construction
     @classmethod

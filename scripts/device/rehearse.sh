@@ -10,6 +10,7 @@
 # the CPU side's interpreter. The CPU side (pack, restore) runs under CPU_PYTHON (default .venv/bin/python).
 # Usage: bash scripts/device/rehearse.sh            (WORK=/tmp/dir to keep the files; ~1 min)
 #        BASE_KIND=mpnet bash scripts/device/rehearse.sh   (an MPNet-shaped tiny base, as all-mpnet-base-v2)
+#        ADAPTERS=4 BASE_KIND=mpnet bash scripts/device/rehearse.sh   (the rc stage trains rank-4 low-rank adapters)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CPU_PYTHON=${CPU_PYTHON:-.venv/bin/python}
@@ -22,7 +23,7 @@ SQUAD=../shared/data/squad/train-v1.1-rebuilt.json.gz
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HAYSTACK_TELEMETRY_ENABLED=False
 echo "== device side: $("$DEVICE_PYTHON" -c 'import sys, transformers; print(sys.executable, "transformers", transformers.__version__)')"
 # absolute, but not resolved: a venv's python is a link that must stay the venv's
-args=(--work "$WORK" --base-kind "${BASE_KIND:-bert}" --device-python "$(cd "$(dirname "$DEVICE_PYTHON")" && pwd)/$(basename "$DEVICE_PYTHON")")
+args=(--work "$WORK" --base-kind "${BASE_KIND:-bert}" --adapters "${ADAPTERS:-0}" --device-python "$(cd "$(dirname "$DEVICE_PYTHON")" && pwd)/$(basename "$DEVICE_PYTHON")")
 if [ -f "$SQUAD" ]; then args+=(--squad "$SQUAD"); fi
 PYTHONPATH=. "$CPU_PYTHON" scripts/device/rehearsal.py "${args[@]}"
 echo "files kept in $WORK"

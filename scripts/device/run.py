@@ -224,8 +224,8 @@ def run_train(args: argparse.Namespace) -> int:
         f"in {assembled['seconds']:.1f} s",
         flush=True,
     )
+    from train.curves import plot_curves
     from train.recipes import load_recipe
-    from train.trainer import plot_curves
 
     overrides: dict[str, Any] = {
         "model.base": assembled["base"],

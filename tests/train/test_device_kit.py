@@ -220,26 +220,28 @@ def test_assemble_names_what_is_missing_and_refuses_a_damaged_piece(tmp_path, on
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("base_kind", ["bert", "mpnet"])
-def test_rehearsal_of_the_whole_device_sequence(tmp_path, one_torch_thread, base_kind):
+@pytest.mark.parametrize(("base_kind", "adapters"), [("bert", 0), ("mpnet", 0), ("mpnet", 4)])
+def test_rehearsal_of_the_whole_device_sequence(tmp_path, one_torch_thread, base_kind, adapters):
     """pack → stage carries (check calls, one with the smoke run) → a training call without the last stage fails
     naming it → a training call stopped by its budget → a call resuming it → restore of both calls' files; on a
-    BERT-shaped base (MiniLM's family) and an MPNet-shaped one (all-mpnet-base-v2's)."""
+    BERT-shaped base (MiniLM's family) and an MPNet-shaped one (all-mpnet-base-v2's), the latter also training
+    low-rank adapters (the call then brings back the adapters, the encoders' own weights stay the base's)."""
     from dphr_haystack import PhraseModel
     from dphr_haystack.model.weights import read_base_state
 
-    report = rehearsal.rehearse(tmp_path / "work", base_kind=base_kind)  # raises AssertionError on any broken step
+    work = tmp_path / "work"
+    report = rehearsal.rehearse(work, base_kind=base_kind, adapters=adapters)  # AssertionError on any broken step
     assert len(report["stages"]) >= 3 and "stage-" in report["missing_stage_message"]
     assert report["exported"] == ["rc/checkpoint-1", "rc/best"] and report["resumed_after_step"] == 1
     assert (
         len(report["out_files"]) <= 8 and max(report["out_files"].values()) <= rehearsal.SCALED["out_file_mib"] * MIB
     )
-    assert [item["name"] for item in report["left_out"]] == ["curves.png"]
+    assert [item["name"] for item in report["left_out"]] == ([] if adapters else ["curves.png"])
     for check in (report["restore"]["probe"], report["restore"]["reference"], report["restore_partial"]["probe"]):
         assert check["min_cosine"] >= 0.9999 and check["max_rel_diff"] <= 0.005
     # The rebuilt model holds the device's trained tensors to float16 and this machine's base tensors exactly.
-    work = tmp_path / "work"
-    restored = PhraseModel.load(work / "restored").state_dict()
+    restored_model = PhraseModel.load(work / "restored")
+    restored = restored_model.state_dict()
     device = PhraseModel.load(work / "device-side" / ".device" / "runs" / rehearsal.NAME / "rc" / "final").state_dict()
     base = read_base_state(str(work / "cpu" / "base"))
     frozen = report["restore"]["from_base"]
@@ -255,3 +257,8 @@ def test_rehearsal_of_the_whole_device_sequence(tmp_path, one_torch_thread, base
                 "filter_linear."
             ), key
     assert set(restored) == set(device)
+    if adapters:  # only the adapters, heads, filter and norms came back: every layer's linear weights are the base's
+        assert restored_model.config.adapters["rank"] == adapters
+        assert any(key.endswith("lora_b") for key in restored) and all("lora_" not in key for key in frozen)
+        layer_weights = [k for k in restored if ".layer." in k and k.endswith(".weight") and "LayerNorm" not in k]
+        assert layer_weights and all(key in frozen for key in layer_weights)
