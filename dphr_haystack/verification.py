@@ -18,6 +18,7 @@ the shipped phrase models; a reader is any directory holding a ``transformers`` 
 
 from __future__ import annotations
 
+import inspect
 import math
 import threading
 from dataclasses import dataclass, replace
@@ -31,6 +32,7 @@ from .errors import InvalidParameterError, ModelLoadError
 from .hits import Hit, best_phrase
 from .model.calibration import Calibration, Verification
 from .model.registry import SHIPPED_DIR
+from .model.remote_code import refuse_remote_code
 
 if TYPE_CHECKING:
     from .index.phrase_index import PhraseIndex
@@ -77,6 +79,7 @@ class SpanReader:
         from .model.weights import read_weights
 
         path = reader_dir(reader)
+        refuse_remote_code(path)  # a reader is read as data: no code of its own runs
         try:
             config = transformers.AutoConfig.from_pretrained(str(path))
             self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
@@ -90,6 +93,7 @@ class SpanReader:
                 f"the weights in {path} do not fit its config: missing {missing[:3]}, unexpected {unexpected[:3]}"
             )
         self.model = model.eval().to(torch.float32)
+        self._inputs = set(inspect.signature(model.forward).parameters)  # MPNet takes no token_type_ids
         self.path = path
         self.max_length = max_length
         self.stride = stride
@@ -129,7 +133,7 @@ class SpanReader:
         inputs = {
             k: torch.tensor([encoded[k][w]])
             for k in ("input_ids", "attention_mask", "token_type_ids")
-            if k in encoded and k in self._model_inputs()
+            if k in encoded and k in self._inputs
         }
         mask = torch.tensor([s == 1 for s in encoded.sequence_ids(w)])
         with torch.inference_mode():
@@ -142,12 +146,6 @@ class SpanReader:
         spans = torch.where(allowed, starts[:, None] + ends[None, :], torch.tensor(_NEG))
         score = float(starts[tokens[0]] + ends[tokens[-1]])
         return ReaderView(score, score - float(torch.logsumexp(spans.flatten(), 0)), score - float(spans.max()))
-
-    def _model_inputs(self) -> set[str]:
-        """The inputs the model's forward takes (MPNet takes no ``token_type_ids``)."""
-        import inspect
-
-        return set(inspect.signature(self.model.forward).parameters)
 
     def _short_question(self, question: str) -> str:
         """``question`` cut to its first :data:`MAX_QUESTION` subwords (a reader window must hold some passage)."""

@@ -84,6 +84,20 @@ def test_a_missing_reader_names_what_was_looked_for(tmp_path):
         SpanReader(tmp_path)
 
 
+def test_a_reader_that_asks_to_run_its_own_code_is_refused(tmp_path, tiny_reader_dir):
+    import json
+    import shutil
+
+    from dphr_haystack.errors import RemoteCodeError
+
+    shutil.copytree(tiny_reader_dir, tmp_path / "reader")
+    config = json.loads((tmp_path / "reader" / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForQuestionAnswering": "evil.Model"}
+    (tmp_path / "reader" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(RemoteCodeError):
+        SpanReader(tmp_path / "reader")
+
+
 def test_the_shipped_reader_is_found_by_name():
     assert (reader_dir("dphr-minilm-squad-reader") / "config.json").is_file()
 
