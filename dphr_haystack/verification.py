@@ -32,7 +32,7 @@ from .errors import InvalidParameterError, ModelLoadError
 from .hits import Hit, best_phrase
 from .model.calibration import Calibration, Verification
 from .model.registry import SHIPPED_DIR
-from .model.remote_code import refuse_remote_code
+from .model.remote_code import TRUST_REMOTE_CODE, refuse_remote_code
 
 if TYPE_CHECKING:
     from .index.phrase_index import PhraseIndex
@@ -81,9 +81,9 @@ class SpanReader:
         path = reader_dir(reader)
         refuse_remote_code(path)  # a reader is read as data: no code of its own runs
         try:
-            config = transformers.AutoConfig.from_pretrained(str(path))
-            self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
-            model = transformers.AutoModelForQuestionAnswering.from_config(config)
+            config = transformers.AutoConfig.from_pretrained(str(path), trust_remote_code=TRUST_REMOTE_CODE)
+            self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), trust_remote_code=TRUST_REMOTE_CODE)
+            model = transformers.AutoModelForQuestionAnswering.from_config(config, trust_remote_code=TRUST_REMOTE_CODE)
             missing, unexpected = model.load_state_dict(read_weights(path), strict=False)
         except (OSError, ValueError, KeyError) as exc:
             raise ModelLoadError(f"cannot load the reader in {path}: {exc}") from exc
