@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata
+import json
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
+REPO = Path(__file__).resolve().parents[2]
 
 
 def unavailable(reason: str) -> None:
@@ -46,3 +52,25 @@ def open_page(browser, url: str, console_errors: list[str], width: int, height: 
     page.on("pageerror", lambda error: console_errors.append(str(error)))
     page.goto(url)
     return context, page
+
+
+@contextlib.contextmanager
+def serving_tiny_passages(tmp: Path, model: Path) -> Iterator[str]:
+    """``dphr serve`` on a fresh store with the six tiny passages and the phrase model ``model``, CPU; yields the
+    page's URL. Skips where ``dphr serve`` cannot run (no farm-haystack, no serve extra)."""
+    from tests._server import free_port, running_server
+    from tests.conftest import tiny_passages
+
+    try:
+        importlib.metadata.distribution("farm-haystack")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("dphr serve needs farm-haystack (Haystack 1.x): not in this environment")
+    pytest.importorskip("fastapi", reason='the serve extra is not installed (pip install "dphr-haystack[serve]")')
+    corpus = tmp / "corpus.jsonl"
+    corpus.write_text("\n".join(json.dumps(p) for p in tiny_passages()) + "\n", encoding="utf-8")
+    port = free_port()
+    command = [sys.executable, "-m", "dphr_haystack", "serve", "--store", str(tmp / "store"), "--corpus", str(corpus)]
+    command += ["--model", str(model), "--device", "cpu", "--port", str(port)]
+    env = {**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False", "FILE_UPLOAD_PATH": str(tmp / "uploads")}
+    with running_server(command, port, tmp / "server.log", REPO, env, "dphr serve", timeout=300) as url:
+        yield f"{url}/"

@@ -14,23 +14,16 @@ unless ``DPHR_REQUIRE_BROWSER=1``, which turns the skip into a failure.
 from __future__ import annotations
 
 import copy
-import importlib.metadata
 import json
-import os
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-from tests._server import free_port, running_server
-from tests.browser.conftest import open_page
-from tests.conftest import tiny_passages
+from tests.browser.conftest import open_page, serving_tiny_passages
 from tests.core.test_answers_every_unit import QUESTION, save_calibrated
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
-REPO = Path(__file__).resolve().parents[2]
 LABEL = "Say when the documents hold no answer"
 PROBABILITY = re.compile(r"probability (\d+|<1|>99)%")
 
@@ -38,22 +31,11 @@ PROBABILITY = re.compile(r"probability (\d+|<1|>99)%")
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, _tiny_model_session):
     """``dphr serve`` on a fresh store with the six tiny passages, the tiny model with a calibration, CPU."""
-    try:
-        importlib.metadata.distribution("farm-haystack")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("dphr serve needs farm-haystack (Haystack 1.x): not in this environment")
-    pytest.importorskip("fastapi", reason='the serve extra is not installed (pip install "dphr-haystack[serve]")')
     pytest.importorskip("requests")
     tmp = tmp_path_factory.mktemp("no-answer-page")
     model = save_calibrated(copy.deepcopy(_tiny_model_session), tmp / "calibrated")
-    corpus = tmp / "corpus.jsonl"
-    corpus.write_text("\n".join(json.dumps(p) for p in tiny_passages()) + "\n", encoding="utf-8")
-    port = free_port()
-    command = [sys.executable, "-m", "dphr_haystack", "serve", "--store", str(tmp / "store"), "--corpus", str(corpus)]
-    command += ["--model", str(model), "--device", "cpu", "--port", str(port)]
-    env = {**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False", "FILE_UPLOAD_PATH": str(tmp / "uploads")}
-    with running_server(command, port, tmp / "server.log", REPO, env, "dphr serve", timeout=300) as url:
-        yield f"{url}/"
+    with serving_tiny_passages(tmp, model) as url:
+        yield url
 
 
 @pytest.fixture

@@ -11,44 +11,25 @@ Skipped when ``/usr/bin/chromium`` or Playwright is missing, unless ``DPHR_REQUI
 from __future__ import annotations
 
 import copy
-import importlib.metadata
-import json
-import os
-import sys
-from pathlib import Path
 
 import pytest
 
-from tests._server import free_port, running_server
-from tests.browser.conftest import open_page
+from tests.browser.conftest import open_page, serving_tiny_passages
 from tests.browser.test_no_answer_page import Compare, _ask, _percent
-from tests.conftest import tiny_passages
 from tests.core.test_answers_every_unit import save_verified
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
-REPO = Path(__file__).resolve().parents[2]
 LABEL = "Check the answer with a reader"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, _tiny_model_session, tiny_reader_dir):
     """``dphr serve`` on a fresh store with the six tiny passages and the verified tiny model, CPU."""
-    try:
-        importlib.metadata.distribution("farm-haystack")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("dphr serve needs farm-haystack (Haystack 1.x): not in this environment")
-    pytest.importorskip("fastapi", reason='the serve extra is not installed (pip install "dphr-haystack[serve]")')
     tmp = tmp_path_factory.mktemp("verify-page")
     model = save_verified(copy.deepcopy(_tiny_model_session), tmp / "verified", tiny_reader_dir)
-    corpus = tmp / "corpus.jsonl"
-    corpus.write_text("\n".join(json.dumps(p) for p in tiny_passages()) + "\n", encoding="utf-8")
-    port = free_port()
-    command = [sys.executable, "-m", "dphr_haystack", "serve", "--store", str(tmp / "store"), "--corpus", str(corpus)]
-    command += ["--model", str(model), "--device", "cpu", "--port", str(port)]
-    env = {**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False", "FILE_UPLOAD_PATH": str(tmp / "uploads")}
-    with running_server(command, port, tmp / "server.log", REPO, env, "dphr serve", timeout=300) as url:
-        yield f"{url}/"
+    with serving_tiny_passages(tmp, model) as url:
+        yield url
 
 
 @pytest.fixture

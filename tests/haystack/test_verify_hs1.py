@@ -15,24 +15,16 @@ from dphr_haystack.errors import InvalidParameterError
 from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever
 from tests.conftest import tiny_passages
 from tests.core.test_answers_every_unit import QUESTION, save_calibrated, save_verified
+from tests.haystack.test_no_answer import _retriever
 from tests.haystack.test_rest_errors import _env, _serve
 
 pytestmark = pytest.mark.unit
-
-TOP_K = 4
 
 
 @pytest.fixture(scope="module")
 def verified_dir(tmp_path_factory, _tiny_model_session, tiny_reader_dir):
     path = tmp_path_factory.mktemp("verify-hs1") / "model"
     return save_verified(copy.deepcopy(_tiny_model_session), path, tiny_reader_dir)
-
-
-def _retriever(model_dir, docs, **kwargs) -> PhraseRetriever:
-    store = PhraseDocumentStore(progress_bar=False)
-    retriever = PhraseRetriever(document_store=store, model=str(model_dir), device="cpu", top_k=TOP_K, **kwargs)
-    store.index_documents(docs, retriever)
-    return retriever
 
 
 def _logit(p: float) -> float:

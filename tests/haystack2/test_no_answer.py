@@ -28,18 +28,23 @@ def calibrated_dir(tmp_path_factory, _tiny_model_session):
     return save_calibrated(copy.deepcopy(_tiny_model_session), tmp_path_factory.mktemp("no-answer") / "calibrated")
 
 
-@pytest.fixture(scope="module")
-def filled(calibrated_dir):
-    """A store with the six tiny passages encoded by the calibrated model."""
+def filled_store(model_dir) -> PhraseDocumentStore:
+    """A store with the six tiny passages encoded by the model in ``model_dir``."""
     from haystack import Document
 
     from tests.conftest import tiny_documents
 
     store = PhraseDocumentStore(progress_bar=False)
-    PhraseIndexer(document_store=store, model=str(calibrated_dir), progress_bar=False).run(
+    PhraseIndexer(document_store=store, model=str(model_dir), progress_bar=False).run(
         documents=tiny_documents(Document)
     )
     return store
+
+
+@pytest.fixture(scope="module")
+def filled(calibrated_dir):
+    """A store with the six tiny passages encoded by the calibrated model."""
+    return filled_store(calibrated_dir)
 
 
 def _retriever(store, model_dir, **kwargs) -> PhraseRetriever:

@@ -11,12 +11,11 @@ import pytest
 from haystack import Pipeline
 
 from dphr_haystack.errors import InvalidParameterError
-from dphr_haystack.haystack2 import PhraseDocumentStore, PhraseIndexer, PhraseRetriever
+from dphr_haystack.haystack2 import PhraseDocumentStore, PhraseRetriever
 from tests.core.test_answers_every_unit import QUESTION, save_calibrated, save_verified
+from tests.haystack2.test_no_answer import _retriever, filled_store
 
 pytestmark = pytest.mark.unit
-
-TOP_K = 4
 
 
 @pytest.fixture(scope="module")
@@ -27,21 +26,7 @@ def verified_dir(tmp_path_factory, _tiny_model_session, tiny_reader_dir):
 
 @pytest.fixture(scope="module")
 def filled(verified_dir):
-    from haystack import Document
-
-    from tests.conftest import tiny_documents
-
-    store = PhraseDocumentStore(progress_bar=False)
-    PhraseIndexer(document_store=store, model=str(verified_dir), progress_bar=False).run(
-        documents=tiny_documents(Document)
-    )
-    return store
-
-
-def _retriever(store, model_dir, **kwargs) -> PhraseRetriever:
-    retriever = PhraseRetriever(document_store=store, model=str(model_dir), top_k=TOP_K, device="cpu", **kwargs)
-    retriever.warm_up()
-    return retriever
+    return filled_store(verified_dir)
 
 
 def _assert_verified(verified, plain) -> None:

@@ -36,3 +36,16 @@ def run_tiny_recipe(tmp_path, tiny_base_dir):
             torch.set_num_threads(threads)
 
     return run
+
+
+@pytest.fixture
+def sample_index(tiny_model):
+    """The built-in SQuAD sample and an in-memory phrase index of its passages by the tiny model."""
+    from dphr_haystack import PhraseIndex
+    from dphr_haystack.encode.add import add_passages
+    from train.data import load_squad
+
+    sample = load_squad("builtin")
+    index = PhraseIndex.create(tiny_model)
+    add_passages(index, tiny_model, sample.passages, progress=False)
+    return sample, index

@@ -25,17 +25,8 @@ from train.answerability import (
     table_report,
 )
 from train.calibrate import write_calibrated
-from train.data import load_squad
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture
-def sample_index(tiny_model):
-    sample = load_squad("builtin")
-    index = PhraseIndex.create(tiny_model)
-    add_passages(index, tiny_model, sample.passages, progress=False)
-    return sample, index
 
 
 def _calibration():

@@ -9,24 +9,14 @@ import json
 import numpy as np
 import pytest
 
-from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
+from dphr_haystack import PhraseModel, PhraseSearcher
 from dphr_haystack.confidence import KNOWN_FEATURES, fit_calibration
-from dphr_haystack.encode.add import add_passages
 from dphr_haystack.verification import SpanReader
 from train.answerability import Case, Question, fit_table, gather
 from train.calibrate import write_calibrated
-from train.data import load_squad
 from train.verifier import export_reader, fit, verification_inputs, verified_probability
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture
-def sample_index(tiny_model):
-    sample = load_squad("builtin")
-    index = PhraseIndex.create(tiny_model)
-    add_passages(index, tiny_model, sample.passages, progress=False)
-    return sample, index
 
 
 def _cases(sample) -> list[Case]:
