@@ -1,5 +1,5 @@
 """A user's first-hour questions about what their corpus does not hold: the top answer's confidence before (the
-calibration alone) and after (with the model's answerability).
+calibration alone), after (with the model's answerability) and verified (``verify=True``: the model's reader read it).
 
     .venv/bin/python -m benchmarks.quality.answerability_examples
 
@@ -65,11 +65,13 @@ def main() -> None:
     for corpus, questions in QUESTIONS.items():
         plain = PhraseSearcher(indexes[corpus], model, calibration=before)
         served = PhraseSearcher(indexes[corpus], model, calibration=after)
+        checked = PhraseSearcher(indexes[corpus], model, calibration=after, verify=True)
         for question in questions:
             old, new = (
                 plain.search(question, top_k=1, unit="phrase")[0],
                 served.search(question, top_k=1, unit="phrase")[0],
             )
+            verified = checked.search(question, top_k=1, unit="phrase")[0].confidence
             rows.append(
                 {
                     "corpus": corpus,
@@ -78,9 +80,11 @@ def main() -> None:
                     "same_answer": old.text == new.text,
                     "before": old.confidence,
                     "after": new.confidence,
+                    "verified": verified,
                 }
             )
-            print(f"{corpus} | {question} | {new.text!r} | {old.confidence:.2f} -> {new.confidence:.2f}")
+            confidences = f"{old.confidence:.2f} -> {new.confidence:.2f} -> verified {verified:.2f}"
+            print(f"{corpus} | {question} | {new.text!r} | {confidences}")
     result = {
         "machine": machine(),
         "model": DEFAULT_MODEL,
