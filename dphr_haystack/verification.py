@@ -94,6 +94,7 @@ class SpanReader:
             )
         self.model = model.eval().to(torch.float32)
         self._inputs = set(inspect.signature(model.forward).parameters)  # MPNet takes no token_type_ids
+        self._tokenizing = threading.Lock()
         self.path = path
         self.max_length = max_length
         self.stride = stride
@@ -104,16 +105,17 @@ class SpanReader:
         subword of the context (an empty span)."""
         if not 0 <= start < end <= len(context):
             raise InvalidParameterError(f"answer span {start}:{end} outside a passage of {len(context)} characters")
-        question = self._short_question(question)
-        encoded = self.tokenizer(
-            question,
-            context,
-            truncation="only_second",
-            max_length=self.max_length,
-            stride=self.stride,
-            return_overflowing_tokens=True,
-            return_offsets_mapping=True,
-        )
+        with self._tokenizing:  # a fast tokenizer called from two threads at once fails ("Already borrowed")
+            question = self._short_question(question)
+            encoded = self.tokenizer(
+                question,
+                context,
+                truncation="only_second",
+                max_length=self.max_length,
+                stride=self.stride,
+                return_overflowing_tokens=True,
+                return_offsets_mapping=True,
+            )
         best: tuple[float, int, list[int]] | None = None  # (room around the span, window, its span tokens)
         for w in range(len(encoded["input_ids"])):
             in_context = [s == 1 for s in encoded.sequence_ids(w)]

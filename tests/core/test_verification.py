@@ -165,3 +165,17 @@ def test_verify_needs_a_model_with_a_verification(tmp_path, _tiny_model_session)
 
 def test_a_reader_loads_once_per_process(tiny_reader_dir):
     assert load_reader(tiny_reader_dir) is load_reader(str(tiny_reader_dir))
+
+
+def test_verified_searches_from_many_threads_equal_serial_ones(verified_index):
+    from concurrent.futures import ThreadPoolExecutor
+
+    model, index = verified_index
+    searcher = PhraseSearcher(index, model, unit="phrase", top_k=3, verify=True)
+    questions = [QUESTION, "Who wrote Hamlet?", "When was the Eiffel Tower completed?", "Who created Python?"] * 4
+    serial = [searcher.search(q) for q in questions]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        threaded = list(pool.map(searcher.search, questions))
+    assert [[(h.text, h.confidence) for h in hits] for hits in threaded] == [
+        [(h.text, h.confidence) for h in hits] for hits in serial
+    ]
