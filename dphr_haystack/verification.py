@@ -70,6 +70,13 @@ def reader_dir(reader: str | Path) -> Path:
     )
 
 
+def reader_reference(reader: str | Path) -> str:
+    """How a verification records its reader: a shipped reader's name as is (it resolves anywhere), else the
+    absolute directory (a relative one would resolve against whatever directory a later search runs in)."""
+    path = reader_dir(reader).resolve()
+    return path.name if path.parent == SHIPPED_DIR.resolve() else str(path)
+
+
 class SpanReader:
     """A question-answering model that scores given answer spans in their passages (thread safe, no gradients)."""
 

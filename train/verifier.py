@@ -38,7 +38,7 @@ from dphr_haystack.confidence import Calibration
 from dphr_haystack.fitting import auroc, expected_calibration_error, fit_verification
 from dphr_haystack.model.calibration import Verification
 from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
-from dphr_haystack.verification import SpanReader, reader_dir
+from dphr_haystack.verification import SpanReader, reader_dir, reader_reference
 
 from .answerability import (
     UNANSWERABLE_WEIGHT,
@@ -169,13 +169,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     indexes = {"dev": dev, "open": open_index}
     plain = replace(calibration, answerability=None, verification=None)
     table = concatenate([gather(indexes[k], model, plain, found, reader=reader) for k, found in cases.items()])
-    verification = fit(table, calibration, args.reader)
+    verification = fit(table, calibration, reader_reference(args.reader))
     inputs = verification_inputs(table, calibration)
     before = np.nan_to_num(calibration.answerability.probability(table.features)) * ~np.isnan(table.features[:, 0])
     fitted = {
         "questions": len(questions),
         "cases": len(table.cases),
-        "reader": args.reader,
+        "reader": verification.reader,
         "threshold": NO_ANSWER_THRESHOLD,
         "fit": report(table, before, verified_probability(verification, inputs)),
     }

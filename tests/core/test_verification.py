@@ -20,6 +20,7 @@ from dphr_haystack.verification import (
     SpanReader,
     load_reader,
     reader_dir,
+    reader_reference,
     top_answer,
     verification_features,
 )
@@ -98,8 +99,12 @@ def test_a_reader_that_asks_to_run_its_own_code_is_refused(tmp_path, tiny_reader
         SpanReader(tmp_path / "reader")
 
 
-def test_the_shipped_reader_is_found_by_name():
+def test_the_shipped_reader_is_found_by_name_and_recorded_so(tmp_path, tiny_reader_dir, monkeypatch):
     assert (reader_dir("dphr-minilm-squad-reader") / "config.json").is_file()
+    assert reader_reference("dphr-minilm-squad-reader") == "dphr-minilm-squad-reader"
+    assert reader_reference(reader_dir("dphr-minilm-squad-reader")) == "dphr-minilm-squad-reader"
+    monkeypatch.chdir(tiny_reader_dir.parent)  # a relative directory is recorded absolute
+    assert reader_reference(tiny_reader_dir.name) == str(tiny_reader_dir.resolve())
 
 
 def test_a_verification_is_stored_and_read_back_and_malformed_ones_are_refused(tiny_reader_dir):
