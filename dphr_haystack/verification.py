@@ -188,10 +188,10 @@ def verification_of(calibration: Calibration | None, model_name: str = "the mode
 
 
 def check_verify_model(phrase_model: Any, name: str) -> None:
-    """InvalidParameterError unless ``phrase_model``'s calibration has a verification (front ends call it before
-    searching with ``verify=True``)."""
+    """InvalidParameterError unless ``phrase_model``'s calibration has a verification, ModelLoadError when its reader
+    is not found (front ends call it before searching with ``verify=True``)."""
     stored = getattr(getattr(phrase_model, "config", None), "calibration", None)
-    verification_of(Calibration.from_dict(stored) if stored else None, repr(name))
+    reader_dir(verification_of(Calibration.from_dict(stored) if stored else None, repr(name)).reader)
 
 
 def verification_features(confidence: float, view: ReaderView) -> np.ndarray:

@@ -184,3 +184,12 @@ def test_verified_searches_from_many_threads_equal_serial_ones(verified_index):
     assert [[(h.text, h.confidence) for h in hits] for hits in threaded] == [
         [(h.text, h.confidence) for h in hits] for hits in serial
     ]
+
+
+def test_a_verification_whose_reader_is_gone_is_refused_before_searching(tmp_path, _tiny_model_session):
+    model = PhraseModel.load(save_verified(copy.deepcopy(_tiny_model_session), tmp_path / "m", tmp_path / "gone"))
+    index = PhraseIndex.create(model)
+    add_passages(index, model, tiny_passages(), progress=False)
+    with pytest.raises(ModelLoadError, match="not found"):
+        PhraseSearcher(index, model, verify=True)
+    assert PhraseSearcher(index, model).search(QUESTION)  # without verify the reader is not needed
