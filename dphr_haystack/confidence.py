@@ -557,15 +557,16 @@ def corpus_shift(
         calibration.depth,
         words,
     )
-    return _logit(float(answerability.probability(features[None, :])[0])) - _logit(confidence[top])
+    return logit(float(answerability.probability(features[None, :])[0])) - logit(confidence[top])
 
 
 def shifted(confidence: float, shift: float) -> float:
     """``confidence`` with its log-odds moved by ``shift`` (:func:`corpus_shift`)."""
-    return float(sigmoid(np.asarray(_logit(confidence) + shift))) if shift else float(confidence)
+    return float(sigmoid(np.asarray(logit(confidence) + shift))) if shift else float(confidence)
 
 
-def _logit(p: float) -> float:
+def logit(p: float) -> float:
+    """The log-odds of ``p``, clipped to [1e-6, 1 − 1e-6] first."""
     p = min(max(p, 1e-6), 1 - 1e-6)
     return math.log(p / (1 - p))
 

@@ -45,7 +45,7 @@ from .search_options import (
     check_unit,
 )
 from .spans import AnswerFolder, answer_span, first_answers, trim_span, word_boundaries
-from .verification import reader_dir, verification_of, verify_batch
+from .verification import check_verification, verify_batch
 
 # Start and end tokens searched first, per result asked for: passages and documents gather several phrases
 # each, so their first search takes more candidates instead of re-searching the index at 2c, 4c, ... (each
@@ -134,7 +134,7 @@ class PhraseSearcher(SearchOptionAttributes):
         )
         self.search_options = options.replaced(max_answer_length=longest)
         if options.verify:  # refused here, not at the first query
-            reader_dir(verification_of(calibration).reader)
+            check_verification(calibration)
 
     def search(
         self,

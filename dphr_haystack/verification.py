@@ -19,7 +19,6 @@ the shipped phrase models; a reader is any directory holding a ``transformers`` 
 from __future__ import annotations
 
 import inspect
-import math
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._util.lazy import require
+from .confidence import logit, shifted
 from .errors import InvalidParameterError, ModelLoadError
 from .hits import Hit, best_phrase
 from .model.calibration import Calibration, Verification
@@ -168,12 +168,15 @@ _READERS_LOCK = threading.Lock()
 
 
 def load_reader(reader: str | Path) -> SpanReader:
-    """The :class:`SpanReader` of ``reader``, loaded once per process."""
-    key = str(reader_dir(reader).resolve())
+    """The :class:`SpanReader` of ``reader``, loaded once per process (a reference seen before is not looked up on
+    disk again: searches call this for every batch)."""
     with _READERS_LOCK:
-        if key not in _READERS:
-            _READERS[key] = SpanReader(key)
-        return _READERS[key]
+        found = _READERS.get(str(reader))
+        if found is None:
+            key = str(reader_dir(reader).resolve())
+            found = _READERS.get(key) or SpanReader(key)
+            _READERS[key] = _READERS[str(reader)] = found
+        return found
 
 
 def verification_of(calibration: Calibration | None, model_name: str = "the model") -> Verification:
@@ -187,16 +190,21 @@ def verification_of(calibration: Calibration | None, model_name: str = "the mode
     return verification
 
 
+def check_verification(calibration: Calibration | None, model_name: str = "the model") -> None:
+    """InvalidParameterError unless ``calibration`` has a verification, ModelLoadError when its reader is not found:
+    what ``verify=True`` is refused for before any search."""
+    reader_dir(verification_of(calibration, model_name).reader)
+
+
 def check_verify_model(phrase_model: Any, name: str) -> None:
-    """InvalidParameterError unless ``phrase_model``'s calibration has a verification, ModelLoadError when its reader
-    is not found (front ends call it before searching with ``verify=True``)."""
+    """:func:`check_verification` of ``phrase_model``'s stored calibration (the front ends' check at init)."""
     stored = getattr(getattr(phrase_model, "config", None), "calibration", None)
-    reader_dir(verification_of(Calibration.from_dict(stored) if stored else None, repr(name)).reader)
+    check_verification(Calibration.from_dict(stored) if stored else None, repr(name))
 
 
 def verification_features(confidence: float, view: ReaderView) -> np.ndarray:
     """The :data:`~dphr_haystack.model.calibration.VERIFICATION_FEATURES` of a top answer: (4,)."""
-    return np.array([_logit(confidence), view.span, view.logp, view.gap], dtype=np.float64)
+    return np.array([logit(confidence), view.span, view.logp, view.gap], dtype=np.float64)
 
 
 def top_answer(hits: list[Hit]) -> int | None:
@@ -215,25 +223,30 @@ def top_answer(hits: list[Hit]) -> int | None:
 def read_top_answer(reader: SpanReader, question: str, hits: list[Hit], index: PhraseIndex) -> ReaderView | None:
     """The reader's view of the query's top answer (:func:`top_answer`); None without one."""
     at = top_answer(hits)
-    if at is None:
-        return None
-    phrase = best_phrase(hits[at])
-    if phrase.end <= phrase.start:
-        return None
-    return reader.view(question, index.passages[phrase.passage_row]["text"], phrase.start, phrase.end)
+    return None if at is None else _read(reader, question, best_phrase(hits[at]), index)
 
 
 def verified(
     hits: list[Hit], question: str, index: PhraseIndex, verification: Verification, reader: SpanReader
 ) -> list[Hit]:
     """``hits`` with every answer's confidence moved so that the top answer's is the verification's P(right)."""
-    view = read_top_answer(reader, question, hits, index)
+    at = top_answer(hits)
+    if at is None:
+        return hits
+    top = best_phrase(hits[at])
+    view = _read(reader, question, top, index)
     if view is None:
         return hits
-    top = float(best_phrase(hits[top_answer(hits)]).confidence)
-    p = float(verification.probability(verification_features(top, view)[None, :])[0])
-    shift = _logit(p) - _logit(top)
+    p = float(verification.probability(verification_features(top.confidence, view)[None, :])[0])
+    shift = logit(p) - logit(top.confidence)
     return [_shifted_hit(hit, shift) for hit in hits]
+
+
+def _read(reader: SpanReader, question: str, phrase: Any, index: PhraseIndex) -> ReaderView | None:
+    """The reader's view of ``phrase`` in its passage; None for an empty span."""
+    if phrase.end <= phrase.start:
+        return None
+    return reader.view(question, index.passages[phrase.passage_row]["text"], phrase.start, phrase.end)
 
 
 def verify_batch(
@@ -253,9 +266,4 @@ def _shifted_hit(hit: Any, shift: float) -> Any:
         return replace(hit, best_phrase=_shifted_hit(hit.best_phrase, shift))
     if hit.confidence is None or hit.copies_question:
         return hit
-    return replace(hit, confidence=1.0 / (1.0 + math.exp(-(_logit(hit.confidence) + shift))))
-
-
-def _logit(p: float) -> float:
-    p = min(max(float(p), 1e-6), 1 - 1e-6)
-    return math.log(p / (1 - p))
+    return replace(hit, confidence=shifted(hit.confidence, shift))
