@@ -567,8 +567,7 @@ def shifted(confidence: float, shift: float) -> float:
 
 def logit(p: float) -> float:
     """The log-odds of ``p``, clipped to [1e-6, 1 − 1e-6] first."""
-    p = min(max(p, 1e-6), 1 - 1e-6)
-    return math.log(p / (1 - p))
+    return math.log((p := min(max(p, 1e-6), 1 - 1e-6)) / (1 - p))
 
 
 def no_answer_score(top_confidence: float | None) -> float:
