@@ -19,8 +19,8 @@ the candidates, so that its confidences order a query's answers as the ranker do
 A calibration may carry an :class:`Answerability` (:func:`fit_answerability`): from features of the whole search
 (:func:`query_features`: the top answer's confidence, how much of the question the best passages and titles hold,
 how many passages were searched) it gives P(the top answer is right *given this corpus*), low when the corpus holds
-no answer (no passage speaks of the question's words); :func:`corpus_shift` moves every answer's log-odds by the
-same amount so that the top answer's confidence is that probability, and :func:`no_answer_score` is its complement.
+no answer (no passage speaks of the question's words); :mod:`dphr_haystack.corpus_judgement` moves every answer's
+log-odds by the same amount so that the top answer's confidence is that probability, and scores "no answer".
 
 A ranked list of passages or documents scores each by its answer's confidence, made monotone along the ranking
 (:func:`ranked_confidences`): the ranking is by raw score, and a confidence also weighs how its phrase compares
@@ -80,7 +80,6 @@ __all__ = [
     "Calibration",
     "QuestionWords",
     "answer_confidences",
-    "corpus_shift",
     "answer_features",
     "auroc",
     "confidence_features",
@@ -91,7 +90,6 @@ __all__ = [
     "fit_logistic",
     "fit_ranker",
     "name_share",
-    "no_answer_score",
     "normalized_words",
     "query_features",
     "question_names",
@@ -527,52 +525,14 @@ def query_features(
     return out
 
 
-def corpus_shift(
-    calibration: Calibration,
-    candidates: Sequence[RankedPhrase],
-    confidence: Mapping[int, float],
-    asked: Sequence[str] | None,
-    passages: Sequence[Mapping[str, Any]],
-    searched: int,
-    words: Callable[[int], PassageWords] | None = None,
-) -> float:
-    """How far every answer's log-odds move so that the top answer's confidence is its calibration's
-    :class:`Answerability` (P(right) given the corpus searched): 0.0 without one or without answers.
-
-    ``confidence`` maps positions in ``candidates`` to their confidences; the top answer is the most confident
-    (the first of equals).
-    """
-    answerability = calibration.answerability
-    if answerability is None or not confidence:
-        return 0.0
-    top = min(confidence, key=lambda i: (-confidence[i], i))
-    features = query_features(
-        answerability.features,
-        candidates,
-        top,
-        confidence[top],
-        asked,
-        passages,
-        searched,
-        calibration.depth,
-        words,
-    )
-    return logit(float(answerability.probability(features[None, :])[0])) - logit(confidence[top])
-
-
 def shifted(confidence: float, shift: float) -> float:
-    """``confidence`` with its log-odds moved by ``shift`` (:func:`corpus_shift`)."""
+    """``confidence`` with its log-odds moved by ``shift`` (:func:`dphr_haystack.corpus_judgement.judge_corpus`)."""
     return float(sigmoid(np.asarray(logit(confidence) + shift))) if shift else float(confidence)
 
 
 def logit(p: float) -> float:
     """The log-odds of ``p``, clipped to [1e-6, 1 − 1e-6] first."""
     return math.log((p := min(max(p, 1e-6), 1 - 1e-6)) / (1 - p))
-
-
-def no_answer_score(top_confidence: float | None) -> float:
-    """P(no answer given is right): 1 − the top answer's confidence (1.0 when there is no answer)."""
-    return 1.0 if top_confidence is None else 1.0 - float(top_confidence)
 
 
 def ranked_confidences(confidences: Sequence[float | None]) -> list[float]:

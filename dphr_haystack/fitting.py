@@ -18,12 +18,14 @@ from .errors import InvalidParameterError
 from .model.calibration import (
     CONFIDENCE_DEPTH,
     FEATURES,
+    HOLDS_VERIFICATION_FEATURES,
     KNOWN_FEATURES,
     VERIFICATION_FEATURES,
     Answerability,
     AnswerRanker,
     Calibration,
     Verification,
+    VerifiedHoldsAnswer,
     check_features,
     check_query_features,
     sigmoid,
@@ -37,6 +39,8 @@ __all__ = [
     "fit_calibration",
     "fit_logistic",
     "fit_ranker",
+    "fit_verification",
+    "fit_verified_holds",
     "reliability",
 ]
 
@@ -73,9 +77,10 @@ def fit_answerability(
     weights: np.ndarray | None = None,
 ) -> Answerability:
     """The :class:`Answerability` over the query features ``names`` (columns of
-    :func:`~dphr_haystack.confidence.query_features`), fitted by :func:`fit_logistic` on whether each query's top
-    answer is right (a question whose answer the corpus does not hold: never); ``weights`` weigh the queries (e.g.
-    to set how often a question has no answer in the corpus).
+    :func:`~dphr_haystack.confidence.query_features`), fitted by :func:`fit_logistic` on ``correct``: whether each
+    query's top answer is right (a question whose answer the corpus does not hold: never) for a calibration's
+    ``answerability``, whether the corpus holds an answer for its ``holds_answer``; ``weights`` weigh the queries
+    (e.g. to set how often a question has no answer in the corpus).
 
     Raises:
         InvalidParameterError: As :func:`fit_logistic`, or ``names`` are not distinct query features.
@@ -103,6 +108,23 @@ def fit_verification(
         raise InvalidParameterError(f"feature columns of shape {x.shape} for {VERIFICATION_FEATURES}")
     fitted, bias, mean, scale = fit_logistic(x, correct, l2, iterations, weights)
     return Verification(reader, fitted, bias, mean, scale)
+
+
+def fit_verified_holds(
+    features: np.ndarray,
+    holds: np.ndarray,
+    l2: float = 1e-2,
+    iterations: int = 50,
+    weights: np.ndarray | None = None,
+) -> VerifiedHoldsAnswer:
+    """The :class:`VerifiedHoldsAnswer` over :data:`HOLDS_VERIFICATION_FEATURES` (columns, in order), fitted by
+    :func:`fit_logistic` on whether the corpus of each query holds an answer; ``weights`` as
+    :func:`fit_answerability`'s."""
+    x = np.asarray(features, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != len(HOLDS_VERIFICATION_FEATURES):
+        raise InvalidParameterError(f"feature columns of shape {x.shape} for {HOLDS_VERIFICATION_FEATURES}")
+    fitted, bias, mean, scale = fit_logistic(x, holds, l2, iterations, weights)
+    return VerifiedHoldsAnswer(fitted, bias, mean, scale)
 
 
 def fit_ranker(

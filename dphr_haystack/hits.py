@@ -26,6 +26,8 @@ class PhraseHit:
     end_token: int = 0
     passage_row: int = field(default=0, compare=False, repr=False)
     confidence: float | None = field(default=None, compare=False)  # P(correct), from the model's calibration
+    # P(the corpus holds an answer to the query), the same on each of its answers: a calibration with holds_answer
+    holds_answer: float | None = field(default=None, compare=False)
     # True only for the best phrase of a passage whose every retrieved phrase copies the question: no answer
     # (its confidence is then 0 with a calibration)
     copies_question: bool = field(default=False, compare=False)

@@ -28,7 +28,8 @@ import numpy as np
 
 from ._util.groups import argmax_groups
 from ._util.threads import resolve_threads, using_threads
-from .confidence import Calibration, answer_confidences, copies_question, corpus_shift, question_words, shifted
+from .confidence import Calibration, answer_confidences, copies_question, question_words, shifted
+from .corpus_judgement import CorpusJudgement, judge_corpus
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
 from .hits import DocumentHit, Hit, PassageHit, PhraseHit, best_passage, best_phrase
 from .index.phrase_index import PhraseIndex
@@ -271,11 +272,12 @@ class PhraseSearcher(SearchOptionAttributes):
         return results
 
     def _question_words(self, questions: Sequence[str]) -> list[QuestionWords]:
-        """Each question's words for the confidence features; with an answerability that reads names, a question
-        written in lower case (as NQ's are) reads them from its truecasing by the index's passages."""
-        answerability = getattr(self.calibration, "answerability", None)
+        """Each question's words for the confidence features; with an answerability (or holds-answer) that reads
+        names, a question written in lower case (as NQ's are) reads them from its truecasing by the index's
+        passages."""
+        judges = [getattr(self.calibration, name, None) for name in ("answerability", "holds_answer")]
         cased: list[str | None] = [None] * len(questions)
-        if answerability is not None and set(answerability.features).intersection(NAME_FEATURES):
+        if any(judge is not None and set(judge.features).intersection(NAME_FEATURES) for judge in judges):
             cased = corpus_cased(self.index, questions, self.model.tokenizer.get_vocab if self.model else ())
         return [question_words(q, c) for q, c in zip(questions, cased, strict=True)]
 
@@ -434,23 +436,26 @@ def _phrase_answers(
     if calibration is None or not chosen:
         return [kept[i] for i in chosen]
     passage_words = cached_words(index)  # one reader for the first confidences and each candidate added after
-    shift = 0.0  # the query's corpus shift, set from the first confidences (corpus_shift)
+    judged = CorpusJudgement()  # the query's corpus judgement, set from the first confidences (judge_corpus)
 
     def confident(rows: Sequence[int]) -> dict[int, float]:
         found = answer_confidences(calibration, kept, rows, asked, index.passages, passage_words)
-        return {row: shifted(c, shift) for row, c in zip(rows, found.tolist(), strict=True)}
+        return {row: shifted(c, judged.shift) for row, c in zip(rows, found.tolist(), strict=True)}
+
+    def answers(rows: Sequence[int]) -> list[Hit]:
+        return [replace(kept[i], confidence=float(confidence[i]), holds_answer=judged.holds_answer) for i in rows]
 
     confidence = confident(range(len(kept)) if by_confidence else chosen)
-    shift = corpus_shift(calibration, kept, confidence, asked, index.passages, searched, passage_words)
-    confidence = {row: shifted(c, shift) for row, c in confidence.items()}
+    judged = judge_corpus(calibration, kept, confidence, asked, index.passages, searched, passage_words)
+    confidence = {row: shifted(c, judged.shift) for row, c in confidence.items()}
     if not by_confidence:
-        return [replace(kept[i], confidence=float(confidence[i])) for i in chosen]
+        return answers(chosen)
     # most confident first; equals keep the score order (``confidence`` is in score order)
     chosen = first_answers(kept, sorted(confidence, key=lambda i: -confidence[i]), top_k, tidy)
     while len(chosen) < top_k and next_candidate() is not None:  # one more candidate by score at a time
         confidence.update(confident([len(kept) - 1]))  # below the reference list: the list stays the same
         chosen = first_answers(kept, sorted(confidence, key=lambda i: -confidence[i]), top_k, tidy)
-    return [replace(kept[i], confidence=float(confidence[i])) for i in chosen]
+    return answers(chosen)
 
 
 def _by_confidence(hits: list[Hit]) -> list[Hit]:
@@ -507,14 +512,15 @@ def _aggregate(
     # a document answers from its best passage, the passage of its best phrase
     answering = {key: index.passages[int(tokens["passage"][best[key][1]])]["id"] for key in order}
     confidence: dict[int, float] = {}
+    judged = CorpusJudgement()
     if calibration is not None and answers:
         at = sorted({answer[p] for p in answering.values() if p in answer})  # the answers of the results
         at = sorted({*at, *range(min(len(answers), calibration.depth))}) if most_confident else at  # and the ranked
         words_of = cached_words(index)
         found = answer_confidences(calibration, answers, at, asked, index.passages, words_of)
         confidence = dict(zip(at, found.tolist(), strict=True))
-        shift = corpus_shift(calibration, answers, confidence, asked, index.passages, searched, words_of)
-        confidence = {i: shifted(c, shift) for i, c in confidence.items()}
+        judged = judge_corpus(calibration, answers, confidence, asked, index.passages, searched, words_of)
+        confidence = {i: shifted(c, judged.shift) for i, c in confidence.items()}
         for i in at if most_confident else ():  # a passage answers with its most confident phrase
             pid = index.passages[answers[i].passage_row]["id"]
             answer[pid] = i if confidence[i] > confidence[answer[pid]] else answer[pid]
@@ -522,7 +528,7 @@ def _aggregate(
     for key in order:
         if answering[key] in answer:
             at_key = answer[answering[key]]
-            phrase = replace(answers[at_key], confidence=confidence.get(at_key))
+            phrase = replace(answers[at_key], confidence=confidence.get(at_key), holds_answer=judged.holds_answer)
         else:  # every retrieved phrase of it copies the question (or no answers were asked for)
             phrase = _make_phrase(index, *best[key], trim=trim)
             copy = words is not None  # a copy is never the answer: confidence 0 where there are confidences

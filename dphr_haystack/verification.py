@@ -8,7 +8,9 @@ the question with the top answer's passage (one window of at most 384 subwords a
 answer's span (:class:`ReaderView`: its start + end logit, its log-probability among the window's spans and its gap
 to the window's best span); the verification turns that view and the answer's confidence into P(the answer is
 right), and every answer of the query moves its log-odds by the same amount (their order stays), as the
-answerability does. The cost is one reader pass a query (a MiniLM reader: ~26 ms on two CPU threads).
+answerability does; a verification with a ``holds_answer`` also turns the search's P(the corpus holds an answer)
+and the same view into that probability once read (:mod:`dphr_haystack.corpus_judgement`). The cost is one reader
+pass a query (a MiniLM reader: ~26 ms on two CPU threads).
 
 The shipped reader (``dphr-minilm-squad-reader``, a MiniLM reader fine-tuned on SQuAD, int8 weights) lives beside
 the shipped phrase models; a reader is any directory holding a ``transformers`` question-answering model (its
@@ -202,9 +204,11 @@ def check_verify_model(phrase_model: Any, name: str) -> None:
     check_verification(Calibration.from_dict(stored) if stored else None, repr(name))
 
 
-def verification_features(confidence: float, view: ReaderView) -> np.ndarray:
-    """The :data:`~dphr_haystack.model.calibration.VERIFICATION_FEATURES` of a top answer: (4,)."""
-    return np.array([logit(confidence), view.span, view.logp, view.gap], dtype=np.float64)
+def verification_features(probability: float, view: ReaderView) -> np.ndarray:
+    """The :data:`~dphr_haystack.model.calibration.VERIFICATION_FEATURES` of a top answer (4,) from its confidence,
+    or the :data:`~dphr_haystack.model.calibration.HOLDS_VERIFICATION_FEATURES` from P(the corpus holds an answer):
+    that probability's log-odds and the reader's view."""
+    return np.array([logit(probability), view.span, view.logp, view.gap], dtype=np.float64)
 
 
 def top_answer(hits: list[Hit]) -> int | None:
@@ -229,7 +233,9 @@ def read_top_answer(reader: SpanReader, question: str, hits: list[Hit], index: P
 def verified(
     hits: list[Hit], question: str, index: PhraseIndex, verification: Verification, reader: SpanReader
 ) -> list[Hit]:
-    """``hits`` with every answer's confidence moved so that the top answer's is the verification's P(right)."""
+    """``hits`` with every answer's confidence moved so that the top answer's is the verification's P(right), and
+    their P(the corpus holds an answer) the verification's too (when it has a ``holds_answer`` and the search gave
+    one)."""
     at = top_answer(hits)
     if at is None:
         return hits
@@ -239,7 +245,10 @@ def verified(
         return hits
     p = float(verification.probability(verification_features(top.confidence, view)[None, :])[0])
     shift = logit(p) - logit(top.confidence)
-    return [_shifted_hit(hit, shift) for hit in hits]
+    holds = top.holds_answer
+    if verification.holds_answer is not None and holds is not None:
+        holds = float(verification.holds_answer.probability(verification_features(holds, view)[None, :])[0])
+    return [_shifted_hit(hit, shift, holds) for hit in hits]
 
 
 def _read(reader: SpanReader, question: str, phrase: Any, index: PhraseIndex) -> ReaderView | None:
@@ -258,12 +267,13 @@ def verify_batch(
     return [verified(hits, q, index, verification, reader) for hits, q in zip(results, questions, strict=True)]
 
 
-def _shifted_hit(hit: Any, shift: float) -> Any:
-    """A hit whose answer's confidence (if any) has its log-odds moved by ``shift``."""
+def _shifted_hit(hit: Any, shift: float, holds: float | None) -> Any:
+    """A hit whose answer's confidence (if any) has its log-odds moved by ``shift`` and whose answer's P(the corpus
+    holds an answer) is ``holds``."""
     if hasattr(hit, "best_passage"):
-        return replace(hit, best_passage=_shifted_hit(hit.best_passage, shift))
+        return replace(hit, best_passage=_shifted_hit(hit.best_passage, shift, holds))
     if hasattr(hit, "best_phrase"):
-        return replace(hit, best_phrase=_shifted_hit(hit.best_phrase, shift))
+        return replace(hit, best_phrase=_shifted_hit(hit.best_phrase, shift, holds))
     if hit.confidence is None or hit.copies_question:
         return hit
-    return replace(hit, confidence=shifted(hit.confidence, shift))
+    return replace(hit, confidence=shifted(hit.confidence, shift), holds_answer=holds)

@@ -1,8 +1,9 @@
-"""Fit a phrase model's answerability: P(the top answer is right *given the corpus searched*).
+"""Fit a phrase model's answerability, P(the top answer is right *given the corpus searched*), and its holds-answer,
+P(the corpus holds an answer to the question).
 
     python -m train.answerability --model dphr_haystack/shipped_models/dphr-minilm-squad-distilled \\
         --dev-index DIR [--open-index DIR] (--out DIR | --in-place) [--questions 2000] [--report FILE] \\
-        [--invented-name-weight W]
+        [--invented-name-weight W] [--keep-answerability]
 
 A model's calibration (``python -m train.calibrate``) says how likely its top answer is right among the candidates
 a search found; it cannot tell that the corpus holds no answer at all (asked over four paragraphs about a lake
@@ -19,7 +20,10 @@ searched), fitted on questions asked over corpora that hold their answer and ove
 Questions are those of the held-out validation articles (the first 8 of dev-public, by default), which no
 benchmark asks: each is searched once per corpus exactly as a default :class:`~dphr_haystack.PhraseSearcher`
 searches (a sub-corpus is a mask of passages: the search, its candidates and features are those of an index
-holding only them), the query features recorded. The fitted answerability is stored in the calibration of the
+holding only them), the query features recorded. The same features fit the holds-answer on whether the corpus
+holds the question's passage, each case weighing 1 (one unanswerable question for each answerable one); it scores
+Haystack's "no answer" (:mod:`dphr_haystack.corpus_judgement`). ``--keep-answerability`` keeps the model's stored
+answerability and fits the holds-answer alone. The fitted answerability is stored in the calibration of the
 model's ``dphr_config.json`` (``--out``, a copy, or the model itself with ``--in-place``); ``answerability.json``
 beside it reports the fit.
 """
@@ -129,6 +133,11 @@ class QueryTable:
     texts: list[str]
     views: np.ndarray | None = None
 
+    @property
+    def holds(self) -> np.ndarray:
+        """Whether each case's corpus holds its question's answer."""
+        return np.array([c.answerable for c in self.cases], dtype=bool)
+
     def rows(self, corpus: str | None = None, answerable: bool | None = None) -> np.ndarray:
         """Positions of the cases of ``corpus`` (None: any) that are (not) ``answerable`` (None: either)."""
         return np.array(
@@ -193,7 +202,7 @@ def gather(
     the reader's view of it: :func:`dphr_haystack.verification.read_top_answer`). A case masked to fewer than half
     of the index's passages searches an index of those passages alone (:func:`sub_index`), as a corpus of them is
     searched; one masked to more searches the index masked (a corpus less an article)."""
-    recording, records = recording_calibration(replace(calibration, answerability=None))
+    recording, records = recording_calibration(replace(calibration, answerability=None, holds_answer=None))
     searcher = PhraseSearcher(index, model, calibration=recording)
     whole = as_shard(index)
     features, correct, confidence, texts, views = [], [], [], [], []
@@ -332,14 +341,16 @@ def fit_table(
     names: Sequence[str] = QUERY_FEATURES,
     unanswerable_weight: float = UNANSWERABLE_WEIGHT,
     lower_case_weight: float = LOWER_CASE_WEIGHT,
+    holds: bool = False,
 ) -> Answerability:
     """The answerability fitted on every case of ``table`` (a case without an answer is left out), a case whose
     corpus lacks the answer weighing ``unanswerable_weight``; each case with names counts once more as if asked in
-    lower case (:func:`lower_cased`), weighing ``lower_case_weight`` of it."""
+    lower case (:func:`lower_cased`), weighing ``lower_case_weight`` of it. With ``holds``, fitted on whether the
+    corpus holds the answer instead of whether the top answer is right: a calibration's ``holds_answer``."""
     known = ~np.isnan(table.features[:, QUERY_FEATURES.index("top_logit")])
     columns = [QUERY_FEATURES.index(n) for n in names]
     weights = np.array([(1.0 if c.answerable else unanswerable_weight) * c.weight for c in table.cases])
-    features, correct = table.features, table.correct
+    features, correct = table.features, (table.holds if holds else table.correct)
     named = known & (table.features[:, QUERY_FEATURES.index("has_names")] == 1.0)
     if lower_case_weight > 0 and named.any():
         features = np.vstack([features, lower_cased(features[named])])
@@ -406,6 +417,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--lower-case-weight", type=float, default=LOWER_CASE_WEIGHT, help="weight of a case asked in lower case"
     )
     parser.add_argument(
+        "--keep-answerability",
+        action="store_true",
+        help="keep the model's stored answerability and fit only its holds_answer",
+    )
+    parser.add_argument(
         "--invented-name-weight",
         type=float,
         default=INVENTED_NAME_WEIGHT,
@@ -428,23 +444,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         cases = {name: found + invented_cases(found, args.invented_name_weight) for name, found in cases.items()}
     indexes = {"dev": dev, "open": open_index}
     table = concatenate([gather(indexes[name], model, calibration, found) for name, found in cases.items()])
-    answerability = fit_table(
+    if args.keep_answerability and calibration.answerability is None:
+        parser.error(f"{args.model} has no answerability to keep")
+    answerability = calibration.answerability if args.keep_answerability else None
+    answerability = answerability or fit_table(
         table, unanswerable_weight=args.unanswerable_weight, lower_case_weight=args.lower_case_weight
     )
+    holds_answer = fit_table(table, unanswerable_weight=1.0, lower_case_weight=args.lower_case_weight, holds=True)
     probability = answerability.probability(table.features)
-    below = probability < NO_ANSWER_THRESHOLD
+    holds = holds_answer.probability(table.features)
+    below = holds < NO_ANSWER_THRESHOLD
     report = {
         "questions": len(questions),
         "cases": len(table.cases),
         "unanswerable_weight": args.unanswerable_weight,
         "lower_case_weight": args.lower_case_weight,
         "invented_name_weight": args.invented_name_weight,
+        "kept_answerability": bool(args.keep_answerability),
         "fit": table_report(table, probability),
+        "holds_answer_fit": table_report(table, holds),
         "threshold": NO_ANSWER_THRESHOLD,
-        "no_answer_share": float(below[~np.array([c.answerable for c in table.cases])].mean()),
+        "no_answer_share": float(below[~table.holds].mean()),
         "right_lost_share": float(below[table.correct].mean()),
     }
-    fitted = replace(calibration, answerability=answerability).to_dict()
+    fitted = replace(calibration, answerability=answerability, holds_answer=holds_answer).to_dict()
     out = Path(args.model) if args.in_place else args.out
     write_calibrated(Path(args.model), out, fitted)
     (args.report or out / "answerability.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -13,6 +13,9 @@ cases the answerability is fitted on (:func:`train.answerability.all_cases`: que
 articles over 5, 50, 500, 1,702 and, with ``--open-index``, 20,598 passages, with and without their article; a
 case without its answer weighing :data:`~train.answerability.UNANSWERABLE_WEIGHT`). It is stored in the calibration
 of the model's ``dphr_config.json`` beside the answerability, naming its reader; ``verify.json`` reports the fit.
+When the calibration has a holds-answer (P(the corpus holds an answer)), the verification gets one too: a logistic
+regression of "the corpus holds the answer" on that probability (as log-odds) and the same view, every case weighing
+1 (:class:`~dphr_haystack.model.calibration.VerifiedHoldsAnswer`).
 
 ``--export-reader`` writes a reader directory (a ``transformers`` question-answering model, e.g. the one
 ``train/configs/cpu_reader.yaml`` trains) in the compact weight format (int8 matrices by default; SHA-256 sums), as
@@ -35,8 +38,8 @@ import numpy as np
 
 from dphr_haystack import PhraseIndex, PhraseModel
 from dphr_haystack.confidence import Calibration
-from dphr_haystack.fitting import auroc, expected_calibration_error, fit_verification
-from dphr_haystack.model.calibration import Verification
+from dphr_haystack.fitting import auroc, expected_calibration_error, fit_verification, fit_verified_holds
+from dphr_haystack.model.calibration import Verification, VerifiedHoldsAnswer
 from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
 from dphr_haystack.verification import SpanReader, reader_dir, reader_reference
 
@@ -56,21 +59,23 @@ READER_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "speci
 MAX_SHARD_MB = 16.0
 
 
-def verification_inputs(table: QueryTable, calibration: Calibration) -> np.ndarray:
+def verification_inputs(table: QueryTable, calibration: Calibration, holds: bool = False) -> np.ndarray:
     """The verification features of each case of ``table`` (gathered with a reader): the answerability's P(right)
-    as log-odds and the reader's view; rows without a top answer are NaN."""
+    (with ``holds``, the holds-answer's P(the corpus holds an answer)) as log-odds and the reader's view; rows
+    without a top answer are NaN."""
     if table.views is None:
         raise ValueError("the table was gathered without a reader")
-    p = calibration.answerability.probability(table.features)
+    p = (calibration.holds_answer if holds else calibration.answerability).probability(table.features)
     p = np.clip(p, 1e-6, 1 - 1e-6)
     logit = np.log(p / (1 - p))
     logit[np.isnan(table.features[:, 0])] = np.nan
     return np.column_stack([logit, table.views])
 
 
-def verified_probability(verification: Verification, inputs: np.ndarray) -> np.ndarray:
-    """P(right) of each case: the verification's where the reader read the top answer, else the answerability's
-    (no view: the search's own), 0.0 without a top answer."""
+def verified_probability(verification: Verification | VerifiedHoldsAnswer, inputs: np.ndarray) -> np.ndarray:
+    """P(right) (P(the corpus holds an answer), for a :class:`VerifiedHoldsAnswer`) of each case: the
+    verification's where the reader read the top answer, else the search's own (no view), 0.0 without a top
+    answer."""
     p = verification.probability(inputs)
     no_view = np.isnan(inputs[:, 1])
     base = 1.0 / (1.0 + np.exp(-np.nan_to_num(inputs[:, 0], nan=-50.0)))
@@ -87,7 +92,20 @@ def fit(
     return fit_verification(inputs[known], table.correct[known], reader, weights=weights[known])
 
 
-def report(table: QueryTable, before: np.ndarray, after: np.ndarray) -> dict[str, Any]:
+def fit_holds(table: QueryTable, calibration: Calibration) -> VerifiedHoldsAnswer:
+    """The verification's holds-answer fitted on the cases of ``table`` that have a top answer the reader read, on
+    whether their corpus holds the answer (each case weighing 1, as the calibration's holds-answer is fitted)."""
+    inputs = verification_inputs(table, calibration, holds=True)
+    known = ~np.isnan(inputs).any(axis=1)
+    return fit_verified_holds(inputs[known], table.holds[known])
+
+
+def report(
+    table: QueryTable,
+    before: np.ndarray,
+    after: np.ndarray,
+    labels: tuple[str, str] = ("answerability", "verified"),
+) -> dict[str, Any]:
     """Per corpus, before (the answerability) and after (the verification): AUROC answerable vs not, AUROC right vs
     wrong and ECE of the answerable cases; the share of unanswerable cases below the threshold and of right ones."""
     out: dict[str, Any] = {}
@@ -101,9 +119,9 @@ def report(table: QueryTable, before: np.ndarray, after: np.ndarray) -> dict[str
                 "auroc_right_vs_wrong": auroc(p[yes], table.correct[yes]),
                 "ece_answerable": expected_calibration_error(p[yes], table.correct[yes]),
             }
-            for label, p in (("answerability", before), ("verified", after))
+            for label, p in zip(labels, (before, after), strict=True)
         }
-    for label, p in (("answerability", before), ("verified", after)):
+    for label, p in zip(labels, (before, after), strict=True):
         below = p < NO_ANSWER_THRESHOLD
         out[f"at_threshold_{label}"] = {
             "no_answer_share": float(below[~answerable].mean()),
@@ -171,7 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = concatenate([gather(indexes[k], model, plain, found, reader=reader) for k, found in cases.items()])
     verification = fit(table, calibration, reader_reference(args.reader))
     inputs = verification_inputs(table, calibration)
-    before = np.nan_to_num(calibration.answerability.probability(table.features)) * ~np.isnan(table.features[:, 0])
+    found = ~np.isnan(table.features[:, 0])
+    before = np.nan_to_num(calibration.answerability.probability(table.features)) * found
     fitted = {
         "questions": len(questions),
         "cases": len(table.cases),
@@ -179,6 +198,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "threshold": NO_ANSWER_THRESHOLD,
         "fit": report(table, before, verified_probability(verification, inputs)),
     }
+    if calibration.holds_answer is not None:  # and P(the corpus holds an answer) once read
+        verification = replace(verification, holds_answer=fit_holds(table, calibration))
+        holds = verification_inputs(table, calibration, holds=True)
+        fitted["holds_answer_fit"] = report(
+            table,
+            np.nan_to_num(calibration.holds_answer.probability(table.features)) * found,
+            verified_probability(verification.holds_answer, holds),
+            ("holds_answer", "verified"),
+        )
     out = Path(args.model) if args.in_place else args.out
     write_calibrated(Path(args.model), out, replace(calibration, verification=verification).to_dict())
     (args.report or out / "verify.json").write_text(json.dumps(fitted, indent=2) + "\n")

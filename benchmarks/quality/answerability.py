@@ -13,14 +13,16 @@ there: counted unanswerable), and the small user corpus of ``benchmarks/data/use
 written for the project, 48 questions it answers, 48 it does not: world knowledge, near misses, other entities).
 
 For each: the top answer's confidence before (the calibration alone) and after (with the answerability), AUROC of
-answerable vs unanswerable questions, and at :data:`~dphr_haystack.search_options.NO_ANSWER_THRESHOLD` the share of
-unanswerable questions that get "no answer" and of right top answers lost; per corpus size, EM@1, AUROC right vs
-wrong and ECE of the answerable questions (with 95% bootstrap intervals over the questions) and a reliability
-curve. A sample of searches is repeated with the fitted calibration to check that the searcher returns what the
-table computes. ``--lower-case`` asks every question in lower case (as NQ's are written; the searcher then reads a
+answerable vs unanswerable questions of it and of what places "no answer" (the calibration's holds-answer, P(the
+corpus holds an answer), when it has one), and at :data:`~dphr_haystack.search_options.NO_ANSWER_THRESHOLD` the share
+of unanswerable questions that get "no answer" first and of right top answers lost; per corpus size, EM@1, AUROC
+right vs wrong and ECE of the answerable questions (with 95% bootstrap intervals over the questions) and a
+reliability curve. A sample of searches is repeated with the fitted calibration to check that the searcher returns
+what the table computes. ``--lower-case`` asks every question in lower case (as NQ's are written; the searcher then reads a
 question's names from the corpus' truecasing of it). ``--verify`` also lets the model's verification reader read
 every top answer (:mod:`dphr_haystack.verification`): "before" is then the answerability and "after" the verified
-confidence. Writes results/answerability.json and .png (``--name`` another name).
+confidence, and "no answer" is placed by the verified holds-answer (the unverified one reported beside it). Writes
+results/answerability.json and .png (``--name`` another name).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ OPEN_SETS = {
     "triviaqa": SHARED_DATA / "odqa-dpr" / "trivia-dev.qa.csv.gz",
 }
 SIZES = ("5", "50", "500", "dev", "open")
-THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5)
+THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7)
 BOOTSTRAP = 1000  # resamples of a size's questions for the intervals of its ECE and AUROC
 
 
@@ -161,9 +163,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     before = table.confidence
     if args.verify:  # the answerability before, the verified confidence after
         before, after = after, verified_probability(calibration.verification, verification_inputs(table, calibration))
+    holds, no_answer_by = _holds_answer(calibration, table, after, args.verify)
+    plain_holds = _holds_answer(calibration, table, after, False)[0]  # with verify: what a search without it gives
     corpus = np.array([c.corpus for c in table.cases])
     answerable = np.array([c.answerable for c in table.cases])
     result: dict[str, Any] = {
+        "no_answer_by": no_answer_by,
         "machine": machine(),
         "model": args.model,
         "model_id": model_id(args.model),
@@ -198,7 +203,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 "reliability": reliability(after[yes], right),
             },
         }
-        for label, p in (("before", before), ("after", after)):
+        for label, p in _scores(before, after, holds, plain_holds, args.verify):
             result["unanswerable_sets"].setdefault(f"squad-article-removed-{size}", {})[label] = _stats(
                 p[rows], answerable[rows], table.correct[rows], NO_ANSWER_THRESHOLD
             )
@@ -210,7 +215,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 continue
             yes = np.flatnonzero((corpus == where) & answerable)
             both = np.concatenate([yes, rows])
-            for label, p in (("before", before), ("after", after)):
+            for label, p in _scores(before, after, holds, plain_holds, args.verify):
                 result["unanswerable_sets"].setdefault(f"{name}-over-{where}", {})[label] = _stats(
                     p[both], answerable[both], table.correct[both], NO_ANSWER_THRESHOLD
                 )
@@ -220,12 +225,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     users = np.flatnonzero(np.char.startswith(corpus.astype(str), "user-"))
     for kind in ("general", "near", "other-entity"):
         rows = np.concatenate([users[answerable[users]], np.flatnonzero(corpus == f"user-{kind}")])
-        for label, p in (("before", before), ("after", after)):
+        for label, p in _scores(before, after, holds, plain_holds, args.verify):
             result["unanswerable_sets"].setdefault(f"user-corpus-{kind}", {})[label] = _stats(
                 p[rows], answerable[rows], table.correct[rows], NO_ANSWER_THRESHOLD
             )
     result["user_corpus_em@1"] = float(table.correct[users[answerable[users]]].mean())
-    # the whole trade-off: every threshold over all SQuAD sizes and unanswerable sets
+    # the whole trade-off: every threshold over all SQuAD sizes and unanswerable sets, on what places "no answer"
     squad = np.isin(corpus, SIZES)
     for t in THRESHOLDS:
         right = table.correct & squad
@@ -233,15 +238,39 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         result["thresholds"].append(
             {
                 "threshold": t,
-                "no_answer_share": float((after[no] < t).mean()),
-                "right_lost_share": float((after[right] < t).mean()),
+                "no_answer_share": float((holds[no] < t).mean()),
+                "right_lost_share": float((holds[right] < t).mean()),
+                "answerable_lost_share": float((holds[answerable & squad] < t).mean()),
             }
         )
     result["searcher_check"] = _check_searcher(
-        PhraseSearcher, indexes, model, calibration, table, after, args.seed, args.verify
+        PhraseSearcher, indexes, model, calibration, table, after, holds, args.seed, args.verify
     )
     result["seconds"] = time.perf_counter() - started
     return finish_result(args.name, result, _markdown, _plot)
+
+
+def _scores(before, after, holds, plain_holds, verify: bool) -> list[tuple[str, np.ndarray]]:
+    """The scores each unanswerable set is judged by: the confidence before and after, what places "no answer" and,
+    with ``verify``, what places it in a search without it."""
+    return [("before", before), ("after", after), ("holds_answer", holds)] + (
+        [("holds_answer_unverified", plain_holds)] if verify else []
+    )
+
+
+def _holds_answer(calibration, table, after: np.ndarray, verify: bool) -> tuple[np.ndarray, str]:
+    """What places "no answer" for each case, as the searcher computes it, and its name: the calibration's
+    holds-answer (the verification's, with ``verify``, when it has one), else the top answer's confidence."""
+    from train.verifier import verification_inputs, verified_probability
+
+    if calibration.holds_answer is None:
+        return after, "top answer's confidence"
+    verified = calibration.verification.holds_answer if verify and calibration.verification else None
+    if verified is not None:
+        inputs = verification_inputs(table, calibration, holds=True)
+        return verified_probability(verified, inputs), "P(the corpus holds an answer), verified"
+    holds = calibration.holds_answer.probability(table.features)
+    return holds * ~np.isnan(table.features[:, 0]), "P(the corpus holds an answer)"
 
 
 def _bootstrap(statistic, p: np.ndarray, labels: np.ndarray, seed: int, rounds: int = BOOTSTRAP) -> list[float]:
@@ -262,15 +291,15 @@ def _any_right(text: str, case) -> bool:
 
 
 def _check_searcher(
-    searcher_cls, indexes, model, calibration, table, after, seed: int, verify: bool = False, n: int = 40
+    searcher_cls, indexes, model, calibration, table, after, holds, seed: int, verify: bool = False, n: int = 40
 ) -> dict:
-    """Repeat ``n`` searches with the fitted calibration (``verify`` as the benchmark): their top confidences
-    against the table's."""
+    """Repeat ``n`` searches with the fitted calibration (``verify`` as the benchmark): their top confidences and
+    P(the corpus holds an answer) against the table's."""
     from train.answerability import case_searcher
 
     rng = random.Random(seed)
     where = {"5": "dev", "50": "dev", "500": "dev", "dev": "dev", "open": "open"}
-    diffs = []
+    diffs, holds_diffs = [], []
     for i in rng.sample(range(len(table.cases)), min(n, len(table.cases))):
         case = table.cases[i]
         name = "user" if case.corpus.startswith("user-") else where.get(case.corpus, case.corpus.split("-")[-1])
@@ -279,7 +308,13 @@ def _check_searcher(
         hits = searcher.search(case.question.question, unit="phrase", top_k=1, allowed_passages=allowed)
         if hits:
             diffs.append(abs(float(hits[0].confidence) - float(after[i])))
-    return {"searches": len(diffs), "max_abs_difference": max(diffs) if diffs else None}
+            if hits[0].holds_answer is not None:
+                holds_diffs.append(abs(float(hits[0].holds_answer) - float(holds[i])))
+    return {
+        "searches": len(diffs),
+        "max_abs_difference": max(diffs) if diffs else None,
+        "max_abs_difference_holds_answer": max(holds_diffs) if holds_diffs else None,
+    }
 
 
 def _markdown(result: dict[str, Any]) -> str:
@@ -287,20 +322,24 @@ def _markdown(result: dict[str, Any]) -> str:
         return "-" if x is None else f"{100 * x:.1f}%"
 
     before, after = result.get("labels", ["calibration", "answerability"])
+    by = result.get("no_answer_by", "top answer's confidence")
     lines = [
-        f'Threshold {result["threshold"]}: a top answer less confident than it is answered "no answer"; "before" is '
-        f'the {before}, "after" the {after}.',
+        f'Threshold {result["threshold"]}: a question whose {by} is below it is answered "no answer" first; '
+        f'AUROC answerable vs not of the confidence, "before" the {before}, "after" the {after}, and of {by}'
+        + (" (a search without verify → with it)." if result.get("labels") == ["answerability", "verified"] else "."),
         "",
-        "| unanswerable set | answerable / unanswerable | AUROC before → after | no answer (unanswerable) |"
-        " right answers lost |",
-        "|---|---|---|---|---|",
+        f"| unanswerable set | answerable / unanswerable | AUROC confidence before → after | AUROC {by} |"
+        " no answer (unanswerable) | right answers lost |",
+        "|---|---|---|---|---|---|",
     ]
     for name, row in result["unanswerable_sets"].items():
         b, a = row["before"], row["after"]
+        h = row.get("holds_answer", a)
+        u = row.get("holds_answer_unverified")  # with verify: a search without it, then with it
         lines.append(
             f"| {name} | {a['answerable']} / {a['unanswerable']} | {b['auroc_answerable_vs_not']:.3f} → "
-            f"{a['auroc_answerable_vs_not']:.3f} | {pct(b['no_answer_share'])} → {pct(a['no_answer_share'])} | "
-            f"{pct(b['right_lost_share'])} → {pct(a['right_lost_share'])} |"
+            f"{a['auroc_answerable_vs_not']:.3f} | **{_pair(h, u, 'auroc_answerable_vs_not', _three)}** | "
+            f"{_pair(h, u, 'no_answer_share', pct)} | {_pair(h, u, 'right_lost_share', pct)} |"
         )
     lines += [
         "",
@@ -317,6 +356,15 @@ def _markdown(result: dict[str, Any]) -> str:
             f"{_interval(auroc_in)} | {b['ece']:.3f} → {a['ece']:.3f}{_interval(ece_in)} |"
         )
     return "\n".join(lines)
+
+
+def _three(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def _pair(holds: dict, unverified: dict | None, key: str, show) -> str:
+    """``holds[key]`` shown, after ``unverified[key]`` when there is one (a search without verify, then with it)."""
+    return show(holds[key]) if unverified is None else f"{show(unverified[key])} → {show(holds[key])}"
 
 
 def _interval(bounds: list[float] | None) -> str:
@@ -345,11 +393,12 @@ def _plot(result: dict[str, Any], path: Path) -> None:
     ax = axes[1]
     names = list(result["unanswerable_sets"])
     shown = result.get("labels", ["calibration", "answerability"])
-    for k, label in enumerate(("before", "after")):
+    bars = [("before", shown[0]), ("after", shown[1]), ("holds_answer", result.get("no_answer_by", ""))]
+    for k, (label, text) in enumerate(bars):
         values = [result["unanswerable_sets"][n][label]["auroc_answerable_vs_not"] for n in names]
-        ax.barh(np.arange(len(names)) + 0.4 * k, values, height=0.4, label=shown[k])
+        ax.barh(np.arange(len(names)) + 0.27 * k, values, height=0.27, label=text)
     ax.axvline(0.85, color="grey", linestyle=":", linewidth=1)
-    ax.set_yticks(np.arange(len(names)) + 0.2, names, fontsize=7)
+    ax.set_yticks(np.arange(len(names)) + 0.27, names, fontsize=7)
     ax.set_xlim(0.4, 1.0)
     ax.set_xlabel("AUROC, answerable vs unanswerable")
     ax.legend(fontsize=7)

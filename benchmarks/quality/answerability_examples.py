@@ -1,5 +1,6 @@
 """A user's first-hour questions about what their corpus does not hold: the top answer's confidence before (the
-calibration alone), after (with the model's answerability) and verified (``verify=True``: the model's reader read it).
+calibration alone), after (with the model's answerability) and verified (``verify=True``: the model's reader read it),
+and P(the corpus holds an answer) without and with ``verify`` (the model's holds-answer: what places "no answer").
 
     .venv/bin/python -m benchmarks.quality.answerability_examples
 
@@ -48,7 +49,7 @@ def main() -> None:
     started = time.perf_counter()
     model = PhraseModel.load(DEFAULT_MODEL)
     after = Calibration.from_dict(model.config.calibration)
-    before = dataclasses.replace(after, answerability=None)
+    before = dataclasses.replace(after, answerability=None, holds_answer=None)
     user = [json.loads(line) for line in USER_CORPUS.read_text().splitlines() if line.strip()]
 
     def small(count: int) -> PhraseIndex:
@@ -71,7 +72,8 @@ def main() -> None:
                 plain.search(question, top_k=1, unit="phrase")[0],
                 served.search(question, top_k=1, unit="phrase")[0],
             )
-            verified = checked.search(question, top_k=1, unit="phrase")[0].confidence
+            read = checked.search(question, top_k=1, unit="phrase")[0]
+            verified = read.confidence
             rows.append(
                 {
                     "corpus": corpus,
@@ -81,9 +83,13 @@ def main() -> None:
                     "before": old.confidence,
                     "after": new.confidence,
                     "verified": verified,
+                    "holds_answer": new.holds_answer,
+                    "holds_answer_verified": read.holds_answer,
                 }
             )
             confidences = f"{old.confidence:.2f} -> {new.confidence:.2f} -> verified {verified:.2f}"
+            if new.holds_answer is not None:
+                confidences += f"; holds an answer {new.holds_answer:.2f} -> verified {read.holds_answer:.2f}"
             print(f"{corpus} | {question} | {new.text!r} | {confidences}")
     result = {
         "machine": machine(),

@@ -6,12 +6,14 @@ or document, its answer's confidence capped by those ranked above it (the score 
 a model without a calibration shows them instead.
 
 ``--no-answer`` also says how likely it is that the corpus holds no answer: a line ``no answer in this corpus
-(p=0.93)``, where p = 1 − the top answer's confidence (1.0 when nothing is found), printed before the results when
-the top answer's confidence is below ``--no-answer-threshold`` (default:
+(p=0.93)``, where p = 1 − P(the corpus holds an answer) (the calibration's ``holds_answer``; without one, the top
+answer's confidence; 1.0 when nothing is found), printed before the results when that probability is below
+``--no-answer-threshold`` (default:
 :data:`~dphr_haystack.search_options.NO_ANSWER_THRESHOLD`) and after them otherwise, as the Haystack retrievers place
 their "no answer" (:func:`~dphr_haystack.documents.results.with_no_answer`). In ``--json`` each line then gains
-``"no_answer": {"score": p, "top_confidence": c or null, "first": true|false}`` (``first``: it comes before the
-results); without ``--no-answer`` the output is as before. It needs a model with a calibration.
+``"no_answer": {"score": p, "top_confidence": c or null, "holds_answer": h or null, "first": true|false}``
+(``first``: it comes before the results); without ``--no-answer`` the output is as before. It needs a model with a
+calibration.
 """
 
 from __future__ import annotations
@@ -100,16 +102,17 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
         "--no-answer",
         action="store_true",
         default=default.no_answer,
-        help='also say "no answer in this corpus" with its probability (1 - the top answer\'s confidence): first when '
-        "the top answer's confidence is below --no-answer-threshold, last otherwise; in --json as "
-        '"no_answer": {"score", "top_confidence", "first"} (needs a model with a calibration)',
+        help='also say "no answer in this corpus" with its probability (1 - P(the corpus holds an answer), the '
+        "model's estimate; without one, the top answer's confidence): first when that probability is below "
+        "--no-answer-threshold, last otherwise; in --json as "
+        '"no_answer": {"score", "top_confidence", "holds_answer", "first"} (needs a model with a calibration)',
     )
     search.add_argument(
         "--no-answer-threshold",
         type=_no_answer_threshold,
         default=None,
         metavar="P",
-        help='with --no-answer: the top answer\'s confidence below which "no answer" comes first, from 0 to 1 '
+        help='with --no-answer: P(the corpus holds an answer) below which "no answer" comes first, from 0 to 1 '
         f"(default: {default.no_answer_threshold}, NO_ANSWER_THRESHOLD of dphr_haystack.search_options, chosen on "
         "held-out questions)",
     )
@@ -180,8 +183,10 @@ def run_search(args: argparse.Namespace) -> int:
 
 
 def _no_answer(hits, threshold: float) -> dict:
-    """The "no answer" of ranked hits, as the Haystack retrievers place theirs: ``{"score": 1 − the top answer's
-    confidence, "top_confidence": that confidence (None: no answer), "first": whether it comes first}``."""
+    """The "no answer" of ranked hits, as the Haystack retrievers place theirs: ``{"score": 1 − P(the corpus holds an
+    answer), "top_confidence": the top answer's confidence (None: no answer), "holds_answer": that probability
+    (None: the calibration gives none, the top answer's confidence stands for it), "first": whether it comes
+    first}``."""
     from ..documents.results import NoAnswer, retrieved, with_no_answer
 
     _, answers = retrieved([(hit, None) for hit in hits], lambda _: None, True)
@@ -189,13 +194,19 @@ def _no_answer(hits, threshold: float) -> dict:
     first = isinstance(placed[0], NoAnswer)
     marker = placed[0] if first else placed[-1]
     assert isinstance(marker, NoAnswer)
-    return {"score": marker.score, "top_confidence": marker.top_confidence, "first": first}
+    return {
+        "score": marker.score,
+        "top_confidence": marker.top_confidence,
+        "holds_answer": marker.holds_answer,
+        "first": first,
+    }
 
 
 def _describe_no_answer(marker: dict) -> str:
     """The no-answer line: its probability, and what it was weighed against."""
-    top = marker["top_confidence"]
+    top, holds = marker["top_confidence"], marker["holds_answer"]
     why = "nothing found" if top is None else f"top answer's confidence {top:.2f}"
+    why = why if holds is None else f"P(the corpus holds an answer) {holds:.2f}, {why}"
     return f"--  no answer in this corpus (p={marker['score']:.2f}; {why})"
 
 

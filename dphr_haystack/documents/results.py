@@ -12,11 +12,14 @@ Scores (``scale_score=True``, the default, with a model that has a calibration, 
   than t. The ranking is the raw one, unchanged; a document whose every retrieved phrase copies the question has
   no answer and keeps the score of the one above it.
 
+An answer's ``meta["holds_answer"]`` is P(the corpus holds an answer to the question), the same for each answer of
+a query, when the calibration has a ``holds_answer`` (the shipped one has; :mod:`dphr_haystack.corpus_judgement`).
+
 A search asked for ``no_answer`` also answers "no answer" (:func:`with_no_answer`): an answer with empty text
-whose score is P(no answer given is right) = 1 − the top answer's confidence (a calibration with an answerability
-makes that confidence P(right *given this corpus*), low when the corpus holds no answer). It comes first when the
-top answer is less confident than the threshold (:data:`~dphr_haystack.search_options.NO_ANSWER_THRESHOLD` by default),
-last otherwise, as Haystack's readers add theirs.
+whose score is P(no answer given is right) = 1 − P(the corpus holds an answer) (without a ``holds_answer``, 1 − the
+top answer's confidence: a calibration with an answerability makes that P(right *given this corpus*)). It comes
+first when that probability is below the threshold (:data:`~dphr_haystack.search_options.NO_ANSWER_THRESHOLD` by
+default), last otherwise, as Haystack's readers add theirs.
 
 The raw phrase score (an inner product: about 600 to 960 for the shipped model on SQuAD) stays in
 ``meta["phrase_score"]`` (documents; ``meta["best_phrase_score"]`` is its answer's) and ``meta["raw_score"]``
@@ -31,7 +34,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ..confidence import no_answer_score, ranked_confidences
+from ..confidence import ranked_confidences
+from ..corpus_judgement import holds_answer_estimate, no_answer_score
 from ..errors import InvalidParameterError
 from ..search import DocumentHit, Hit, PhraseHit, best_passage, best_phrase
 from ..search_options import NO_ANSWER_THRESHOLD, check_no_answer_threshold
@@ -131,23 +135,36 @@ def retrieved_answer(
     score = scaled_score(phrase.score, scale)
     if phrase.confidence is not None:
         score = meta["confidence"] = float(phrase.confidence)
+    if phrase.holds_answer is not None:
+        meta["holds_answer"] = float(phrase.holds_answer)
     return RetrievedAnswer(phrase, document, meta, score)
 
 
 @dataclass(frozen=True)
 class NoAnswer:
-    """The answer "the corpus gives no right answer": ``score`` = 1 − the top answer's confidence (1.0 when
-    there is no answer), ``top_confidence`` that confidence (None: no answer)."""
+    """The answer "the corpus gives no right answer": ``score`` = 1 − P(the corpus holds an answer)
+    (:func:`~dphr_haystack.corpus_judgement.no_answer_score`; 1.0 when there is no answer), ``top_confidence`` the
+    top answer's confidence (None: no answer), ``holds_answer`` P(the corpus holds an answer) when the model's
+    calibration gives one (None: the top answer's confidence stands for it)."""
 
     score: float
     top_confidence: float | None
+    holds_answer: float | None = None
+
+    def meta(self) -> dict[str, Any]:
+        """What the Haystack layers put in its answer's ``meta``."""
+        meta: dict[str, Any] = {"no_answer": True, "top_confidence": self.top_confidence}
+        if self.holds_answer is not None:
+            meta["holds_answer"] = self.holds_answer
+        return meta
 
 
 def with_no_answer(
     answers: Sequence[RetrievedAnswer], threshold: float = NO_ANSWER_THRESHOLD
 ) -> list[RetrievedAnswer | NoAnswer]:
-    """``answers`` with a :class:`NoAnswer` first when the top answer's confidence is below ``threshold`` (or there
-    is no answer), last otherwise.
+    """``answers`` with a :class:`NoAnswer` first when P(the corpus holds an answer) is below ``threshold`` (or there
+    is no answer), last otherwise; that probability is the top answer's ``holds_answer`` when the calibration gives
+    one, else its confidence (:func:`~dphr_haystack.corpus_judgement.holds_answer_estimate`).
 
     Raises:
         InvalidParameterError: ``threshold`` is not a number in [0, 1], or the answers have no confidence (a model
@@ -159,8 +176,10 @@ def with_no_answer(
         raise InvalidParameterError(
             "no_answer needs answer confidences: a model with a calibration (python -m train.calibrate)"
         )
-    marker = NoAnswer(no_answer_score(top), None if top is None else float(top))
-    return [marker, *answers] if top is None or top < threshold else [*answers, marker]
+    holds = answers[0].meta.get("holds_answer") if answers else None
+    marker = NoAnswer(no_answer_score(top, holds), None if top is None else float(top), holds)
+    estimate = holds_answer_estimate(top, holds)
+    return [marker, *answers] if estimate is None or estimate < threshold else [*answers, marker]
 
 
 def check_no_answer_model(phrase_model: Any, name: str) -> None:

@@ -50,9 +50,10 @@ class PhraseRetriever(SearchOptionAttributes):
     its retrieved phrases are copies). An answer's ``score``, in every unit, is the model's calibrated confidence
     (P(correct), in [0, 1]) when the model carries a calibration, else the scaled (or raw) phrase score as
     before; ``meta["raw_score"]`` keeps the raw one. With ``no_answer`` the answers also hold "no answer" as
-    Haystack 2's readers give it (``ExtractedAnswer(data=None, document=None)``), scored 1 − the top answer's
-    confidence, with ``meta={"no_answer": True, "top_confidence": ...}``: first when the top answer is less
-    confident than ``no_answer_threshold`` (or there is no answer), last otherwise
+    Haystack 2's readers give it (``ExtractedAnswer(data=None, document=None)``), scored 1 − P(the corpus holds an
+    answer) (``meta["holds_answer"]`` of the answers, when the calibration gives it; else the top answer's
+    confidence), with ``meta={"no_answer": True, "top_confidence": ..., "holds_answer": ...}``: first when that
+    probability is below ``no_answer_threshold`` (or there is no answer), last otherwise
     (:func:`dphr_haystack.documents.results.with_no_answer`).
 
     Example:
@@ -173,7 +174,7 @@ class PhraseRetriever(SearchOptionAttributes):
             unit: ``phrase``, ``passage`` or ``document`` (default: the init value).
             scale_score: Scores in [0, 1] or raw (default: the init value).
             no_answer: Add "no answer" to the answers (default: the init value).
-            no_answer_threshold: The top answer's confidence below which "no answer" comes first (default: the
+            no_answer_threshold: P(the documents hold an answer) below which "no answer" comes first (default: the
                 init value).
             verify: A reader reads the top answer in its passage; the confidences weigh its view (default: the init
                 value).
@@ -226,7 +227,7 @@ def _answer(query: str, result: RetrievedAnswer[Document] | NoAnswer) -> Extract
             score=result.score,
             data=None,
             document=None,
-            meta={"no_answer": True, "top_confidence": result.top_confidence},
+            meta=result.meta(),
         )
     phrase = result.phrase
     return ExtractedAnswer(

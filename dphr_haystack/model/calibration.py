@@ -14,6 +14,11 @@ is that probability (the order of a query's answers stays as it was). A calibrat
 :class:`Verification` too: a question-answering reader that reads the top answer in its passage, and P(right) from
 the answerability's confidence and the reader's view of the span (:data:`VERIFICATION_FEATURES`), applied the same
 way when a search asks for it (:mod:`dphr_haystack.verification`).
+
+Whether the corpus holds an answer at all is a question of its own: a calibration may carry ``holds_answer``, a
+second :class:`Answerability` over the same query features fitted on that label (P(the corpus holds an answer to the
+question), which scores Haystack's "no answer"), and a verification its :class:`VerifiedHoldsAnswer`, the same
+probability once the reader has read the top answer (:data:`HOLDS_VERIFICATION_FEATURES`).
 """
 
 from __future__ import annotations
@@ -64,6 +69,9 @@ QUERY_FEATURES = (
 # What a :class:`Verification` weighs: the top answer's confidence as log-odds and a reader's view of its span in
 # its passage (:class:`dphr_haystack.verification.ReaderView`).
 VERIFICATION_FEATURES = ("top_logit", "reader_span", "reader_logp", "reader_gap")
+# What a :class:`VerifiedHoldsAnswer` weighs: P(the corpus holds an answer) of the search as log-odds and the reader's
+# view of the top answer's span.
+HOLDS_VERIFICATION_FEATURES = ("holds_logit", "reader_span", "reader_logp", "reader_gap")
 # The query features that read a question's names (:func:`dphr_haystack.question_words.question_names`).
 NAME_FEATURES = ("top_name_support", "best_name_support", "has_names")
 # How many ranked candidate phrases a calibration's features look at (their reference list) and its ranker orders;
@@ -118,8 +126,10 @@ class AnswerRanker:
 
 @dataclass(frozen=True)
 class Answerability:
-    """P(the query's top answer is right, given the corpus searched) = σ(w · standardised query features + b) over
-    the named :data:`QUERY_FEATURES` (:func:`dphr_haystack.fitting.fit_answerability`); NaN counts at the mean."""
+    """A probability of the whole query = σ(w · standardised query features + b) over the named
+    :data:`QUERY_FEATURES` (:func:`dphr_haystack.fitting.fit_answerability`); NaN counts at the mean. As a
+    calibration's ``answerability``: P(the query's top answer is right, given the corpus searched); as its
+    ``holds_answer``: P(the corpus holds an answer to the question)."""
 
     weights: tuple[float, ...]
     bias: float
@@ -131,23 +141,49 @@ class Answerability:
         check_query_features(self.features)
 
     def probability(self, features: np.ndarray) -> np.ndarray:
-        """P(right) of each row of :func:`~dphr_haystack.confidence.query_features` over :attr:`features`."""
+        """The probability of each row of :func:`~dphr_haystack.confidence.query_features` over :attr:`features`."""
         return sigmoid(standardised(features, self.mean, self.scale) @ np.asarray(self.weights) + self.bias)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "features": list(self.features),
-            "weights": list(self.weights),
-            "bias": self.bias,
-            "mean": list(self.mean),
-            "scale": list(self.scale),
-        }
+        return _linear_dict(self)
 
     @classmethod
     def from_dict(cls, data: Any) -> Answerability:
         """Read a stored answerability; InvalidParameterError on a malformed or foreign one."""
         features, values = _read_linear(data, "answerability", ("weights", "mean", "scale", "bias"))
         return cls(values[0], values[3][0], values[1], values[2], check_query_features(features))
+
+
+@dataclass(frozen=True)
+class VerifiedHoldsAnswer:
+    """P(the corpus holds an answer) = σ(w · standardised :data:`HOLDS_VERIFICATION_FEATURES` + b) once a reader has
+    read the top answer (:func:`dphr_haystack.fitting.fit_verified_holds`)."""
+
+    weights: tuple[float, ...]
+    bias: float
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    features: tuple[str, ...] = HOLDS_VERIFICATION_FEATURES
+
+    def __post_init__(self) -> None:
+        if self.features != HOLDS_VERIFICATION_FEATURES:
+            raise InvalidParameterError(
+                f"verified holds-answer over features {self.features}: "
+                f"expected {', '.join(HOLDS_VERIFICATION_FEATURES)}"
+            )
+
+    def probability(self, features: np.ndarray) -> np.ndarray:
+        """P(the corpus holds an answer) of each row of :data:`HOLDS_VERIFICATION_FEATURES`."""
+        return sigmoid(standardised(features, self.mean, self.scale) @ np.asarray(self.weights) + self.bias)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _linear_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> VerifiedHoldsAnswer:
+        """Read a stored one; InvalidParameterError on a malformed or foreign one."""
+        features, values = _read_linear(data, "verified holds-answer", ("weights", "mean", "scale", "bias"))
+        return cls(values[0], values[3][0], values[1], values[2], features)
 
 
 @dataclass(frozen=True)
@@ -162,6 +198,7 @@ class Verification:
     mean: tuple[float, ...]
     scale: tuple[float, ...]
     features: tuple[str, ...] = VERIFICATION_FEATURES
+    holds_answer: VerifiedHoldsAnswer | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.reader, str) or not self.reader:
@@ -176,20 +213,18 @@ class Verification:
         return sigmoid(standardised(features, self.mean, self.scale) @ np.asarray(self.weights) + self.bias)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "reader": self.reader,
-            "features": list(self.features),
-            "weights": list(self.weights),
-            "bias": self.bias,
-            "mean": list(self.mean),
-            "scale": list(self.scale),
-        }
+        out = {"reader": self.reader, **_linear_dict(self)}
+        if self.holds_answer is not None:
+            out["holds_answer"] = self.holds_answer.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: Any) -> Verification:
         """Read a stored verification; InvalidParameterError on a malformed or foreign one."""
         features, values = _read_linear(data, "verification", ("weights", "mean", "scale", "bias"))
-        return cls(str(data.get("reader", "")), values[0], values[3][0], values[1], values[2], features)
+        stored = data.get("holds_answer")
+        holds = VerifiedHoldsAnswer.from_dict(stored) if stored is not None else None
+        return cls(str(data.get("reader", "")), values[0], values[3][0], values[1], values[2], features, holds)
 
 
 @dataclass(frozen=True)
@@ -214,6 +249,7 @@ class Calibration:
     depth: int = CONFIDENCE_DEPTH
     answerability: Answerability | None = None
     verification: Verification | None = None
+    holds_answer: Answerability | None = None
 
     def __post_init__(self) -> None:
         check_features(self.features, ranked=self.ranker is not None)
@@ -240,6 +276,8 @@ class Calibration:
             out["answerability"] = self.answerability.to_dict()
         if self.verification is not None:
             out["verification"] = self.verification.to_dict()
+        if self.holds_answer is not None:
+            out["holds_answer"] = self.holds_answer.to_dict()
         return out
 
     @classmethod
@@ -252,7 +290,22 @@ class Calibration:
         depth = data.get("depth", STORED_DEPTH)
         stored = data.get("verification")
         verification = Verification.from_dict(stored) if stored is not None else None
-        return cls(values[0], values[3][0], values[1], values[2], features, ranker, depth, answerability, verification)
+        stored = data.get("holds_answer")
+        holds = Answerability.from_dict(stored) if stored is not None else None
+        return cls(
+            values[0], values[3][0], values[1], values[2], features, ranker, depth, answerability, verification, holds
+        )
+
+
+def _linear_dict(model: Any) -> dict[str, Any]:
+    """The stored form of a linear model's features, weights, bias, mean and scale."""
+    return {
+        "features": list(model.features),
+        "weights": list(model.weights),
+        "bias": model.bias,
+        "mean": list(model.mean),
+        "scale": list(model.scale),
+    }
 
 
 def _read_linear(data: Any, what: str, keys: tuple[str, ...]) -> tuple[tuple[str, ...], list[tuple[float, ...]]]:

@@ -58,8 +58,10 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
     score in ``meta["raw_score"]``; its Documents score their answer's confidence capped by those ranked above (raw
     score in ``meta["phrase_score"]``).
     ``no_answer`` adds to ``run``'s answers "no answer" as Haystack 1.x's readers write it (empty text, no context,
-    offsets (0, 0)), scored 1 − the top answer's confidence, with ``meta={"no_answer": True, "top_confidence": ...}``;
-    it needs a model with a calibration, and documents never change. ``batch_size`` also batches passage encoding.
+    offsets (0, 0)), scored 1 − P(the corpus holds an answer) (``meta["holds_answer"]`` of the answers, when the
+    calibration gives it; else the top answer's confidence), with ``meta={"no_answer": True, "top_confidence": ...,
+    "holds_answer": ...}``; it needs a model with a calibration, and documents never change. ``batch_size`` also
+    batches passage encoding.
     ``verify`` lets a question-answering reader read each query's top answer in its passage (one reader pass a query,
     :mod:`dphr_haystack.verification`): its confidence, and "no answer", then weigh what the reader sees.
     ``run``, ``run_query`` (and their batch forms) take ``top_k``, ``unit``, ``scale_score``, ``no_answer``,
@@ -368,7 +370,7 @@ def _answer(result: RetrievedAnswer[Document] | NoAnswer) -> Answer:
             offsets_in_context=[Span(start=0, end=0)],
             offsets_in_document=[Span(start=0, end=0)],
             document_ids=None,
-            meta={"no_answer": True, "top_confidence": result.top_confidence},
+            meta=result.meta(),
         )
     phrase, doc = result.phrase, result.document
     return Answer(

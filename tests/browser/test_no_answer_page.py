@@ -20,7 +20,7 @@ import re
 import pytest
 
 from tests.browser.conftest import open_page, serving_tiny_passages
-from tests.core.test_answers_every_unit import QUESTION, save_calibrated
+from tests.core.test_answers_every_unit import QUESTION, save_calibrated, save_holding
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -187,3 +187,35 @@ def test_the_no_answer_result_fits_a_390_px_phone(phone, console_errors):
         box = phone.locator(selector).bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, (selector, box)
     assert console_errors == []
+
+
+@pytest.fixture(scope="module")
+def holding_server(tmp_path_factory, _tiny_model_session):
+    """``dphr serve`` as :func:`server`, with a model whose calibration gives every query P(the documents hold an
+    answer) = 0.3."""
+    pytest.importorskip("requests")
+    tmp = tmp_path_factory.mktemp("no-answer-page-holding")
+    model = save_holding(copy.deepcopy(_tiny_model_session), tmp / "holding", 0.3)
+    with serving_tiny_passages(tmp, model) as url:
+        yield url
+
+
+def test_a_model_that_says_whether_the_documents_hold_an_answer_is_read_by_that(
+    browser, holding_server, console_errors
+):
+    context, page = open_page(browser, holding_server, console_errors, 1400, 1000)
+    compare = Compare(page)  # the default threshold, 0.5: 0.3 puts "no answer" first
+    _turn_on(page)
+    _ask(page)
+    answers = compare.column()
+    assert answers[0]["meta"]["no_answer"] is True and answers[0]["meta"]["holds_answer"] == pytest.approx(0.3)
+    result = page.locator("#no-answer")
+    assert result.is_visible() and "Not in these documents" in result.inner_text()
+    assert result.locator(".confidence-label").inner_text() == "probability 70%"
+    assert "hold no answer to the question" in (result.locator(".confidence").get_attribute("title") or "")
+    top = answers[0]["meta"]["top_confidence"]
+    text = result.inner_text()
+    assert "hold an answer to the question with a 30% chance" in text
+    assert f"the best answer found has a {_percent(top)} chance of being right" in text
+    assert console_errors == []
+    context.close()

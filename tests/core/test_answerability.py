@@ -14,16 +14,15 @@ from dphr_haystack.confidence import (
     QUERY_FEATURES,
     SUPPORT_FLOOR,
     Answerability,
-    corpus_shift,
     fit_answerability,
     name_share,
-    no_answer_score,
     normalized_words,
     query_features,
     question_names,
     question_words,
     shifted,
 )
+from dphr_haystack.corpus_judgement import CorpusJudgement, holds_answer_estimate, judge_corpus, no_answer_score
 from dphr_haystack.encode.add import add_passages
 from dphr_haystack.model.calibration import Calibration
 from dphr_haystack.search import best_phrase
@@ -104,23 +103,46 @@ def test_name_share_matches_whole_words_possessives_and_plurals():
     assert name_share((), passage) == 1.0
 
 
+def _shift(calibration, confidence, searched: int = 3) -> float:
+    return judge_corpus(calibration, CANDIDATES, confidence, ASKED, PASSAGES, searched).shift
+
+
 def test_the_corpus_shift_makes_the_top_confidence_the_answerability_and_keeps_the_order():
     answerability = _answerability(log_passages=0.7, best_support=1.2)
     calibration = dataclasses.replace(_ranked_calibration(), answerability=answerability)
     confidence = {0: 0.9, 1: 0.6, 2: 0.3, 3: 0.05}
-    shift = corpus_shift(calibration, CANDIDATES, confidence, ASKED, PASSAGES, 3)
+    shift = _shift(calibration, confidence)
     features = query_features(answerability.features, CANDIDATES, 0, 0.9, ASKED, PASSAGES, 3)
     expected = float(answerability.probability(features[None, :])[0])
     moved = {i: shifted(c, shift) for i, c in confidence.items()}
     assert moved[0] == pytest.approx(expected)
     assert sorted(moved, key=lambda i: -moved[i]) == [0, 1, 2, 3]
     # a bigger corpus, the same answers: a higher weight on log_passages raises them all
-    assert corpus_shift(calibration, CANDIDATES, confidence, ASKED, PASSAGES, 3000) > shift
-    # no answerability, or no answers: nothing moves
-    assert corpus_shift(_ranked_calibration(), CANDIDATES, confidence, ASKED, PASSAGES, 3) == 0.0
-    assert corpus_shift(calibration, CANDIDATES, {}, ASKED, PASSAGES, 3) == 0.0
+    assert _shift(calibration, confidence, 3000) > shift
+    # no answerability, or no answers: nothing moves, nothing is judged
+    assert judge_corpus(_ranked_calibration(), CANDIDATES, confidence, ASKED, PASSAGES, 3) == CorpusJudgement()
+    assert judge_corpus(calibration, CANDIDATES, {}, ASKED, PASSAGES, 3) == CorpusJudgement()
     assert shifted(0.25, 0.0) == 0.25
-    assert no_answer_score(0.3) == pytest.approx(0.7) and no_answer_score(None) == 1.0
+
+
+def test_holds_answer_is_its_own_probability_of_the_same_features_and_scores_no_answer():
+    answerability = _answerability(log_passages=0.7, best_support=1.2)
+    holds = _answerability(best_support=2.0, top_logit=-0.3)
+    calibration = dataclasses.replace(_ranked_calibration(), answerability=answerability, holds_answer=holds)
+    confidence = {0: 0.9, 1: 0.6, 2: 0.3, 3: 0.05}
+    judged = judge_corpus(calibration, CANDIDATES, confidence, ASKED, PASSAGES, 3)
+    features = query_features(holds.features, CANDIDATES, 0, 0.9, ASKED, PASSAGES, 3)
+    assert judged.holds_answer == pytest.approx(float(holds.probability(features[None, :])[0]))
+    assert judged.shift == pytest.approx(_shift(dataclasses.replace(calibration, holds_answer=None), confidence))
+    # without an answerability the answers stay, the holds-answer is still given
+    alone = judge_corpus(
+        dataclasses.replace(calibration, answerability=None), CANDIDATES, confidence, ASKED, PASSAGES, 3
+    )
+    assert alone == CorpusJudgement(0.0, judged.holds_answer)
+    # "no answer" is scored by the holds-answer when there is one, else by the top answer's confidence
+    assert no_answer_score(0.3, 0.8) == pytest.approx(0.2) and holds_answer_estimate(0.3, 0.8) == 0.8
+    assert no_answer_score(0.3) == pytest.approx(0.7) and holds_answer_estimate(0.3, None) == 0.3
+    assert no_answer_score(None) == 1.0 and holds_answer_estimate(None, None) is None
 
 
 def test_answerability_is_stored_with_the_calibration_and_checked():
@@ -137,6 +159,12 @@ def test_answerability_is_stored_with_the_calibration_and_checked():
     ):
         with pytest.raises(InvalidParameterError):
             Calibration.from_dict({**stored, "answerability": bad})
+    with_holds = dataclasses.replace(calibration, holds_answer=_answerability(best_support=2.0))
+    stored = json.loads(json.dumps(with_holds.to_dict()))
+    assert stored["holds_answer"]["features"] == ["best_support"] and "holds_answer" not in calibration.to_dict()
+    assert Calibration.from_dict(stored) == with_holds
+    with pytest.raises(InvalidParameterError):
+        Calibration.from_dict({**stored, "holds_answer": {**stored["holds_answer"], "features": ["reader_span"]}})
 
 
 def test_fitted_answerability_separates_queries_by_their_support():
@@ -168,6 +196,18 @@ def test_the_searcher_gives_the_top_answer_its_corpus_probability_in_every_unit(
     top = _confidence(after[0])
     assert top == pytest.approx(1 / (1 + math.exp(0.5)))
     assert all(_confidence(h) <= top + 1e-12 for h in after)
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "document"])
+def test_every_answer_of_a_query_carries_its_holds_answer_in_every_unit(tiny_model, index, unit):
+    question = "What is the capital of France?"
+    plain = _ranked_calibration()
+    holds = dataclasses.replace(plain, holds_answer=_answerability(has_names=-1.0))  # σ(-1.5): "France" is a name
+    before = PhraseSearcher(index, tiny_model, calibration=plain).search(question, unit=unit, top_k=5)
+    after = PhraseSearcher(index, tiny_model, calibration=holds).search(question, unit=unit, top_k=5)
+    assert [(_text(h), _confidence(h)) for h in after] == [(_text(h), _confidence(h)) for h in before]
+    assert [best_phrase(h).holds_answer for h in after] == pytest.approx([1 / (1 + math.exp(1.5))] * len(after))
+    assert all(best_phrase(h).holds_answer is None for h in before)
 
 
 def test_the_searched_passages_are_the_corpus_size(tiny_model, index):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -11,7 +12,7 @@ from dphr_haystack.answers import normalize_answer
 from dphr_haystack.confidence import copies_question, question_words
 from dphr_haystack.documents.results import best_phrase, retrieved
 from dphr_haystack.encode.add import add_passages
-from dphr_haystack.model.calibration import Calibration, Verification
+from dphr_haystack.model.calibration import Answerability, Calibration, Verification
 from dphr_haystack.search import RANKING_POOL
 from tests.conftest import tiny_passages
 
@@ -36,6 +37,20 @@ EVERY = {"phrase": 1000, "passage": 20, "document": 20}
 def save_calibrated(model, path):
     """A model directory of ``model`` with :data:`CALIBRATION` stored (what the Haystack retrievers load)."""
     calibrated(model).save(path)
+    return path
+
+
+def holds_answer(probability: float) -> Answerability:
+    """A holds-answer that gives every query ``probability``."""
+    bias = math.log(probability / (1 - probability))
+    return Answerability((0.0,), bias, (0.0,), (1.0,), ("log_passages",))
+
+
+def save_holding(model, path, probability: float):
+    """A model directory of ``model`` with :data:`CALIBRATION` and a :func:`holds_answer` of ``probability``."""
+    stored = dataclasses.replace(CALIBRATION, holds_answer=holds_answer(probability))
+    model.config = dataclasses.replace(model.config, calibration=stored.to_dict())
+    model.save(path)
     return path
 
 

@@ -1,7 +1,8 @@
 """``dphr search --no-answer``: off by default and then the output is as before; on, a line "no answer in this
 corpus (p=...)" with p = 1 − the top answer's confidence, before the results when that confidence is below
 ``--no-answer-threshold`` and after them otherwise, in every unit, and ``"no_answer": {"score", "top_confidence",
-"first"}`` in ``--json``. Bad thresholds and a model without a calibration are refused with status 2."""
+"holds_answer", "first"}`` in ``--json``; with a model whose calibration has a holds-answer, p = 1 − P(the corpus holds
+an answer), placed by it. Bad thresholds and a model without a calibration are refused with status 2."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from dphr_haystack.cli import main
 from tests.conftest import tiny_passages
-from tests.core.test_answers_every_unit import QUESTION, save_calibrated
+from tests.core.test_answers_every_unit import QUESTION, save_calibrated, save_holding
 
 pytestmark = pytest.mark.unit
 
@@ -84,7 +85,7 @@ def test_no_answer_comes_first_below_the_threshold_and_last_otherwise(
     assert result["results"] == plain["results"]  # the results do not change
     top = _top_confidence(plain, unit)
     marker = result["no_answer"]
-    assert set(marker) == {"score", "top_confidence", "first"}
+    assert set(marker) == {"score", "top_confidence", "holds_answer", "first"} and marker["holds_answer"] is None
     assert marker["first"] is first and marker["top_confidence"] == pytest.approx(top, abs=1e-12)
     assert marker["score"] == pytest.approx(1.0 - top, abs=1e-12)
 
@@ -122,3 +123,16 @@ def test_a_model_without_a_calibration_is_refused(capsys, tmp_path, tiny_model_d
     assert NO_ANSWER not in _search(capsys, index)  # off: as before
     err = _error(capsys, ["search", "--index", index, "--no-answer", QUESTION])
     assert "calibration" in err
+
+
+@pytest.mark.parametrize("holds", [0.3, 0.7])  # either side of the default threshold, whatever the confidences
+def test_a_holds_answer_scores_and_places_no_answer(capsys, tmp_path, _tiny_model_session, holds):
+    index = _index(tmp_path, save_holding(copy.deepcopy(_tiny_model_session), tmp_path / "holding", holds))
+    result = _json(capsys, index, "--unit", "phrase", "--no-answer")
+    marker = result["no_answer"]
+    assert marker["first"] is (holds < 0.5) and marker["holds_answer"] == pytest.approx(holds)
+    assert marker["score"] == pytest.approx(1.0 - holds) and marker["top_confidence"] == _top_confidence(
+        result, "phrase"
+    )
+    line = next(line for line in _search(capsys, index, "--no-answer").splitlines() if NO_ANSWER in line)
+    assert f"(p={1.0 - holds:.2f}; P(the corpus holds an answer) {holds:.2f}, top answer's confidence" in line

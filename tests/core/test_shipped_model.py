@@ -9,6 +9,7 @@ from dphr_haystack.answers import exact_match
 from dphr_haystack.encode.add import add_passages
 from dphr_haystack.errors import ModelLoadError
 from dphr_haystack.model import registry as shipped
+from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
 
 SIZE_BUDGET_BYTES = 40 * 10**6  # the shipped files, at most 40 MB in total
 MIN_EM_AT_1 = 0.20  # measured 0.30 (18 of 60 questions) when shipped (the model before QSFT: 16); untrained: 0.0
@@ -129,6 +130,9 @@ def test_the_shipped_reader_verifies_the_shipped_default(shipped_model, squad_de
 
     verification = Calibration.from_dict(shipped_model.config.calibration).verification
     assert verification is not None and verification.reader == "dphr-minilm-squad-reader"
+    # it says whether the corpus holds an answer, with and without the reader
+    assert Calibration.from_dict(shipped_model.config.calibration).holds_answer is not None
+    assert verification.holds_answer is not None
     files = [f for f in reader_dir(verification.reader).iterdir() if f.is_file()]
     assert sum(f.stat().st_size for f in files) <= SIZE_BUDGET_BYTES and max(f.stat().st_size for f in files) <= 2**24
     passages = [{k: p[k] for k in ("id", "title", "text")} for p in squad_dev_paragraphs]
@@ -149,3 +153,30 @@ def test_the_shipped_reader_verifies_the_shipped_default(shipped_model, squad_de
         return sum(good) / len(good) - sum(bad) / len(bad)
 
     assert gap(checked) > gap(plain)
+
+
+@pytest.mark.integration
+def test_the_shipped_default_says_whether_the_shipped_corpus_holds_an_answer(shipped_model):
+    """Over the first 20 shipped SQuAD paragraphs (Super Bowl 50), questions they answer get P(the corpus holds an
+    answer) above the default threshold and "no answer" last; questions about what they never mention, below it and
+    "no answer" first, with and without the reader."""
+    from dphr_haystack import read_corpus
+    from dphr_haystack.documents.results import NoAnswer, retrieved, with_no_answer
+
+    passages = [{"id": p.id, "title": p.title, "text": p.text} for p in list(read_corpus("squad-dev"))[:20]]
+    index = PhraseIndex.create(shipped_model)
+    add_passages(index, shipped_model, passages, batch_size=16, progress=False)
+    answered = ["Which NFL team won Super Bowl 50?", "Where was Super Bowl 50 played?"]
+    unanswered = [
+        "Who painted the Mona Lisa?",
+        "What is the capital of Kenya?",
+        "When did the Normans conquer England?",
+    ]
+    for verify in (False, True):
+        searcher = PhraseSearcher(index, shipped_model, unit="phrase", top_k=3, verify=verify)
+        hits = searcher.search_batch(answered + unanswered)
+        holds = [h[0].holds_answer for h in hits]
+        assert min(holds[: len(answered)]) > NO_ANSWER_THRESHOLD > max(holds[len(answered) :]), (verify, holds)
+        for results, expected_first in zip(hits, [False] * len(answered) + [True] * len(unanswered), strict=True):
+            _, answers = retrieved([(hit, None) for hit in results], lambda _: None, True)
+            assert isinstance(with_no_answer(answers)[0], NoAnswer) is expected_first

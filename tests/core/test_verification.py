@@ -13,9 +13,15 @@ import pytest
 from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
 from dphr_haystack.encode.add import add_passages
 from dphr_haystack.errors import InvalidParameterError, ModelLoadError
-from dphr_haystack.fitting import fit_verification
+from dphr_haystack.fitting import fit_verification, fit_verified_holds
 from dphr_haystack.hits import best_phrase
-from dphr_haystack.model.calibration import VERIFICATION_FEATURES, Calibration, Verification
+from dphr_haystack.model.calibration import (
+    HOLDS_VERIFICATION_FEATURES,
+    VERIFICATION_FEATURES,
+    Calibration,
+    Verification,
+    VerifiedHoldsAnswer,
+)
 from dphr_haystack.verification import (
     SpanReader,
     load_reader,
@@ -25,7 +31,14 @@ from dphr_haystack.verification import (
     verification_features,
 )
 from tests.conftest import tiny_passages
-from tests.core.test_answers_every_unit import CALIBRATION, QUESTION, save_calibrated, save_verified, verification
+from tests.core.test_answers_every_unit import (
+    CALIBRATION,
+    QUESTION,
+    holds_answer,
+    save_calibrated,
+    save_verified,
+    verification,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -147,6 +160,40 @@ def test_a_verified_search_moves_every_confidence_by_the_same_log_odds(verified_
 
     shifts = [logit(c.confidence) - logit(p.confidence) for c, p in zip(checked, plain, strict=True)]
     assert max(shifts) - min(shifts) < 1e-6 and abs(shifts[0]) > 1e-6
+
+
+def test_a_verified_holds_answer_reads_the_view_and_is_stored(tmp_path, _tiny_model_session, tiny_reader_dir, reader):
+    holds = VerifiedHoldsAnswer((0.5, -0.8, 0.3, 0.2), 0.1, (0.0, 0.0, -3.0, -1.0), (1.5, 2.0, 1.0, 1.0))
+    stored = dataclasses.replace(
+        CALIBRATION,
+        verification=dataclasses.replace(verification(tiny_reader_dir), holds_answer=holds),
+        holds_answer=holds_answer(0.4),
+    )
+    assert Calibration.from_dict(stored.to_dict()) == stored
+    with pytest.raises(InvalidParameterError, match="features"):
+        VerifiedHoldsAnswer.from_dict({**holds.to_dict(), "features": list(VERIFICATION_FEATURES)})
+    model = copy.deepcopy(_tiny_model_session)
+    model.config = dataclasses.replace(model.config, calibration=stored.to_dict())
+    index = PhraseIndex.create(model)
+    add_passages(index, model, tiny_passages(), progress=False)
+    plain = PhraseSearcher(index, model, unit="phrase", top_k=5).search(QUESTION)
+    checked = PhraseSearcher(index, model, unit="phrase", top_k=5, verify=True).search(QUESTION)
+    assert [h.holds_answer for h in plain] == pytest.approx([0.4] * len(plain))
+    top = plain[top_answer(plain)]
+    view = reader.view(QUESTION, index.passages[top.passage_row]["text"], top.start, top.end)
+    expected = float(holds.probability(verification_features(0.4, view)[None, :])[0])
+    assert [h.holds_answer for h in checked] == pytest.approx([expected] * len(checked))
+    assert abs(expected - 0.4) > 1e-3
+
+
+def test_a_fitted_verified_holds_answer_weighs_what_tells_answerable_questions_apart():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(400, len(HOLDS_VERIFICATION_FEATURES)))
+    holds = x[:, 0] + 0.5 * x[:, 3] + 0.2 * rng.normal(size=400) > 0
+    fitted = fit_verified_holds(x, holds)
+    assert fitted.features == HOLDS_VERIFICATION_FEATURES and fitted.weights[0] > fitted.weights[3] > 0
+    with pytest.raises(InvalidParameterError, match="columns"):
+        fit_verified_holds(x[:, :2], holds)
 
 
 @pytest.mark.parametrize("unit", ["passage", "document"])

@@ -1,7 +1,8 @@
 """The 1.x PhraseRetriever's ``no_answer`` option: off by default and then nothing changes; on, the answers gain
 "no answer" as Haystack 1.x's readers write it (empty text, no context, offsets (0, 0), no document), scored 1 − the
 top answer's confidence, first when that confidence is below ``no_answer_threshold`` and last otherwise, in every
-unit, per retriever, per query and per pipeline run. Documents never change; bad values and a model without a
+unit, per retriever, per query and per pipeline run; with a model whose calibration has a holds-answer, scored 1 −
+P(the corpus holds an answer) and placed by it. Documents never change; bad values and a model without a
 calibration are refused."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from haystack.schema import Answer, Span
 from dphr_haystack.errors import InvalidParameterError
 from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever, load_pipeline
 from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
-from tests.core.test_answers_every_unit import QUESTION, save_calibrated
+from tests.core.test_answers_every_unit import QUESTION, save_calibrated, save_holding
 from tests.haystack.conftest import PIPELINES
 
 pytestmark = pytest.mark.unit
@@ -324,3 +325,20 @@ def test_rest_bad_compare_options_are_4xx_json(rest, body, status):
     response = rest.post("/compare", json={"query": QUESTION, **body})
     assert response.status_code == status, response.text[:300]
     assert response.json()["errors"] and "Traceback" not in response.text
+
+
+@pytest.mark.parametrize("unit", UNITS)
+@pytest.mark.parametrize("holds", [0.3, 0.7])  # either side of the default threshold, whatever the confidences
+def test_a_holds_answer_scores_and_places_no_answer(tmp_path, _tiny_model_session, haystack_docs, unit, holds):
+    model_dir = save_holding(copy.deepcopy(_tiny_model_session), tmp_path / "holding", holds)
+    answers = _retriever(model_dir, haystack_docs, unit=unit, no_answer=True).run_query(QUESTION)[0]["answers"]
+    assert [_is_no_answer(a) for a in answers].count(True) == 1
+    marker = answers[0] if holds < NO_ANSWER_THRESHOLD else answers[-1]
+    top = next(a for a in answers if not _is_no_answer(a))
+    assert marker.meta == {
+        "no_answer": True,
+        "top_confidence": top.meta["confidence"],
+        "holds_answer": pytest.approx(holds),
+    }
+    assert marker.score == pytest.approx(1.0 - holds, abs=1e-12)
+    assert all(a.meta["holds_answer"] == pytest.approx(holds) for a in answers if not _is_no_answer(a))

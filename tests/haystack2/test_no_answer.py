@@ -1,8 +1,9 @@
 """The 2.x PhraseRetriever's ``no_answer`` option: off by default and then nothing changes; on, the answers gain
 "no answer" as Haystack 2's readers give it (``ExtractedAnswer(data=None, document=None)``), scored 1 − the top
 answer's confidence, first when that confidence is below ``no_answer_threshold`` and last otherwise, in every unit,
-from the init values or ``run``'s; both survive ``to_dict`` / ``from_dict`` and a pipeline's YAML. Documents never
-change; bad values and a model without a calibration are refused."""
+from the init values or ``run``'s; both survive ``to_dict`` / ``from_dict`` and a pipeline's YAML; with a model whose
+calibration has a holds-answer, scored 1 − P(the corpus holds an answer) and placed by it. Documents never change;
+bad values and a model without a calibration are refused."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from haystack.dataclasses import ExtractedAnswer
 from dphr_haystack.errors import InvalidParameterError
 from dphr_haystack.haystack2 import ALLOWED_MODULES, PhraseDocumentStore, PhraseIndexer, PhraseRetriever
 from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
-from tests.core.test_answers_every_unit import QUESTION, save_calibrated
+from tests.core.test_answers_every_unit import QUESTION, save_calibrated, save_holding
 
 pytestmark = pytest.mark.unit
 
@@ -129,7 +130,7 @@ def test_without_any_answer_no_answer_is_certain(filled, calibrated_dir):
 def test_the_options_round_trip_through_to_dict_and_yaml(filled, calibrated_dir):
     plain = PhraseRetriever(document_store=filled, model=str(calibrated_dir))
     data = plain.to_dict()["init_parameters"]
-    assert data["no_answer"] is False and data["no_answer_threshold"] == 0.25  # every search option is written
+    assert data["no_answer"] is False and data["no_answer_threshold"] == 0.5  # every search option is written
     retriever = PhraseRetriever(
         document_store=filled, model=str(calibrated_dir), no_answer=True, no_answer_threshold=0.5
     )
@@ -198,3 +199,21 @@ def test_a_model_without_a_calibration_is_refused(tiny_model_dir, hs2_docs):
         _retriever(store, tiny_model_dir).run(query=QUESTION, no_answer=True)
     with pytest.raises(InvalidParameterError, match="calibration"):
         _retriever(store, tiny_model_dir, no_answer=True).run(query=QUESTION)
+
+
+@pytest.mark.parametrize("unit", UNITS)
+@pytest.mark.parametrize("holds", [0.3, 0.7])  # either side of the default threshold, whatever the confidences
+def test_a_holds_answer_scores_and_places_no_answer(tmp_path, _tiny_model_session, unit, holds):
+    model_dir = save_holding(copy.deepcopy(_tiny_model_session), tmp_path / "holding", holds)
+    retriever = _retriever(filled_store(model_dir), model_dir, unit=unit, no_answer=True)
+    answers = retriever.run(query=QUESTION)["answers"]
+    assert [_is_no_answer(a) for a in answers].count(True) == 1
+    marker = answers[0] if holds < NO_ANSWER_THRESHOLD else answers[-1]
+    top = next(a for a in answers if not _is_no_answer(a))
+    assert marker.meta == {
+        "no_answer": True,
+        "top_confidence": top.meta["confidence"],
+        "holds_answer": pytest.approx(holds),
+    }
+    assert marker.score == pytest.approx(1.0 - holds, abs=1e-12)
+    assert all(a.meta["holds_answer"] == pytest.approx(holds) for a in answers if not _is_no_answer(a))

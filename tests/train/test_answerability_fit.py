@@ -94,6 +94,13 @@ def test_gathered_features_are_what_the_searcher_computes_and_leave_its_confiden
         expected = answerability.probability(table.features[i : i + 1])[0]
         assert top.confidence == pytest.approx(expected, abs=1e-9)
         assert top.text == table.texts[i]  # the same answer, its confidence moved
+    # the holds-answer, fitted on whether the corpus holds the answer: what the searcher gives every answer
+    holds = fit_table(table, unanswerable_weight=1.0, holds=True)
+    assert holds.features == QUERY_FEATURES and not np.array_equal(holds.weights, answerability.weights)
+    served = PhraseSearcher(index, tiny_model, calibration=dataclasses.replace(fitted, holds_answer=holds))
+    for i, case in enumerate(cases[:4]):
+        top = served.search(case.question.question, top_k=1, unit="phrase")[0]
+        assert top.holds_answer == pytest.approx(holds.probability(table.features[i : i + 1])[0], abs=1e-9)
 
 
 def test_the_answerability_is_written_into_the_model_config(sample_index, tiny_model, tmp_path):

@@ -14,7 +14,7 @@ from dphr_haystack.confidence import KNOWN_FEATURES, fit_calibration
 from dphr_haystack.verification import SpanReader
 from train.answerability import Case, Question, fit_table, gather
 from train.calibrate import write_calibrated
-from train.verifier import export_reader, fit, verification_inputs, verified_probability
+from train.verifier import export_reader, fit, fit_holds, verification_inputs, verified_probability
 
 pytestmark = pytest.mark.unit
 
@@ -48,6 +48,15 @@ def test_the_fitted_verification_is_what_a_verifying_searcher_applies(
         hit = served.search(case.question.question, top_k=1, unit="phrase")[0]
         assert hit.text == table.texts[i]  # the same answer, its confidence the verification's
         assert hit.confidence == pytest.approx(expected[i], abs=1e-9)
+    # with a holds-answer, the verification's own: what a verifying searcher gives every answer
+    verified = dataclasses.replace(verified, holds_answer=fit_table(table, unanswerable_weight=1.0, holds=True))
+    holding = fit_holds(table, verified)
+    expected = verified_probability(holding, verification_inputs(table, verified, holds=True))
+    verified = dataclasses.replace(verified, verification=dataclasses.replace(verification, holds_answer=holding))
+    served = PhraseSearcher(index, tiny_model, calibration=verified, verify=True)
+    for i, case in enumerate(cases[:4]):
+        hit = served.search(case.question.question, top_k=1, unit="phrase")[0]
+        assert hit.holds_answer == pytest.approx(expected[i], abs=1e-9)
     # stored with the model
     tiny_model.save(tmp_path / "model")
     write_calibrated(tmp_path / "model", tmp_path / "out", verified.to_dict())

@@ -193,12 +193,15 @@
     fill.style.width = `${Math.round(Math.max(0, Math.min(1, value)) * 100)}%`;
     meter.append(fill);
     badge.append(meter, el("span", "confidence-label", `probability ${percent(value)}`));
-    badge.title = "calibrated probability that these documents hold no right answer (1 - the top answer's confidence)";
+    badge.title =
+      typeof (answer.meta || {}).holds_answer === "number"
+        ? "calibrated probability that these documents hold no answer to the question"
+        : "calibrated probability that these documents hold no right answer (1 - the top answer's confidence)";
     return badge;
   }
 
-  // The no-answer: above the answers, which become best guesses, when it comes first (the top answer is not
-  // confident enough); a line below them when it comes last; nothing when it was not asked for.
+  // The no-answer: above the answers, which become best guesses, when it comes first (the documents probably hold no
+  // answer); a line below them when it comes last; nothing when it was not asked for.
   function renderNoAnswer(noAnswer, first, answers) {
     const box = byId("no-answer");
     const last = byId("no-answer-last");
@@ -210,14 +213,20 @@
     byId("answer-list").classList.toggle("guesses-list", Boolean(noAnswer && first));
     if (!noAnswer) return;
     const top = (noAnswer.meta || {}).top_confidence;
+    const holds = (noAnswer.meta || {}).holds_answer;
     if (first) {
       const head = el("div", "answer-head");
       head.append(el("span", "no-answer-text", "Not in these documents"), noAnswerBadge(noAnswer));
-      const why =
-        typeof top === "number"
-          ? `The best answer found has a ${percent(top)} chance of being right, so these documents probably do ` +
-            "not answer the question. The answers below are best guesses."
-          : "No phrase answer was found in the documents.";
+      let why = "No phrase answer was found in the documents.";
+      if (typeof holds === "number") {
+        why =
+          `These documents hold an answer to the question with a ${percent(holds)} chance (the best answer found ` +
+          `has a ${percent(top)} chance of being right). The answers below are best guesses.`;
+      } else if (typeof top === "number") {
+        why =
+          `The best answer found has a ${percent(top)} chance of being right, so these documents probably do ` +
+          "not answer the question. The answers below are best guesses.";
+      }
       box.append(head, el("p", "no-answer-note", why));
     } else {
       last.append(el("span", "no-answer-text", "Not in these documents"), " ", noAnswerBadge(noAnswer));
