@@ -13,15 +13,15 @@ there: counted unanswerable), and the small user corpus of ``benchmarks/data/use
 written for the project, 48 questions it answers, 48 it does not: world knowledge, near misses, other entities).
 
 For each: the top answer's confidence before (the calibration alone) and after (with the answerability), AUROC of
-answerable vs unanswerable questions of it and of what places "no answer" (the calibration's holds-answer, P(the
-corpus holds an answer), when it has one), and at :data:`~dphr_haystack.search_options.NO_ANSWER_THRESHOLD` the share
-of unanswerable questions that get "no answer" first and of right top answers lost; per corpus size, EM@1, AUROC
-right vs wrong and ECE of the answerable questions (with 95% bootstrap intervals over the questions) and a
-reliability curve. A sample of searches is repeated with the fitted calibration to check that the searcher returns
-what the table computes. ``--lower-case`` asks every question in lower case (as NQ's are written; the searcher then reads a
-question's names from the corpus' truecasing of it). ``--verify`` also lets the model's verification reader read
-every top answer (:mod:`dphr_haystack.verification`): "before" is then the answerability and "after" the verified
-confidence, and "no answer" is placed by the verified holds-answer (the unverified one reported beside it). Writes
+answerable vs unanswerable questions of it and of what places "no answer" (the calibration's holds-answer, P(the corpus
+holds an answer), when it has one), and at :data:`~dphr_haystack.search_options.NO_ANSWER_THRESHOLD` the share of
+unanswerable questions that get "no answer" first and of right top answers lost; per corpus size, EM@1, AUROC right vs
+wrong and ECE of the answerable questions (with 95% bootstrap intervals over the questions) and a reliability curve. A
+sample of searches is repeated with the fitted calibration to check that the searcher returns what the table computes.
+``--lower-case`` asks every question in lower case (as NQ's are written; the searcher then reads a question's names
+from the corpus' truecasing of it). ``--verify`` also lets the model's verification reader read every top answer
+(:mod:`dphr_haystack.verification`): "before" is then the answerability and "after" the verified confidence, and "no
+answer" is placed by the verified holds-answer (the unverified one reported beside it). Writes
 results/answerability.json and .png (``--name`` another name).
 """
 
