@@ -103,11 +103,8 @@ def fit_verification(
 ) -> Verification:
     """The :class:`Verification` by ``reader`` over :data:`VERIFICATION_FEATURES` (columns, in order), fitted by
     :func:`fit_logistic` on whether each query's top answer is right; ``weights`` as :func:`fit_answerability`'s."""
-    x = np.asarray(features, dtype=np.float64)
-    if x.ndim != 2 or x.shape[1] != len(VERIFICATION_FEATURES):
-        raise InvalidParameterError(f"feature columns of shape {x.shape} for {VERIFICATION_FEATURES}")
-    fitted, bias, mean, scale = fit_logistic(x, correct, l2, iterations, weights)
-    return Verification(reader, fitted, bias, mean, scale)
+    fitted = _fit_columns(features, correct, VERIFICATION_FEATURES, l2, iterations, weights)
+    return Verification(reader, *fitted)
 
 
 def fit_verified_holds(
@@ -120,11 +117,22 @@ def fit_verified_holds(
     """The :class:`VerifiedHoldsAnswer` over :data:`HOLDS_VERIFICATION_FEATURES` (columns, in order), fitted by
     :func:`fit_logistic` on whether the corpus of each query holds an answer; ``weights`` as
     :func:`fit_answerability`'s."""
+    return VerifiedHoldsAnswer(*_fit_columns(features, holds, HOLDS_VERIFICATION_FEATURES, l2, iterations, weights))
+
+
+def _fit_columns(
+    features: np.ndarray,
+    labels: np.ndarray,
+    names: tuple[str, ...],
+    l2: float,
+    iterations: int,
+    weights: np.ndarray | None,
+) -> tuple[tuple[float, ...], float, tuple[float, ...], tuple[float, ...]]:
+    """:func:`fit_logistic` of ``features`` whose columns must be ``names``, in order."""
     x = np.asarray(features, dtype=np.float64)
-    if x.ndim != 2 or x.shape[1] != len(HOLDS_VERIFICATION_FEATURES):
-        raise InvalidParameterError(f"feature columns of shape {x.shape} for {HOLDS_VERIFICATION_FEATURES}")
-    fitted, bias, mean, scale = fit_logistic(x, holds, l2, iterations, weights)
-    return VerifiedHoldsAnswer(fitted, bias, mean, scale)
+    if x.ndim != 2 or x.shape[1] != len(names):
+        raise InvalidParameterError(f"feature columns of shape {x.shape} for {names}")
+    return fit_logistic(x, labels, l2, iterations, weights)
 
 
 def fit_ranker(

@@ -67,6 +67,24 @@ def save_verified(model, path, reader):
     return path
 
 
+def assert_holding_no_answer(answers, holds: float, is_no_answer) -> None:
+    """``answers`` (Haystack answers of a model whose every query holds an answer with probability ``holds``) give
+    one "no answer", scored 1 − ``holds`` and placed by it against the default threshold, and every other answer
+    carries ``holds``."""
+    from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
+
+    assert [is_no_answer(a) for a in answers].count(True) == 1
+    marker = answers[0] if holds < NO_ANSWER_THRESHOLD else answers[-1]
+    top = next(a for a in answers if not is_no_answer(a))
+    assert marker.meta == {
+        "no_answer": True,
+        "top_confidence": top.meta["confidence"],
+        "holds_answer": pytest.approx(holds),
+    }
+    assert marker.score == pytest.approx(1.0 - holds, abs=1e-12)
+    assert all(a.meta["holds_answer"] == pytest.approx(holds) for a in answers if not is_no_answer(a))
+
+
 def real_copies(texts, question: str) -> list[str]:
     """The texts that copy ``question`` and have words of their own (not an article or punctuation only)."""
     words = question_words(question)

@@ -17,7 +17,12 @@ from haystack.schema import Answer, Span
 from dphr_haystack.errors import InvalidParameterError
 from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever, load_pipeline
 from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
-from tests.core.test_answers_every_unit import QUESTION, save_calibrated, save_holding
+from tests.core.test_answers_every_unit import (
+    QUESTION,
+    assert_holding_no_answer,
+    save_calibrated,
+    save_holding,
+)
 from tests.haystack.conftest import PIPELINES
 
 pytestmark = pytest.mark.unit
@@ -332,13 +337,4 @@ def test_rest_bad_compare_options_are_4xx_json(rest, body, status):
 def test_a_holds_answer_scores_and_places_no_answer(tmp_path, _tiny_model_session, haystack_docs, unit, holds):
     model_dir = save_holding(copy.deepcopy(_tiny_model_session), tmp_path / "holding", holds)
     answers = _retriever(model_dir, haystack_docs, unit=unit, no_answer=True).run_query(QUESTION)[0]["answers"]
-    assert [_is_no_answer(a) for a in answers].count(True) == 1
-    marker = answers[0] if holds < NO_ANSWER_THRESHOLD else answers[-1]
-    top = next(a for a in answers if not _is_no_answer(a))
-    assert marker.meta == {
-        "no_answer": True,
-        "top_confidence": top.meta["confidence"],
-        "holds_answer": pytest.approx(holds),
-    }
-    assert marker.score == pytest.approx(1.0 - holds, abs=1e-12)
-    assert all(a.meta["holds_answer"] == pytest.approx(holds) for a in answers if not _is_no_answer(a))
+    assert_holding_no_answer(answers, holds, _is_no_answer)

@@ -16,7 +16,12 @@ from haystack.dataclasses import ExtractedAnswer
 from dphr_haystack.errors import InvalidParameterError
 from dphr_haystack.haystack2 import ALLOWED_MODULES, PhraseDocumentStore, PhraseIndexer, PhraseRetriever
 from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
-from tests.core.test_answers_every_unit import QUESTION, save_calibrated, save_holding
+from tests.core.test_answers_every_unit import (
+    QUESTION,
+    assert_holding_no_answer,
+    save_calibrated,
+    save_holding,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -207,13 +212,4 @@ def test_a_holds_answer_scores_and_places_no_answer(tmp_path, _tiny_model_sessio
     model_dir = save_holding(copy.deepcopy(_tiny_model_session), tmp_path / "holding", holds)
     retriever = _retriever(filled_store(model_dir), model_dir, unit=unit, no_answer=True)
     answers = retriever.run(query=QUESTION)["answers"]
-    assert [_is_no_answer(a) for a in answers].count(True) == 1
-    marker = answers[0] if holds < NO_ANSWER_THRESHOLD else answers[-1]
-    top = next(a for a in answers if not _is_no_answer(a))
-    assert marker.meta == {
-        "no_answer": True,
-        "top_confidence": top.meta["confidence"],
-        "holds_answer": pytest.approx(holds),
-    }
-    assert marker.score == pytest.approx(1.0 - holds, abs=1e-12)
-    assert all(a.meta["holds_answer"] == pytest.approx(holds) for a in answers if not _is_no_answer(a))
+    assert_holding_no_answer(answers, holds, _is_no_answer)
