@@ -179,7 +179,7 @@
   }
 
   // "No answer" (asked for with no_answer): an answer with empty text and meta.no_answer, scored P(the documents
-  // hold no right answer) = 1 - the top answer's confidence.
+  // hold no answer) = 1 - meta.holds_answer (a model without it: 1 - the top answer's confidence).
   function isNoAnswer(answer) {
     return Boolean((answer.meta || {}).no_answer);
   }
