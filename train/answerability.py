@@ -435,6 +435,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not stored:
         parser.error(f"{args.model} has no calibration: run python -m train.calibrate first")
     calibration = Calibration.from_dict(stored)
+    if args.keep_answerability and calibration.answerability is None:
+        parser.error(f"{args.model} has no answerability to keep")
     questions = squad_questions(args.dev, slice(0, VALIDATION_ARTICLES))
     questions = random.Random(args.seed).sample(questions, min(args.questions, len(questions)))
     dev = dev_index(model, args.dev_index, args.dev)
@@ -444,8 +446,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         cases = {name: found + invented_cases(found, args.invented_name_weight) for name, found in cases.items()}
     indexes = {"dev": dev, "open": open_index}
     table = concatenate([gather(indexes[name], model, calibration, found) for name, found in cases.items()])
-    if args.keep_answerability and calibration.answerability is None:
-        parser.error(f"{args.model} has no answerability to keep")
     answerability = calibration.answerability if args.keep_answerability else None
     answerability = answerability or fit_table(
         table, unanswerable_weight=args.unanswerable_weight, lower_case_weight=args.lower_case_weight
