@@ -21,7 +21,7 @@ DEFAULTS = {
     "threads": None,
     "scale_score": True,
     "no_answer": False,
-    "no_answer_threshold": 0.5,
+    "no_answer_threshold": 0.4,
     "verify": False,
 }
 
@@ -39,7 +39,7 @@ EVERY_OPTION_SET = {
     "threads": 2,
     "scale_score": False,
     "no_answer": True,
-    "no_answer_threshold": 0.4,
+    "no_answer_threshold": 0.3,
     "verify": True,
 }
 

@@ -15,7 +15,8 @@ case without its answer weighing :data:`~train.answerability.UNANSWERABLE_WEIGHT
 of the model's ``dphr_config.json`` beside the answerability, naming its reader; ``verify.json`` reports the fit.
 When the calibration has a holds-answer (P(the corpus holds an answer)), the verification gets one too: a logistic
 regression of "the corpus holds the answer" on that probability (as log-odds) and the same view, every case weighing
-1 (:class:`~dphr_haystack.model.calibration.VerifiedHoldsAnswer`).
+1, near misses added as the holds-answer's fit adds them (``--near-miss-weight``;
+:class:`~dphr_haystack.model.calibration.VerifiedHoldsAnswer`).
 
 ``--export-reader`` writes a reader directory (a ``transformers`` question-answering model, e.g. the one
 ``train/configs/cpu_reader.yaml`` trains) in the compact weight format (int8 matrices by default; SHA-256 sums), as
@@ -44,6 +45,7 @@ from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
 from dphr_haystack.verification import SpanReader, reader_dir, reader_reference
 
 from .answerability import (
+    NEAR_MISS_WEIGHT,
     UNANSWERABLE_WEIGHT,
     VALIDATION_ARTICLES,
     QueryTable,
@@ -51,6 +53,7 @@ from .answerability import (
     concatenate,
     dev_index,
     gather,
+    near_miss_table,
     squad_questions,
 )
 from .calibrate import DEFAULT_DEV, write_calibrated
@@ -94,10 +97,12 @@ def fit(
 
 def fit_holds(table: QueryTable, calibration: Calibration) -> VerifiedHoldsAnswer:
     """The verification's holds-answer fitted on the cases of ``table`` that have a top answer the reader read, on
-    whether their corpus holds the answer (each case weighing 1, as the calibration's holds-answer is fitted)."""
+    whether their corpus holds the answer (each case weighing its own weight, as the calibration's holds-answer is
+    fitted)."""
     inputs = verification_inputs(table, calibration, holds=True)
     known = ~np.isnan(inputs).any(axis=1)
-    return fit_verified_holds(inputs[known], table.holds[known])
+    weights = np.array([c.weight for c in table.cases])
+    return fit_verified_holds(inputs[known], table.holds[known], weights=weights[known])
 
 
 def report(
@@ -159,6 +164,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=800, help="at most this many validation questions")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument(
+        "--near-miss-weight",
+        type=float,
+        default=NEAR_MISS_WEIGHT,
+        help="weight of a near miss (the question's passage removed, its article kept) in the holds-answer's fit",
+    )
     parser.add_argument("--report", type=Path, help="the fit report (default: verify.json in the model)")
     args = parser.parse_args(argv)
     if args.export_reader:
@@ -198,12 +209,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "threshold": NO_ANSWER_THRESHOLD,
         "fit": report(table, before, verified_probability(verification, inputs)),
     }
-    if calibration.holds_answer is not None:  # and P(the corpus holds an answer) once read
-        verification = replace(verification, holds_answer=fit_holds(table, calibration))
-        holds = verification_inputs(table, calibration, holds=True)
+    if calibration.holds_answer is not None:  # and P(the corpus holds an answer) once read, near misses too
+        near = near_miss_table(indexes, model, plain, questions, args.near_miss_weight, reader)
+        both = concatenate([table, near]) if near is not None else table
+        verification = replace(verification, holds_answer=fit_holds(both, calibration))
+        holds = verification_inputs(both, calibration, holds=True)
+        fitted["near_miss_weight"] = args.near_miss_weight
         fitted["holds_answer_fit"] = report(
-            table,
-            np.nan_to_num(calibration.holds_answer.probability(table.features)) * found,
+            both,
+            np.nan_to_num(calibration.holds_answer.probability(both.features)) * ~np.isnan(both.features[:, 0]),
             verified_probability(verification.holds_answer, holds),
             ("holds_answer", "verified"),
         )

@@ -9,8 +9,10 @@ dev paragraphs (the question's paragraph and random others / random paragraphs o
 paragraphs with and without the question's article, and SQuAD-open-small's 20,598 paragraphs the same two ways
 (its cached phrase index: ``python -m benchmarks.quality.squad_open_small`` builds it). Unanswerable sets besides:
 NQ-open and TriviaQA dev questions over the dev paragraphs and over SQuAD-open-small (nearly all unanswerable
-there: counted unanswerable), and the small user corpus of ``benchmarks/data/user_corpus`` (24 paragraphs
-written for the project, 48 questions it answers, 48 it does not: world knowledge, near misses, other entities).
+there: counted unanswerable), near misses (the SQuAD questions over either corpus less their own paragraph, where no
+other paragraph of their article holds an answer: ``squad-paragraph-removed``), and the small user corpus of
+``benchmarks/data/user_corpus`` (24 paragraphs written for the project, 48 questions it answers, 48 it does not:
+world knowledge, near misses, other entities).
 
 For each: the top answer's confidence before (the calibration alone) and after (with the answerability), AUROC of
 answerable vs unanswerable questions of it and of what places "no answer" (the calibration's holds-answer, P(the corpus
@@ -60,6 +62,7 @@ OPEN_SETS = {
     "triviaqa": SHARED_DATA / "odqa-dpr" / "trivia-dev.qa.csv.gz",
 }
 SIZES = ("5", "50", "500", "dev", "open")
+NEAR_MISS = "squad-paragraph-removed"  # the question's paragraph removed, the rest of its article kept (near misses)
 THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7)
 BOOTSTRAP = 1000  # resamples of a size's questions for the intervals of its ECE and AUROC
 
@@ -129,6 +132,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         concatenate,
         dev_index,
         gather,
+        near_miss_cases,
         squad_questions,
     )
     from train.verifier import verification_inputs, verified_probability
@@ -147,6 +151,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     open_index = None if args.no_open else PhraseIndex.load(cached_open_small_phrases(model), model=model)
     indexes = {"dev": dev, "open": open_index}
     cases = all_cases(dev, questions, args.seed + 1, open_index)
+    for where in [k for k, v in indexes.items() if v is not None]:
+        cases[where] += near_miss_cases(indexes[where], questions, f"{NEAR_MISS}-{where}")
     for name, path in OPEN_SETS.items():
         asked = _open_questions(path, args.open_questions, args.seed)
         for where in [k for k, v in indexes.items() if v is not None]:
@@ -207,6 +213,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             result["unanswerable_sets"].setdefault(f"squad-article-removed-{size}", {})[label] = _stats(
                 p[rows], answerable[rows], table.correct[rows], NO_ANSWER_THRESHOLD
             )
+    # near misses: the same questions over the whole corpus less their own paragraph, against them over all of it
+    for where in ("dev", "open"):
+        rows = np.flatnonzero(corpus == f"{NEAR_MISS}-{where}")
+        if len(rows):
+            both = np.concatenate([np.flatnonzero((corpus == where) & answerable), rows])
+            for label, p in _scores(before, after, holds, plain_holds, args.verify):
+                result["unanswerable_sets"].setdefault(f"{NEAR_MISS}-{where}", {})[label] = _stats(
+                    p[both], answerable[both], table.correct[both], NO_ANSWER_THRESHOLD
+                )
     # open-domain question sets over SQuAD text, against the SQuAD questions over the same whole corpus
     for name in OPEN_SETS:
         for where in ("dev", "open"):

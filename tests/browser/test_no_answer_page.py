@@ -204,7 +204,7 @@ def test_a_model_that_says_whether_the_documents_hold_an_answer_is_read_by_that(
     browser, holding_server, console_errors
 ):
     context, page = open_page(browser, holding_server, console_errors, 1400, 1000)
-    compare = Compare(page)  # the default threshold, 0.5: 0.3 puts "no answer" first
+    compare = Compare(page)  # the default threshold, 0.4: 0.3 puts "no answer" first
     _turn_on(page)
     _ask(page)
     answers = compare.column()

@@ -12,6 +12,7 @@ import json
 import pytest
 
 from dphr_haystack.cli import main
+from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
 from tests.conftest import tiny_passages
 from tests.core.test_answers_every_unit import QUESTION, save_calibrated, save_holding
 
@@ -130,7 +131,7 @@ def test_a_holds_answer_scores_and_places_no_answer(capsys, tmp_path, _tiny_mode
     index = _index(tmp_path, save_holding(copy.deepcopy(_tiny_model_session), tmp_path / "holding", holds))
     result = _json(capsys, index, "--unit", "phrase", "--no-answer")
     marker = result["no_answer"]
-    assert marker["first"] is (holds < 0.5) and marker["holds_answer"] == pytest.approx(holds)
+    assert marker["first"] is (holds < NO_ANSWER_THRESHOLD) and marker["holds_answer"] == pytest.approx(holds)
     assert marker["score"] == pytest.approx(1.0 - holds) and marker["top_confidence"] == _top_confidence(
         result, "phrase"
     )

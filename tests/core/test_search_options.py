@@ -137,7 +137,7 @@ def test_dphr_search_flags_are_the_options_with_their_defaults():
         "--query-precision=float32",
         "--batch-size=8",
         "--no-answer",
-        "--no-answer-threshold=0.4",
+        "--no-answer-threshold=0.3",
         "--verify",
     )
     # the command line's own conventions: raw scores are a display flag (--raw-scores), threads a process setting

@@ -135,7 +135,7 @@ def test_without_any_answer_no_answer_is_certain(filled, calibrated_dir):
 def test_the_options_round_trip_through_to_dict_and_yaml(filled, calibrated_dir):
     plain = PhraseRetriever(document_store=filled, model=str(calibrated_dir))
     data = plain.to_dict()["init_parameters"]
-    assert data["no_answer"] is False and data["no_answer_threshold"] == 0.5  # every search option is written
+    assert data["no_answer"] is False and data["no_answer_threshold"] == 0.4  # every search option is written
     retriever = PhraseRetriever(
         document_store=filled, model=str(calibrated_dir), no_answer=True, no_answer_threshold=0.5
     )

@@ -22,6 +22,7 @@ from train.answerability import (
     invented_cases,
     invented_name,
     lower_cased,
+    near_miss_cases,
     table_report,
 )
 from train.calibrate import write_calibrated
@@ -55,6 +56,28 @@ def test_sub_corpora_hold_the_question_passage_or_none_of_its_article(sample_ind
             else:
                 assert with_it.allowed[gold] and with_it.allowed.sum() == min(size, index.num_passages)
             assert not (without.allowed & (article == with_it.question.title)).any()
+
+
+def test_a_near_miss_keeps_the_article_but_not_the_question_passage_nor_any_passage_with_its_answer(
+    sample_index, tiny_model
+):
+    sample, _ = sample_index
+    question = _questions(sample)[0]
+    first = next(p for p in sample.passages if p["id"] == question.passage_id)
+    same_article = {**first, "id": "another", "text": "Another paragraph of the same article, on its history."}
+    index = PhraseIndex.create(tiny_model)
+    add_passages(index, tiny_model, [*sample.passages, same_article], progress=False)
+    article = np.array([p["document_id"] for p in index.passages])
+    gold = index.passage_row(question.passage_id)
+    kept = [r for r in np.flatnonzero(article == question.title) if r != gold]
+    assert kept
+    absent = dataclasses.replace(question, answers=("zqxv wholly absent answer",))
+    elsewhere = dataclasses.replace(question, answers=("its history",))
+    cases = near_miss_cases(index, [absent, elsewhere], "near", weight=0.5)
+    assert [c.question for c in cases] == [absent]  # an answer another passage of the article holds: no near miss
+    (case,) = cases
+    assert case.corpus == "near" and not case.answerable and case.weight == 0.5
+    assert not case.allowed[gold] and case.allowed.sum() == index.num_passages - 1 and case.allowed[kept].all()
 
 
 def test_gathered_features_are_what_the_searcher_computes_and_leave_its_confidences(sample_index, tiny_model):

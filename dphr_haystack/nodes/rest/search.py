@@ -7,7 +7,7 @@
 string (422, never coerced), is longer than ``DPHR_MAX_QUERY_CHARS`` (413), is empty or its ``params`` name no node
 or parameter of the query pipeline (400); more than ``CONCURRENT_REQUEST_PER_WORKER`` queries at once get 503.
 A PhraseRetriever's parameters pass through ``params`` per request, ``no_answer`` among them
-(``{"params": {"Retriever": {"no_answer": true, "no_answer_threshold": 0.5}}}`` adds "no answer", an answer with
+(``{"params": {"Retriever": {"no_answer": true, "no_answer_threshold": 0.4}}}`` adds "no answer", an answer with
 empty text and no context, ``meta["no_answer"]`` true; see :class:`~dphr_haystack.nodes.PhraseRetriever`); a value
 of the wrong type or out of range is refused with 400 before anything is searched.
 """
