@@ -61,11 +61,7 @@ def fit_calibration(
         InvalidParameterError: As :func:`fit_logistic`, or ``names`` are not f distinct known features.
     """
     names = check_features(tuple(names), ranked=ranker is not None)
-    x = np.asarray(features, dtype=np.float64)
-    if x.ndim != 2 or x.shape[1] != len(names):
-        raise InvalidParameterError(f"feature columns of shape {x.shape} for the {len(names)} features {names}")
-    weights, bias, mean, scale = fit_logistic(x, correct, l2, iterations)
-    return Calibration(weights, bias, mean, scale, names, ranker, depth)
+    return Calibration(*_fit_columns(features, correct, names, l2, iterations, None), names, ranker, depth)
 
 
 def fit_answerability(
@@ -86,11 +82,7 @@ def fit_answerability(
         InvalidParameterError: As :func:`fit_logistic`, or ``names`` are not distinct query features.
     """
     names = check_query_features(tuple(names))
-    x = np.asarray(features, dtype=np.float64)
-    if x.ndim != 2 or x.shape[1] != len(names):
-        raise InvalidParameterError(f"feature columns of shape {x.shape} for the {len(names)} features {names}")
-    fitted, bias, mean, scale = fit_logistic(x, correct, l2, iterations, weights)
-    return Answerability(fitted, bias, mean, scale, names)
+    return Answerability(*_fit_columns(features, correct, names, l2, iterations, weights), names)
 
 
 def fit_verification(
@@ -103,8 +95,7 @@ def fit_verification(
 ) -> Verification:
     """The :class:`Verification` by ``reader`` over :data:`VERIFICATION_FEATURES` (columns, in order), fitted by
     :func:`fit_logistic` on whether each query's top answer is right; ``weights`` as :func:`fit_answerability`'s."""
-    fitted = _fit_columns(features, correct, VERIFICATION_FEATURES, l2, iterations, weights)
-    return Verification(reader, *fitted)
+    return Verification(reader, *_fit_columns(features, correct, VERIFICATION_FEATURES, l2, iterations, weights))
 
 
 def fit_verified_holds(
@@ -131,7 +122,7 @@ def _fit_columns(
     """:func:`fit_logistic` of ``features`` whose columns must be ``names``, in order."""
     x = np.asarray(features, dtype=np.float64)
     if x.ndim != 2 or x.shape[1] != len(names):
-        raise InvalidParameterError(f"feature columns of shape {x.shape} for {names}")
+        raise InvalidParameterError(f"feature columns of shape {x.shape} for the {len(names)} features {names}")
     return fit_logistic(x, labels, l2, iterations, weights)
 
 

@@ -114,7 +114,7 @@ def report(
     """Per corpus, before (the answerability) and after (the verification): AUROC answerable vs not, AUROC right vs
     wrong and ECE of the answerable cases; the share of unanswerable cases below the threshold and of right ones."""
     out: dict[str, Any] = {}
-    answerable = np.array([c.answerable for c in table.cases])
+    answerable = table.holds
     for corpus in dict.fromkeys(c.corpus for c in table.cases):
         yes, no = table.rows(corpus, True), table.rows(corpus, False)
         rows = np.concatenate([yes, no])

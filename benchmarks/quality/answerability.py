@@ -172,7 +172,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     holds, no_answer_by = _holds_answer(calibration, table, after, args.verify)
     plain_holds = _holds_answer(calibration, table, after, False)[0]  # with verify: what a search without it gives
     corpus = np.array([c.corpus for c in table.cases])
-    answerable = np.array([c.answerable for c in table.cases])
+    answerable = table.holds
     result: dict[str, Any] = {
         "no_answer_by": no_answer_by,
         "machine": machine(),
