@@ -5,12 +5,13 @@ of the question the best passages hold): it cannot see whether the passage actua
 question-answering reader can. When a search asks for it (``verify=True``), the reader named by the model's
 calibration (:class:`~dphr_haystack.model.calibration.Verification`, fitted by ``python -m train.verifier``) reads
 the question with the top answer's passage (one window of at most 384 subwords around the answer) and scores the
-answer's span (:class:`ReaderView`: its start + end logit, its log-probability among the window's spans and its gap
-to the window's best span); the verification turns that view and the answer's confidence into P(the answer is
-right), and every answer of the query moves its log-odds by the same amount (their order stays), as the
-answerability does; a verification with a ``holds_answer`` also turns the search's P(the corpus holds an answer)
-and the same view into that probability once read (:mod:`dphr_haystack.corpus_judgement`). The cost is one reader
-pass a query (a MiniLM reader: ~26 ms on two CPU threads).
+answer's span (:class:`ReaderView`: its start + end logit, its log-probability among the window's spans, its gap
+to the window's best span and the window's no-answer score); the verification turns that view and the answer's
+confidence into P(the answer is right), and every answer of the query moves its log-odds by the same amount
+(their order stays), as the answerability does; a verification with a ``holds_answer`` also turns the search's
+P(the corpus holds an answer) and the same view into that probability once read
+(:mod:`dphr_haystack.corpus_judgement`). The cost is one reader pass a query (a MiniLM reader: ~26 ms on two CPU
+threads).
 
 The shipped reader (``dphr-minilm-squad-reader``, a MiniLM reader fine-tuned on SQuAD, int8 weights) lives beside
 the shipped phrase models; a reader is any directory holding a ``transformers`` question-answering model (its
@@ -50,11 +51,18 @@ _NEG = -1e4
 @dataclass(frozen=True)
 class ReaderView:
     """A reader's view of one answer span: its start + end logit (``span``), its log-probability among the spans of
-    at most :data:`MAX_SPAN` subwords of the window (``logp``) and its gap to the best of them (``gap``, ≤ 0)."""
+    at most :data:`MAX_SPAN` subwords of the window (``logp``), its gap to the best of them (``gap``, ≤ 0) and the
+    window's no-answer score (``null``: [CLS]'s start + end logit minus the best span's; > 0 where a reader trained
+    on passages without the answer finds none in the window)."""
 
     span: float
     logp: float
     gap: float
+    null: float
+
+    def values(self) -> tuple[float, float, float, float]:
+        """The view in the order of :data:`~dphr_haystack.model.calibration.READER_VIEW_FEATURES`."""
+        return (self.span, self.logp, self.gap, self.null)
 
 
 def reader_dir(reader: str | Path) -> Path:
@@ -155,8 +163,9 @@ class SpanReader:
         ones = torch.ones(n, n, dtype=torch.bool)
         allowed = torch.triu(ones) & ~torch.triu(ones, diagonal=MAX_SPAN)
         spans = torch.where(allowed, starts[:, None] + ends[None, :], torch.tensor(_NEG))
-        score = float(starts[tokens[0]] + ends[tokens[-1]])
-        return ReaderView(score, score - float(torch.logsumexp(spans.flatten(), 0)), score - float(spans.max()))
+        score, best = float(starts[tokens[0]] + ends[tokens[-1]]), float(spans.max())
+        null = float(out.start_logits[0, 0] + out.end_logits[0, 0]) - best  # position 0: [CLS]
+        return ReaderView(score, score - float(torch.logsumexp(spans.flatten(), 0)), score - best, null)
 
     def _short_question(self, question: str) -> str:
         """``question`` cut to its first :data:`MAX_QUESTION` subwords (a reader window must hold some passage)."""
@@ -205,10 +214,10 @@ def check_verify_model(phrase_model: Any, name: str) -> None:
 
 
 def verification_features(probability: float, view: ReaderView) -> np.ndarray:
-    """The :data:`~dphr_haystack.model.calibration.VERIFICATION_FEATURES` of a top answer (4,) from its confidence,
+    """The :data:`~dphr_haystack.model.calibration.VERIFICATION_FEATURES` of a top answer (5,) from its confidence,
     or the :data:`~dphr_haystack.model.calibration.HOLDS_VERIFICATION_FEATURES` from P(the corpus holds an answer):
     that probability's log-odds and the reader's view."""
-    return np.array([logit(probability), view.span, view.logp, view.gap], dtype=np.float64)
+    return np.array([logit(probability), *view.values()], dtype=np.float64)
 
 
 def top_answer(hits: list[Hit]) -> int | None:

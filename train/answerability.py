@@ -56,7 +56,7 @@ from dphr_haystack.confidence import (
 )
 from dphr_haystack.encode.add import add_passages
 from dphr_haystack.index.shards import PhraseShard
-from dphr_haystack.model.calibration import NAME_FEATURES, sigmoid
+from dphr_haystack.model.calibration import NAME_FEATURES, READER_VIEW_FEATURES, sigmoid
 from dphr_haystack.question_words import question_names
 from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
 from dphr_haystack.verification import SpanReader, read_top_answer
@@ -132,7 +132,7 @@ class _Recorder(Answerability):
 @dataclass
 class QueryTable:
     """One row per case: the query features, whether the top answer is right, its confidence and text, and (when
-    gathered with a reader) the reader's view of it (``views``: span, logp, gap; NaN without one)."""
+    gathered with a reader) the reader's view of it (``views``: :data:`READER_VIEW_FEATURES`; NaN without one)."""
 
     cases: list[Case]
     features: np.ndarray
@@ -233,11 +233,13 @@ def gather(
             texts.append(top.text if top is not None else "")
             if reader is not None:
                 view = read_top_answer(reader, case.question.question, hits, search.index)
-                views.append((view.span, view.logp, view.gap) if view is not None else (np.nan,) * 3)
+                views.append(view.values() if view is not None else (np.nan,) * len(READER_VIEW_FEATURES))
         bar.update(len(batch))
     bar.close()
     table = QueryTable(list(cases), np.array(features), np.array(correct, dtype=bool), np.array(confidence), texts)
-    return replace(table, views=np.array(views, dtype=np.float64).reshape(-1, 3)) if reader is not None else table
+    if reader is None:
+        return table
+    return replace(table, views=np.array(views, dtype=np.float64).reshape(-1, len(READER_VIEW_FEATURES)))
 
 
 def squad_questions(path: Path, articles: slice) -> list[Question]:

@@ -8,6 +8,7 @@ window positions; an answer outside a window gets position 0 ([CLS]), as in Dens
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,9 +18,11 @@ import numpy as np
 import torch
 
 from dphr_haystack._util.io import read_json
+from dphr_haystack.answers import normalize_answer
 from dphr_haystack.corpus import squad_paragraphs
 from dphr_haystack.model.config import PhraseModelConfig
 from dphr_haystack.model.inputs import TokenizedPassage, build_windows, pad_batch, tokenize_passages, tokenize_queries
+from dphr_haystack.question_words import question_words
 
 logger = logging.getLogger(__name__)
 
@@ -235,6 +238,105 @@ def build_features(data: RCData, windows: PassageWindows, keep_unanswered_window
     if skipped:
         logger.warning("skipped %d examples whose answer span could not be located", skipped)
     return features
+
+
+def near_miss_passages(data: RCData, per_question: float, seed: int = 0) -> list[tuple[int, str]]:
+    """(example, passage id) pairs for ``per_question`` near misses a question on average: passages of the question's
+    own article (same ``document_id``) that hold none of its answers, the ones sharing most of its words first (its
+    names count twice). A reader trained to answer them with [CLS] learns to say that a passage speaks of the
+    question's topic without stating the fact asked. A fractional ``per_question`` draws which questions get one
+    more (seeded)."""
+    if per_question <= 0:
+        return []
+    by_article: dict[str, list[int]] = {}
+    for row, passage in enumerate(data.passages):
+        by_article.setdefault(passage.get("document_id") or passage["id"], []).append(row)
+    texts = [normalize_answer(p["text"]) for p in data.passages]
+    words = [set(text.split()) for text in texts]
+    rng = np.random.default_rng(seed)
+    whole, extra = int(per_question), per_question - int(per_question)
+    pairs: list[tuple[int, str]] = []
+    for e_idx, ex in enumerate(data.examples):
+        own = data.passage_index.get(ex.passage_id)
+        if own is None:
+            continue
+        wanted = whole + int(rng.random() < extra)
+        if wanted == 0:
+            continue
+        article = data.passages[own].get("document_id") or ex.passage_id
+        answers = [normalize_answer(a) for a in ex.answers if normalize_answer(a)]
+        asked = question_words(ex.question)
+        rows = [r for r in by_article[article] if r != own and not any(a in texts[r] for a in answers)]
+        shared = {r: len(set(asked) & words[r]) + len(set(asked.names) & words[r]) for r in rows}
+        for r in sorted(rows, key=lambda r: (-shared[r], r))[:wanted]:
+            pairs.append((e_idx, data.passages[r]["id"]))
+    return pairs
+
+
+# A name as a question writes it: a capitalised word and the capitalised words or numbers after it ("Lake Tessin",
+# "Super Bowl 50"; "Duke Anselm of Harrowgate" as two), a possessive left out.
+_NAME_RUN = re.compile(r"[A-Z][\w.-]*(?:\s[A-Z0-9][\w.-]*)*")
+
+
+def _name_runs(question: str) -> list[str]:
+    """The runs of capitalised words of ``question`` after its first word (the names it asks about)."""
+    first = question.split(" ", 1)
+    offset = len(first[0]) if len(first) == 2 else len(question)
+    return [m.group().rstrip(".") for m in _NAME_RUN.finditer(question, offset)]
+
+
+def swapped_name_examples(data: RCData, per_question: float, seed: int = 0) -> list[RCExample]:
+    """Questions asked of another entity: for ``per_question`` of the questions (drawn, seeded), one of its names
+    that its passage writes replaced by a name of a question of another article that the passage does not hold
+    ("When did Velmora get its charter?" → "When did Port Calder get its charter?"). Asked of the question's own
+    passage, such a question has no answer there: the passage speaks of someone else."""
+    if per_question <= 0:
+        return []
+    rng = np.random.default_rng(seed)
+    article = {p["id"]: p.get("document_id") or p["id"] for p in data.passages}
+    names = [(article.get(ex.passage_id), run) for ex in data.examples for run in _name_runs(ex.question)]
+    if not names:
+        return []
+    out: list[RCExample] = []
+    for ex in data.examples:
+        if rng.random() >= per_question or ex.passage_id not in data.passage_index:
+            continue
+        text = data.passages[data.passage_index[ex.passage_id]]["text"]
+        held = [run for run in _name_runs(ex.question) if run in text]
+        if not held:
+            continue
+        for _ in range(8):  # a few draws for a name of another article that the passage does not write
+            other_article, other = names[int(rng.integers(len(names)))]
+            if other_article != article[ex.passage_id] and other not in text and other not in held:
+                question = ex.question.replace(held[int(rng.integers(len(held)))], other, 1)
+                out.append(RCExample(f"{ex.qid}-swapped", question, ex.answers, ex.answer_starts, ex.passage_id))
+                break
+    return out
+
+
+def near_miss_features(pairs: Sequence[tuple[int, str]], windows: PassageWindows) -> list[Feature]:
+    """One feature per (example, window of a passage that does not answer it), its gold positions 0 ([CLS]: no
+    answer here)."""
+    features = []
+    for e_idx, pid in pairs:
+        row = windows.row[pid]
+        for w_idx, (_, ids, types, prefix) in enumerate(windows.windows[row]):
+            features.append(Feature(e_idx, pid, ids, types, 0, 0, prefix, windows.offsets[row] + w_idx))
+    return features
+
+
+def unanswerable_features(
+    data: RCData, windows: PassageWindows, near_misses: float, swapped_names: float, seed: int = 0
+) -> tuple[RCData, list[Feature], list[Feature]]:
+    """``data`` with its :func:`swapped_name_examples` added, and the features that teach a reader to answer [CLS]:
+    the windows of :func:`near_miss_passages` and each swapped-name question's own passage."""
+    near = near_miss_features(near_miss_passages(data, near_misses, seed), windows)
+    swapped = swapped_name_examples(data, swapped_names, seed)
+    if not swapped:
+        return data, near, []
+    first = len(data.examples)
+    data = RCData(data.passages, data.examples + swapped)
+    return data, near, near_miss_features([(first + i, ex.passage_id) for i, ex in enumerate(swapped)], windows)
 
 
 def _pad(

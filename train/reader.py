@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -81,6 +82,19 @@ class ReaderModel(nn.Module):
             if missing:
                 raise ModelLoadError(f"the phrase encoder does not fit a {type(qa).__name__}: missing {missing[:5]}")
         return cls(qa, model.tokenizer, copy.deepcopy(model.config))
+
+    @classmethod
+    def from_reader(cls, reader: str | Path, config: PhraseModelConfig) -> ReaderModel:
+        """A trainable copy of a question-answering reader (a directory, or a reader shipped beside the phrase
+        models, compact int8 weights read back to float32) that reads ``config``'s windows: training goes on
+        from what it already reads."""
+        from dphr_haystack.verification import SpanReader
+
+        loaded = SpanReader(reader)
+        qa = loaded.model.train()
+        for param in qa.parameters():
+            param.requires_grad_(True)
+        return cls(qa, loaded.tokenizer, copy.deepcopy(config))
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu") -> ReaderModel:
@@ -206,14 +220,66 @@ def phrase_model_logits(model: PhraseModel) -> Callable[[dict[str, Any]], tuple[
     return logits
 
 
-@torch.no_grad()
-def span_metrics(
+def best_context_spans(
     logits_fn: Callable[[dict[str, Any]], tuple[torch.Tensor, torch.Tensor]],
     data: RCData,
     features: Sequence[Feature],
     tokenizer,
     config: PhraseModelConfig,
     batch_size: int = 32,
+) -> Iterator[tuple[Feature, torch.Tensor, torch.Tensor, tuple[int, int]]]:
+    """Each feature with its window's start and end logits (L,) and its best context span (after the title, before
+    the final [SEP], at most ``config.max_answer_length`` long), read in batches without gradients."""
+    for b in range(0, len(features), batch_size):
+        chunk = features[b : b + batch_size]
+        batch = collate(chunk, [data.examples[f.example].question for f in chunk], tokenizer, config)
+        with torch.no_grad():
+            start_logits, end_logits = (x.cpu() for x in logits_fn(per_question(batch)))
+        first = [f.context_start for f in chunk]
+        last = [len(f.input_ids) - 2 for f in chunk]
+        spans = best_spans(start_logits, end_logits, first, last, config.max_answer_length)
+        for row, (f, span) in enumerate(zip(chunk, spans, strict=True)):
+            yield f, start_logits[row], end_logits[row], span
+
+
+def null_scores(
+    logits_fn: Callable[[dict[str, Any]], tuple[torch.Tensor, torch.Tensor]],
+    data: RCData,
+    features: Sequence[Feature],
+    tokenizer,
+    config: PhraseModelConfig,
+) -> list[float]:
+    """Per feature, the no-answer score of its window: [CLS]'s start + end logit minus the best context span's (the
+    SQuAD 2.0 convention; > 0: the reader finds no answer in the window)."""
+    return [
+        float(start[0] + end[0] - start[s] - end[e])
+        for _, start, end, (s, e) in best_context_spans(logits_fn, data, features, tokenizer, config)
+    ]
+
+
+def no_answer_metrics(answered: Sequence[float], unanswerable: Sequence[float]) -> dict[str, float]:
+    """How well no-answer scores (:func:`null_scores`) tell windows that do not answer their question (near misses,
+    questions asked of another entity) from the windows holding the answer: AUROC (ties count half) and the share
+    of each side on the no-answer side of 0."""
+    a, n = np.asarray(answered, dtype=np.float64), np.asarray(unanswerable, dtype=np.float64)
+    if len(a) == 0 or len(n) == 0:
+        return {"answered": len(a), "unanswerable": len(n)}
+    above = (n[:, None] > a[None, :]).mean() + 0.5 * (n[:, None] == a[None, :]).mean()
+    return {
+        "answered": len(a),
+        "unanswerable": len(n),
+        "auroc": float(above),
+        "unanswerable_no_answer": float((n > 0).mean()),
+        "answered_no_answer": float((a > 0).mean()),
+    }
+
+
+def span_metrics(
+    logits_fn: Callable[[dict[str, Any]], tuple[torch.Tensor, torch.Tensor]],
+    data: RCData,
+    features: Sequence[Feature],
+    tokenizer,
+    config: PhraseModelConfig,
 ) -> dict[str, float]:
     """Exact match and token F1 (%) of the best context span against the gold span, on answerable windows.
 
@@ -223,16 +289,8 @@ def span_metrics(
     """
     feats = [f for f in features if f.start > 0]
     exact = f1 = 0.0
-    for b in range(0, len(feats), batch_size):
-        chunk = feats[b : b + batch_size]
-        batch = collate(chunk, [data.examples[f.example].question for f in chunk], tokenizer, config)
-        start_logits, end_logits = logits_fn(per_question(batch))
-        first = [f.context_start for f in chunk]
-        last = [len(f.input_ids) - 2 for f in chunk]
-        for f, span in zip(
-            chunk, best_spans(start_logits.cpu(), end_logits.cpu(), first, last, config.max_answer_length), strict=True
-        ):
-            exact += span == (f.start, f.end)
-            f1 += _span_f1(span, (f.start, f.end))
+    for f, _, _, span in best_context_spans(logits_fn, data, feats, tokenizer, config):
+        exact += span == (f.start, f.end)
+        f1 += _span_f1(span, (f.start, f.end))
     n = max(1, len(feats))
     return {"em": 100.0 * exact / n, "f1": 100.0 * f1 / n, "questions": len(feats)}

@@ -31,7 +31,7 @@ from dphr_haystack.model.phrase_model import PhraseModel, filter_head
 from dphr_haystack.model.registry import model_dir
 
 from .context import Context, is_main_rank, rank_device
-from .data import PassageWindows, build_features
+from .data import PassageWindows, build_features, unanswerable_features
 from .schema import STAGES, DataSection, RCSection, Recipe, load_recipe, resolve_data, resolve_dir
 from .trainer import TrainArgs, Trainer, barrier, dist_info, init_distributed
 from .validation import Validator, build_index
@@ -126,40 +126,67 @@ def run_rc(ctx: Context, stage: str = "rc") -> dict[str, Any]:
 
 
 def run_reader(ctx: Context) -> dict[str, Any]:
-    """Train a cross-attention reader on the phrase model's windows (a distillation teacher) and compare the two.
+    """Train a cross-attention reader on the phrase model's windows (a distillation teacher, or the verification's
+    reader) and compare the two.
 
     Both are measured on the gold windows of the dev questions (:func:`train.reader.span_metrics`): a teacher
-    helps only where it reads better than the student.
+    helps only where it reads better than the student. With ``near_misses`` / ``swapped_names`` the reader also
+    learns to answer [CLS] on passages of the question's article that do not hold its answer and on questions asked
+    of another entity than their passage's (:func:`train.data.unanswerable_features`), and its no-answer score is
+    measured on the dev questions' own (:func:`train.reader.no_answer_metrics`).
     """
-    from .reader import ReaderModel, ReaderTask, phrase_model_logits, span_metrics
+    from .reader import ReaderModel, ReaderTask, no_answer_metrics, null_scores, phrase_model_logits, span_metrics
 
     recipe, r = ctx.recipe, ctx.recipe.reader
     model, source = ctx.init_model(r.init, ("rc",))
-    reader = ReaderModel.from_phrase_model(model, r.encoder_init)
+    if r.start:
+        reader, source = ReaderModel.from_reader(r.start, model.config), r.start
+    else:
+        reader = ReaderModel.from_phrase_model(model, r.encoder_init)
     train, dev = ctx.train_data, ctx.dev_data
-    features = build_features(train, PassageWindows(model.tokenizer, model.config, train.passages))
+    windows = PassageWindows(model.tokenizer, model.config, train.passages)
+    features = build_features(train, windows)
+    train, near, swapped = unanswerable_features(train, windows, r.near_misses, r.swapped_names, recipe.seed)
+    logger.info(
+        "reader features: %d with the answer's passage, %d near misses, %d of questions asked of another entity",
+        len(features),
+        len(near),
+        len(swapped),
+    )
     args = _train_args(recipe, "reader", {"freeze_word_embeddings": False, **r.train}, None)
-    result = Trainer(reader, args, ReaderTask(reader, train, features, r.bucket_batches)).train()
+    task = ReaderTask(reader, train, features + near + swapped, r.bucket_batches)
+    result = Trainer(reader, args, task).train()
     if not is_main_rank():
         return {"rank": dist_info()[0], "steps": result.steps}
-    dev_features = build_features(dev, PassageWindows(model.tokenizer, model.config, dev.passages))
+    dev_windows = PassageWindows(model.tokenizer, model.config, dev.passages)
+    dev_features = build_features(dev, dev_windows)
     trained = ReaderModel.load(result.final_dir).to(rank_device()).eval()
+    reads = trained.teacher().logits
     measured = {
-        "reader": span_metrics(trained.teacher().logits, dev, dev_features, model.tokenizer, model.config),
+        "reader": span_metrics(reads, dev, dev_features, model.tokenizer, model.config),
         "phrase_model": span_metrics(
             phrase_model_logits(model.to(rank_device()).eval()), dev, dev_features, model.tokenizer, model.config
         ),
     }
+    dev, dev_near, dev_swapped = unanswerable_features(dev, dev_windows, 1.0, 1.0, recipe.seed)
+    answered = null_scores(reads, dev, [f for f in dev_features if f.start > 0], model.tokenizer, model.config)
+    no_answer = {
+        name: no_answer_metrics(answered, null_scores(reads, dev, found, model.tokenizer, model.config))
+        for name, found in (("near_misses", dev_near), ("swapped_names", dev_swapped))
+    }
     metrics = {
         "init": source,
-        "encoder_init": r.encoder_init,
+        "encoder_init": None if r.start else r.encoder_init,
         "features": len(features),
+        "near_miss_features": len(near),
+        "swapped_name_features": len(swapped),
         "steps": result.steps,
         "final": result.final_dir,
         "samples_per_s": result.samples_per_second,
         "gold_window_spans": measured,
+        "no_answer": no_answer,
     }
-    logger.info("reader vs phrase model on gold windows: %s", measured)
+    logger.info("reader vs phrase model on gold windows: %s; no answer: %s", measured, no_answer)
     _write_json(recipe.out / "reader" / "metrics.json", metrics)
     return metrics
 

@@ -56,6 +56,9 @@ class RCSection:
 class ReaderSection:
     init: str | None = None  # the phrase model whose windows (and, with encoder_init "phrase", encoder) it uses
     encoder_init: str = "phrase"  # or "base": the pre-trained base, as DensePhrases' teachers
+    start: str | None = None  # a reader (directory or shipped name) to go on training instead of a new one
+    near_misses: float = 0.0  # near-miss passages a question, trained to answer [CLS] (train.data.near_miss_passages)
+    swapped_names: float = 0.0  # share of questions also asked of another entity (train.data.swapped_name_examples)
     bucket_batches: int = 50
     train: dict[str, Any] = field(default_factory=dict)
 

@@ -66,12 +66,14 @@ QUERY_FEATURES = (
     "best_name_support",
     "has_names",
 )
-# What a :class:`Verification` weighs: the top answer's confidence as log-odds and a reader's view of its span in
-# its passage (:class:`dphr_haystack.verification.ReaderView`).
-VERIFICATION_FEATURES = ("top_logit", "reader_span", "reader_logp", "reader_gap")
+# A reader's view of the top answer's span in its passage (:class:`dphr_haystack.verification.ReaderView`): its
+# score, log-probability and gap to the window's best span, and the window's no-answer score.
+READER_VIEW_FEATURES = ("reader_span", "reader_logp", "reader_gap", "reader_null")
+# What a :class:`Verification` weighs: the top answer's confidence as log-odds and the reader's view.
+VERIFICATION_FEATURES = ("top_logit", *READER_VIEW_FEATURES)
 # What a :class:`VerifiedHoldsAnswer` weighs: P(the corpus holds an answer) of the search as log-odds and the reader's
 # view of the top answer's span.
-HOLDS_VERIFICATION_FEATURES = ("holds_logit", "reader_span", "reader_logp", "reader_gap")
+HOLDS_VERIFICATION_FEATURES = ("holds_logit", *READER_VIEW_FEATURES)
 # The query features that read a question's names (:func:`dphr_haystack.question_words.question_names`).
 NAME_FEATURES = ("top_name_support", "best_name_support", "has_names")
 # How many ranked candidate phrases a calibration's features look at (their reference list) and its ranker orders;
@@ -154,6 +156,22 @@ class Answerability:
         return cls(values[0], values[3][0], values[1], values[2], check_query_features(features))
 
 
+def check_verified_features(model: Any, expected: tuple[str, ...], what: str) -> None:
+    """InvalidParameterError unless the linear ``model`` weighs ``expected``, or all of them but the reader's
+    no-answer score (what was stored before readers were trained to give one), with a weight, mean and scale each."""
+    if model.features not in (expected, expected[:-1]):
+        raise InvalidParameterError(f"{what} over features {model.features}: expected {', '.join(expected)}")
+    if not len(model.weights) == len(model.mean) == len(model.scale) == len(model.features):
+        raise InvalidParameterError(f"{what} needs a weight, a mean and a scale for each of {model.features}")
+
+
+def _verified_probability(model: Any, features: np.ndarray) -> np.ndarray:
+    """σ(w · standardised features + b) of a verification's linear ``model`` over the first columns of ``features``
+    (as many as it weighs)."""
+    x = np.asarray(features, dtype=np.float64)[:, : len(model.features)]
+    return sigmoid(standardised(x, model.mean, model.scale) @ np.asarray(model.weights) + model.bias)
+
+
 @dataclass(frozen=True)
 class VerifiedHoldsAnswer:
     """P(the corpus holds an answer) = σ(w · standardised :data:`HOLDS_VERIFICATION_FEATURES` + b) once a reader has
@@ -166,15 +184,12 @@ class VerifiedHoldsAnswer:
     features: tuple[str, ...] = HOLDS_VERIFICATION_FEATURES
 
     def __post_init__(self) -> None:
-        if self.features != HOLDS_VERIFICATION_FEATURES:
-            raise InvalidParameterError(
-                f"verified holds-answer over features {self.features}: "
-                f"expected {', '.join(HOLDS_VERIFICATION_FEATURES)}"
-            )
+        check_verified_features(self, HOLDS_VERIFICATION_FEATURES, "verified holds-answer")
 
     def probability(self, features: np.ndarray) -> np.ndarray:
-        """P(the corpus holds an answer) of each row of :data:`HOLDS_VERIFICATION_FEATURES`."""
-        return sigmoid(standardised(features, self.mean, self.scale) @ np.asarray(self.weights) + self.bias)
+        """P(the corpus holds an answer) of each row of :data:`HOLDS_VERIFICATION_FEATURES` (the first columns,
+        one stored before the reader's no-answer score was read)."""
+        return _verified_probability(self, features)
 
     def to_dict(self) -> dict[str, Any]:
         return _linear_dict(self)
@@ -203,14 +218,12 @@ class Verification:
     def __post_init__(self) -> None:
         if not isinstance(self.reader, str) or not self.reader:
             raise InvalidParameterError(f"verification reader must be a non-empty string, got {self.reader!r}")
-        if self.features != VERIFICATION_FEATURES:
-            raise InvalidParameterError(
-                f"verification over features {self.features}: expected {', '.join(VERIFICATION_FEATURES)}"
-            )
+        check_verified_features(self, VERIFICATION_FEATURES, "verification")
 
     def probability(self, features: np.ndarray) -> np.ndarray:
-        """P(right) of each row of :data:`VERIFICATION_FEATURES`."""
-        return sigmoid(standardised(features, self.mean, self.scale) @ np.asarray(self.weights) + self.bias)
+        """P(right) of each row of :data:`VERIFICATION_FEATURES` (the first columns, one stored before the reader's
+        no-answer score was read)."""
+        return _verified_probability(self, features)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"reader": self.reader, **_linear_dict(self)}

@@ -56,7 +56,9 @@ def save_holding(model, path, probability: float):
 
 def verification(reader) -> Verification:
     """A verification by the reader directory ``reader`` (values chosen so that the reader's view matters)."""
-    return Verification(str(reader), (0.6, 0.9, 0.4, 0.3), -0.2, (0.0, 0.0, -3.0, -1.0), (1.5, 2.0, 1.0, 1.0))
+    return Verification(
+        str(reader), (0.6, 0.9, 0.4, 0.3, -0.5), -0.2, (0.0, 0.0, -3.0, -1.0, -2.0), (1.5, 2.0, 1.0, 1.0, 2.0)
+    )
 
 
 def save_verified(model, path, reader):

@@ -67,12 +67,27 @@ def verified_index(verified_dir):
 def test_a_view_scores_the_span_among_the_windows_spans(reader):
     start = CONTEXT.index("Berlin")
     view = reader.view("What is the capital of Germany?", CONTEXT, start, start + len("Berlin"))
-    assert all(math.isfinite(v) for v in (view.span, view.logp, view.gap))
+    assert all(math.isfinite(v) for v in view.values())
     assert view.logp <= 0.0 and view.gap <= 0.0 and view.gap >= view.logp
     # the same span read twice is the same view; another span is another one
     assert reader.view("What is the capital of Germany?", CONTEXT, start, start + 6) == view
     other = CONTEXT.index("Rome")
     assert reader.view("What is the capital of Germany?", CONTEXT, other, other + 4) != view
+
+
+def test_a_views_no_answer_score_is_cls_against_the_windows_best_span(reader):
+    """``null`` = [CLS]'s start + end logit − the best span's (``span − gap``), read from the model directly."""
+    import torch
+
+    question = "What is the capital of Germany?"
+    start = CONTEXT.index("Berlin")
+    view = reader.view(question, CONTEXT, start, start + 6)
+    encoded = reader.tokenizer(question, CONTEXT, return_tensors="pt")
+    with torch.inference_mode():
+        out = reader.model(**encoded)  # the tiny reader is BERT-shaped: it reads segment ids too
+    cls = float(out.start_logits[0, 0] + out.end_logits[0, 0])
+    assert view.null == pytest.approx(cls - (view.span - view.gap), abs=1e-4)
+    assert reader.view("Where is Rome?", CONTEXT, start, start + 6).null != pytest.approx(view.null, abs=1e-6)
 
 
 def test_a_span_far_into_a_long_passage_is_read_in_a_window_that_holds_it(reader):
@@ -130,7 +145,30 @@ def test_a_verification_is_stored_and_read_back_and_malformed_ones_are_refused(t
     with pytest.raises(InvalidParameterError, match="reader"):
         Verification.from_dict({**data, "reader": ""})
     with pytest.raises(InvalidParameterError, match="features"):
-        Verification.from_dict({**data, "features": ["a", "b", "c", "d"]})
+        Verification.from_dict({**data, "features": ["a", "b", "c", "d", "e"]})
+    with pytest.raises(InvalidParameterError, match="a weight, a mean and a scale"):
+        dataclasses.replace(stored.verification, weights=(1.0, 2.0))
+
+
+def test_a_verification_stored_before_the_no_answer_score_weighs_the_view_it_was_fitted_on():
+    """One fitted over the top answer's confidence and the span's view alone (no ``reader_null``) reads the first
+    columns of today's features: the no-answer score changes nothing for it."""
+    old = Verification.from_dict(
+        {
+            "reader": "some-reader",
+            "features": list(VERIFICATION_FEATURES[:-1]),
+            "weights": [0.6, 0.9, 0.4, 0.3],
+            "bias": -0.2,
+            "mean": [0.0, 0.0, -3.0, -1.0],
+            "scale": [1.5, 2.0, 1.0, 1.0],
+        }
+    )
+    assert old.features == ("top_logit", "reader_span", "reader_logp", "reader_gap")
+    rows = np.array([[0.5, 2.0, -1.0, -0.5, -3.0], [0.5, 2.0, -1.0, -0.5, 4.0]])
+    z = (np.array([0.5, 2.0, -1.0, -0.5]) - np.array([0.0, 0.0, -3.0, -1.0])) / np.array([1.5, 2.0, 1.0, 1.0])
+    expected = 1 / (1 + math.exp(-(z @ np.array([0.6, 0.9, 0.4, 0.3]) - 0.2)))
+    assert old.probability(rows) == pytest.approx([expected, expected])
+    assert VerifiedHoldsAnswer.from_dict({**old.to_dict(), "features": list(HOLDS_VERIFICATION_FEATURES[:-1])})
 
 
 def test_a_fitted_verification_weighs_the_reader_where_it_tells_right_from_wrong():
@@ -163,7 +201,9 @@ def test_a_verified_search_moves_every_confidence_by_the_same_log_odds(verified_
 
 
 def test_a_verified_holds_answer_reads_the_view_and_is_stored(tmp_path, _tiny_model_session, tiny_reader_dir, reader):
-    holds = VerifiedHoldsAnswer((0.5, -0.8, 0.3, 0.2), 0.1, (0.0, 0.0, -3.0, -1.0), (1.5, 2.0, 1.0, 1.0))
+    holds = VerifiedHoldsAnswer(
+        (0.5, -0.8, 0.3, 0.2, -0.4), 0.1, (0.0, 0.0, -3.0, -1.0, -2.0), (1.5, 2.0, 1.0, 1.0, 2.0)
+    )
     stored = dataclasses.replace(
         CALIBRATION,
         verification=dataclasses.replace(verification(tiny_reader_dir), holds_answer=holds),

@@ -214,3 +214,156 @@ def test_reader_rows_are_what_the_readers_tokenizer_pairs(tiny_model, tiny_mpnet
             expected = model.tokenizer.build_inputs_with_special_tokens(question, context)
             got = inputs["input_ids"][row, : len(expected)].tolist()
             assert got == expected and got[reader_cs : reader_cs + n_context] == context
+
+
+LAKE_TOWN = {
+    "data": [
+        {
+            "title": "Velmora",
+            "paragraphs": [
+                {
+                    "context": "Velmora was founded by the fisher Anna Brek in 1821 on the shore of Lake Tessin.",
+                    "qas": [
+                        {
+                            "id": "q1",
+                            "question": "Who founded Velmora on Lake Tessin?",
+                            "answers": [{"text": "Anna Brek", "answer_start": 34}],
+                        }
+                    ],
+                },
+                {"context": "Velmora on Lake Tessin holds a market each summer; fishers sell their catch there."},
+                {"context": "The town's school opened in 1902 and its bell still rings at noon."},
+                {"context": "A statue of Anna Brek stands in the harbour of Velmora."},
+            ],
+        },
+        {
+            "title": "Tessin",
+            "paragraphs": [
+                {
+                    "context": "Lake Tessin is deep and cold; the Morrow Basin beside it froze over in 1902.",
+                    "qas": [
+                        {
+                            "id": "q2",
+                            "question": "When did the Morrow Basin freeze over?",
+                            "answers": [{"text": "1902", "answer_start": 71}],
+                        }
+                    ],
+                }
+            ],
+        },
+    ]
+}
+
+
+def test_near_misses_are_passages_of_the_questions_article_without_its_answer_most_alike_first():
+    from train.data import near_miss_passages
+
+    data = load_squad(LAKE_TOWN)
+    ids = [p["id"] for p in data.passages]
+    # the market paragraph shares "Velmora", "Lake", "Tessin"; the school one nothing; the statue holds the answer
+    # and the other article's paragraph is not of the question's article
+    assert near_miss_passages(data, 1.0) == [(0, ids[1])]
+    assert near_miss_passages(data, 2.0) == [(0, ids[1]), (0, ids[2])]
+    assert near_miss_passages(data, 5.0) == [(0, ids[1]), (0, ids[2])]
+    assert near_miss_passages(data, 0.0) == []
+    drawn = [len(near_miss_passages(data, 0.5, seed)) for seed in range(40)]
+    assert set(drawn) == {0, 1} and 10 < sum(drawn) < 30  # a fraction draws which questions get one
+
+
+def test_near_miss_features_cover_the_passages_windows_with_no_answer(tiny_model):
+    from train.data import near_miss_features, near_miss_passages
+
+    data = load_squad(LAKE_TOWN)
+    windows = PassageWindows(tiny_model.tokenizer, tiny_model.config, data.passages)
+    pairs = near_miss_passages(data, 2.0)
+    features = near_miss_features(pairs, windows)
+    expected = sum(len(windows.windows[windows.row[pid]]) for _, pid in pairs)
+    assert len(features) == expected > 0
+    assert all(f.start == f.end == 0 and f.example == 0 for f in features)
+    assert {f.passage_id for f in features} == {pid for _, pid in pairs}
+
+
+def test_no_answer_scores_tell_windows_where_the_reader_sees_no_answer(tiny_model, sample):
+    from train.reader import no_answer_metrics, null_scores
+
+    data, _, features = sample
+    answered = [f for f in features if f.start > 0]
+
+    def reads(no_answer: bool):
+        def logits(batch):
+            n, width = batch["p_input_ids"].shape
+            start, end = torch.zeros(n, width), torch.zeros(n, width)
+            start[torch.arange(n), batch["start_positions"]] = 4.0
+            end[torch.arange(n), batch["end_positions"]] = 4.0
+            start[:, 0] = end[:, 0] = 6.0 if no_answer else -6.0
+            return start, end
+
+        return logits
+
+    config = copy.deepcopy(tiny_model.config)
+    config.max_answer_length = 64
+    sees = null_scores(reads(False), data, answered, tiny_model.tokenizer, config)
+    sees_none = null_scores(reads(True), data, answered, tiny_model.tokenizer, config)
+    assert sees == pytest.approx([-20.0] * len(answered)) and sees_none == pytest.approx([4.0] * len(answered))
+    measured = no_answer_metrics(sees, sees_none)
+    assert measured["auroc"] == 1.0 and measured["unanswerable_no_answer"] == 1.0
+    assert measured["answered_no_answer"] == 0.0
+    assert no_answer_metrics(sees, sees)["auroc"] == 0.5
+    assert "auroc" not in no_answer_metrics(sees, [])
+
+
+def test_a_reader_goes_on_training_from_a_reader_directory(tiny_model, tiny_reader_dir, sample):
+    from dphr_haystack.verification import SpanReader
+
+    reader = ReaderModel.from_reader(tiny_reader_dir, tiny_model.config)
+    source = SpanReader(tiny_reader_dir).model.state_dict()
+    assert all(torch.equal(reader.qa.state_dict()[k], v) for k, v in source.items())
+    assert reader.qa.training and all(p.requires_grad for p in reader.parameters())
+    assert reader.config == tiny_model.config and reader.config is not tiny_model.config
+    data, _, features = sample
+    batch = next(iter(ReaderTask(reader, data, features).batches(0, batch_size=4, rank=0, world_size=1, seed=0)))
+    ReaderTask(reader, data, features).step(reader, batch)["loss"].backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in reader.parameters())
+
+
+def test_recipe_trains_a_reader_on_near_misses_from_a_reader(tmp_path, run_tiny_recipe, tiny_reader_dir):
+    data = tmp_path / "lake.json"
+    data.write_text(json.dumps(LAKE_TOWN))
+    summary = run_tiny_recipe(
+        {
+            "stages": ["reader"],
+            "data.train": str(data),
+            "data.dev": str(data),
+            "reader.start": str(tiny_reader_dir),
+            "reader.near_misses": 1.0,
+            "reader.swapped_names": 1.0,
+            "reader.train": {"max_steps": 2, "batch_size": 2, "lr": 1e-3, "log_every": 1, "progress": False},
+        }
+    )
+    reader = summary["stages"]["reader"]
+    assert reader["init"] == str(tiny_reader_dir) and reader["encoder_init"] is None
+    assert reader["near_miss_features"] > 0 and reader["swapped_name_features"] > 0 and reader["steps"] == 2
+    for measured in reader["no_answer"].values():
+        assert measured["answered"] == 2 and measured["unanswerable"] >= 1 and 0.0 <= measured["auroc"] <= 1.0
+
+
+def test_a_question_is_asked_of_another_entity_its_passage_does_not_name():
+    from train.data import _name_runs, swapped_name_examples
+
+    assert _name_runs("Which NFL team won Super Bowl 50 for Duke Anselm of Harrowgate's town?") == [
+        "NFL",
+        "Super Bowl 50",
+        "Duke Anselm",
+        "Harrowgate",
+    ]
+    assert _name_runs("Who is it?") == [] and _name_runs("Velmora?") == []
+    data = load_squad(LAKE_TOWN)
+    swapped = swapped_name_examples(data, 1.0)
+    # Velmora and Lake Tessin are written in the first passage, the Morrow Basin (the other article's) is not; the
+    # second passage writes Lake Tessin (so it is never swapped in) but not Velmora
+    first, second = swapped
+    assert first.question in {"Who founded Morrow Basin on Lake Tessin?", "Who founded Velmora on Morrow Basin?"}
+    assert second.question == "When did the Velmora freeze over?"
+    assert [ex.passage_id for ex in swapped] == [data.passages[0]["id"], data.passages[-1]["id"]]
+    assert [ex.qid for ex in swapped] == ["q1-swapped", "q2-swapped"]
+    assert swapped_name_examples(data, 0.0) == []

@@ -11,6 +11,7 @@ import pytest
 
 from dphr_haystack import PhraseModel, PhraseSearcher
 from dphr_haystack.confidence import KNOWN_FEATURES, fit_calibration
+from dphr_haystack.model.calibration import READER_VIEW_FEATURES
 from dphr_haystack.verification import SpanReader
 from train.answerability import Case, Question, fit_table, gather
 from train.calibrate import write_calibrated
@@ -35,7 +36,7 @@ def test_the_fitted_verification_is_what_a_verifying_searcher_applies(
     cases = _cases(sample)
     reader = SpanReader(tiny_reader_dir)
     table = gather(index, tiny_model, calibration, cases, batch_size=4, progress=False, reader=reader)
-    assert table.views.shape == (len(cases), 3) and np.isfinite(table.views).all()
+    assert table.views.shape == (len(cases), len(READER_VIEW_FEATURES)) and np.isfinite(table.views).all()
     table.correct[::2] = True  # labels with both classes
     table.correct[1::2] = False
     calibration = dataclasses.replace(calibration, answerability=fit_table(table))
