@@ -12,7 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import ROOT, held_out_questions, hit_scores, percentiles, squad_open_small_questions
+from benchmarks.common import (
+    ROOT,
+    confidence_scores,
+    held_out_questions,
+    hit_scores,
+    percentiles,
+    squad_open_small_questions,
+)
 
 UNSEEN = "SQuAD-open-small (unseen)"
 _RSS_PROBE = """
@@ -88,9 +95,9 @@ def footprint(index, where: Path) -> dict[str, float]:
 def answer_sets(
     index, model, sets: dict[str, tuple[list, np.ndarray, np.ndarray]], latency_set: str, latency_questions: int = 200
 ) -> dict[str, Any]:
-    """EM@1 / F1@1 and passage acc@1 / acc@5 of the default searcher per question set (its examples and query
-    vectors), and ``latency_ms``: p50 / p95 of one phrase search (top 10, one thread) on ``latency_set``'s first
-    ``latency_questions``."""
+    """EM@1 / F1@1, passage acc@1 / acc@5 and the top answer's calibration (ECE, AUROC right vs wrong) of the default
+    searcher per question set (its examples and query vectors), and ``latency_ms``: p50 / p95 of one phrase search
+    (top 10, one thread) on ``latency_set``'s first ``latency_questions``."""
     import torch
 
     from dphr_haystack import PhraseSearcher
@@ -101,7 +108,7 @@ def answer_sets(
         questions = [ex.question for ex in examples]
         answers = searcher.search_vectors(q_start, q_end, "phrase", 10, questions=questions)
         passages = searcher.search_vectors(q_start, q_end, "passage", 10, questions=questions)
-        out[name] = hit_scores(examples, answers, passages, 5)
+        out[name] = {**hit_scores(examples, answers, passages, 5), **confidence_scores(examples, answers)}
     examples, q_start, q_end = sets[latency_set]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

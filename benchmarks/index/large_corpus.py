@@ -332,17 +332,21 @@ def markdown(result: dict[str, Any]) -> str:
         f"({corpus['vectors_per_passage']:.1f} a passage) in `{corpus['faiss_factory']}`, "
         f"search {corpus['search_params']}.",
         "",
-        "| corpus | questions | EM@1 | F1@1 | passage acc@1 | acc@5 |",
-        "|---|---|---|---|---|---|",
+        "| corpus | questions | EM@1 | F1@1 | passage acc@1 | acc@5 | confidence ECE | AUROC right vs wrong |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+
+    def number(value: float | None, scale: float = 100.0, digits: int = 2) -> str:
+        return "-" if value is None else f"{scale * value:.{digits}f}"
+
     for where, sets in result["answers"].items():
         for name, s in sets.items():
             if name == "latency_ms":
                 continue
-            em, f1 = s.get("em@1"), s.get("f1@1")
+            calibration = f"{number(s.get('ece'), 1, 3)} | {number(s.get('auroc_right_vs_wrong'), 1, 3)}"
             lines.append(
-                f"| {where} | {name} | {'-' if em is None else f'{100 * em:.2f}'} | "
-                f"{'-' if f1 is None else f'{100 * f1:.2f}'} | {100 * s['acc@1']:.2f} | {100 * s['acc@5']:.2f} |"
+                f"| {where} | {name} | {number(s.get('em@1'))} | {number(s.get('f1@1'))} | {number(s['acc@1'])} | "
+                f"{number(s['acc@5'])} | {calibration} |"
             )
     lines += ["", "| one question, query encoding included | p50 ms | p95 ms | p50 vs dense |", "|---|---|---|---|"]
     for name, p in result["latency_ms"].items():
