@@ -202,6 +202,12 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
 
     if recipe.reader.encoder_init not in INITS:
         raise ValueError(f"{path}: reader.encoder_init {recipe.reader.encoder_init!r}; valid: {', '.join(INITS)}")
+    if recipe.reader.near_misses < 0:
+        raise ValueError(f"{path}: reader.near_misses must be >= 0 a question, got {recipe.reader.near_misses}")
+    if not 0 <= recipe.reader.swapped_names <= 1:
+        raise ValueError(
+            f"{path}: reader.swapped_names is a share of the questions in [0, 1], got {recipe.reader.swapped_names}"
+        )
     if recipe.filter.labels not in LABELS:
         raise ValueError(f"{path}: filter.labels {recipe.filter.labels!r}; valid: {', '.join(LABELS)}")
     metrics = ["em@1", *(f"acc@{k}" for k in recipe.validate.ks)]

@@ -367,3 +367,11 @@ def test_a_question_is_asked_of_another_entity_its_passage_does_not_name():
     assert [ex.passage_id for ex in swapped] == [data.passages[0]["id"], data.passages[-1]["id"]]
     assert [ex.qid for ex in swapped] == ["q1-swapped", "q2-swapped"]
     assert swapped_name_examples(data, 0.0) == []
+
+
+@pytest.mark.parametrize(("key", "value"), [("reader.near_misses", -1.0), ("reader.swapped_names", 1.5)])
+def test_a_recipe_refuses_unanswerable_shares_out_of_range(key, value):
+    from train.recipes import load_recipe
+
+    with pytest.raises(ValueError, match=key.split(".")[1]):
+        load_recipe("train/configs/cpu_reader_unanswerable.yaml", {key: value})
