@@ -455,6 +455,7 @@ def query_features(
     searched: int,
     depth: int = CONFIDENCE_DEPTH,
     words: Callable[[int], PassageWords] | None = None,
+    written: Callable[[Sequence[str]], bool] | None = None,
 ) -> np.ndarray:
     """The features ``names`` (of :data:`QUERY_FEATURES`) of one query's search: (len(names),).
 
@@ -480,7 +481,10 @@ def query_features(
       about another town, company or version than the corpus' own shares most of its words with an answerable
       one, but not its names;
     - ``has_names``: 1.0 when the question has names, 0.0 when it has none (a question written in lower case has
-      those its truecasing by the corpus gives it: :class:`~dphr_haystack.search.PhraseSearcher`).
+      those its truecasing by the corpus gives it: :class:`~dphr_haystack.search.PhraseSearcher`);
+    - ``all_names_in_corpus``: 1.0 when the corpus searched writes every name of the question somewhere, 0.0 when
+      some name is written nowhere in it (``written``, :func:`dphr_haystack.corpus_words.names_written`; NaN
+      without it): a question about another town or company names what no passage writes.
 
     A feature that needs the question's words is NaN without them (an :class:`Answerability` counts it at its mean);
     so are the name shares for a question without names, and the three name features when ``asked`` is a plain
@@ -518,6 +522,8 @@ def query_features(
             row = phrase.passage_row
             shares["top_name_support"] = held[row] if row in held else name_share(named, passages[row])
             shares["best_name_support"] = max(held.values())
+            if written is not None and "all_names_in_corpus" in column:
+                values["all_names_in_corpus"] = float(written(named))
         values.update({name: math.log(SUPPORT_FLOOR + share) for name, share in shares.items()})
     for name, j in column.items():
         if name in values:

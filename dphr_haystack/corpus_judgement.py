@@ -23,6 +23,9 @@ import numpy as np
 from .confidence import QUERY_FEATURES, Answerability, Calibration, RankedPhrase, logit, query_features
 from .passage_words import PassageWords
 
+# The query feature that reads the whole corpus searched (its words: :mod:`dphr_haystack.corpus_words`).
+CORPUS_FEATURE = "all_names_in_corpus"
+
 
 @dataclass(frozen=True)
 class CorpusJudgement:
@@ -41,19 +44,31 @@ def judge_corpus(
     passages: Sequence[Mapping[str, Any]],
     searched: int,
     words: Callable[[int], PassageWords] | None = None,
+    written: Callable[[Sequence[str]], bool] | None = None,
 ) -> CorpusJudgement:
     """The :class:`CorpusJudgement` of one query's search by the calibration's ``answerability`` and
     ``holds_answer`` (nothing to judge without either, or without answers).
 
     ``confidence`` maps positions in ``candidates`` to their confidences; the top answer is the most confident
-    (the first of equals); ``searched``: the passages the search could return.
+    (the first of equals); ``searched``: the passages the search could return; ``written``: whether they write
+    all of a question's names (:func:`dphr_haystack.corpus_words.names_written`), asked only when a model reads it.
     """
     answerability, holds = calibration.answerability, calibration.holds_answer
     if (answerability is None and holds is None) or not confidence:
         return CorpusJudgement()
     top = min(confidence, key=lambda i: (-confidence[i], i))
+    reads_corpus = any(CORPUS_FEATURE in m.features for m in (answerability, holds) if m is not None)
     features = query_features(
-        QUERY_FEATURES, candidates, top, confidence[top], asked, passages, searched, calibration.depth, words
+        QUERY_FEATURES,
+        candidates,
+        top,
+        confidence[top],
+        asked,
+        passages,
+        searched,
+        calibration.depth,
+        words,
+        written if reads_corpus else None,
     )
     shift = logit(_probability(answerability, features)) - logit(confidence[top]) if answerability else 0.0
     return CorpusJudgement(shift, None if holds is None else _probability(holds, features))
@@ -61,8 +76,7 @@ def judge_corpus(
 
 def _probability(model: Answerability, features: np.ndarray) -> float:
     """``model``'s probability of one query's features (all of :data:`QUERY_FEATURES`, in order)."""
-    columns = [QUERY_FEATURES.index(name) for name in model.features]
-    return float(model.probability(features[None, columns])[0])
+    return float(model.query_probability(features[None, :])[0])
 
 
 def holds_answer_estimate(top_confidence: float | None, holds_answer: float | None) -> float | None:

@@ -8,16 +8,18 @@ A question's names are the words a passage that answers it nearly always writes 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .answers import normalize_answer
 
-__all__ = ["QuestionWords", "name_share", "question_names", "question_words"]
+__all__ = ["QuestionWords", "holds_name", "name_share", "question_names", "question_words"]
 
 # A word of a question as written (letters, digits and the marks inside a name or a version: "3.0", "O'Neill").
 _WRITTEN_WORD = re.compile(r"[^\W_][\w.'’-]*")
 _POSSESSIVE = re.compile(r"['’]s?$")
+# "I" and its contractions ("I'm", "I've"): capitalised, but no name.
+_PRONOUN_I = re.compile(r"I(?:['’](?:m|d|ll|ve))?")
 
 
 class QuestionWords(tuple):
@@ -40,14 +42,14 @@ def question_words(question: str, cased: str | None = None) -> QuestionWords:
 
 
 def question_names(question: str) -> tuple[str, ...]:
-    """The normalised names of a question: its words written with a capital letter (but its first word and "I")
-    or holding a digit, possessive ``'s`` dropped, each once: "Who was the first mayor of Port Calder in 1901?" →
-    ``("port", "calder", "1901")``. A passage that answers a question nearly always writes its names as asked,
+    """The normalised names of a question: its words written with a capital letter (but its first word and "I",
+    "I'm"...) or holding a digit, possessive ``'s`` dropped, each once: "Who was the first mayor of Port Calder in
+    1901?" → ``("port", "calder", "1901")``. A passage that answers a question nearly always writes its names as asked,
     where other words are often paraphrased."""
     out: list[str] = []
     for position, written in enumerate(_WRITTEN_WORD.findall(question)):
         written = _POSSESSIVE.sub("", written.rstrip(".-"))
-        named = position > 0 and written[:1].isupper() and written != "I"
+        named = position > 0 and written[:1].isupper() and not _PRONOUN_I.fullmatch(written)
         if named or any(ch.isdigit() for ch in written):
             word = normalize_answer(written).replace(" ", "")
             if word and word not in out:
@@ -63,8 +65,10 @@ def name_share(names: Sequence[str], record: Mapping[str, Any]) -> float:
         return 1.0
     title = str(record.get("title") or "").replace("_", " ")
     words = set(normalize_answer(f"{title} {record.get('text') or ''}").split())
-    return sum(_holds(words, name) for name in names) / len(names)
+    return sum(holds_name(words.__contains__, name) for name in names) / len(names)
 
 
-def _holds(words: set[str], name: str) -> bool:
-    return name in words or f"{name}s" in words or (name.endswith("s") and name[:-1] in words)
+def holds_name(has: Callable[[str], bool], name: str) -> bool:
+    """Whether a text writes ``name`` (normalised), its possessive or plural, or (a plural) its singular; ``has``
+    tells whether the text writes a normalised word."""
+    return has(name) or has(f"{name}s") or (name.endswith("s") and has(name[:-1]))

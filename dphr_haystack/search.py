@@ -20,7 +20,7 @@ that top-k phrases are k different answers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -30,6 +30,7 @@ from ._util.groups import argmax_groups
 from ._util.threads import resolve_threads, using_threads
 from .confidence import Calibration, answer_confidences, copies_question, question_words, shifted
 from .corpus_judgement import CorpusJudgement, judge_corpus
+from .corpus_words import names_written
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
 from .hits import DocumentHit, Hit, PassageHit, PhraseHit, best_passage, best_phrase
 from .index.phrase_index import PhraseIndex
@@ -214,6 +215,7 @@ class PhraseSearcher(SearchOptionAttributes):
         searched = int(allowed.sum())  # the passages this search can return: the corpus its answers come from
         if not searched:
             return results
+        written = names_written(self.index, allowed)  # whether they write a question's names (read when asked)
         if questions is not None and len(questions) != n_queries:
             raise InvalidParameterError(f"{len(questions)} question texts for {n_queries} query vectors")
         asked = self._question_words(questions) if questions is not None else None  # confidence features
@@ -248,6 +250,7 @@ class PhraseSearcher(SearchOptionAttributes):
                         asked[qi] if asked else None,
                         by_confidence,
                         searched,
+                        written,
                     )
                 else:
                     hits = _aggregate(
@@ -262,6 +265,7 @@ class PhraseSearcher(SearchOptionAttributes):
                         asked[qi] if asked else None,
                         by_confidence,
                         searched,
+                        written,
                     )
                 hits = _by_confidence(hits)[:top_k] if by_confidence else hits
                 results[qi] = hits
@@ -403,6 +407,7 @@ def _phrase_answers(
     asked: Sequence[str] | None = None,
     by_confidence: bool = False,
     searched: int = 0,
+    written: Callable[[Sequence[str]], bool] | None = None,
 ) -> list[Hit]:
     """The top-k phrase answers, skipping copies of the question (``words``), with confidences (given the
     ``searched`` passages the search could return, when the calibration has an answerability); with ``tidy``
@@ -446,7 +451,7 @@ def _phrase_answers(
         return [replace(kept[i], confidence=float(confidence[i]), holds_answer=judged.holds_answer) for i in rows]
 
     confidence = confident(range(len(kept)) if by_confidence else chosen)
-    judged = judge_corpus(calibration, kept, confidence, asked, index.passages, searched, passage_words)
+    judged = judge_corpus(calibration, kept, confidence, asked, index.passages, searched, passage_words, written)
     confidence = {row: shifted(c, judged.shift) for row, c in confidence.items()}
     if not by_confidence:
         return answers(chosen)
@@ -481,6 +486,7 @@ def _aggregate(
     asked: Sequence[str] | None = None,
     most_confident: bool = False,
     searched: int = 0,
+    written: Callable[[Sequence[str]], bool] | None = None,
 ) -> list[Hit]:
     """The top-k passages or documents: each scored by its best phrase (``max``) or the log-sum-exp of all of its
     phrases' scores (``logsumexp``), carrying as its answer its best phrase that does not copy the question
@@ -519,7 +525,7 @@ def _aggregate(
         words_of = cached_words(index)
         found = answer_confidences(calibration, answers, at, asked, index.passages, words_of)
         confidence = dict(zip(at, found.tolist(), strict=True))
-        judged = judge_corpus(calibration, answers, confidence, asked, index.passages, searched, words_of)
+        judged = judge_corpus(calibration, answers, confidence, asked, index.passages, searched, words_of, written)
         confidence = {i: shifted(c, judged.shift) for i, c in confidence.items()}
         for i in at if most_confident else ():  # a passage answers with its most confident phrase
             pid = index.passages[answers[i].passage_row]["id"]

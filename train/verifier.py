@@ -15,8 +15,8 @@ case without its answer weighing :data:`~train.answerability.UNANSWERABLE_WEIGHT
 of the model's ``dphr_config.json`` beside the answerability, naming its reader; ``verify.json`` reports the fit.
 When the calibration has a holds-answer (P(the corpus holds an answer)), the verification gets one too: a logistic
 regression of "the corpus holds the answer" on that probability (as log-odds) and the same view, every case weighing
-1, near misses added as the holds-answer's fit adds them (``--near-miss-weight``;
-:class:`~dphr_haystack.model.calibration.VerifiedHoldsAnswer`).
+1, near misses and questions over their article alone added as the holds-answer's fit adds them
+(``--near-miss-weight``, ``--article-weight``; :class:`~dphr_haystack.model.calibration.VerifiedHoldsAnswer`).
 
 ``--export-reader`` writes a reader directory (a ``transformers`` question-answering model, e.g. the one
 ``train/configs/cpu_reader.yaml`` trains) in the compact weight format (int8 matrices by default; SHA-256 sums), as
@@ -45,11 +45,13 @@ from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
 from dphr_haystack.verification import SpanReader, reader_dir, reader_reference
 
 from .answerability import (
+    ARTICLE_WEIGHT,
     NEAR_MISS_WEIGHT,
     UNANSWERABLE_WEIGHT,
     VALIDATION_ARTICLES,
     QueryTable,
     all_cases,
+    article_table,
     concatenate,
     dev_index,
     gather,
@@ -68,7 +70,7 @@ def verification_inputs(table: QueryTable, calibration: Calibration, holds: bool
     without a top answer are NaN."""
     if table.views is None:
         raise ValueError("the table was gathered without a reader")
-    p = (calibration.holds_answer if holds else calibration.answerability).probability(table.features)
+    p = (calibration.holds_answer if holds else calibration.answerability).query_probability(table.features)
     p = np.clip(p, 1e-6, 1 - 1e-6)
     logit = np.log(p / (1 - p))
     logit[np.isnan(table.features[:, 0])] = np.nan
@@ -170,6 +172,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=NEAR_MISS_WEIGHT,
         help="weight of a near miss (the question's passage removed, its article kept) in the holds-answer's fit",
     )
+    parser.add_argument(
+        "--article-weight",
+        type=float,
+        default=ARTICLE_WEIGHT,
+        help="weight of a question over its own article alone, with and without its paragraph, in the holds fit",
+    )
     parser.add_argument("--report", type=Path, help="the fit report (default: verify.json in the model)")
     args = parser.parse_args(argv)
     if args.export_reader:
@@ -201,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     verification = fit(table, calibration, reader_reference(args.reader))
     inputs = verification_inputs(table, calibration)
     found = ~np.isnan(table.features[:, 0])
-    before = np.nan_to_num(calibration.answerability.probability(table.features)) * found
+    before = np.nan_to_num(calibration.answerability.query_probability(table.features)) * found
     fitted = {
         "questions": len(questions),
         "cases": len(table.cases),
@@ -211,13 +219,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     if calibration.holds_answer is not None:  # and P(the corpus holds an answer) once read, near misses too
         near = near_miss_table(indexes, model, plain, questions, args.near_miss_weight, reader)
-        both = concatenate([table, near]) if near is not None else table
+        alone = article_table(dev, model, plain, questions, args.article_weight, reader)
+        both = concatenate([t for t in (table, near, alone) if t is not None])
         verification = replace(verification, holds_answer=fit_holds(both, calibration))
         holds = verification_inputs(both, calibration, holds=True)
         fitted["near_miss_weight"] = args.near_miss_weight
+        fitted["article_weight"] = args.article_weight
         fitted["holds_answer_fit"] = report(
             both,
-            np.nan_to_num(calibration.holds_answer.probability(both.features)) * ~np.isnan(both.features[:, 0]),
+            np.nan_to_num(calibration.holds_answer.query_probability(both.features)) * ~np.isnan(both.features[:, 0]),
             verified_probability(verification.holds_answer, holds),
             ("holds_answer", "verified"),
         )

@@ -10,9 +10,10 @@ paragraphs with and without the question's article, and SQuAD-open-small's 20,59
 (its cached phrase index: ``python -m benchmarks.quality.squad_open_small`` builds it). Unanswerable sets besides:
 NQ-open and TriviaQA dev questions over the dev paragraphs and over SQuAD-open-small (nearly all unanswerable
 there: counted unanswerable), near misses (the SQuAD questions over either corpus less their own paragraph, where no
-other paragraph of their article holds an answer: ``squad-paragraph-removed``), and the small user corpus of
-``benchmarks/data/user_corpus`` (24 paragraphs written for the project, 48 questions it answers, 48 it does not:
-world knowledge, near misses, other entities).
+other paragraph of their article holds an answer: ``squad-paragraph-removed``), the same questions over their own
+article alone, with and without their paragraph (a small store about one topic: ``squad-article-alone``), and the
+small user corpus of ``benchmarks/data/user_corpus`` (24 paragraphs written for the project, 48 questions it answers,
+48 it does not: world knowledge, near misses, other entities).
 
 For each: the top answer's confidence before (the calibration alone) and after (with the answerability), AUROC of
 answerable vs unanswerable questions of it and of what places "no answer" (the calibration's holds-answer, P(the corpus
@@ -63,6 +64,7 @@ OPEN_SETS = {
 }
 SIZES = ("5", "50", "500", "dev", "open")
 NEAR_MISS = "squad-paragraph-removed"  # the question's paragraph removed, the rest of its article kept (near misses)
+ARTICLE_ONLY = "squad-article-alone"  # the question's article alone, with and without its paragraph
 THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7)
 BOOTSTRAP = 1000  # resamples of a size's questions for the intervals of its ECE and AUROC
 
@@ -129,6 +131,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from train.answerability import (
         Case,
         all_cases,
+        article_cases,
         concatenate,
         dev_index,
         gather,
@@ -153,6 +156,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     cases = all_cases(dev, questions, args.seed + 1, open_index)
     for where in [k for k, v in indexes.items() if v is not None]:
         cases[where] += near_miss_cases(indexes[where], questions, f"{NEAR_MISS}-{where}")
+    cases["dev"] += article_cases(dev, questions, ARTICLE_ONLY)
     for name, path in OPEN_SETS.items():
         asked = _open_questions(path, args.open_questions, args.seed)
         for where in [k for k, v in indexes.items() if v is not None]:
@@ -164,7 +168,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     reader = SpanReader(calibration.verification.reader) if args.verify else None
     tables = {name: gather(indexes[name], model, plain, found, reader=reader) for name, found in cases.items()}
     table = concatenate(list(tables.values()))
-    after = calibration.answerability.probability(table.features)
+    after = calibration.answerability.query_probability(table.features)
     after[np.isnan(table.features[:, 0])] = 0.0  # no answer at all
     before = table.confidence
     if args.verify:  # the answerability before, the verified confidence after
@@ -222,6 +226,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 result["unanswerable_sets"].setdefault(f"{NEAR_MISS}-{where}", {})[label] = _stats(
                     p[both], answerable[both], table.correct[both], NO_ANSWER_THRESHOLD
                 )
+    # a corpus of one article (a user's store about one topic): the question with its paragraph and without it
+    rows = np.flatnonzero(corpus == ARTICLE_ONLY)
+    for label, p in _scores(before, after, holds, plain_holds, args.verify):
+        result["unanswerable_sets"].setdefault(ARTICLE_ONLY, {})[label] = _stats(
+            p[rows], answerable[rows], table.correct[rows], NO_ANSWER_THRESHOLD
+        )
     # open-domain question sets over SQuAD text, against the SQuAD questions over the same whole corpus
     for name in OPEN_SETS:
         for where in ("dev", "open"):
@@ -284,7 +294,7 @@ def _holds_answer(calibration, table, after: np.ndarray, verify: bool) -> tuple[
     if verified is not None:
         inputs = verification_inputs(table, calibration, holds=True)
         return verified_probability(verified, inputs), "P(the corpus holds an answer), verified"
-    holds = calibration.holds_answer.probability(table.features)
+    holds = calibration.holds_answer.query_probability(table.features)
     return holds * ~np.isnan(table.features[:, 0]), "P(the corpus holds an answer)"
 
 
@@ -313,7 +323,7 @@ def _check_searcher(
     from train.answerability import case_searcher
 
     rng = random.Random(seed)
-    where = {"5": "dev", "50": "dev", "500": "dev", "dev": "dev", "open": "open"}
+    where = {"5": "dev", "50": "dev", "500": "dev", "dev": "dev", "open": "open", ARTICLE_ONLY: "dev"}
     diffs, holds_diffs = [], []
     for i in rng.sample(range(len(table.cases)), min(n, len(table.cases))):
         case = table.cases[i]

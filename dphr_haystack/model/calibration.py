@@ -65,6 +65,7 @@ QUERY_FEATURES = (
     "top_name_support",
     "best_name_support",
     "has_names",
+    "all_names_in_corpus",
 )
 # A reader's view of the top answer's span in its passage (:class:`dphr_haystack.verification.ReaderView`): its
 # score, log-probability and gap to the window's best span, and the window's no-answer score.
@@ -75,7 +76,7 @@ VERIFICATION_FEATURES = ("top_logit", *READER_VIEW_FEATURES)
 # view of the top answer's span.
 HOLDS_VERIFICATION_FEATURES = ("holds_logit", *READER_VIEW_FEATURES)
 # The query features that read a question's names (:func:`dphr_haystack.question_words.question_names`).
-NAME_FEATURES = ("top_name_support", "best_name_support", "has_names")
+NAME_FEATURES = ("top_name_support", "best_name_support", "has_names", "all_names_in_corpus")
 # How many ranked candidate phrases a calibration's features look at (their reference list) and its ranker orders;
 # a calibration stored without a depth was fitted on the first 10.
 CONFIDENCE_DEPTH = 20
@@ -145,6 +146,10 @@ class Answerability:
     def probability(self, features: np.ndarray) -> np.ndarray:
         """The probability of each row of :func:`~dphr_haystack.confidence.query_features` over :attr:`features`."""
         return sigmoid(standardised(features, self.mean, self.scale) @ np.asarray(self.weights) + self.bias)
+
+    def query_probability(self, features: np.ndarray) -> np.ndarray:
+        """The probability of each row of all :data:`QUERY_FEATURES` (in that order): the columns it weighs read."""
+        return self.probability(np.asarray(features)[:, [QUERY_FEATURES.index(n) for n in self.features]])
 
     def to_dict(self) -> dict[str, Any]:
         return _linear_dict(self)

@@ -16,6 +16,7 @@ from train.answerability import (
     Case,
     QueryTable,
     Question,
+    article_cases,
     corpus_cases,
     fit_table,
     gather,
@@ -78,6 +79,27 @@ def test_a_near_miss_keeps_the_article_but_not_the_question_passage_nor_any_pass
     (case,) = cases
     assert case.corpus == "near" and not case.answerable and case.weight == 0.5
     assert not case.allowed[gold] and case.allowed.sum() == index.num_passages - 1 and case.allowed[kept].all()
+
+
+def test_article_cases_search_the_question_article_alone_with_and_without_its_paragraph(sample_index, tiny_model):
+    sample, one_each = sample_index
+    question = _questions(sample)[0]
+    first = next(p for p in sample.passages if p["id"] == question.passage_id)
+    same_article = {**first, "id": "another", "text": "Another paragraph of the same article, on its history."}
+    index = PhraseIndex.create(tiny_model)
+    add_passages(index, tiny_model, [*sample.passages, same_article], progress=False)
+    article = np.array([p["document_id"] for p in index.passages])
+    gold = index.passage_row(question.passage_id)
+    absent = dataclasses.replace(question, answers=("zqxv wholly absent answer",))
+    elsewhere = dataclasses.replace(question, answers=("its history",))
+    assert article_cases(one_each, [absent], "article") == []  # an article of one paragraph: nothing to miss near
+    cases = article_cases(index, [absent, elsewhere], "article", weight=2.0)
+    assert [c.question for c in cases] == [absent, absent]  # an answer the article holds elsewhere: left out
+    whole, near = cases
+    assert whole.answerable and not near.answerable
+    assert whole.corpus == near.corpus == "article" and whole.weight == near.weight == 2.0
+    assert (whole.allowed == (article == question.title)).all() and whole.allowed[gold]
+    assert not near.allowed[gold] and near.allowed.sum() == whole.allowed.sum() - 1
 
 
 def test_gathered_features_are_what_the_searcher_computes_and_leave_its_confidences(sample_index, tiny_model):

@@ -1,0 +1,102 @@
+"""Which words a corpus writes anywhere: whether a question's names occur in any passage of the corpus searched.
+
+A question about another town, company or version than a corpus' own ("Who was the first mayor of Port Calder?"
+asked of a town's pages that never write "Calder") names something no passage writes; an answerable question nearly
+always names only what its passage writes (measured on SQuAD dev: 2.4% of its questions name a word that none of the
+1,702 paragraphs write, mostly misspellings; of TriviaQA questions over the same paragraphs, 54%). The answerability
+reads this as the query feature ``all_names_in_corpus`` (:func:`dphr_haystack.confidence.query_features`).
+
+:class:`CorpusWords` counts, for each SQuAD-normalised word, the live passages (title or text) that write it, and
+follows its index exactly: passages added since it last looked are counted, deleted ones uncounted, at the next
+question. One is kept per index (:func:`corpus_words`, built when a question first needs it: ~1 s per 20,000
+passages on one core); a reload of the index starts afresh.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .answers import normalize_answer
+from .question_words import holds_name
+
+__all__ = ["CorpusWords", "corpus_words", "names_written"]
+
+# A search masked to all but at most this many live passages reads the words of those it leaves out, so that a
+# name only they write counts as absent; a search that leaves out more asks the whole live corpus (a name the
+# corpus writes outside the mask then counts as present: the feature errs towards "answerable").
+EXACT_EXCLUSIONS = 1024
+
+
+def passage_word_set(record: Mapping[str, Any]) -> set[str]:
+    """The normalised words of a passage's title (``_`` read as a space) and text."""
+    title = str(record.get("title") or "").replace("_", " ")
+    return set(normalize_answer(f"{title} {record.get('text') or ''}").split())
+
+
+class CorpusWords:
+    """How many live passages of a corpus write each normalised word, kept in step with a passage table (safe to
+    share between threads)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.counted = np.zeros(0, dtype=bool)  # per passage row: whether its words are in ``counts``
+        self._lock = threading.Lock()
+
+    def sync(self, passages: Sequence[Mapping[str, Any]], live: np.ndarray) -> None:
+        """Count the rows that became live since the last sync and uncount those that did not stay live."""
+        live = np.asarray(live, dtype=bool)
+        with self._lock:
+            if len(live) < len(self.counted):  # a shorter table is another table: count it afresh
+                self.counts, self.counted = Counter(), np.zeros(0, dtype=bool)
+            counted = np.zeros(len(live), dtype=bool)
+            counted[: len(self.counted)] = self.counted
+            for row in np.flatnonzero(live != counted):
+                words = passage_word_set(passages[row])
+                if live[row]:
+                    self.counts.update(words)
+                else:
+                    self.counts.subtract(words)
+            self.counted = live.copy()
+
+    def all_written(self, names: Sequence[str], left_out: Iterable[Mapping[str, Any]] = ()) -> bool:
+        """Whether every name (:func:`~dphr_haystack.question_words.question_names`) is written by a counted
+        passage that is not among the records ``left_out`` (counted passages a search leaves out)."""
+        less: Counter[str] = Counter()
+        for record in left_out:
+            less.update(passage_word_set(record))
+        with self._lock:
+            return all(holds_name(lambda w: self.counts[w] - less[w] > 0, name) for name in names)
+
+
+_CORPORA: weakref.WeakKeyDictionary[Any, CorpusWords] = weakref.WeakKeyDictionary()
+_CORPORA_LOCK = threading.Lock()
+
+
+def corpus_words(index: Any) -> CorpusWords:
+    """The :class:`CorpusWords` of a phrase index's live passages, synced with it (one per passage table)."""
+    with _CORPORA_LOCK:
+        words = _CORPORA.get(index.table)
+        if words is None:
+            words = _CORPORA[index.table] = CorpusWords()
+    words.sync(index.passages, ~index.deleted)
+    return words
+
+
+def names_written(index: Any, allowed: np.ndarray) -> Callable[[Sequence[str]], bool]:
+    """A test of whether the passages ``allowed`` (a mask of live rows) write all of a question's names, reading
+    the index's words only when called; exact when at most :data:`EXACT_EXCLUSIONS` live passages are left out,
+    else over every live passage."""
+
+    def written(names: Sequence[str]) -> bool:
+        live = ~index.deleted
+        left_out = np.flatnonzero(live & ~allowed)
+        records = [index.passages[r] for r in left_out] if len(left_out) <= EXACT_EXCLUSIONS else []
+        return corpus_words(index).all_written(names, records)
+
+    return written

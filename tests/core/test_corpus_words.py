@@ -1,0 +1,92 @@
+"""Corpus words: whether the corpus searched writes a question's names, followed exactly through adds, deletes and
+masks, and read by the answerability as ``all_names_in_corpus``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from dphr_haystack import PhraseIndex, PhraseSearcher
+from dphr_haystack.confidence import QUERY_FEATURES, Answerability, query_features, question_words
+from dphr_haystack.corpus_words import CorpusWords, corpus_words, names_written
+from dphr_haystack.encode.add import add_passages
+from dphr_haystack.question_words import question_names
+from tests.conftest import tiny_passages
+from tests.core.test_confidence import CANDIDATES, PASSAGES, _ranked_calibration
+
+pytestmark = pytest.mark.unit
+
+TOWN = [
+    {"id": "t1", "title": "Velmora", "text": "Velmora's first mayor was Aldo Ferrin, elected in 1821."},
+    {"id": "t2", "title": "Lake_Ostrel", "text": "The Normans never reached the lake; its steamer is the Liese."},
+]
+
+
+def test_counts_follow_the_live_rows_and_names_match_whole_words_plurals_and_possessives():
+    words = CorpusWords()
+    words.sync(TOWN, np.array([True, True]))
+    assert words.all_written(("velmora", "1821", "ostrel", "norman", "liese"))  # title, digits, plural → singular
+    assert not words.all_written(("velmora", "calder")) and not words.all_written(("velmor",))
+    assert words.all_written(())  # a question without names names nothing absent
+    words.sync(TOWN, np.array([True, False]))  # the second passage deleted
+    assert not words.all_written(("ostrel",)) and words.all_written(("ferrin",))
+    words.sync([*TOWN, {"id": "t3", "text": "Port Calder's twin town."}], np.array([True, False, True]))
+    assert words.all_written(("port", "calder")) and words.counts["ostrel"] == 0
+    assert not words.all_written(("calder",), left_out=[{"text": "Port Calder's twin town."}])
+    words.sync(TOWN[:1], np.array([True]))  # a shorter table is another one: counted afresh
+    assert not words.all_written(("calder",)) and words.all_written(("aldo",))
+
+
+def test_the_index_words_are_exact_after_adds_and_deletes_and_under_small_masks(tiny_model):
+    index = PhraseIndex.create(tiny_model)
+    add_passages(index, tiny_model, TOWN, progress=False)
+    everything = ~index.deleted
+    assert not names_written(index, everything)(question_names("Who was the first mayor of Port Calder?"))
+    add_passages(index, tiny_model, [{"id": "t3", "title": "Port Calder", "text": "A harbour town."}], progress=False)
+    assert corpus_words(index) is corpus_words(index)  # one per index, synced at each use
+    asked = question_names("Who was the first mayor of Port Calder?")
+    assert names_written(index, ~index.deleted)(asked)
+    mask = ~index.deleted
+    mask[index.passage_row("t3")] = False  # a search masked to the first two passages
+    assert not names_written(index, mask)(asked)
+    index.delete_passages(["t3"])
+    assert not names_written(index, ~index.deleted)(asked)
+
+
+def test_the_feature_is_read_only_when_a_model_weighs_it():
+    asked = question_words("Who was the first mayor of Port Calder?")
+    calls = []
+
+    def written(names):
+        calls.append(tuple(names))
+        return False
+
+    values = query_features(QUERY_FEATURES, CANDIDATES, 0, 0.8, asked, PASSAGES, 3, written=written)
+    assert values[QUERY_FEATURES.index("all_names_in_corpus")] == 0.0 and calls == [("port", "calder")]
+    unknown = query_features(QUERY_FEATURES, CANDIDATES, 0, 0.8, asked, PASSAGES, 3)
+    assert np.isnan(unknown[QUERY_FEATURES.index("all_names_in_corpus")])
+    unnamed = question_words("who was the first mayor?")
+    values = query_features(QUERY_FEATURES, CANDIDATES, 0, 0.8, unnamed, PASSAGES, 3, written=written)
+    assert np.isnan(values[QUERY_FEATURES.index("all_names_in_corpus")])
+    query_features(("top_logit", "has_names"), CANDIDATES, 0, 0.8, asked, PASSAGES, 3, written=written)
+    assert len(calls) == 1  # not asked for: the corpus is not read
+
+
+def test_a_searcher_says_no_answer_for_a_name_the_corpus_never_writes_until_a_passage_writes_it(tiny_model):
+    holds = Answerability((4.0,), -2.0, (0.0,), (1.0,), ("all_names_in_corpus",))
+    calibration = dataclasses.replace(_ranked_calibration(), holds_answer=holds)
+    index = PhraseIndex.create(tiny_model)
+    add_passages(index, tiny_model, tiny_passages(), progress=False)
+    searcher = PhraseSearcher(index, tiny_model, calibration=calibration, unit="phrase", top_k=1)
+    question = "Who founded the Quillfern company?"
+    (before,) = searcher.search(question)
+    assert before.holds_answer == pytest.approx(1 / (1 + np.exp(2.0)))  # the name is written nowhere
+    add_passages(index, tiny_model, [{"id": "q", "title": "Quillfern", "text": "A software firm."}], progress=False)
+    (after,) = searcher.search(question)
+    assert after.holds_answer == pytest.approx(1 / (1 + np.exp(-2.0)))
+    (masked,) = searcher.search(question, allowed_passages=np.ones(index.num_passages, dtype=bool))
+    index.delete_passages(["q"])
+    (deleted,) = searcher.search(question)
+    assert masked.holds_answer == after.holds_answer and deleted.holds_answer == before.holds_answer
