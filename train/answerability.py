@@ -36,7 +36,7 @@ import json
 import random
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -299,22 +299,28 @@ def corpus_cases(
     return out
 
 
-def near_miss_cases(index: PhraseIndex, questions: Sequence[Question], corpus: str, weight: float = 1.0) -> list[Case]:
-    """Each question over the whole index less its own passage, when no other passage of its article holds one of
-    its answers: a near miss, unanswerable (the corpus speaks of the question's topic, its names and most of its
-    words, but does not state this fact), named ``corpus`` and weighing ``weight``."""
+def _missed_nearly(index: PhraseIndex, questions: Sequence[Question]) -> Iterator[tuple[Question, int, np.ndarray]]:
+    """Each question whose passage is in ``index`` and whose article's other live passages hold none of its answers,
+    with its passage row and its article's live passages (a mask)."""
     live = ~index.deleted
     article = np.array([p.get("document_id", "") for p in index.passages])
-    out = []
     for q in questions:
         gold = index.passage_row(q.passage_id)
         if gold is None:
             continue
-        rows = [r for r in np.flatnonzero(live & (article == q.title)) if r != gold]
-        texts = [normalize_answer(index.passages[r]["text"]) for r in rows]
-        if any(normalize_answer(a) in text for a in q.answers for text in texts):
-            continue
-        allowed = live.copy()
+        own = live & (article == q.title)
+        texts = [normalize_answer(index.passages[r]["text"]) for r in np.flatnonzero(own) if r != gold]
+        if not any(normalize_answer(a) in text for a in q.answers for text in texts):
+            yield q, gold, own
+
+
+def near_miss_cases(index: PhraseIndex, questions: Sequence[Question], corpus: str, weight: float = 1.0) -> list[Case]:
+    """Each question over the whole index less its own passage, when no other passage of its article holds one of
+    its answers: a near miss, unanswerable (the corpus speaks of the question's topic, its names and most of its
+    words, but does not state this fact), named ``corpus`` and weighing ``weight``."""
+    out = []
+    for q, gold, _ in _missed_nearly(index, questions):
+        allowed = ~index.deleted
         allowed[gold] = False
         out.append(Case(q, corpus, False, allowed, weight))
     return out
@@ -324,24 +330,13 @@ def article_cases(index: PhraseIndex, questions: Sequence[Question], corpus: str
     """Each question over its own article alone, twice: all of its paragraphs (answerable) and the same less its
     own paragraph when no other one holds an answer (a near miss): a small corpus about one topic, as a user's store
     of one manual or one town's pages is, where every passage shares the question's names. Named ``corpus``, each
-    weighing ``weight``."""
-    live = ~index.deleted
-    article = np.array([p.get("document_id", "") for p in index.passages])
+    weighing ``weight``; a question whose article has no other paragraph is left out."""
     out = []
-    for q in questions:
-        gold = index.passage_row(q.passage_id)
-        if gold is None:
-            continue
-        own = live & (article == q.title)
-        rows = [r for r in np.flatnonzero(own) if r != gold]
-        if not rows:
-            continue
-        texts = [normalize_answer(index.passages[r]["text"]) for r in rows]
-        if any(normalize_answer(a) in text for a in q.answers for text in texts):
-            continue
-        without = own.copy()
-        without[gold] = False
-        out += [Case(q, corpus, True, own, weight), Case(q, corpus, False, without, weight)]
+    for q, gold, own in _missed_nearly(index, questions):
+        if own.sum() > 1:
+            without = own.copy()
+            without[gold] = False
+            out += [Case(q, corpus, True, own, weight), Case(q, corpus, False, without, weight)]
     return out
 
 
@@ -352,34 +347,20 @@ def near_miss_table(
     questions: Sequence[Question],
     weight: float,
     reader: SpanReader | None = None,
+    article_weight: float = 0.0,
 ) -> QueryTable | None:
-    """The near misses of ``questions`` over each index (``"<name>-near-miss"``), each weighing ``weight``,
-    :func:`gather`-ed; None when ``weight`` is 0."""
-    if weight <= 0:
-        return None
-    tables = [
-        gather(
-            index, model, calibration, near_miss_cases(index, questions, f"{name}-near-miss", weight), reader=reader
-        )
+    """The near misses of ``questions`` over each index (``"<name>-near-miss"``), each weighing ``weight``, and with
+    ``article_weight`` the questions over their own article alone in the ``"dev"`` index (:func:`article_cases`,
+    ``"article"``), each weighing that, :func:`gather`-ed; None when both weights are 0."""
+    found = [
+        (index, near_miss_cases(index, questions, f"{name}-near-miss", weight))
         for name, index in indexes.items()
-        if index is not None
+        if index is not None and weight > 0
     ]
-    return concatenate(tables)
-
-
-def article_table(
-    dev: PhraseIndex,
-    model: PhraseModel,
-    calibration: Calibration,
-    questions: Sequence[Question],
-    weight: float,
-    reader: SpanReader | None = None,
-) -> QueryTable | None:
-    """The questions over their own article alone (:func:`article_cases`, ``"article"``), each weighing ``weight``,
-    :func:`gather`-ed; None when ``weight`` is 0."""
-    if weight <= 0:
-        return None
-    return gather(dev, model, calibration, article_cases(dev, questions, "article", weight), reader=reader)
+    if article_weight > 0 and indexes.get("dev") is not None:
+        found.append((indexes["dev"], article_cases(indexes["dev"], questions, "article", article_weight)))
+    tables = [gather(index, model, calibration, cases, reader=reader) for index, cases in found]
+    return concatenate(tables) if tables else None
 
 
 def dev_index(model: PhraseModel, path: Path, dev: Path = DEFAULT_DEV) -> PhraseIndex:
@@ -561,9 +542,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     answerability = answerability or fit_table(
         table, unanswerable_weight=args.unanswerable_weight, lower_case_weight=args.lower_case_weight
     )
-    near = near_miss_table(indexes, model, calibration, questions, args.near_miss_weight)
-    alone = article_table(dev, model, calibration, questions, args.article_weight)
-    both = concatenate([t for t in (table, near, alone) if t is not None])
+    near = near_miss_table(
+        indexes, model, calibration, questions, args.near_miss_weight, article_weight=args.article_weight
+    )
+    both = concatenate([table, near]) if near is not None else table
     holds_answer = fit_table(both, unanswerable_weight=1.0, lower_case_weight=args.lower_case_weight, holds=True)
     probability = answerability.query_probability(table.features)
     holds = holds_answer.query_probability(both.features)

@@ -51,7 +51,6 @@ from .answerability import (
     VALIDATION_ARTICLES,
     QueryTable,
     all_cases,
-    article_table,
     concatenate,
     dev_index,
     gather,
@@ -218,9 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fit": report(table, before, verified_probability(verification, inputs)),
     }
     if calibration.holds_answer is not None:  # and P(the corpus holds an answer) once read, near misses too
-        near = near_miss_table(indexes, model, plain, questions, args.near_miss_weight, reader)
-        alone = article_table(dev, model, plain, questions, args.article_weight, reader)
-        both = concatenate([t for t in (table, near, alone) if t is not None])
+        near = near_miss_table(indexes, model, plain, questions, args.near_miss_weight, reader, args.article_weight)
+        both = concatenate([table, near]) if near is not None else table
         verification = replace(verification, holds_answer=fit_holds(both, calibration))
         holds = verification_inputs(both, calibration, holds=True)
         fitted["near_miss_weight"] = args.near_miss_weight

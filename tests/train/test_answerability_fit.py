@@ -24,6 +24,7 @@ from train.answerability import (
     invented_name,
     lower_cased,
     near_miss_cases,
+    near_miss_table,
     table_report,
 )
 from train.calibrate import write_calibrated
@@ -59,9 +60,10 @@ def test_sub_corpora_hold_the_question_passage_or_none_of_its_article(sample_ind
             assert not (without.allowed & (article == with_it.question.title)).any()
 
 
-def test_a_near_miss_keeps_the_article_but_not_the_question_passage_nor_any_passage_with_its_answer(
-    sample_index, tiny_model
-):
+@pytest.fixture
+def two_paragraph_article(sample_index, tiny_model):
+    """The sample's first question, an index where its article has a second paragraph, the articles by row, its
+    passage row and that question asked with an answer no passage holds and with one the other paragraph holds."""
     sample, _ = sample_index
     question = _questions(sample)[0]
     first = next(p for p in sample.passages if p["id"] == question.passage_id)
@@ -69,11 +71,17 @@ def test_a_near_miss_keeps_the_article_but_not_the_question_passage_nor_any_pass
     index = PhraseIndex.create(tiny_model)
     add_passages(index, tiny_model, [*sample.passages, same_article], progress=False)
     article = np.array([p["document_id"] for p in index.passages])
-    gold = index.passage_row(question.passage_id)
-    kept = [r for r in np.flatnonzero(article == question.title) if r != gold]
-    assert kept
     absent = dataclasses.replace(question, answers=("zqxv wholly absent answer",))
     elsewhere = dataclasses.replace(question, answers=("its history",))
+    return question, index, article, index.passage_row(question.passage_id), absent, elsewhere
+
+
+def test_a_near_miss_keeps_the_article_but_not_the_question_passage_nor_any_passage_with_its_answer(
+    two_paragraph_article,
+):
+    question, index, article, gold, absent, elsewhere = two_paragraph_article
+    kept = [r for r in np.flatnonzero(article == question.title) if r != gold]
+    assert kept
     cases = near_miss_cases(index, [absent, elsewhere], "near", weight=0.5)
     assert [c.question for c in cases] == [absent]  # an answer another passage of the article holds: no near miss
     (case,) = cases
@@ -81,17 +89,11 @@ def test_a_near_miss_keeps_the_article_but_not_the_question_passage_nor_any_pass
     assert not case.allowed[gold] and case.allowed.sum() == index.num_passages - 1 and case.allowed[kept].all()
 
 
-def test_article_cases_search_the_question_article_alone_with_and_without_its_paragraph(sample_index, tiny_model):
-    sample, one_each = sample_index
-    question = _questions(sample)[0]
-    first = next(p for p in sample.passages if p["id"] == question.passage_id)
-    same_article = {**first, "id": "another", "text": "Another paragraph of the same article, on its history."}
-    index = PhraseIndex.create(tiny_model)
-    add_passages(index, tiny_model, [*sample.passages, same_article], progress=False)
-    article = np.array([p["document_id"] for p in index.passages])
-    gold = index.passage_row(question.passage_id)
-    absent = dataclasses.replace(question, answers=("zqxv wholly absent answer",))
-    elsewhere = dataclasses.replace(question, answers=("its history",))
+def test_article_cases_search_the_question_article_alone_with_and_without_its_paragraph(
+    sample_index, two_paragraph_article, tiny_model
+):
+    question, index, article, gold, absent, elsewhere = two_paragraph_article
+    one_each = sample_index[1]
     assert article_cases(one_each, [absent], "article") == []  # an article of one paragraph: nothing to miss near
     cases = article_cases(index, [absent, elsewhere], "article", weight=2.0)
     assert [c.question for c in cases] == [absent, absent]  # an answer the article holds elsewhere: left out
@@ -100,6 +102,13 @@ def test_article_cases_search_the_question_article_alone_with_and_without_its_pa
     assert whole.corpus == near.corpus == "article" and whole.weight == near.weight == 2.0
     assert (whole.allowed == (article == question.title)).all() and whole.allowed[gold]
     assert not near.allowed[gold] and near.allowed.sum() == whole.allowed.sum() - 1
+    table = near_miss_table({"dev": index}, tiny_model, _calibration(), [absent], 1.0, article_weight=0.5)
+    assert [(c.corpus, c.answerable, c.weight) for c in table.cases] == [
+        ("dev-near-miss", False, 1.0),
+        ("article", True, 0.5),
+        ("article", False, 0.5),
+    ]
+    assert near_miss_table({"dev": index}, tiny_model, _calibration(), [absent], 0.0) is None
 
 
 def test_gathered_features_are_what_the_searcher_computes_and_leave_its_confidences(sample_index, tiny_model):
