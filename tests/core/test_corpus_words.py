@@ -39,7 +39,7 @@ def test_counts_follow_the_live_rows_and_names_match_whole_words_plurals_and_pos
     assert not words.all_written(("calder",)) and words.all_written(("aldo",))
 
 
-def test_the_index_words_are_exact_after_adds_and_deletes_and_under_small_masks(tiny_model):
+def test_the_index_words_are_exact_after_adds_and_deletes_and_under_small_masks(tiny_model, monkeypatch):
     index = PhraseIndex.create(tiny_model)
     add_passages(index, tiny_model, TOWN, progress=False)
     everything = ~index.deleted
@@ -51,6 +51,8 @@ def test_the_index_words_are_exact_after_adds_and_deletes_and_under_small_masks(
     mask = ~index.deleted
     mask[index.passage_row("t3")] = False  # a search masked to the first two passages
     assert not names_written(index, mask)(asked)
+    monkeypatch.setattr("dphr_haystack.corpus_words.EXACT_EXCLUSIONS", 0)  # a wide mask: the whole live corpus
+    assert names_written(index, mask)(asked)
     index.delete_passages(["t3"])
     assert not names_written(index, ~index.deleted)(asked)
 
