@@ -85,7 +85,9 @@ PROBE_QUERIES = 128
 PROBE_K = 20
 SEED = 29
 # What a tuning records in the manifest's ``structure`` (the rest of tune_nprobe's result are search parameters).
-TUNING_RECORD = ("probe_recall", "probe_queries", "probe_k", "target_recall")
+# ``scan_budget``: the multiple of its lists' average that a PQ structure's scan cap was chosen at (0: no cap), which
+# the cap keeps as the structure grows (``FaissStructure.follow_scan_budget``).
+TUNING_RECORD = ("probe_recall", "probe_queries", "probe_k", "target_recall", "scan_budget")
 
 
 def auto_factory(num_vectors: int, dim: int) -> str:
@@ -127,20 +129,21 @@ def tune_search_params(
     """:func:`tune_nprobe` for each refine; the tuning that reaches ``target`` with the fewest lists (then the
     fewest candidates) wins; when none reaches it (each probed every list), the fewest candidates. With ``budget``
     (PQ structures: :func:`budgets_scan`) it also caps the codes a query scans (``max_codes``) at the first of
-    :data:`SCAN_BUDGETS` times the average scan (:func:`scan_budget`) under which the probes keep ``target``, else
-    ``max_codes`` is 0 (no cap); ``search`` then takes ``max_codes`` as a fifth argument."""
+    :data:`SCAN_BUDGETS` times the average scan (:func:`scan_budget`) under which the probes keep ``target`` (that
+    multiple as ``scan_budget``), else ``max_codes`` and ``scan_budget`` are 0 (no cap); ``search`` then takes
+    ``max_codes`` as a fifth argument."""
     probes = probe_truth(stored, decode)
     tunings = [tune_nprobe(search, stored, decode, nlist, refine, target, probes) for refine in refines]
     best = min(tunings, key=lambda t: (t["probe_recall"] < target, t["nprobe"], t["refine"], -t["probe_recall"]))
     if budget:
-        (queries, truth), best["max_codes"] = probes, 0
+        (queries, truth), best["max_codes"], best["scan_budget"] = probes, 0, 0.0
         for factor in SCAN_BUDGETS:  # the tightest cap that keeps the target (or, missed anyway, loses nothing)
             cap = scan_budget(best["nprobe"], len(stored), nlist, factor)
             found = search(queries, truth.shape[1], best["nprobe"], best["refine"], cap)
             recall = float(token_recall(truth, found).mean())
             logger.info("auto structure: max_codes=%d gives recall %.4f", cap, recall)
             if recall >= min(target, best["probe_recall"]):
-                best["max_codes"], best["probe_recall"] = cap, recall
+                best["max_codes"], best["probe_recall"], best["scan_budget"] = cap, recall, factor
                 break
     return best
 

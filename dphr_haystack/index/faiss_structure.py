@@ -88,6 +88,20 @@ class FaissStructure:
             return
         for start in range(0, len(stored), chunk):
             self.index.add(np.ascontiguousarray(codec.decode(stored[start : start + chunk])))
+        self.follow_scan_budget()
+
+    def follow_scan_budget(self) -> None:
+        """Keep a PQ structure's scan cap (``max_codes``) the multiple of what its probed lists hold on average that
+        ``auto`` chose (``scan_budget`` in the manifest's ``structure``) as the structure grows: a cap fixed at the
+        build would scan a shrinking share of those lists (an index grows up to 4x before ``auto`` rebuilds it)."""
+        factor = float((self.storage.manifest.get("structure") or {}).get("scan_budget") or 0.0)
+        params = self.search_params
+        if factor <= 0 or not params.get("max_codes") or self.index is None:
+            return
+        nlist = index_types.ivf_of(self.index).nlist
+        cap = auto.scan_budget(int(params["nprobe"]), int(self.index.ntotal), nlist, factor)
+        if cap != int(params["max_codes"]):
+            self.set_params({"max_codes": cap})
 
     def rebuild(
         self,

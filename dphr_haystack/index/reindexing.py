@@ -100,5 +100,5 @@ class Reindexing:
 
     def _tune_auto_structure(self) -> None:
         tuned = self.structure.tune_nprobe()
-        self.manifest["structure"].update({key: tuned.pop(key) for key in auto.TUNING_RECORD})
+        self.manifest["structure"].update({key: tuned.pop(key) for key in auto.TUNING_RECORD if key in tuned})
         self.set_search_params(**tuned)  # commits

@@ -345,7 +345,11 @@ def test_auto_caps_a_pq_querys_scan_where_the_probes_keep_the_target():
     truth = auto.exact_top_rows(auto.probe_queries(stored, np.asarray, auto.PROBE_QUERIES), stored, np.asarray, 20)
     wide = auto.scan_budget(32, 400, 256, 1.5)
     # exact tokens found (of 20) under a cap of at least 1.5x the average scan, and under a tighter one
-    for wide_finds, narrow_finds, want in ((19, 16, wide), (19, 19, auto.scan_budget(32, 400, 256)), (0, 0, 0)):
+    for wide_finds, narrow_finds, want, factor in (
+        (19, 16, wide, 1.5),
+        (19, 19, auto.scan_budget(32, 400, 256), 1.0),
+        (0, 0, 0, 0.0),
+    ):
 
         def search(queries, k, nprobe, refine, max_codes=0, wide_finds=wide_finds, narrow_finds=narrow_finds):
             found = truth.copy() if nprobe >= 32 else np.full_like(truth, -1)  # all 20 from nprobe 32, uncapped
@@ -354,7 +358,7 @@ def test_auto_caps_a_pq_querys_scan_where_the_probes_keep_the_target():
             return found
 
         tuned = auto.tune_search_params(search, stored, np.asarray, 256, (32,), auto.PQ_TARGET_RECALL, budget=True)
-        assert (tuned["nprobe"], tuned["max_codes"]) == (32, want)
+        assert (tuned["nprobe"], tuned["max_codes"], tuned["scan_budget"]) == (32, want, factor)
         assert tuned["probe_recall"] == pytest.approx(0.95 if want else 1.0)
     assert "max_codes" not in auto.tune_search_params(search, stored, np.asarray, 256, (32,))
 
@@ -385,6 +389,15 @@ def test_auto_structure_switches_to_tuned_pq_codes_past_the_pq_limit(tiny_model,
     scores, _ = again.search_tokens(queries, 5)
     np.testing.assert_allclose(scores[:, 0], exact_scores[:, 0], rtol=1e-3)  # re-ranked from the stored vectors
     assert np.isclose(scores, exact_scores, rtol=1e-3).mean() >= 0.9  # PQ codes find nearly all of exact's top 5
+    # the scan cap stays the multiple of the lists' average that auto chose as the structure grows
+    assert again.manifest["structure"]["scan_budget"] in (0.0, *auto.SCAN_BUDGETS)
+    again.manifest["structure"]["scan_budget"] = 1.5
+    again.set_search_params(max_codes=1)
+    add_passages(again, tiny_model, _many_passages(240)[200:], progress=False)
+    grown = auto.scan_budget(again.search_params["nprobe"], len(again), nlist, 1.5)
+    assert again.search_params["max_codes"] == grown > 1 and again.faiss_factory.endswith(f",PQ{m}np")
+    assert faiss.extract_index_ivf(again.faiss_index).max_codes == grown
+    assert PhraseIndex.load(tmp_path / "a", model=tiny_model).search_params["max_codes"] == grown
 
 
 def test_retune_chooses_an_older_auto_structures_nprobe_again_by_todays_rule(
@@ -403,7 +416,7 @@ def test_retune_chooses_an_older_auto_structures_nprobe_again_by_todays_rule(
     # as an earlier rule left it: another nprobe, no record of the rule
     index.set_search_params(nprobe=nlist)
     for key in auto.TUNING_RECORD:
-        index.manifest["structure"].pop(key)
+        index.manifest["structure"].pop(key, None)
     index.commit()
     file = index.manifest["faiss_file"]
     assert dphr(["reindex", "--index", str(tmp_path / "a"), "--retune"]) == 0
