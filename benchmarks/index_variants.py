@@ -93,14 +93,21 @@ def footprint(index, where: Path) -> dict[str, float]:
 
 
 def answer_sets(
-    index, model, sets: dict[str, tuple[list, np.ndarray, np.ndarray]], latency_set: str, latency_questions: int = 200
+    index,
+    model,
+    sets: dict[str, tuple[list, np.ndarray, np.ndarray]],
+    latency_set: str,
+    latency_questions: int = 200,
+    verify: bool = False,
 ) -> dict[str, Any]:
     """EM@1 / F1@1, passage acc@1 / acc@5 and the top answer's calibration (ECE, AUROC right vs wrong) of the default
-    searcher per question set (its examples and query vectors), and ``latency_ms``: p50 / p95 of one phrase search
-    (top 10, one thread) on ``latency_set``'s first ``latency_questions``."""
+    searcher per question set (its examples and query vectors; with ``verify`` also the calibration of the answers
+    once the model's verification reader read them, ``verified``), and ``latency_ms``: p50 / p95 of one phrase search
+    (top 10, one thread, without ``verify``) on ``latency_set``'s first ``latency_questions``."""
     import torch
 
     from dphr_haystack import PhraseSearcher
+    from dphr_haystack.verification import verify_batch
 
     searcher = PhraseSearcher(index, model)
     out: dict[str, Any] = {}
@@ -109,6 +116,9 @@ def answer_sets(
         answers = searcher.search_vectors(q_start, q_end, "phrase", 10, questions=questions)
         passages = searcher.search_vectors(q_start, q_end, "passage", 10, questions=questions)
         out[name] = {**hit_scores(examples, answers, passages, 5), **confidence_scores(examples, answers)}
+        if verify:
+            checked = verify_batch(answers, questions, index, searcher.calibration)
+            out[name]["verified"] = confidence_scores(examples, checked)
     examples, q_start, q_end = sets[latency_set]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

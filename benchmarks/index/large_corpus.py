@@ -3,14 +3,19 @@ would (``dphr index``, in the background, see ``runs/scale/README.txt``), agains
 a dense FAISS Flat retriever over the same 200,598 passages.
 
     .venv/bin/python -m benchmarks.index.large_corpus --dense-only     # the dense embeddings, resumable (~100 min)
-    .venv/bin/python -m benchmarks.index.large_corpus [--questions 600] [--latency-questions 200] [--no-dense]
+    .venv/bin/python -m benchmarks.index.large_corpus [--questions 600] [--latency-questions 200] [--no-dense] \
+        [--verify]
     .venv/bin/python -m benchmarks.index.large_corpus --tuning     # search parameters compared (~15 min)
 
 - **corpus**: passages, vectors a passage, the FAISS structure and its search parameters, the indexing rate from the
   indexer's one-line-a-minute log (``runs/scale/progress.tsv``: passages committed against wall time while it ran).
 - **answers**: EM@1 / F1@1 and passage acc@1 / acc@5 of the default searcher on the held-out validation and the
   unseen SQuAD-open-small questions, over the large index and over SQuAD-open-small's own cached index (20,598
-  passages): what the distractors cost. The dense retriever's passage acc@1 / acc@5 over the large corpus beside it.
+  passages): what the distractors cost; the top answer's ECE and AUROC right vs wrong (with ``--verify`` also once
+  the verification reader read it). The dense retriever's passage acc@1 / acc@5 over the large corpus beside it.
+- **corpus words**: what the answerability's ``all_names_in_corpus`` costs at this size: the time to count the words
+  of every passage (:mod:`dphr_haystack.corpus_words`, done once, at the first question with names) and the RSS it
+  adds.
 - **latency**: p50 / p95 of one question, query encoding included, one thread, round robin (the order rotated
   each question): phrase answers (top 10) over the large index and over SQuAD-open-small, and the dense retriever
   (the offline all-MiniLM-L6-v2 query embedding, ``faiss.IndexFlatIP`` over the 200,598 normalised passage
@@ -52,6 +57,7 @@ from benchmarks.common import (
     machine,
     model_id,
     percentiles,
+    proc_memory,
     pyplot,
     save_figure,
 )
@@ -102,6 +108,19 @@ def indexing_rate(path: Path) -> dict[str, Any] | None:
         "peak_rss_gib": max(r[2] for r in rows) / 2**20 if rows else None,
         "note": "wall time while the niced indexer ran beside other work on the same 2 cores, SIGSTOP pauses and "
         "the structure's rebuilds included",
+    }
+
+
+def corpus_words_cost(index) -> dict[str, float]:
+    """Seconds and RSS MiB it takes to count the words of every live passage of ``index`` (its first question)."""
+    from dphr_haystack.corpus_words import corpus_words
+
+    before, started = proc_memory()["VmRSS"], time.perf_counter()
+    words = corpus_words(index)
+    return {
+        "seconds": time.perf_counter() - started,
+        "rss_mib_added": proc_memory()["VmRSS"] - before,
+        "distinct_words": len(words.counts),
     }
 
 
@@ -182,10 +201,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         live = large.num_live_passages
         raise SystemExit(f"{args.index} holds {live} of the corpus' {len(docs)} passages: finish indexing it")
     small = PhraseIndex.load(cached_open_small_phrases(model), model=model)
+    words = corpus_words_cost(large)
     sets = question_sets(model, args.questions)
     answers = {  # each with the p50 / p95 of its searches from given query vectors ("latency_ms")
-        f"{large.num_live_passages:,} passages (with distractors)": answer_sets(large, model, sets, UNSEEN),
-        f"{small.num_live_passages:,} passages (SQuAD-open-small)": answer_sets(small, model, sets, UNSEEN),
+        f"{large.num_live_passages:,} passages (with distractors)": answer_sets(
+            large, model, sets, UNSEEN, verify=args.verify
+        ),
+        f"{small.num_live_passages:,} passages (SQuAD-open-small)": answer_sets(
+            small, model, sets, UNSEEN, verify=args.verify
+        ),
     }
     embedder = MiniLMEmbeddingRetriever(document_store=None, batch_size=64, progress_bar=False)
     dense = None if args.no_dense else dense_search(load_dense(args.dense, len(docs)))
@@ -212,6 +236,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "structure": large.manifest.get("structure"),
             "faiss_build": large.manifest.get("faiss_build"),
             "indexing": indexing_rate(args.progress),
+            "corpus_words": words,
         },
         "questions": {name: len(s[0]) for name, s in sets.items()},
         "answers": answers,
@@ -330,9 +355,16 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"{corpus['passages']:,} passages, {corpus['vectors']:,} phrase vectors "
         f"({corpus['vectors_per_passage']:.1f} a passage) in `{corpus['faiss_factory']}`, "
-        f"search {corpus['search_params']}.",
+        f"search {corpus['search_params']}."
+        + (
+            f" Counting the words of every passage (`all_names_in_corpus`): {words['seconds']:.1f} s, "
+            f"+{words['rss_mib_added']:.0f} MiB RSS, {words['distinct_words']:,} distinct words."
+            if (words := corpus.get("corpus_words"))
+            else ""
+        ),
         "",
-        "| corpus | questions | EM@1 | F1@1 | passage acc@1 | acc@5 | confidence ECE | AUROC right vs wrong |",
+        "| corpus | questions | EM@1 | F1@1 | passage acc@1 | acc@5 | confidence ECE (→ with verify) |"
+        " AUROC right vs wrong (→ with verify) |",
         "|---|---|---|---|---|---|---|---|",
     ]
 
@@ -344,6 +376,11 @@ def markdown(result: dict[str, Any]) -> str:
             if name == "latency_ms":
                 continue
             calibration = f"{number(s.get('ece'), 1, 3)} | {number(s.get('auroc_right_vs_wrong'), 1, 3)}"
+            if (checked := s.get("verified")) is not None:  # without -> with verify
+                calibration = (
+                    f"{number(s.get('ece'), 1, 3)} → {number(checked['ece'], 1, 3)} | "
+                    f"{number(s.get('auroc_right_vs_wrong'), 1, 3)} → {number(checked['auroc_right_vs_wrong'], 1, 3)}"
+                )
             lines.append(
                 f"| {where} | {name} | {number(s.get('em@1'))} | {number(s.get('f1@1'))} | {number(s['acc@1'])} | "
                 f"{number(s['acc@5'])} | {calibration} |"
@@ -389,6 +426,9 @@ def main() -> None:
     parser.add_argument("--progress", type=Path, default=PROGRESS, help="the indexer's progress log")
     parser.add_argument("--questions", type=int, default=600, help="validation and unseen questions each")
     parser.add_argument("--latency-questions", type=int, default=200)
+    parser.add_argument(
+        "--verify", action="store_true", help="also the calibration once the verification reader read each top answer"
+    )
     parser.add_argument("--dense-only", action="store_true", help="build the dense embeddings and stop")
     parser.add_argument("--no-dense", action="store_true", help="leave the dense retriever out (no embeddings yet)")
     parser.add_argument(
