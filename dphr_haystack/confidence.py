@@ -487,7 +487,7 @@ def query_features(
       without it): a question about another town or company names what no passage writes.
 
     A feature that needs the question's words is NaN without them (an :class:`Answerability` counts it at its mean);
-    so are the name shares for a question without names, and the three name features when ``asked`` is a plain
+    so are the name shares for a question without names, and every name feature when ``asked`` is a plain
     sequence of words.
     """
     names = check_query_features(tuple(names))

@@ -6,6 +6,7 @@ a dense FAISS Flat retriever over the same 200,598 passages.
     .venv/bin/python -m benchmarks.index.large_corpus [--questions 600] [--latency-questions 200] [--no-dense] \
         [--verify]
     .venv/bin/python -m benchmarks.index.large_corpus --tuning     # search parameters compared (~15 min)
+    (``--name NAME``: results/NAME.json and .png instead)
 
 - **corpus**: passages, vectors a passage, the FAISS structure and its search parameters, the indexing rate from the
   indexer's one-line-a-minute log (``runs/scale/progress.tsv``: passages committed against wall time while it ran).
@@ -437,6 +438,7 @@ def main() -> None:
         help="compare search parameters (nprobe / refine / scan budget) of the large index instead",
     )
     parser.add_argument("--recall-questions", type=int, default=200, help="validation and unseen questions each")
+    parser.add_argument("--name", help="results/NAME.json (default: large_corpus, large_corpus_tuning with --tuning)")
     args = parser.parse_args()
     if not args.corpus.is_file():
         raise SystemExit(f"{args.corpus} not found: build it with python -m benchmarks.index.distractor_corpus")
@@ -446,9 +448,9 @@ def main() -> None:
         print(json.dumps(build_dense(corpus_documents([args.corpus]), args.dense)))
         return
     if args.tuning:
-        finish_result("large_corpus_tuning", measure_tuning(args), tuning_markdown, tuning_plot)
+        finish_result(args.name or "large_corpus_tuning", measure_tuning(args), tuning_markdown, tuning_plot)
         return
-    finish_result("large_corpus", measure(args), markdown, plot)
+    finish_result(args.name or "large_corpus", measure(args), markdown, plot)
 
 
 if __name__ == "__main__":
