@@ -23,7 +23,9 @@ sub-corpus is a mask of passages: the search, its candidates and features are th
 query features recorded. The same features fit the holds-answer on whether the corpus holds the question's passage,
 each case weighing 1 (one unanswerable question for each answerable one), with near misses besides
 (:func:`near_miss_cases`: each question over the dev and open index less its own passage, the rest of its article kept;
-``--near-miss-weight``); it scores Haystack's "no answer" (:mod:`dphr_haystack.corpus_judgement`).
+``--near-miss-weight``) and each question over its own article alone, with and without its passage
+(:func:`article_cases`, ``--article-weight``); it scores Haystack's "no answer"
+(:mod:`dphr_haystack.corpus_judgement`).
 ``--keep-answerability`` keeps the model's stored answerability and fits the holds-answer alone. The fitted
 answerability is stored in the calibration of the model's ``dphr_config.json`` (``--out``, a copy, or the model itself
 with ``--in-place``); ``answerability.json`` beside it reports the fit.
