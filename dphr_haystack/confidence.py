@@ -52,6 +52,7 @@ from .fitting import (
 from .model.calibration import (
     ANSWER_FEATURES,
     CONFIDENCE_DEPTH,
+    CORPUS_FEATURE,
     FEATURES,
     KNOWN_FEATURES,
     QUERY_FEATURES,
@@ -522,8 +523,8 @@ def query_features(
             row = phrase.passage_row
             shares["top_name_support"] = held[row] if row in held else name_share(named, passages[row])
             shares["best_name_support"] = max(held.values())
-            if written is not None and "all_names_in_corpus" in column:
-                values["all_names_in_corpus"] = float(written(named))
+            if written is not None and CORPUS_FEATURE in column:
+                values[CORPUS_FEATURE] = float(written(named))
         values.update({name: math.log(SUPPORT_FLOOR + share) for name, share in shares.items()})
     for name, j in column.items():
         if name in values:

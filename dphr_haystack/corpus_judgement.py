@@ -21,10 +21,8 @@ from typing import Any
 import numpy as np
 
 from .confidence import QUERY_FEATURES, Answerability, Calibration, RankedPhrase, logit, query_features
+from .model.calibration import CORPUS_FEATURE
 from .passage_words import PassageWords
-
-# The query feature that reads the whole corpus searched (its words: :mod:`dphr_haystack.corpus_words`).
-CORPUS_FEATURE = "all_names_in_corpus"
 
 
 @dataclass(frozen=True)

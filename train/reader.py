@@ -26,6 +26,7 @@ from torch import nn
 
 from dphr_haystack._util.lazy import require
 from dphr_haystack.errors import ModelLoadError
+from dphr_haystack.fitting import auroc
 from dphr_haystack.model.config import PhraseModelConfig
 from dphr_haystack.model.phrase_model import PhraseModel
 from dphr_haystack.model.registry import resolve_base
@@ -264,11 +265,10 @@ def no_answer_metrics(answered: Sequence[float], unanswerable: Sequence[float]) 
     a, n = np.asarray(answered, dtype=np.float64), np.asarray(unanswerable, dtype=np.float64)
     if len(a) == 0 or len(n) == 0:
         return {"answered": len(a), "unanswerable": len(n)}
-    above = (n[:, None] > a[None, :]).mean() + 0.5 * (n[:, None] == a[None, :]).mean()
     return {
         "answered": len(a),
         "unanswerable": len(n),
-        "auroc": float(above),
+        "auroc": auroc(np.concatenate([n, a]), np.arange(len(n) + len(a)) < len(n)),
         "unanswerable_no_answer": float((n > 0).mean()),
         "answered_no_answer": float((a > 0).mean()),
     }

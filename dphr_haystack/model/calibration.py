@@ -51,6 +51,8 @@ ANSWER_FEATURES = (
 KNOWN_FEATURES = FEATURES + ANSWER_FEATURES
 # An answer's place among its query's candidates as an answer ranker scores them: only a calibration with a ranker.
 RANKER_FEATURES = ("rank_score", "rank_log_softmax")
+# The query feature that reads the whole corpus searched (its words: :mod:`dphr_haystack.corpus_words`).
+CORPUS_FEATURE = "all_names_in_corpus"
 # Features of a whole query's search (:func:`dphr_haystack.confidence.query_features`): what an
 # :class:`Answerability` weighs to tell a question whose answer the corpus holds from one it does not.
 QUERY_FEATURES = (
@@ -65,7 +67,7 @@ QUERY_FEATURES = (
     "top_name_support",
     "best_name_support",
     "has_names",
-    "all_names_in_corpus",
+    CORPUS_FEATURE,
 )
 # A reader's view of the top answer's span in its passage (:class:`dphr_haystack.verification.ReaderView`): its
 # score, log-probability and gap to the window's best span, and the window's no-answer score.
@@ -76,7 +78,7 @@ VERIFICATION_FEATURES = ("top_logit", *READER_VIEW_FEATURES)
 # view of the top answer's span.
 HOLDS_VERIFICATION_FEATURES = ("holds_logit", *READER_VIEW_FEATURES)
 # The query features that read a question's names (:func:`dphr_haystack.question_words.question_names`).
-NAME_FEATURES = ("top_name_support", "best_name_support", "has_names", "all_names_in_corpus")
+NAME_FEATURES = ("top_name_support", "best_name_support", "has_names", CORPUS_FEATURE)
 # How many ranked candidate phrases a calibration's features look at (their reference list) and its ranker orders;
 # a calibration stored without a depth was fitted on the first 10.
 CONFIDENCE_DEPTH = 20
