@@ -55,7 +55,6 @@ def judge_corpus(
     if (answerability is None and holds is None) or not confidence:
         return CorpusJudgement()
     top = min(confidence, key=lambda i: (-confidence[i], i))
-    reads_corpus = any(CORPUS_FEATURE in m.features for m in (answerability, holds) if m is not None)
     features = query_features(
         QUERY_FEATURES,
         candidates,
@@ -66,10 +65,17 @@ def judge_corpus(
         searched,
         calibration.depth,
         words,
-        written if reads_corpus else None,
+        written if reads_corpus(calibration) else None,
     )
     shift = logit(_probability(answerability, features)) - logit(confidence[top]) if answerability else 0.0
     return CorpusJudgement(shift, None if holds is None else _probability(holds, features))
+
+
+def reads_corpus(calibration: Calibration) -> bool:
+    """Whether ``calibration``'s answerability or holds-answer weighs whether the corpus writes a question's names
+    (:data:`~dphr_haystack.model.calibration.CORPUS_FEATURE`)."""
+    judges = (calibration.answerability, calibration.holds_answer)
+    return any(CORPUS_FEATURE in judge.features for judge in judges if judge is not None)
 
 
 def _probability(model: Answerability, features: np.ndarray) -> float:

@@ -51,8 +51,16 @@ def search_phrase_index(
     return searcher.search_batch(list(queries), allowed_passages=masks)
 
 
+def warm_phrase_index(phrase_index: PhraseIndex, model: Any, options: PhraseSearchOptions) -> None:
+    """Read what the first search of ``phrase_index`` would otherwise wait for (:meth:`PhraseSearcher.warm_up`);
+    nothing for an index of another phrase encoder (its searches are refused)."""
+    if phrase_index.model_fingerprint == model_fingerprint(model):
+        PhraseSearcher(phrase_index, model, options).warm_up()
+
+
 __all__ = [
     "check_phrase_model",
     "resolve_max_answer_length",
     "search_phrase_index",
+    "warm_phrase_index",
 ]

@@ -125,12 +125,14 @@ class PhraseRetriever(SearchOptionAttributes):
         self.phrase_model: PhraseModel | None = None
 
     def warm_up(self) -> None:
-        """Loads the phrase model (once per process, shared by every component naming it)."""
+        """Loads the phrase model (once per process, shared by every component naming it) and has the store read
+        what the first search would otherwise wait for (once)."""
         if self.phrase_model is None:
             model = load_phrase_model(self.model, torch_device(self.device))
             resolve_max_answer_length(model, self.max_answer_length)
             if self.verify:
                 check_verify_model(model, self.model)
+            self.document_store.warm_up(model, self.search_options)
             self.phrase_model = model
 
     def to_dict(self) -> dict[str, Any]:

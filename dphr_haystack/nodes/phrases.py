@@ -24,7 +24,7 @@ from ..corpus import Passage
 from ..documents.encoding import PhraseEncoding
 from ..documents.passages import PassageRule, encoded_as, passage_mask, record_passage
 from ..documents.results import hit_passage_id, pair_hits
-from ..documents.retrieval import check_phrase_model, search_phrase_index
+from ..documents.retrieval import check_phrase_model, search_phrase_index, warm_phrase_index
 from ..encode.dump import chunked, encode_shard
 from ..errors import InvalidParameterError, ModelMismatchError
 from ..index.codec import VectorCodec
@@ -178,6 +178,16 @@ class PhraseIndexing:
             wanted = sorted({hit_passage_id(hit) for per_query in hits for hit in per_query})
             stored = {doc.id: doc for doc in self.get_documents_by_id(wanted, index=index)}
             return [pair_hits(per_query, stored) for per_query in hits]
+
+    def warm_up(
+        self, model: Any, options: PhraseSearchOptions = DEFAULT_SEARCH_OPTIONS, index: str | None = None
+    ) -> None:
+        """Read now what the first phrase search of ``index`` would otherwise wait for (the words of its passages
+        when ``model``'s calibration counts them; seconds at 200,000 passages)."""
+        with self.reading():
+            phrase_index = self.get_phrase_index(index or self.index)
+            if phrase_index is not None and phrase_index.num_live_passages:
+                warm_phrase_index(phrase_index, model, options)
 
     def update_embeddings(
         self,

@@ -130,6 +130,12 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
         if self.verify:
             check_verify_model(self.phrase_model, model)
 
+    def warm_up(self, index: str | None = None) -> None:
+        """Read now what the first search of the store's ``index`` would otherwise wait for (the REST server calls it
+        before it reports ready)."""
+        if isinstance(self.document_store, PhraseDocumentStore):
+            self.document_store.warm_up(self.phrase_model, self.search_options, index)
+
     # ----------------------------------------------------------------- BaseRetriever API
     def retrieve(
         self,

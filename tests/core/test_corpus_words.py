@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 from dphr_haystack import PhraseIndex, PhraseSearcher
+from dphr_haystack import corpus_words as corpus_words_module
 from dphr_haystack.confidence import QUERY_FEATURES, Answerability, query_features, question_words
 from dphr_haystack.corpus_words import CorpusWords, corpus_words, names_written
 from dphr_haystack.encode.add import add_passages
 from dphr_haystack.question_words import question_names
 from tests.conftest import tiny_passages
+from tests.core.test_answers_every_unit import CALIBRATION
 from tests.core.test_confidence import CANDIDATES, PASSAGES, _ranked_calibration
 
 pytestmark = pytest.mark.unit
@@ -22,6 +24,22 @@ TOWN = [
     {"id": "t1", "title": "Velmora", "text": "Velmora's first mayor was Aldo Ferrin, elected in 1821."},
     {"id": "t2", "title": "Lake_Ostrel", "text": "The Normans never reached the lake; its steamer is the Liese."},
 ]
+
+
+def counted_passages(index) -> int:
+    """How many passages of ``index`` its corpus words have counted so far (counting none)."""
+    words = corpus_words_module._CORPORA.get(index.table)
+    return 0 if words is None else int(words.counted.sum())
+
+
+def save_reading_corpus(model, path):
+    """A model directory of ``model`` (a per-test copy) whose calibration's holds-answer weighs whether the corpus
+    writes the question's names."""
+    holds = Answerability((4.0,), -2.0, (0.0,), (1.0,), ("all_names_in_corpus",))
+    stored = dataclasses.replace(CALIBRATION, holds_answer=holds)
+    model.config = dataclasses.replace(model.config, calibration=stored.to_dict())
+    model.save(path)
+    return path
 
 
 def test_counts_follow_the_live_rows_and_names_match_whole_words_plurals_and_possessives():
@@ -92,3 +110,15 @@ def test_a_searcher_says_no_answer_for_a_name_the_corpus_never_writes_until_a_pa
     index.delete_passages(["q"])
     (deleted,) = searcher.search(question)
     assert masked.holds_answer == after.holds_answer and deleted.holds_answer == before.holds_answer
+
+
+def test_warming_a_searcher_counts_the_words_only_for_a_calibration_that_weighs_them(tiny_model):
+    index = PhraseIndex.create(tiny_model)
+    add_passages(index, tiny_model, TOWN, progress=False)
+    PhraseSearcher(index, tiny_model, calibration=_ranked_calibration()).warm_up()
+    PhraseSearcher(index, tiny_model, calibration=None).warm_up()
+    assert counted_passages(index) == 0
+    holds = Answerability((4.0,), -2.0, (0.0,), (1.0,), ("all_names_in_corpus",))
+    reading = dataclasses.replace(_ranked_calibration(), holds_answer=holds)
+    PhraseSearcher(index, tiny_model, calibration=reading).warm_up()
+    assert counted_passages(index) == 2

@@ -8,7 +8,9 @@ cannot be built stops the start-up with InvalidParameterError naming its cause a
 effect: a server that would fail every request never says it is initialized. Building them fetches nothing:
 Haystack's PreProcessor asks NLTK to download its sentence tokenizer (punkt) on creation whenever it is missing,
 a network call at every start (and a wait where no network answers); that download is skipped
-(:func:`no_nltk_downloads`). The served PreProcessor splits by blank lines and needs no NLTK data.
+(:func:`no_nltk_downloads`). The served PreProcessor splits by blank lines and needs no NLTK data. Before the
+server says it is initialized, each phrase retriever of the query pipeline reads what its first search would
+otherwise wait for (:meth:`~dphr_haystack.nodes.PhraseRetriever.warm_up`).
 """
 
 from __future__ import annotations
@@ -146,6 +148,10 @@ def load_served_pipelines(settings: RestSettings) -> ServedPipelines:
         shared = {name: node for name, node in shared.items() if node is not None}
         indexing = _build("indexing", settings.indexing_pipeline, file, config, overrides, shared or None)
     store = query.get_document_store() or (indexing.get_document_store() if indexing is not None else None)
+    for name in query.graph.nodes:  # the first question waits for nothing a retriever can read now
+        node = query.get_node(name)
+        if isinstance(node, PhraseRetriever):
+            node.warm_up()
     return ServedPipelines(query=query, indexing=indexing, document_store=store, file=file)
 
 
