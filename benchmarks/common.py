@@ -242,14 +242,19 @@ def hit_scores(examples, answers: list | None, passages: list | None, top_k: int
 
 def confidence_scores(examples, answers: list) -> dict[str, float]:
     """ECE and AUROC right vs wrong of each question's top phrase answer's confidence (``PhraseSearcher`` phrase
-    hits, one list per question; a question without an answer counts as a wrong one at confidence 0)."""
+    hits, one list per question; a question without an answer counts as a wrong one at confidence 0), and the ECE a
+    perfectly calibrated confidence would show on as many questions (``ece_if_calibrated``)."""
     from dphr_haystack.answers import exact_match
-    from dphr_haystack.fitting import auroc, expected_calibration_error
+    from dphr_haystack.fitting import auroc, calibrated_ece, expected_calibration_error
 
     tops = [hits[0] if hits else None for hits in answers]
     confidence = [float(t.confidence) if t is not None and t.confidence is not None else 0.0 for t in tops]
     right = [t is not None and exact_match(t.text, ex.answers) for t, ex in zip(tops, examples, strict=True)]
-    return {"ece": expected_calibration_error(confidence, right), "auroc_right_vs_wrong": auroc(confidence, right)}
+    return {
+        "ece": expected_calibration_error(confidence, right),
+        "ece_if_calibrated": calibrated_ece(confidence),
+        "auroc_right_vs_wrong": auroc(confidence, right),
+    }
 
 
 def hit_results(examples, answers: list | None, passages: list | None, top_k: int) -> list:

@@ -279,3 +279,12 @@ def expected_calibration_error(confidences: Sequence[float], labels: Sequence[bo
     table = reliability(confidences, labels, bins)
     n = sum(row["count"] for row in table)
     return float(sum(row["count"] / n * abs(row["accuracy"] - row["confidence"]) for row in table)) if n else 0.0
+
+
+def calibrated_ece(confidences: Sequence[float], bins: int = 10, draws: int = 200, seed: int = 0) -> float:
+    """The :func:`expected_calibration_error` a perfectly calibrated confidence shows on as many questions: its mean
+    over ``draws`` sets of labels drawn right with each confidence's probability. What sampling alone adds to the
+    measured ECE (~0.04 on 600 questions whose confidences spread over [0, 1], ~0.02 on 2,000)."""
+    c = np.asarray(confidences, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    return float(np.mean([expected_calibration_error(c, rng.random(len(c)) < c, bins) for _ in range(draws)]))

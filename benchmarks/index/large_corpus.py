@@ -12,11 +12,12 @@ a dense FAISS Flat retriever over the same 200,598 passages.
   indexer's one-line-a-minute log (``runs/scale/progress.tsv``: passages committed against wall time while it ran).
 - **answers**: EM@1 / F1@1 and passage acc@1 / acc@5 of the default searcher on the held-out validation and the
   unseen SQuAD-open-small questions, over the large index and over SQuAD-open-small's own cached index (20,598
-  passages): what the distractors cost; the top answer's ECE and AUROC right vs wrong (with ``--verify`` also once
-  the verification reader read it). The dense retriever's passage acc@1 / acc@5 over the large corpus beside it.
+  passages): what the distractors cost; the top answer's ECE (beside the ECE a perfectly calibrated confidence
+  shows on as many questions: what sampling alone adds) and AUROC right vs wrong (with ``--verify`` also once the
+  verification reader read it). The dense retriever's passage acc@1 / acc@5 over the large corpus beside it.
 - **corpus words**: what the answerability's ``all_names_in_corpus`` costs at this size: the time to count the words
-  of every passage (:mod:`dphr_haystack.corpus_words`, done once, at the first question with names) and the RSS it
-  adds.
+  of every passage (:mod:`dphr_haystack.corpus_words`, done once, when a store warms up or at the first question with
+  names) and the RSS it adds.
 - **latency**: p50 / p95 of one question, query encoding included, one thread, round robin (the order rotated
   each question): phrase answers (top 10) over the large index and over SQuAD-open-small, and the dense retriever
   (the offline all-MiniLM-L6-v2 query embedding, ``faiss.IndexFlatIP`` over the 200,598 normalised passage
@@ -364,22 +365,26 @@ def markdown(result: dict[str, Any]) -> str:
             else ""
         ),
         "",
-        "| corpus | questions | EM@1 | F1@1 | passage acc@1 | acc@5 | confidence ECE (→ with verify) |"
-        " AUROC right vs wrong (→ with verify) |",
+        "| corpus | questions | EM@1 | F1@1 | passage acc@1 | acc@5 | confidence ECE [a perfectly calibrated one's on"
+        " as many questions] (→ with verify) | AUROC right vs wrong (→ with verify) |",
         "|---|---|---|---|---|---|---|---|",
     ]
 
     def number(value: float | None, scale: float = 100.0, digits: int = 2) -> str:
         return "-" if value is None else f"{scale * value:.{digits}f}"
 
+    def ece(scores: dict[str, Any]) -> str:
+        floor = scores.get("ece_if_calibrated")
+        return number(scores.get("ece"), 1, 3) + ("" if floor is None else f" [{floor:.3f}]")
+
     for where, sets in result["answers"].items():
         for name, s in sets.items():
             if name == "latency_ms":
                 continue
-            calibration = f"{number(s.get('ece'), 1, 3)} | {number(s.get('auroc_right_vs_wrong'), 1, 3)}"
+            calibration = f"{ece(s)} | {number(s.get('auroc_right_vs_wrong'), 1, 3)}"
             if (checked := s.get("verified")) is not None:  # without -> with verify
                 calibration = (
-                    f"{number(s.get('ece'), 1, 3)} → {number(checked['ece'], 1, 3)} | "
+                    f"{ece(s)} → {ece(checked)} | "
                     f"{number(s.get('auroc_right_vs_wrong'), 1, 3)} → {number(checked['auroc_right_vs_wrong'], 1, 3)}"
                 )
             lines.append(

@@ -125,6 +125,19 @@ def test_fitted_calibration_separates_and_is_calibrated():
     assert Calibration.from_dict(calibration.to_dict()) == calibration
 
 
+def test_a_calibrated_confidences_ece_is_what_sampling_adds_and_shrinks_with_more_questions():
+    from dphr_haystack.fitting import calibrated_ece
+
+    rng = np.random.default_rng(2)
+    small, large = rng.random(600), rng.random(6000)
+    floor_small, floor_large = calibrated_ece(small), calibrated_ece(large)
+    assert 0.02 < floor_small < 0.06 and floor_large < floor_small / 2  # ~1/sqrt(n)
+    drawn = rng.random(600) < small  # labels that follow the confidences: at the floor, not above it
+    assert expected_calibration_error(small, drawn) < 2 * floor_small
+    assert expected_calibration_error(small, ~drawn) > 5 * floor_small  # labels against them: far above it
+    assert calibrated_ece(np.zeros(50)) == 0.0 and calibrated_ece(np.ones(50)) == 0.0
+
+
 def test_features_reward_agreement_and_margin():
     agree = confidence_features([10.0, 9.0, 8.0], ["Paris", "paris", "Lyon"])
     disagree = confidence_features([10.0, 9.0, 8.0], ["Paris", "Lyon", "Nice"])
