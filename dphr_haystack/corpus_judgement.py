@@ -28,10 +28,12 @@ from .passage_words import PassageWords
 @dataclass(frozen=True)
 class CorpusJudgement:
     """``shift``: how far every answer's log-odds move (0.0 without an answerability); ``holds_answer``: P(the corpus
-    holds an answer to the question), None without a ``holds_answer`` in the calibration."""
+    holds an answer to the question), None without a ``holds_answer`` in the calibration; ``names_in_corpus``:
+    whether the corpus searched writes every name of the question (None: it names nothing, or nothing weighs it)."""
 
     shift: float = 0.0
     holds_answer: float | None = None
+    names_in_corpus: bool | None = None
 
 
 def judge_corpus(
@@ -68,14 +70,27 @@ def judge_corpus(
         written if reads_corpus(calibration) else None,
     )
     shift = logit(_probability(answerability, features)) - logit(confidence[top]) if answerability else 0.0
-    return CorpusJudgement(shift, None if holds is None else _probability(holds, features))
+    written_all = features[QUERY_FEATURES.index(CORPUS_FEATURE)]
+    return CorpusJudgement(
+        shift,
+        None if holds is None else _probability(holds, features),
+        None if np.isnan(written_all) else bool(written_all),
+    )
+
+
+def corpus_judges(calibration: Calibration | None) -> list[Any]:
+    """The models of ``calibration`` that judge the corpus searched from a query's features: its answerability,
+    holds-answer and verified holds-answer (those it has)."""
+    if calibration is None:
+        return []
+    verified = calibration.verification.holds_answer if calibration.verification is not None else None
+    return [m for m in (calibration.answerability, calibration.holds_answer, verified) if m is not None]
 
 
 def reads_corpus(calibration: Calibration) -> bool:
-    """Whether ``calibration``'s answerability or holds-answer weighs whether the corpus writes a question's names
-    (:data:`~dphr_haystack.model.calibration.CORPUS_FEATURE`)."""
-    judges = (calibration.answerability, calibration.holds_answer)
-    return any(CORPUS_FEATURE in judge.features for judge in judges if judge is not None)
+    """Whether one of the :func:`corpus_judges` of ``calibration`` weighs whether the corpus writes a question's
+    names (:data:`~dphr_haystack.model.calibration.CORPUS_FEATURE`)."""
+    return any(CORPUS_FEATURE in judge.features for judge in corpus_judges(calibration))
 
 
 def _probability(model: Answerability, features: np.ndarray) -> float:

@@ -29,7 +29,7 @@ import numpy as np
 from ._util.groups import argmax_groups
 from ._util.threads import resolve_threads, using_threads
 from .confidence import Calibration, answer_confidences, copies_question, question_words, shifted
-from .corpus_judgement import CorpusJudgement, judge_corpus, reads_corpus
+from .corpus_judgement import CorpusJudgement, corpus_judges, judge_corpus, reads_corpus
 from .corpus_words import corpus_words, names_written
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
 from .hits import DocumentHit, Hit, PassageHit, PhraseHit, best_passage, best_phrase
@@ -285,9 +285,8 @@ class PhraseSearcher(SearchOptionAttributes):
         """Each question's words for the confidence features; with an answerability (or holds-answer) that reads
         names, a question written in lower case (as NQ's are) reads them from its truecasing by the index's
         passages."""
-        judges = [getattr(self.calibration, name, None) for name in ("answerability", "holds_answer")]
         cased: list[str | None] = [None] * len(questions)
-        if any(judge is not None and set(judge.features).intersection(NAME_FEATURES) for judge in judges):
+        if any(set(judge.features).intersection(NAME_FEATURES) for judge in corpus_judges(self.calibration)):
             cased = corpus_cased(self.index, questions, self.model.tokenizer.get_vocab if self.model else ())
         return [question_words(q, c) for q, c in zip(questions, cased, strict=True)]
 
@@ -454,7 +453,8 @@ def _phrase_answers(
         return {row: shifted(c, judged.shift) for row, c in zip(rows, found.tolist(), strict=True)}
 
     def answers(rows: Sequence[int]) -> list[Hit]:
-        return [replace(kept[i], confidence=float(confidence[i]), holds_answer=judged.holds_answer) for i in rows]
+        judgement = {"holds_answer": judged.holds_answer, "names_in_corpus": judged.names_in_corpus}
+        return [replace(kept[i], confidence=float(confidence[i]), **judgement) for i in rows]
 
     confidence = confident(range(len(kept)) if by_confidence else chosen)
     judged = judge_corpus(calibration, kept, confidence, asked, index.passages, searched, passage_words, written)
@@ -540,7 +540,12 @@ def _aggregate(
     for key in order:
         if answering[key] in answer:
             at_key = answer[answering[key]]
-            phrase = replace(answers[at_key], confidence=confidence.get(at_key), holds_answer=judged.holds_answer)
+            phrase = replace(
+                answers[at_key],
+                confidence=confidence.get(at_key),
+                holds_answer=judged.holds_answer,
+                names_in_corpus=judged.names_in_corpus,
+            )
         else:  # every retrieved phrase of it copies the question (or no answers were asked for)
             phrase = _make_phrase(index, *best[key], trim=trim)
             copy = words is not None  # a copy is never the answer: confidence 0 where there are confidences

@@ -213,11 +213,13 @@ def check_verify_model(phrase_model: Any, name: str) -> None:
     check_verification(Calibration.from_dict(stored) if stored else None, repr(name))
 
 
-def verification_features(probability: float, view: ReaderView) -> np.ndarray:
-    """The :data:`~dphr_haystack.model.calibration.VERIFICATION_FEATURES` of a top answer (5,) from its confidence,
-    or the :data:`~dphr_haystack.model.calibration.HOLDS_VERIFICATION_FEATURES` from P(the corpus holds an answer):
-    that probability's log-odds and the reader's view."""
-    return np.array([logit(probability), *view.values()], dtype=np.float64)
+def verification_features(probability: float, view: ReaderView, names_in_corpus: bool | None = None) -> np.ndarray:
+    """The :data:`~dphr_haystack.model.calibration.VERIFICATION_FEATURES` of a top answer from its confidence (the
+    first 5 of the 6), or the :data:`~dphr_haystack.model.calibration.HOLDS_VERIFICATION_FEATURES` from P(the corpus
+    holds an answer): that probability's log-odds, the reader's view and whether the corpus writes every name of the
+    question (NaN: unknown)."""
+    names = np.nan if names_in_corpus is None else float(names_in_corpus)
+    return np.array([logit(probability), *view.values(), names], dtype=np.float64)
 
 
 def top_answer(hits: list[Hit]) -> int | None:
@@ -256,7 +258,8 @@ def verified(
     shift = logit(p) - logit(top.confidence)
     holds = top.holds_answer
     if verification.holds_answer is not None and holds is not None:
-        holds = float(verification.holds_answer.probability(verification_features(holds, view)[None, :])[0])
+        features = verification_features(holds, view, top.names_in_corpus)
+        holds = float(verification.holds_answer.probability(features[None, :])[0])
     return [_shifted_hit(hit, shift, holds) for hit in hits]
 
 

@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 
 from dphr_haystack import PhraseIndex, PhraseModel
-from dphr_haystack.confidence import Calibration
+from dphr_haystack.confidence import QUERY_FEATURES, Calibration
 from dphr_haystack.fitting import auroc, expected_calibration_error, fit_verification, fit_verified_holds
-from dphr_haystack.model.calibration import Verification, VerifiedHoldsAnswer
+from dphr_haystack.model.calibration import CORPUS_FEATURE, READER_VIEW_FEATURES, Verification, VerifiedHoldsAnswer
 from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
 from dphr_haystack.verification import SpanReader, reader_dir, reader_reference
 
@@ -65,15 +65,17 @@ MAX_SHARD_MB = 16.0
 
 def verification_inputs(table: QueryTable, calibration: Calibration, holds: bool = False) -> np.ndarray:
     """The verification features of each case of ``table`` (gathered with a reader): the answerability's P(right)
-    (with ``holds``, the holds-answer's P(the corpus holds an answer)) as log-odds and the reader's view; rows
-    without a top answer are NaN."""
+    as log-odds and the reader's view (with ``holds``: the holds-answer's P(the corpus holds an answer) as log-odds,
+    the reader's view and whether the corpus writes every name of the question, NaN for a question without names);
+    rows without a top answer are NaN."""
     if table.views is None:
         raise ValueError("the table was gathered without a reader")
     p = (calibration.holds_answer if holds else calibration.answerability).query_probability(table.features)
     p = np.clip(p, 1e-6, 1 - 1e-6)
     logit = np.log(p / (1 - p))
     logit[np.isnan(table.features[:, 0])] = np.nan
-    return np.column_stack([logit, table.views])
+    names = [table.features[:, QUERY_FEATURES.index(CORPUS_FEATURE)]] if holds else []
+    return np.column_stack([logit, table.views, *names])
 
 
 def verified_probability(verification: Verification | VerifiedHoldsAnswer, inputs: np.ndarray) -> np.ndarray:
@@ -101,7 +103,7 @@ def fit_holds(table: QueryTable, calibration: Calibration) -> VerifiedHoldsAnswe
     whether their corpus holds the answer (each case weighing its own weight, as the calibration's holds-answer is
     fitted)."""
     inputs = verification_inputs(table, calibration, holds=True)
-    known = ~np.isnan(inputs).any(axis=1)
+    known = ~np.isnan(inputs[:, : 1 + len(READER_VIEW_FEATURES)]).any(axis=1)  # a question without names counts
     weights = np.array([c.weight for c in table.cases])
     return fit_verified_holds(inputs[known], table.holds[known], weights=weights[known])
 

@@ -74,9 +74,9 @@ QUERY_FEATURES = (
 READER_VIEW_FEATURES = ("reader_span", "reader_logp", "reader_gap", "reader_null")
 # What a :class:`Verification` weighs: the top answer's confidence as log-odds and the reader's view.
 VERIFICATION_FEATURES = ("top_logit", *READER_VIEW_FEATURES)
-# What a :class:`VerifiedHoldsAnswer` weighs: P(the corpus holds an answer) of the search as log-odds and the reader's
-# view of the top answer's span.
-HOLDS_VERIFICATION_FEATURES = ("holds_logit", *READER_VIEW_FEATURES)
+# What a :class:`VerifiedHoldsAnswer` weighs: P(the corpus holds an answer) of the search as log-odds, the reader's
+# view of the top answer's span and whether the corpus writes every name of the question.
+HOLDS_VERIFICATION_FEATURES = ("holds_logit", *READER_VIEW_FEATURES, CORPUS_FEATURE)
 # The query features that read a question's names (:func:`dphr_haystack.question_words.question_names`).
 NAME_FEATURES = ("top_name_support", "best_name_support", "has_names", CORPUS_FEATURE)
 # How many ranked candidate phrases a calibration's features look at (their reference list) and its ranker orders;
@@ -163,10 +163,11 @@ class Answerability:
         return cls(values[0], values[3][0], values[1], values[2], check_query_features(features))
 
 
-def check_verified_features(model: Any, expected: tuple[str, ...], what: str) -> None:
-    """InvalidParameterError unless the linear ``model`` weighs ``expected``, or all of them but the reader's
-    no-answer score (what was stored before readers were trained to give one), with a weight, mean and scale each."""
-    if model.features not in (expected, expected[:-1]):
+def check_verified_features(model: Any, expected: tuple[str, ...], what: str, older: int = 1) -> None:
+    """InvalidParameterError unless the linear ``model`` weighs ``expected`` or, as stored before its last ``older``
+    features were added (the reader's no-answer score, then the corpus's names), its first columns but at most those,
+    with a weight, mean and scale each."""
+    if model.features not in [expected[: len(expected) - k] for k in range(older + 1)]:
         raise InvalidParameterError(f"{what} over features {model.features}: expected {', '.join(expected)}")
     if not len(model.weights) == len(model.mean) == len(model.scale) == len(model.features):
         raise InvalidParameterError(f"{what} needs a weight, a mean and a scale for each of {model.features}")
@@ -191,11 +192,12 @@ class VerifiedHoldsAnswer:
     features: tuple[str, ...] = HOLDS_VERIFICATION_FEATURES
 
     def __post_init__(self) -> None:
-        check_verified_features(self, HOLDS_VERIFICATION_FEATURES, "verified holds-answer")
+        check_verified_features(self, HOLDS_VERIFICATION_FEATURES, "verified holds-answer", older=2)
 
     def probability(self, features: np.ndarray) -> np.ndarray:
         """P(the corpus holds an answer) of each row of :data:`HOLDS_VERIFICATION_FEATURES` (the first columns,
-        one stored before the reader's no-answer score was read)."""
+        one stored before the corpus's names or the reader's no-answer score were read); a NaN names feature (a
+        question without names) counts at its mean."""
         return _verified_probability(self, features)
 
     def to_dict(self) -> dict[str, Any]:

@@ -168,7 +168,21 @@ def test_a_verification_stored_before_the_no_answer_score_weighs_the_view_it_was
     z = (np.array([0.5, 2.0, -1.0, -0.5]) - np.array([0.0, 0.0, -3.0, -1.0])) / np.array([1.5, 2.0, 1.0, 1.0])
     expected = 1 / (1 + math.exp(-(z @ np.array([0.6, 0.9, 0.4, 0.3]) - 0.2)))
     assert old.probability(rows) == pytest.approx([expected, expected])
-    assert VerifiedHoldsAnswer.from_dict({**old.to_dict(), "features": list(HOLDS_VERIFICATION_FEATURES[:-1])})
+    assert VerifiedHoldsAnswer.from_dict({**old.to_dict(), "features": list(HOLDS_VERIFICATION_FEATURES[:-2])})
+
+
+def test_a_verified_holds_answer_stored_before_the_names_feature_reads_its_first_columns():
+    """One fitted over the search's holds-answer and the reader's view (no ``all_names_in_corpus``) ignores the
+    names column of today's features."""
+    old = VerifiedHoldsAnswer(
+        (0.5, -0.8, 0.3, 0.2, -0.4), 0.1, (0.0,) * 5, (1.0,) * 5, HOLDS_VERIFICATION_FEATURES[:-1]
+    )
+    assert VerifiedHoldsAnswer.from_dict(old.to_dict()) == old
+    rows = np.array([[0.5, 2.0, -1.0, -0.5, -3.0, 0.0], [0.5, 2.0, -1.0, -0.5, -3.0, 1.0]])
+    assert old.probability(rows)[0] == old.probability(rows)[1] == old.probability(rows[:, :5])[0]
+    with pytest.raises(InvalidParameterError, match="features"):  # the names without the no-answer score: foreign
+        features = (*HOLDS_VERIFICATION_FEATURES[:-2], HOLDS_VERIFICATION_FEATURES[-1])
+        VerifiedHoldsAnswer.from_dict({**old.to_dict(), "features": list(features)})
 
 
 def test_a_fitted_verification_weighs_the_reader_where_it_tells_right_from_wrong():
@@ -200,30 +214,36 @@ def test_a_verified_search_moves_every_confidence_by_the_same_log_odds(verified_
     assert max(shifts) - min(shifts) < 1e-6 and abs(shifts[0]) > 1e-6
 
 
-def test_a_verified_holds_answer_reads_the_view_and_is_stored(tmp_path, _tiny_model_session, tiny_reader_dir, reader):
+@pytest.mark.parametrize(("question", "written"), [(QUESTION, True), ("Who wrote Quillfern?", False)])
+def test_a_verified_holds_answer_reads_the_view_and_the_names_and_is_stored(
+    tmp_path, _tiny_model_session, tiny_reader_dir, reader, question, written
+):
     holds = VerifiedHoldsAnswer(
-        (0.5, -0.8, 0.3, 0.2, -0.4), 0.1, (0.0, 0.0, -3.0, -1.0, -2.0), (1.5, 2.0, 1.0, 1.0, 2.0)
+        (0.5, -0.8, 0.3, 0.2, -0.4, 1.5), 0.1, (0.0, 0.0, -3.0, -1.0, -2.0, 0.5), (1.5, 2.0, 1.0, 1.0, 2.0, 0.5)
     )
+    search_holds = dataclasses.replace(holds_answer(0.4), features=("all_names_in_corpus",))  # weight 0: reads it
     stored = dataclasses.replace(
         CALIBRATION,
         verification=dataclasses.replace(verification(tiny_reader_dir), holds_answer=holds),
-        holds_answer=holds_answer(0.4),
+        holds_answer=search_holds,
     )
     assert Calibration.from_dict(stored.to_dict()) == stored
     with pytest.raises(InvalidParameterError, match="features"):
-        VerifiedHoldsAnswer.from_dict({**holds.to_dict(), "features": list(VERIFICATION_FEATURES)})
+        VerifiedHoldsAnswer.from_dict({**holds.to_dict(), "features": [*VERIFICATION_FEATURES, "all_names_in_corpus"]})
     model = copy.deepcopy(_tiny_model_session)
     model.config = dataclasses.replace(model.config, calibration=stored.to_dict())
     index = PhraseIndex.create(model)
     add_passages(index, model, tiny_passages(), progress=False)
-    plain = PhraseSearcher(index, model, unit="phrase", top_k=5).search(QUESTION)
-    checked = PhraseSearcher(index, model, unit="phrase", top_k=5, verify=True).search(QUESTION)
+    plain = PhraseSearcher(index, model, unit="phrase", top_k=5).search(question)
+    checked = PhraseSearcher(index, model, unit="phrase", top_k=5, verify=True).search(question)
     assert [h.holds_answer for h in plain] == pytest.approx([0.4] * len(plain))
+    assert {h.names_in_corpus for h in plain} == {written}  # "France" is written, "Quillfern" nowhere
     top = plain[top_answer(plain)]
-    view = reader.view(QUESTION, index.passages[top.passage_row]["text"], top.start, top.end)
-    expected = float(holds.probability(verification_features(0.4, view)[None, :])[0])
+    view = reader.view(question, index.passages[top.passage_row]["text"], top.start, top.end)
+    expected = float(holds.probability(verification_features(0.4, view, written)[None, :])[0])
+    unnamed = float(holds.probability(verification_features(0.4, view)[None, :])[0])  # the names at their mean
     assert [h.holds_answer for h in checked] == pytest.approx([expected] * len(checked))
-    assert abs(expected - 0.4) > 1e-3
+    assert abs(expected - 0.4) > 1e-3 and abs(expected - unnamed) > 1e-3
 
 
 def test_a_fitted_verified_holds_answer_weighs_what_tells_answerable_questions_apart():

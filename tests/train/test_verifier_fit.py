@@ -52,7 +52,9 @@ def test_the_fitted_verification_is_what_a_verifying_searcher_applies(
     # with a holds-answer, the verification's own: what a verifying searcher gives every answer
     verified = dataclasses.replace(verified, holds_answer=fit_table(table, unanswerable_weight=1.0, holds=True))
     holding = fit_holds(table, verified)
-    expected = verified_probability(holding, verification_inputs(table, verified, holds=True))
+    inputs = verification_inputs(table, verified, holds=True)
+    assert holding.features[-1] == "all_names_in_corpus" and np.isin(inputs[:, -1], (0.0, 1.0)).any()
+    expected = verified_probability(holding, inputs)
     verified = dataclasses.replace(verified, verification=dataclasses.replace(verification, holds_answer=holding))
     served = PhraseSearcher(index, tiny_model, calibration=verified, verify=True)
     for i, case in enumerate(cases[:4]):
