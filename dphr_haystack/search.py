@@ -139,10 +139,22 @@ class PhraseSearcher(SearchOptionAttributes):
             check_verification(calibration)
 
     def warm_up(self) -> None:
-        """Read now what the first question would otherwise wait for: the words of the index's passages, when the
-        calibration weighs whether the corpus writes a question's names (seconds at 200,000 passages)."""
+        """Read now what the first questions would otherwise wait for (seconds each at 200,000 passages): the words
+        of the index's passages, when the calibration weighs whether the corpus writes a question's names, and the
+        truecaser learnt from them, when a question in lower case would be truecased."""
         if self.calibration is not None and reads_corpus(self.calibration):
             corpus_words(self.index)
+        if self.model is not None and (self._truecases() or self._reads_names()):
+            corpus_truecaser(self.index, self.model.tokenizer.get_vocab)
+
+    def _truecases(self) -> bool:
+        """Whether queries in lower case are truecased before they are encoded."""
+        return bool(self.model.config.truecase if self.truecase is None else self.truecase)
+
+    def _reads_names(self) -> bool:
+        """Whether a model of the calibration weighs the question's names (read from its truecasing when the
+        question is in lower case)."""
+        return any(set(judge.features).intersection(NAME_FEATURES) for judge in corpus_judges(self.calibration))
 
     def search(
         self,
@@ -167,11 +179,10 @@ class PhraseSearcher(SearchOptionAttributes):
         if isinstance(queries, str):
             raise InvalidQueryError("search_batch takes a list of queries, not one string")
         texts = list(queries)
-        truecase = self.model.config.truecase if self.truecase is None else self.truecase
-        # the index's own passages teach the truecaser (built only when a query needs it)
+        # the index's own passages teach the truecaser (built only when a query needs it, or at warm_up)
         caser = (
             corpus_truecaser(self.index, self.model.tokenizer.get_vocab)
-            if truecase and any(isinstance(q, str) and is_all_lowercase(q) for q in texts)
+            if self._truecases() and any(isinstance(q, str) and is_all_lowercase(q) for q in texts)
             else None
         )
         with using_threads(resolve_threads(self.threads, "query")):
@@ -286,7 +297,7 @@ class PhraseSearcher(SearchOptionAttributes):
         names, a question written in lower case (as NQ's are) reads them from its truecasing by the index's
         passages."""
         cased: list[str | None] = [None] * len(questions)
-        if any(set(judge.features).intersection(NAME_FEATURES) for judge in corpus_judges(self.calibration)):
+        if self._reads_names():
             cased = corpus_cased(self.index, questions, self.model.tokenizer.get_vocab if self.model else ())
         return [question_words(q, c) for q, c in zip(questions, cased, strict=True)]
 

@@ -113,11 +113,15 @@ def test_a_searcher_says_no_answer_for_a_name_the_corpus_never_writes_until_a_pa
 
 
 def test_warming_a_searcher_counts_the_words_only_for_a_calibration_that_weighs_them(tiny_model):
+    from dphr_haystack.model.truecase import _CORPUS_CASERS
+
     index = PhraseIndex.create(tiny_model)
     add_passages(index, tiny_model, TOWN, progress=False)
-    PhraseSearcher(index, tiny_model, calibration=_ranked_calibration()).warm_up()
-    PhraseSearcher(index, tiny_model, calibration=None).warm_up()
-    assert counted_passages(index) == 0
+    PhraseSearcher(index, tiny_model, calibration=_ranked_calibration(), truecase=False).warm_up()
+    PhraseSearcher(index, tiny_model, calibration=None, truecase=False).warm_up()
+    assert counted_passages(index) == 0 and index not in _CORPUS_CASERS
+    PhraseSearcher(index, tiny_model, calibration=None, truecase=True).warm_up()  # lower-case queries truecased
+    assert counted_passages(index) == 0 and index in _CORPUS_CASERS
     holds = Answerability((4.0,), -2.0, (0.0,), (1.0,), ("all_names_in_corpus",))
     reading = dataclasses.replace(_ranked_calibration(), holds_answer=holds)
     PhraseSearcher(index, tiny_model, calibration=reading).warm_up()
