@@ -6,6 +6,7 @@ a dense FAISS Flat retriever over the same 200,598 passages.
     .venv/bin/python -m benchmarks.index.large_corpus [--questions 600] [--latency-questions 200] [--no-dense] \
         [--verify]
     .venv/bin/python -m benchmarks.index.large_corpus --tuning     # search parameters compared (~15 min)
+        [--settings 128/16/1.0 ...]     # these (nprobe / refine / scan cap) instead of TUNINGS
     (``--name NAME``: results/NAME.json and .png instead)
 
 - **corpus**: passages, vectors a passage, the FAISS structure and its search parameters, the indexing rate from the
@@ -268,7 +269,7 @@ def measure_tuning(args: argparse.Namespace) -> dict[str, Any]:
     sets = question_sets(model, args.questions)
     tunings: dict[str, Any] = {}
     nlist = index_types.ivf_of(large.faiss_index).nlist
-    for nprobe, refine, cap in tqdm(TUNINGS, desc="tunings"):
+    for nprobe, refine, cap in tqdm(args.settings or TUNINGS, desc="tunings"):
         max_codes = auto.scan_budget(nprobe, len(stored), nlist, cap) if cap else 0
         found = large.structure.probe_search(queries, auto.PROBE_K, nprobe, refine, max_codes)
         recall = auto.token_recall(truth, found)
@@ -307,6 +308,15 @@ def measure_tuning(args: argparse.Namespace) -> dict[str, Any]:
         "tunings": tunings,
         "seconds": time.perf_counter() - started,
     }
+
+
+def _setting(text: str) -> tuple[int, int, float]:
+    """``NPROBE/REFINE/CAP`` of ``--settings``."""
+    try:
+        nprobe, refine, cap = text.split("/")
+        return int(nprobe), int(refine), float(cap)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NPROBE/REFINE/CAP, such as 128/16/1.0") from exc
 
 
 def tuning_markdown(result: dict[str, Any]) -> str:
@@ -441,6 +451,14 @@ def main() -> None:
         "--tuning",
         action="store_true",
         help="compare search parameters (nprobe / refine / scan budget) of the large index instead",
+    )
+    parser.add_argument(
+        "--settings",
+        nargs="+",
+        type=_setting,
+        default=None,
+        metavar="NPROBE/REFINE/CAP",
+        help="with --tuning: these search parameters instead of TUNINGS (CAP: times the lists' average, 0: none)",
     )
     parser.add_argument("--recall-questions", type=int, default=200, help="validation and unseen questions each")
     parser.add_argument("--name", help="results/NAME.json (default: large_corpus, large_corpus_tuning with --tuning)")

@@ -11,11 +11,18 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from ..errors import InvalidParameterError
 from ..index.structures import INDEX_TYPES
 from ..model.config import PhraseModelConfig, effective_filter_threshold, parse_threshold_arg
 from ..model.registry import DEFAULT_MODEL
 from ..params import arg_type
+
+if TYPE_CHECKING:
+    import numpy as np
+
+QUESTION_LIMIT = 400  # questions `dphr reindex --retune --questions` tunes on (800 start and end vectors)
 
 
 def add_scale_parsers(sub: argparse._SubParsersAction) -> None:
@@ -85,6 +92,19 @@ def add_scale_parsers(sub: argparse._SubParsersAction) -> None:
         "--retune",
         action="store_true",
         help="keep the automatic structure and choose its nprobe again by today's rule (in place; seconds)",
+    )
+    reindex.add_argument(
+        "--questions",
+        type=Path,
+        default=None,
+        help="with --retune: tune on questions your users ask instead of probes: a text file, one question a line, "
+        "or a question file dphr eval reads (.gz ok; up to --question-limit sampled)",
+    )
+    reindex.add_argument(
+        "--question-limit", type=arg_type("limit"), default=QUESTION_LIMIT, help="questions --questions tunes on"
+    )
+    reindex.add_argument(
+        "--model", type=Path, default=None, help="with --questions: the model to encode them (default: the index's)"
     )
     _add_structure_args(reindex)
 
@@ -220,6 +240,8 @@ def _reindex(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.retune:
         return _retune(args, started)
+    if args.questions is not None or args.model is not None:
+        raise InvalidParameterError("--questions and --model choose what --retune tunes on: add --retune")
     index = PhraseIndex.load(args.index, flat_search="mmap")
     factory = _factory(args, len(index), index.dim)
     result = index.reindex(
@@ -238,7 +260,6 @@ def _reindex(args: argparse.Namespace) -> int:
 
 
 def _retune(args: argparse.Namespace, started: float) -> int:
-    from ..errors import InvalidParameterError
     from ..index.phrase_index import PhraseIndex
 
     chosen = [
@@ -262,9 +283,52 @@ def _retune(args: argparse.Namespace, started: float) -> int:
     if not index.auto_structure or not index.search_params.get("nprobe"):
         print(f"{args.index}: nothing to tune ({index.faiss_factory}, search params {before} kept)")
         return 0
-    index.retune()
+    queries = _question_vectors(args, index) if args.questions is not None else None
+    index.retune(queries)
+    tuned = index.manifest["structure"]
+    on = f"{len(queries) // 2} questions" if queries is not None else "probes"
     print(
-        f"retuned {index.faiss_factory} ({len(index)} vectors): search params {before} -> {index.search_params} "
-        f"in {time.perf_counter() - started:.1f}s"
+        f"retuned {index.faiss_factory} ({len(index)} vectors) on {on}: search params {before} -> "
+        f"{index.search_params} (recall {tuned.get('probe_recall', 0.0):.3f} of their exact top tokens) in "
+        f"{time.perf_counter() - started:.1f}s"
     )
     return 0
+
+
+def _question_vectors(args: argparse.Namespace, index) -> np.ndarray:
+    """The start and end query vectors (int8 queries, as searched by default) of up to ``--question-limit``
+    questions of ``--questions``, sampled with seed 0, encoded by ``--model`` or the model the index records."""
+    import random
+
+    import numpy as np
+
+    from ..errors import ModelLoadError, ModelMismatchError
+    from ..model.loading import load_model
+
+    questions = read_question_texts(args.questions)
+    if not questions:
+        raise InvalidParameterError(f"--questions {args.questions}: no questions in it")
+    if len(questions) > args.question_limit:
+        questions = random.Random(0).sample(questions, args.question_limit)
+    model_dir = args.model or index.manifest.get("model_path")
+    if not model_dir:
+        raise ModelLoadError(f"{args.index} does not record its model: pass --model DIR to encode the questions")
+    model = load_model(model_dir)
+    if model.phrase_fingerprint() != index.model_fingerprint:
+        raise ModelMismatchError(f"{model_dir}: phrase encoder differs from the one {args.index} was built with")
+    q_start, q_end = model.encode_queries(questions, batch_size=64, precision="int8")
+    return np.concatenate([q_start, q_end])
+
+
+def read_question_texts(path: Path) -> list[str]:
+    """The questions of a text file (one a line, blank lines skipped) or of a question file ``dphr eval`` reads;
+    ``.gz`` ok."""
+    from .._util.io import open_text
+    from ..evaluation.questions import read_questions
+
+    if path.name.removesuffix(".gz").endswith(".txt"):
+        if not path.is_file():
+            raise FileNotFoundError(f"--questions {path}: no such file")
+        with open_text(path) as handle:
+            return [line.strip() for line in handle if line.strip()]
+    return [example.question for example in read_questions(path)]

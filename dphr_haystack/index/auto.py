@@ -32,6 +32,11 @@ keeps the target: k-means lists of real text are uneven, and the queries landing
 slowest searches. Below
 :data:`PQ_LIMIT` SQ8 stays: its codes take under 0.8 GB there and it builds faster (356 vs 429 s at 713,934
 vectors on 2 cores, OPQ's rotation training the difference).
+
+Probes need no model, but they judge a scan cap harshly: a cap that costs the probes a sixth of their tokens costs
+real questions under 1%. An index whose users' questions are known is tuned on them instead
+(``PhraseIndex.retune(queries)``, ``dphr reindex --retune --questions FILE``): the same rule on their start and end
+query vectors, to :data:`QUESTION_TARGET_RECALL` (``tuned_on`` records which).
 """
 
 from __future__ import annotations
@@ -81,13 +86,21 @@ PQ_TARGET_RECALL = 0.85
 # refine 32, the probes keep 0.814 / 0.859 / 0.870 of their exact top-20 tokens under 1 / 1.5 / 2x (0.871 uncapped),
 # so 1.5x is kept (``python -m benchmarks.index.large_corpus --tuning`` compares them).
 SCAN_BUDGETS = (1.0, 1.5, 2.0)
+# The recall a structure is tuned to on the questions its users ask (their start and end query vectors,
+# ``PhraseIndex.retune(queries=...)``, ``dphr reindex --retune --questions FILE``) instead of probes. Questions keep
+# far more of their tokens than probes at the same settings and lose little under a scan cap: at 200,598 passages
+# (OPQ96,IVF8192,PQ96np) nprobe 128 / refine 16 held 0.981 of 400 question vectors' exact top-20 tokens (probes
+# 0.838), under a cap of 1x its lists' average 0.974 (probes 0.701); nprobe 64 held 0.96 and gave 1,200 questions the
+# same EM@1 and acc@1 (``python -m benchmarks.index.large_corpus --tuning``).
+QUESTION_TARGET_RECALL = 0.97
 PROBE_QUERIES = 128
 PROBE_K = 20
 SEED = 29
 # What a tuning records in the manifest's ``structure`` (the rest of tune_nprobe's result are search parameters).
 # ``scan_budget``: the multiple of its lists' average that a PQ structure's scan cap was chosen at (0: no cap), which
 # the cap keeps as the structure grows (``FaissStructure.follow_scan_budget``).
-TUNING_RECORD = ("probe_recall", "probe_queries", "probe_k", "target_recall", "scan_budget")
+# ``tuned_on``: "probes" (:func:`probe_truth`) or "questions" (:func:`question_truth`).
+TUNING_RECORD = ("probe_recall", "probe_queries", "probe_k", "target_recall", "scan_budget", "tuned_on")
 
 
 def auto_factory(num_vectors: int, dim: int) -> str:
@@ -125,14 +138,16 @@ def tune_search_params(
     refines: tuple[int, ...],
     target: float = TARGET_RECALL,
     budget: bool = False,
+    probes: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """:func:`tune_nprobe` for each refine; the tuning that reaches ``target`` with the fewest lists (then the
     fewest candidates) wins; when none reaches it (each probed every list), the fewest candidates. With ``budget``
     (PQ structures: :func:`budgets_scan`) it also caps the codes a query scans (``max_codes``) at the first of
     :data:`SCAN_BUDGETS` times the average scan (:func:`scan_budget`) under which the probes keep ``target`` (that
     multiple as ``scan_budget``), else ``max_codes`` and ``scan_budget`` are 0 (no cap); ``search`` then takes
-    ``max_codes`` as a fifth argument."""
-    probes = probe_truth(stored, decode)
+    ``max_codes`` as a fifth argument. ``probes``: the queries and their exact top rows to tune on (default:
+    :func:`probe_truth`; :func:`question_truth` for questions)."""
+    probes = probes if probes is not None else probe_truth(stored, decode)
     tunings = [tune_nprobe(search, stored, decode, nlist, refine, target, probes) for refine in refines]
     best = min(tunings, key=lambda t: (t["probe_recall"] < target, t["nprobe"], t["refine"], -t["probe_recall"]))
     if budget:
@@ -202,6 +217,15 @@ def exact_top_rows(
 def probe_truth(stored: np.ndarray, decode: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """:data:`PROBE_QUERIES` probe queries and the rows of their exact top-:data:`PROBE_K` tokens."""
     queries = probe_queries(stored, decode, PROBE_QUERIES)
+    return queries, exact_top_rows(queries, stored, decode, min(PROBE_K, len(stored)))
+
+
+def question_truth(
+    queries: np.ndarray, stored: np.ndarray, decode: Callable[[np.ndarray], np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Query vectors of real questions (their start and end vectors) and the rows of their exact top-:data:`PROBE_K`
+    tokens: what :func:`tune_search_params` tunes on instead of probes."""
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
     return queries, exact_top_rows(queries, stored, decode, min(PROBE_K, len(stored)))
 
 

@@ -169,15 +169,21 @@ class FaissStructure:
             }
         )
 
-    def tune_nprobe(self, refine: int | None = None) -> dict[str, Any]:
+    def tune_nprobe(self, refine: int | None = None, queries: np.ndarray | None = None) -> dict[str, Any]:
         """``auto``'s search parameters for the built IVF structure (see :func:`auto.tune_search_params`): nprobe
-        for ``refine``, or the best of ``auto``'s refines for the structure, and a PQ structure's scan budget."""
+        for ``refine``, or the best of ``auto``'s refines for the structure, and a PQ structure's scan budget; tuned
+        on probes, or on ``queries`` (real questions' start and end vectors) to
+        :data:`~dphr_haystack.index.auto.QUESTION_TARGET_RECALL`."""
         ivf = index_types.ivf_of(self.index)
         refines = (refine,) if refine else auto.refine_choices(self.factory)
         stored = self.storage.vectors.view()
         decode, target = self.storage.codec.decode, auto.target_recall(self.factory)
         budget = auto.budgets_scan(self.factory)
-        return auto.tune_search_params(self.probe_search, stored, decode, ivf.nlist, refines, target, budget)
+        probes = None if queries is None else auto.question_truth(queries, stored, decode)
+        if probes is not None:
+            target = auto.QUESTION_TARGET_RECALL
+        tuned = auto.tune_search_params(self.probe_search, stored, decode, ivf.nlist, refines, target, budget, probes)
+        return {**tuned, "tuned_on": "probes" if probes is None else "questions"}
 
     def probe_search(self, queries: np.ndarray, k: int, nprobe: int, refine: int, max_codes: int = 0) -> np.ndarray:
         """Rows of a search with ``nprobe`` lists, at most ``max_codes`` codes scanned (0: no cap) and ``refine``·k

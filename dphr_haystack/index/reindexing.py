@@ -10,6 +10,9 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from ..errors import InvalidParameterError
 from . import auto
 from . import structures as index_types
 from .storage import is_flat
@@ -90,15 +93,19 @@ class Reindexing:
         return self
 
     @writes
-    def retune(self) -> Any:
+    def retune(self, queries: np.ndarray | None = None) -> Any:
         """Choose the search parameters of an ``auto`` IVF structure again by today's rule
         (:func:`~dphr_haystack.index.auto.tune_nprobe`), keeping the structure; commits. An index tuned by an
-        earlier rule searches as today's would. Exact and fixed structures are left as they are."""
+        earlier rule searches as today's would. ``queries``: the start and end query vectors of questions its users
+        ask, tuned on instead of probes (:data:`~dphr_haystack.index.auto.QUESTION_TARGET_RECALL`; a later rebuild
+        tunes on probes again). Exact and fixed structures are left as they are."""
         if (self.manifest.get("structure") or {}).get("policy") == "auto" and not is_flat(self.faiss_factory):
-            self._tune_auto_structure()
+            if queries is not None and (np.ndim(queries) != 2 or np.shape(queries)[1] != self.dim or not len(queries)):
+                raise InvalidParameterError(f"retune queries of shape {np.shape(queries)}: expected (n, {self.dim})")
+            self._tune_auto_structure(queries)
         return self
 
-    def _tune_auto_structure(self) -> None:
-        tuned = self.structure.tune_nprobe()
+    def _tune_auto_structure(self, queries: np.ndarray | None = None) -> None:
+        tuned = self.structure.tune_nprobe(queries=queries)
         self.manifest["structure"].update({key: tuned.pop(key) for key in auto.TUNING_RECORD if key in tuned})
         self.set_search_params(**tuned)  # commits

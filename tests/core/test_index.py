@@ -432,6 +432,49 @@ def test_retune_chooses_an_older_auto_structures_nprobe_again_by_todays_rule(
     assert "--retune keeps the structure in place: drop --nprobe" in capsys.readouterr().err
 
 
+def test_retune_on_questions_tunes_to_their_recall_and_records_it(
+    tiny_model, tiny_model_dir, tmp_path, monkeypatch, capsys
+):
+    from dphr_haystack.cli import main as dphr
+    from dphr_haystack.index import auto
+
+    index = PhraseIndex.create(tiny_model, path=tmp_path / "a")
+    monkeypatch.setattr(auto, "EXACT_LIMIT", 100)
+    add_passages(index, tiny_model, _many_passages(60), progress=False)
+    nlist = int(index.faiss_factory.split(",")[0].removeprefix("IVF"))
+    asked = [f"Which {w} is in topic {i}?" for i, w in enumerate("river city bridge tower museum king".split() * 5)]
+    (tmp_path / "asked.txt").write_text("\n".join(asked) + "\n\n")
+    command = ["reindex", "--index", str(tmp_path / "a"), "--retune", "--questions", str(tmp_path / "asked.txt")]
+    assert dphr(command) == 2 and "does not record its model" in capsys.readouterr().err  # a model made in memory
+    assert dphr([*command, "--model", str(tiny_model_dir)]) == 0
+    assert "on 30 questions" in capsys.readouterr().out
+    again = PhraseIndex.load(tmp_path / "a", model=tiny_model)
+    structure = again.manifest["structure"]
+    assert structure["tuned_on"] == "questions" and structure["probe_queries"] == 60
+    assert structure["target_recall"] == auto.QUESTION_TARGET_RECALL
+    # the recorded recall is the questions' own at the chosen parameters, at the target unless every list is probed
+    q_start, q_end = tiny_model.encode_queries(asked, batch_size=64, precision="int8")
+    queries, truth = auto.question_truth(
+        np.concatenate([q_start, q_end]), again.storage.vectors.view(), again.codec.decode
+    )
+    params = again.search_params
+    found = again.structure.probe_search(queries, truth.shape[1], params["nprobe"], params["refine"])
+    assert auto.token_recall(truth, found).mean() == pytest.approx(structure["probe_recall"])
+    assert structure["probe_recall"] >= auto.QUESTION_TARGET_RECALL or params["nprobe"] == nlist
+    assert dphr(["reindex", "--index", str(tmp_path / "a"), "--retune"]) == 0  # probes again
+    assert PhraseIndex.load(tmp_path / "a", model=tiny_model).manifest["structure"]["tuned_on"] == "probes"
+    capsys.readouterr()
+    (tmp_path / "none.txt").write_text("\n")
+    assert (
+        dphr(["reindex", "--index", str(tmp_path / "a"), "--retune", "--questions", str(tmp_path / "none.txt")]) == 2
+    )
+    assert "no questions in it" in capsys.readouterr().err
+    assert dphr(["reindex", "--index", str(tmp_path / "a"), "--questions", str(tmp_path / "asked.txt")]) == 2
+    assert "add --retune" in capsys.readouterr().err
+    with pytest.raises(InvalidParameterError, match="retune queries of shape"):
+        again.retune(np.zeros((4, again.dim + 1), dtype=np.float32))
+
+
 def test_setting_search_params_applies_every_recorded_one_again(tiny_model, tmp_path, monkeypatch):
     import faiss
 
