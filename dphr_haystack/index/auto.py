@@ -89,9 +89,11 @@ SCAN_BUDGETS = (1.0, 1.5, 2.0)
 # The recall a structure is tuned to on the questions its users ask (their start and end query vectors,
 # ``PhraseIndex.retune(queries=...)``, ``dphr reindex --retune --questions FILE``) instead of probes. Questions keep
 # far more of their tokens than probes at the same settings and lose little under a scan cap: at 200,598 passages
-# (OPQ96,IVF8192,PQ96np) nprobe 128 / refine 16 held 0.981 of 400 question vectors' exact top-20 tokens (probes
-# 0.838), under a cap of 1x its lists' average 0.974 (probes 0.701); nprobe 64 held 0.96 and gave 1,200 questions the
-# same EM@1 and acc@1 (``python -m benchmarks.index.large_corpus --tuning``).
+# (OPQ96,IVF8192,PQ96np) nprobe 128 / refine 16 held 0.981 of 200 dev questions' exact top-20 tokens (probes 0.838),
+# under a cap of 1x its lists' average 0.974 (probes 0.701). Tuned on 400 SQuAD train questions the rule chose nprobe
+# 64 / refine 8 / a 1x cap (0.977 of theirs; 0.954 of the dev questions', probes 0.548), which gave 1,200 dev questions
+# the same EM@1 and acc@1 as nprobe 128 / refine 16 uncapped at 0.80x the p95 of a dense Flat retriever (33.9 ->
+# 17.2 ms; ``python -m benchmarks.index.large_corpus --tuning --settings ...``).
 QUESTION_TARGET_RECALL = 0.97
 PROBE_QUERIES = 128
 PROBE_K = 20
