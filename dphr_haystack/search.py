@@ -47,7 +47,7 @@ from .search_options import (
     check_unit,
 )
 from .spans import AnswerFolder, answer_span, first_answers, trim_span, word_boundaries
-from .verification import check_verification, verify_batch
+from .verification import check_verification, load_reader, verification_of, verify_batch
 
 # Start and end tokens searched first, per result asked for: passages and documents gather several phrases
 # each, so their first search takes more candidates instead of re-searching the index at 2c, 4c, ... (each
@@ -141,11 +141,14 @@ class PhraseSearcher(SearchOptionAttributes):
     def warm_up(self) -> None:
         """Read now what the first questions would otherwise wait for (seconds each at 200,000 passages): the words
         of the index's passages, when the calibration weighs whether the corpus writes a question's names, and the
-        truecaser learnt from them, when a question in lower case would be truecased."""
+        truecaser learnt from them, when a question in lower case would be truecased, and the verification's reader,
+        when the searcher verifies."""
         if self.calibration is not None and reads_corpus(self.calibration):
             corpus_words(self.index)
         if self.model is not None and (self._truecases() or self._reads_names()):
             corpus_truecaser(self.index, self.model.tokenizer.get_vocab)
+        if self.verify:
+            load_reader(verification_of(self.calibration).reader)
 
     def _truecases(self) -> bool:
         """Whether queries in lower case are truecased before they are encoded."""

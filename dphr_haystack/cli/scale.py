@@ -101,7 +101,10 @@ def add_scale_parsers(sub: argparse._SubParsersAction) -> None:
         "or a question file dphr eval reads (.gz ok; up to --question-limit sampled)",
     )
     reindex.add_argument(
-        "--question-limit", type=arg_type("limit"), default=QUESTION_LIMIT, help="questions --questions tunes on"
+        "--question-limit",
+        type=arg_type("limit"),
+        default=QUESTION_LIMIT,
+        help=f"questions --questions tunes on (default: {QUESTION_LIMIT})",
     )
     reindex.add_argument(
         "--model", type=Path, default=None, help="with --questions: the model to encode them (default: the index's)"

@@ -385,8 +385,8 @@ class PhraseDocumentStore(InMemoryDocumentStore):
             self._sync.replace_index(phrase_index)
 
     def warm_up(self, model: PhraseModel, options: PhraseSearchOptions = DEFAULT_SEARCH_OPTIONS) -> None:
-        """Read now what the first phrase search would otherwise wait for (the words of the passages when
-        ``model``'s calibration counts them; seconds at 200,000 passages)."""
+        """Read now what the first phrase search would otherwise wait for (:meth:`PhraseSearcher.warm_up
+        <dphr_haystack.search.PhraseSearcher.warm_up>` with ``options``: seconds at 200,000 passages)."""
         self._sync.follow()
         with self._sync.lock:
             index = self._sync.index

@@ -182,8 +182,9 @@ class PhraseIndexing:
     def warm_up(
         self, model: Any, options: PhraseSearchOptions = DEFAULT_SEARCH_OPTIONS, index: str | None = None
     ) -> None:
-        """Read now what the first phrase search of ``index`` would otherwise wait for (the words of its passages
-        when ``model``'s calibration counts them; seconds at 200,000 passages)."""
+        """Read now what the first phrase search of ``index`` would otherwise wait for
+        (:meth:`PhraseSearcher.warm_up <dphr_haystack.search.PhraseSearcher.warm_up>` with ``options``: seconds at
+        200,000 passages)."""
         with self.reading():
             phrase_index = self.get_phrase_index(index or self.index)
             if phrase_index is not None and phrase_index.num_live_passages:

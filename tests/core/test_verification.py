@@ -196,6 +196,16 @@ def test_a_fitted_verification_weighs_the_reader_where_it_tells_right_from_wrong
         fit_verification(x[:, :3], right, "some-reader")
 
 
+def test_warming_a_verifying_searcher_loads_its_reader(verified_index, monkeypatch):
+    model, index = verified_index
+    loaded = []
+    monkeypatch.setattr("dphr_haystack.search.load_reader", loaded.append)
+    PhraseSearcher(index, model).warm_up()
+    assert loaded == []
+    PhraseSearcher(index, model, verify=True).warm_up()
+    assert loaded == [Calibration.from_dict(model.config.calibration).verification.reader]
+
+
 def test_a_verified_search_moves_every_confidence_by_the_same_log_odds(verified_index, reader):
     model, index = verified_index
     plain = PhraseSearcher(index, model, unit="phrase", top_k=5).search(QUESTION)
