@@ -21,19 +21,22 @@ from typing import Any
 import numpy as np
 
 from .confidence import QUERY_FEATURES, Answerability, Calibration, RankedPhrase, logit, query_features
+from .corpus_words import CorpusNames
 from .model.calibration import CORPUS_FEATURE
 from .passage_words import PassageWords
+from .question_words import QuestionWords
 
 
 @dataclass(frozen=True)
 class CorpusJudgement:
     """``shift``: how far every answer's log-odds move (0.0 without an answerability); ``holds_answer``: P(the corpus
-    holds an answer to the question), None without a ``holds_answer`` in the calibration; ``names_in_corpus``:
-    whether the corpus searched writes every name of the question (None: it names nothing, or nothing weighs it)."""
+    holds an answer to the question), None without a ``holds_answer`` in the calibration; ``unwritten_names``: the
+    question's names that no passage of the corpus searched writes, as the question writes them (empty: it writes them
+    all; None: the question names nothing, or nothing weighs it)."""
 
     shift: float = 0.0
     holds_answer: float | None = None
-    names_in_corpus: bool | None = None
+    unwritten_names: tuple[str, ...] | None = None
 
 
 def judge_corpus(
@@ -44,14 +47,14 @@ def judge_corpus(
     passages: Sequence[Mapping[str, Any]],
     searched: int,
     words: Callable[[int], PassageWords] | None = None,
-    written: Callable[[Sequence[str]], bool] | None = None,
+    written: CorpusNames | None = None,
 ) -> CorpusJudgement:
     """The :class:`CorpusJudgement` of one query's search by the calibration's ``answerability`` and
     ``holds_answer`` (nothing to judge without either, or without answers).
 
     ``confidence`` maps positions in ``candidates`` to their confidences; the top answer is the most confident
-    (the first of equals); ``searched``: the passages the search could return; ``written``: whether they write
-    all of a question's names (:func:`dphr_haystack.corpus_words.names_written`), asked only when a model reads it.
+    (the first of equals); ``searched``: the passages the search could return; ``written``: which of a question's
+    names they write (:class:`~dphr_haystack.corpus_words.CorpusNames`), asked only when a model reads it.
     """
     answerability, holds = calibration.answerability, calibration.holds_answer
     if (answerability is None and holds is None) or not confidence:
@@ -71,11 +74,10 @@ def judge_corpus(
     )
     shift = logit(_probability(answerability, features)) - logit(confidence[top]) if answerability else 0.0
     written_all = features[QUERY_FEATURES.index(CORPUS_FEATURE)]
-    return CorpusJudgement(
-        shift,
-        None if holds is None else _probability(holds, features),
-        None if np.isnan(written_all) else bool(written_all),
-    )
+    unwritten = None
+    if not np.isnan(written_all) and written is not None and isinstance(asked, QuestionWords):  # names were read
+        unwritten = () if written_all else asked.spelled(written.unwritten(asked.names))
+    return CorpusJudgement(shift, None if holds is None else _probability(holds, features), unwritten)
 
 
 def corpus_judges(calibration: Calibration | None) -> list[Any]:

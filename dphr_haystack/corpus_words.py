@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ import numpy as np
 from .answers import normalize_answer
 from .question_words import holds_name
 
-__all__ = ["CorpusWords", "corpus_words", "names_written"]
+__all__ = ["CorpusNames", "CorpusWords", "corpus_words", "names_written"]
 
 # A search masked to all but at most this many live passages reads the words of those it leaves out (~60 µs a
 # passage), so that a name only they write counts as absent; a search that leaves out more asks the whole live corpus
@@ -68,11 +68,15 @@ class CorpusWords:
     def all_written(self, names: Sequence[str], left_out: Iterable[Mapping[str, Any]] = ()) -> bool:
         """Whether every name (:func:`~dphr_haystack.question_words.question_names`) is written by a counted
         passage that is not among the records ``left_out`` (counted passages a search leaves out)."""
+        return not self.unwritten(names, left_out)
+
+    def unwritten(self, names: Sequence[str], left_out: Iterable[Mapping[str, Any]] = ()) -> tuple[str, ...]:
+        """The names that no counted passage outside the records ``left_out`` writes (see :meth:`all_written`)."""
         less: Counter[str] = Counter()
         for record in left_out:
             less.update(passage_word_set(record))
         with self._lock:
-            return all(holds_name(lambda w: self.counts[w] - less[w] > 0, name) for name in names)
+            return tuple(name for name in names if not holds_name(lambda w: self.counts[w] - less[w] > 0, name))
 
 
 _CORPORA: weakref.WeakKeyDictionary[Any, CorpusWords] = weakref.WeakKeyDictionary()
@@ -89,15 +93,24 @@ def corpus_words(index: Any) -> CorpusWords:
     return words
 
 
-def names_written(index: Any, allowed: np.ndarray) -> Callable[[Sequence[str]], bool]:
-    """A test of whether the passages ``allowed`` (a mask of live rows) write all of a question's names, reading
-    the index's words only when called; exact when at most :data:`EXACT_EXCLUSIONS` live passages are left out,
-    else over every live passage."""
+class CorpusNames:
+    """Which of a question's names the passages ``allowed`` of a phrase index (a mask of live rows) write, reading
+    the index's words only when asked; exact when at most :data:`EXACT_EXCLUSIONS` live passages are left out, else
+    over every live passage. Called with names: whether they write them all."""
 
-    def written(names: Sequence[str]) -> bool:
-        live = ~index.deleted
-        left_out = np.flatnonzero(live & ~allowed)
-        records = [index.passages[r] for r in left_out] if len(left_out) <= EXACT_EXCLUSIONS else []
-        return corpus_words(index).all_written(names, records)
+    def __init__(self, index: Any, allowed: np.ndarray) -> None:
+        self.index, self.allowed = index, allowed
 
-    return written
+    def __call__(self, names: Sequence[str]) -> bool:
+        return not self.unwritten(names)
+
+    def unwritten(self, names: Sequence[str]) -> tuple[str, ...]:
+        """The names no allowed passage writes."""
+        left_out = np.flatnonzero(~self.index.deleted & ~self.allowed)
+        records = [self.index.passages[r] for r in left_out] if len(left_out) <= EXACT_EXCLUSIONS else []
+        return corpus_words(self.index).unwritten(names, records)
+
+
+def names_written(index: Any, allowed: np.ndarray) -> CorpusNames:
+    """The :class:`CorpusNames` of the passages ``allowed`` of ``index``."""
+    return CorpusNames(index, allowed)

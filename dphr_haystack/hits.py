@@ -28,9 +28,10 @@ class PhraseHit:
     confidence: float | None = field(default=None, compare=False)  # P(correct), from the model's calibration
     # P(the corpus holds an answer to the query), the same on each of its answers: a calibration with holds_answer
     holds_answer: float | None = field(default=None, compare=False)
-    # whether the corpus searched writes every name the query asks about, the same on each of its answers (None: the
-    # query names nothing, or the calibration does not weigh it); a verified holds-answer reads it again
-    names_in_corpus: bool | None = field(default=None, compare=False, repr=False)
+    # the query's names that no passage of the corpus searched writes, as the query writes them, the same on each of
+    # its answers (empty: it writes them all; None: the query names nothing, or the calibration does not weigh it);
+    # a verified holds-answer reads it again
+    unwritten_names: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
     # True only for the best phrase of a passage whose every retrieved phrase copies the question: no answer
     # (its confidence is then 0 with a calibration)
     copies_question: bool = field(default=False, compare=False)

@@ -13,7 +13,7 @@ from typing import Any
 
 from .answers import normalize_answer
 
-__all__ = ["QuestionWords", "holds_name", "name_share", "question_names", "question_words"]
+__all__ = ["QuestionWords", "holds_name", "name_share", "question_name_spellings", "question_names", "question_words"]
 
 # A word of a question as written (letters, digits and the marks inside a name or a version: "3.0", "O'Neill").
 _WRITTEN_WORD = re.compile(r"[^\W_][\w.'’-]*")
@@ -24,21 +24,30 @@ _PRONOUN_I = re.compile(r"I(?:['’](?:m|d|ll|ve))?")
 
 class QuestionWords(tuple):
     """A question's normalised words (a tuple of str, SQuAD-normalised as answers are) that also knows the question's
-    :attr:`names` (:func:`question_names`)."""
+    :attr:`names` (:func:`question_names`) and how the question writes each (:attr:`spellings`)."""
 
     names: tuple[str, ...]
+    spellings: dict[str, str]
 
-    def __new__(cls, words: Iterable[str], names: Iterable[str] = ()) -> QuestionWords:
+    def __new__(
+        cls, words: Iterable[str], names: Iterable[str] = (), spellings: Mapping[str, str] | None = None
+    ) -> QuestionWords:
         self = super().__new__(cls, words)
         self.names = tuple(names)
+        self.spellings = dict(spellings or {})
         return self
+
+    def spelled(self, names: Iterable[str]) -> tuple[str, ...]:
+        """``names`` (of :attr:`names`) as the question writes them."""
+        return tuple(self.spellings.get(name, name) for name in names)
 
 
 def question_words(question: str, cased: str | None = None) -> QuestionWords:
     """The normalised words of a question (SQuAD normalisation: case, punctuation and articles dropped), with its
     names (:func:`question_names`) read from ``cased`` when given: the question as it would be written, e.g. a
     question typed in lower case truecased (``"who led the normans"`` → ``"Who led the Normans"``)."""
-    return QuestionWords(normalize_answer(question).split(), question_names(question if cased is None else cased))
+    spellings = question_name_spellings(question if cased is None else cased)
+    return QuestionWords(normalize_answer(question).split(), spellings, spellings)
 
 
 def question_names(question: str) -> tuple[str, ...]:
@@ -46,15 +55,21 @@ def question_names(question: str) -> tuple[str, ...]:
     "I'm"...) or holding a digit, possessive ``'s`` dropped, each once: "Who was the first mayor of Port Calder in
     1901?" → ``("port", "calder", "1901")``. A passage that answers a question nearly always writes its names as asked,
     where other words are often paraphrased."""
-    out: list[str] = []
+    return tuple(question_name_spellings(question))
+
+
+def question_name_spellings(question: str) -> dict[str, str]:
+    """The :func:`question_names` of a question (in order), each with the word the question writes it as: "Is
+    Ledgerline 3.0 out?" → ``{"ledgerline": "Ledgerline", "30": "3.0"}``."""
+    out: dict[str, str] = {}
     for position, written in enumerate(_WRITTEN_WORD.findall(question)):
         written = _POSSESSIVE.sub("", written.rstrip(".-"))
         named = position > 0 and written[:1].isupper() and not _PRONOUN_I.fullmatch(written)
         if named or any(ch.isdigit() for ch in written):
             word = normalize_answer(written).replace(" ", "")
-            if word and word not in out:
-                out.append(word)
-    return tuple(out)
+            if word:
+                out.setdefault(word, written)
+    return out
 
 
 def name_share(names: Sequence[str], record: Mapping[str, Any]) -> float:

@@ -235,7 +235,7 @@ class PhraseSearcher(SearchOptionAttributes):
         searched = int(allowed.sum())  # the passages this search can return: the corpus its answers come from
         if not searched:
             return results
-        written = names_written(self.index, allowed)  # whether they write a question's names (read when asked)
+        written = names_written(self.index, allowed)  # which of a question's names they write (read when asked)
         if questions is not None and len(questions) != n_queries:
             raise InvalidParameterError(f"{len(questions)} question texts for {n_queries} query vectors")
         asked = self._question_words(questions) if questions is not None else None  # confidence features
@@ -467,7 +467,7 @@ def _phrase_answers(
         return {row: shifted(c, judged.shift) for row, c in zip(rows, found.tolist(), strict=True)}
 
     def answers(rows: Sequence[int]) -> list[Hit]:
-        judgement = {"holds_answer": judged.holds_answer, "names_in_corpus": judged.names_in_corpus}
+        judgement = {"holds_answer": judged.holds_answer, "unwritten_names": judged.unwritten_names}
         return [replace(kept[i], confidence=float(confidence[i]), **judgement) for i in rows]
 
     confidence = confident(range(len(kept)) if by_confidence else chosen)
@@ -558,7 +558,7 @@ def _aggregate(
                 answers[at_key],
                 confidence=confidence.get(at_key),
                 holds_answer=judged.holds_answer,
-                names_in_corpus=judged.names_in_corpus,
+                unwritten_names=judged.unwritten_names,
             )
         else:  # every retrieved phrase of it copies the question (or no answers were asked for)
             phrase = _make_phrase(index, *best[key], trim=trim)

@@ -213,12 +213,14 @@ def check_verify_model(phrase_model: Any, name: str) -> None:
     check_verification(Calibration.from_dict(stored) if stored else None, repr(name))
 
 
-def verification_features(probability: float, view: ReaderView, names_in_corpus: bool | None = None) -> np.ndarray:
+def verification_features(
+    probability: float, view: ReaderView, unwritten_names: tuple[str, ...] | None = None
+) -> np.ndarray:
     """The :data:`~dphr_haystack.model.calibration.VERIFICATION_FEATURES` of a top answer from its confidence (the
     first 5 of the 6), or the :data:`~dphr_haystack.model.calibration.HOLDS_VERIFICATION_FEATURES` from P(the corpus
     holds an answer): that probability's log-odds, the reader's view and whether the corpus writes every name of the
-    question (NaN: unknown)."""
-    names = np.nan if names_in_corpus is None else float(names_in_corpus)
+    question (none ``unwritten_names``; NaN: unknown)."""
+    names = np.nan if unwritten_names is None else float(not unwritten_names)
     return np.array([logit(probability), *view.values(), names], dtype=np.float64)
 
 
@@ -258,7 +260,7 @@ def verified(
     shift = logit(p) - logit(top.confidence)
     holds = top.holds_answer
     if verification.holds_answer is not None and holds is not None:
-        features = verification_features(holds, view, top.names_in_corpus)
+        features = verification_features(holds, view, top.unwritten_names)
         holds = float(verification.holds_answer.probability(features[None, :])[0])
     return [_shifted_hit(hit, shift, holds) for hit in hits]
 

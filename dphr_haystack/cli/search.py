@@ -12,8 +12,9 @@ answer's confidence; 1.0 when nothing is found), printed before the results when
 :data:`~dphr_haystack.search_options.NO_ANSWER_THRESHOLD`) and after them otherwise, as the Haystack retrievers place
 their "no answer" (:func:`~dphr_haystack.documents.results.with_no_answer`). In ``--json`` each line then gains
 ``"no_answer": {"score": p, "top_confidence": c or null, "holds_answer": h or null, "first": true|false}``
-(``first``: it comes before the results); without ``--no-answer`` the output is as before. It needs a model with a
-calibration.
+(``first``: it comes before the results; ``"unwritten_names"`` too, and the line says "no passage writes 'Calder'",
+when the question names what no passage writes); without ``--no-answer`` the output is as before. It needs a model
+with a calibration.
 """
 
 from __future__ import annotations
@@ -186,7 +187,7 @@ def _no_answer(hits, threshold: float) -> dict:
     """The "no answer" of ranked hits, as the Haystack retrievers place theirs: ``{"score": 1 − P(the corpus holds an
     answer), "top_confidence": the top answer's confidence (None: no answer), "holds_answer": that probability
     (None: the calibration gives none, the top answer's confidence stands for it), "first": whether it comes
-    first}``."""
+    first}``, and ``"unwritten_names"`` when the question names what no passage writes."""
     from ..documents.results import NoAnswer, retrieved, with_no_answer
 
     _, answers = retrieved([(hit, None) for hit in hits], lambda _: None, True)
@@ -194,19 +195,20 @@ def _no_answer(hits, threshold: float) -> dict:
     first = isinstance(placed[0], NoAnswer)
     marker = placed[0] if first else placed[-1]
     assert isinstance(marker, NoAnswer)
-    return {
-        "score": marker.score,
-        "top_confidence": marker.top_confidence,
-        "holds_answer": marker.holds_answer,
-        "first": first,
-    }
+    out = {"score": marker.score, "top_confidence": marker.top_confidence, "holds_answer": marker.holds_answer}
+    out["first"] = first
+    if marker.unwritten_names:  # the question's names no passage writes
+        out["unwritten_names"] = list(marker.unwritten_names)
+    return out
 
 
 def _describe_no_answer(marker: dict) -> str:
-    """The no-answer line: its probability, and what it was weighed against."""
+    """The no-answer line: its probability, what it was weighed against, and the names no passage writes."""
     top, holds = marker["top_confidence"], marker["holds_answer"]
     why = "nothing found" if top is None else f"top answer's confidence {top:.2f}"
     why = why if holds is None else f"P(the corpus holds an answer) {holds:.2f}, {why}"
+    if marker.get("unwritten_names"):
+        why += "; no passage writes " + ", ".join(repr(name) for name in marker["unwritten_names"])
     return f"--  no answer in this corpus (p={marker['score']:.2f}; {why})"
 
 

@@ -13,7 +13,10 @@ Scores (``scale_score=True``, the default, with a model that has a calibration, 
   no answer and keeps the score of the one above it.
 
 An answer's ``meta["holds_answer"]`` is P(the corpus holds an answer to the question), the same for each answer of
-a query, when the calibration has a ``holds_answer`` (the shipped one has; :mod:`dphr_haystack.corpus_judgement`).
+a query, when the calibration has a ``holds_answer`` (the shipped one has; :mod:`dphr_haystack.corpus_judgement`);
+``meta["unwritten_names"]`` the question's names that no passage searched writes, as the question writes them
+(``["Calder"]`` for "Who was the first mayor of Port Calder?" over pages that never write it), when there are any and
+the calibration weighs them (the shipped one does).
 
 A search asked for ``no_answer`` also answers "no answer" (:func:`with_no_answer`): an answer with empty text
 whose score is P(no answer given is right) = 1 − P(the corpus holds an answer) (without a ``holds_answer``, 1 − the
@@ -137,6 +140,8 @@ def retrieved_answer(
         score = meta["confidence"] = float(phrase.confidence)
     if phrase.holds_answer is not None:
         meta["holds_answer"] = float(phrase.holds_answer)
+    if phrase.unwritten_names:
+        meta["unwritten_names"] = list(phrase.unwritten_names)
     return RetrievedAnswer(phrase, document, meta, score)
 
 
@@ -145,17 +150,21 @@ class NoAnswer:
     """The answer "the corpus gives no right answer": ``score`` = 1 − P(the corpus holds an answer)
     (:func:`~dphr_haystack.corpus_judgement.no_answer_score`; 1.0 when there is no answer), ``top_confidence`` the
     top answer's confidence (None: no answer), ``holds_answer`` P(the corpus holds an answer) when the model's
-    calibration gives one (None: the top answer's confidence stands for it)."""
+    calibration gives one (None: the top answer's confidence stands for it), ``unwritten_names`` the question's names
+    that no passage searched writes (as the question writes them; known when the calibration weighs them)."""
 
     score: float
     top_confidence: float | None
     holds_answer: float | None = None
+    unwritten_names: tuple[str, ...] = ()
 
     def meta(self) -> dict[str, Any]:
         """What the Haystack layers put in its answer's ``meta``."""
         meta: dict[str, Any] = {"no_answer": True, "top_confidence": self.top_confidence}
         if self.holds_answer is not None:
             meta["holds_answer"] = self.holds_answer
+        if self.unwritten_names:
+            meta["unwritten_names"] = list(self.unwritten_names)
         return meta
 
 
@@ -177,7 +186,8 @@ def with_no_answer(
             "no_answer needs answer confidences: a model with a calibration (python -m train.calibrate)"
         )
     holds = answers[0].meta.get("holds_answer") if answers else None
-    marker = NoAnswer(no_answer_score(top, holds), None if top is None else float(top), holds)
+    unwritten = tuple(answers[0].meta.get("unwritten_names") or ()) if answers else ()
+    marker = NoAnswer(no_answer_score(top, holds), None if top is None else float(top), holds, unwritten)
     estimate = holds_answer_estimate(top, holds)
     return [marker, *answers] if estimate is None or estimate < threshold else [*answers, marker]
 

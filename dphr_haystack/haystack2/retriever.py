@@ -54,7 +54,9 @@ class PhraseRetriever(SearchOptionAttributes):
     answer) (``meta["holds_answer"]`` of the answers, when the calibration gives it; else the top answer's
     confidence), with ``meta={"no_answer": True, "top_confidence": ..., "holds_answer": ...}``: first when that
     probability is below ``no_answer_threshold`` (or there is no answer), last otherwise
-    (:func:`dphr_haystack.documents.results.with_no_answer`).
+    (:func:`dphr_haystack.documents.results.with_no_answer`). Where the question names what no document writes, the
+    answers and "no answer" say so in ``meta["unwritten_names"]`` (as the question writes them; the shipped model
+    weighs them).
 
     Example:
         >>> retriever = PhraseRetriever(document_store=store)      # the shipped default model

@@ -60,8 +60,9 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
     ``no_answer`` adds to ``run``'s answers "no answer" as Haystack 1.x's readers write it (empty text, no context,
     offsets (0, 0)), scored 1 − P(the corpus holds an answer) (``meta["holds_answer"]`` of the answers, when the
     calibration gives it; else the top answer's confidence), with ``meta={"no_answer": True, "top_confidence": ...,
-    "holds_answer": ...}``; it needs a model with a calibration, and documents never change. ``batch_size`` also
-    batches passage encoding.
+    "holds_answer": ...}``; it needs a model with a calibration, and documents never change. Where the question names
+    what no document writes, the answers and "no answer" say so in ``meta["unwritten_names"]`` (as the question
+    writes them; the shipped model weighs them). ``batch_size`` also batches passage encoding.
     ``verify`` lets a question-answering reader read each query's top answer in its passage (one reader pass a query,
     :mod:`dphr_haystack.verification`): its confidence, and "no answer", then weigh what the reader sees.
     ``run``, ``run_query`` (and their batch forms) take ``top_k``, ``unit``, ``scale_score``, ``no_answer``,

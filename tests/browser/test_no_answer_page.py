@@ -219,3 +219,33 @@ def test_a_model_that_says_whether_the_documents_hold_an_answer_is_read_by_that(
     assert f"the best answer found has a {_percent(top)} chance of being right" in text
     assert console_errors == []
     context.close()
+
+
+@pytest.fixture(scope="module")
+def reading_server(tmp_path_factory, _tiny_model_session):
+    """``dphr serve`` as :func:`server`, with a model whose holds-answer weighs whether the corpus writes the
+    question's names."""
+    pytest.importorskip("requests")
+    from tests.core.test_corpus_words import save_reading_corpus
+
+    tmp = tmp_path_factory.mktemp("no-answer-names-page")
+    model = save_reading_corpus(copy.deepcopy(_tiny_model_session), tmp / "reading")
+    with serving_tiny_passages(tmp, model) as url:
+        yield url
+
+
+def test_not_in_these_documents_names_what_no_document_writes(browser, reading_server, console_errors):
+    context, page = open_page(browser, reading_server, console_errors, 1400, 1000)
+    try:
+        compare = Compare(page, threshold=1.0)
+        _turn_on(page)
+        _ask(page, "Who founded Quillfern in Velmora?")  # names the six passages never write
+        assert compare.column()[0]["meta"]["unwritten_names"] == ["Quillfern", "Velmora"]
+        note = page.locator("#no-answer .no-answer-note").inner_text()
+        assert note.endswith("No document writes “Quillfern”, “Velmora”.")
+        _ask(page, "Who created Python?")  # every name written: nothing said of names
+        assert "unwritten_names" not in compare.column()[0]["meta"]
+        assert "No document writes" not in page.locator("#no-answer").inner_text()
+        assert console_errors == []
+    finally:
+        context.close()

@@ -103,9 +103,10 @@ def test_a_searcher_says_no_answer_for_a_name_the_corpus_never_writes_until_a_pa
     question = "Who founded the Quillfern company?"
     (before,) = searcher.search(question)
     assert before.holds_answer == pytest.approx(1 / (1 + np.exp(2.0)))  # the name is written nowhere
+    assert before.unwritten_names == ("Quillfern",)  # as the question writes it
     add_passages(index, tiny_model, [{"id": "q", "title": "Quillfern", "text": "A software firm."}], progress=False)
     (after,) = searcher.search(question)
-    assert after.holds_answer == pytest.approx(1 / (1 + np.exp(-2.0)))
+    assert after.holds_answer == pytest.approx(1 / (1 + np.exp(-2.0))) and after.unwritten_names == ()
     (masked,) = searcher.search(question, allowed_passages=np.ones(index.num_passages, dtype=bool))
     index.delete_passages(["q"])
     (deleted,) = searcher.search(question)
@@ -126,3 +127,23 @@ def test_warming_a_searcher_counts_the_words_only_for_a_calibration_that_weighs_
     reading = dataclasses.replace(_ranked_calibration(), holds_answer=holds)
     PhraseSearcher(index, tiny_model, calibration=reading).warm_up()
     assert counted_passages(index) == 2
+
+
+def test_the_answers_meta_and_no_answer_name_what_no_passage_writes(tiny_model):
+    from dphr_haystack.documents.results import retrieved_answer, with_no_answer
+
+    holds = Answerability((4.0,), -2.0, (0.0,), (1.0,), ("all_names_in_corpus",))
+    calibration = dataclasses.replace(_ranked_calibration(), holds_answer=holds)
+    index = PhraseIndex.create(tiny_model)
+    add_passages(index, tiny_model, tiny_passages(), progress=False)
+    searcher = PhraseSearcher(index, tiny_model, calibration=calibration, unit="phrase", top_k=2)
+    missing = [retrieved_answer(hit, None, True) for hit in searcher.search("Did Quillfern open in Paris in 2031?")]
+    assert all(answer.meta["unwritten_names"] == ["Quillfern", "2031"] for answer in missing)
+    marker = with_no_answer(missing)[0]
+    assert marker.unwritten_names == ("Quillfern", "2031") and marker.meta()["unwritten_names"] == [
+        "Quillfern",
+        "2031",
+    ]
+    written = [retrieved_answer(hit, None, True) for hit in searcher.search("Who created Python?")]
+    assert not any("unwritten_names" in answer.meta for answer in written)
+    assert "unwritten_names" not in with_no_answer(written, threshold=1.0)[0].meta()  # "no answer" first

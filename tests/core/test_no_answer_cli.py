@@ -137,3 +137,16 @@ def test_a_holds_answer_scores_and_places_no_answer(capsys, tmp_path, _tiny_mode
     )
     line = next(line for line in _search(capsys, index, "--no-answer").splitlines() if NO_ANSWER in line)
     assert f"(p={1.0 - holds:.2f}; P(the corpus holds an answer) {holds:.2f}, top answer's confidence" in line
+
+
+def test_no_answer_names_what_no_passage_writes(capsys, tmp_path, _tiny_model_session):
+    from tests.core.test_corpus_words import save_reading_corpus
+
+    index = _index(tmp_path, save_reading_corpus(copy.deepcopy(_tiny_model_session), tmp_path / "reading"))
+    capsys.readouterr()
+    assert main(["search", "--index", index, "--no-answer", "--json", "Who founded Quillfern?"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["no_answer"]["unwritten_names"] == ["Quillfern"] and result["no_answer"]["first"] is True
+    assert main(["search", "--index", index, "--no-answer", "Who founded Quillfern?"]) == 0
+    assert "no passage writes 'Quillfern'" in capsys.readouterr().out
+    assert "unwritten_names" not in _json(capsys, index, "--no-answer")["no_answer"]  # "France" is written

@@ -224,9 +224,9 @@ def test_a_verified_search_moves_every_confidence_by_the_same_log_odds(verified_
     assert max(shifts) - min(shifts) < 1e-6 and abs(shifts[0]) > 1e-6
 
 
-@pytest.mark.parametrize(("question", "written"), [(QUESTION, True), ("Who wrote Quillfern?", False)])
+@pytest.mark.parametrize(("question", "unwritten"), [(QUESTION, ()), ("Who wrote Quillfern?", ("Quillfern",))])
 def test_a_verified_holds_answer_reads_the_view_and_the_names_and_is_stored(
-    tmp_path, _tiny_model_session, tiny_reader_dir, reader, question, written
+    tmp_path, _tiny_model_session, tiny_reader_dir, reader, question, unwritten
 ):
     holds = VerifiedHoldsAnswer(
         (0.5, -0.8, 0.3, 0.2, -0.4, 1.5), 0.1, (0.0, 0.0, -3.0, -1.0, -2.0, 0.5), (1.5, 2.0, 1.0, 1.0, 2.0, 0.5)
@@ -247,10 +247,10 @@ def test_a_verified_holds_answer_reads_the_view_and_the_names_and_is_stored(
     plain = PhraseSearcher(index, model, unit="phrase", top_k=5).search(question)
     checked = PhraseSearcher(index, model, unit="phrase", top_k=5, verify=True).search(question)
     assert [h.holds_answer for h in plain] == pytest.approx([0.4] * len(plain))
-    assert {h.names_in_corpus for h in plain} == {written}  # "France" is written, "Quillfern" nowhere
+    assert {h.unwritten_names for h in plain} == {unwritten}  # "France" is written, "Quillfern" nowhere
     top = plain[top_answer(plain)]
     view = reader.view(question, index.passages[top.passage_row]["text"], top.start, top.end)
-    expected = float(holds.probability(verification_features(0.4, view, written)[None, :])[0])
+    expected = float(holds.probability(verification_features(0.4, view, unwritten)[None, :])[0])
     unnamed = float(holds.probability(verification_features(0.4, view)[None, :])[0])  # the names at their mean
     assert [h.holds_answer for h in checked] == pytest.approx([expected] * len(checked))
     assert abs(expected - 0.4) > 1e-3 and abs(expected - unnamed) > 1e-3

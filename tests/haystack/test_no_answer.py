@@ -338,3 +338,14 @@ def test_a_holds_answer_scores_and_places_no_answer(tmp_path, _tiny_model_sessio
     model_dir = save_holding(copy.deepcopy(_tiny_model_session), tmp_path / "holding", holds)
     answers = _retriever(model_dir, haystack_docs, unit=unit, no_answer=True).run_query(QUESTION)[0]["answers"]
     assert_holding_no_answer(answers, holds, _is_no_answer)
+
+
+def test_the_answers_and_no_answer_name_what_no_document_writes(tmp_path, _tiny_model_session, haystack_docs):
+    from tests.core.test_corpus_words import save_reading_corpus
+
+    model_dir = save_reading_corpus(copy.deepcopy(_tiny_model_session), tmp_path / "reading")
+    retriever = _retriever(model_dir, haystack_docs, unit="phrase", no_answer=True)
+    answers = retriever.run_query("Who founded Quillfern?")[0]["answers"]
+    assert _is_no_answer(answers[0]) and all(a.meta["unwritten_names"] == ["Quillfern"] for a in answers)
+    answers = retriever.run_query(QUESTION)[0]["answers"]  # "France" is written
+    assert not any("unwritten_names" in a.meta for a in answers)

@@ -213,3 +213,14 @@ def test_a_holds_answer_scores_and_places_no_answer(tmp_path, _tiny_model_sessio
     retriever = _retriever(filled_store(model_dir), model_dir, unit=unit, no_answer=True)
     answers = retriever.run(query=QUESTION)["answers"]
     assert_holding_no_answer(answers, holds, _is_no_answer)
+
+
+def test_the_answers_and_no_answer_name_what_no_document_writes(tmp_path, _tiny_model_session):
+    from tests.core.test_corpus_words import save_reading_corpus
+
+    model_dir = save_reading_corpus(copy.deepcopy(_tiny_model_session), tmp_path / "reading")
+    retriever = _retriever(filled_store(model_dir), model_dir, unit="phrase", no_answer=True)
+    answers = retriever.run(query="Who founded Quillfern?")["answers"]
+    assert answers[0].data is None and all(a.meta["unwritten_names"] == ["Quillfern"] for a in answers)
+    answers = retriever.run(query=QUESTION)["answers"]  # "France" is written
+    assert not any("unwritten_names" in a.meta for a in answers)

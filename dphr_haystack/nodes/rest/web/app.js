@@ -214,6 +214,12 @@
     if (!noAnswer) return;
     const top = (noAnswer.meta || {}).top_confidence;
     const holds = (noAnswer.meta || {}).holds_answer;
+    // the question's names that no document writes (as the question writes them), when the model weighs them
+    const unwritten = (noAnswer.meta || {}).unwritten_names;
+    const missing =
+      Array.isArray(unwritten) && unwritten.length
+        ? ` No document writes ${unwritten.map((name) => `“${name}”`).join(", ")}.`
+        : "";
     if (first) {
       const head = el("div", "answer-head");
       head.append(el("span", "no-answer-text", "Not in these documents"), noAnswerBadge(noAnswer));
@@ -227,7 +233,7 @@
           `The best answer found has a ${percent(top)} chance of being right, so these documents probably do ` +
           "not answer the question. The answers below are best guesses.";
       }
-      box.append(head, el("p", "no-answer-note", why));
+      box.append(head, el("p", "no-answer-note", why + missing));
     } else {
       last.append(el("span", "no-answer-text", "Not in these documents"), " ", noAnswerBadge(noAnswer));
     }
