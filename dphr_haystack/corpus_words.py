@@ -8,8 +8,9 @@ reads this as the query feature ``all_names_in_corpus`` (:func:`dphr_haystack.co
 
 :class:`CorpusWords` counts, for each SQuAD-normalised word, the live passages (title or text) that write it, and
 follows its index exactly: passages added since it last looked are counted, deleted ones uncounted, at the next
-question. One is kept per index (:func:`corpus_words`, built when a question first needs it: ~1 s per 20,000
-passages on one core); a reload of the index starts afresh.
+question. One is kept per index (:func:`corpus_words`, built at a searcher's or store's warm-up, else when a question
+first needs it: ~1 s per 20,000 passages on one core); a reload of the index starts afresh. :class:`CorpusNames` says
+which of a question's names the passages a search may return write.
 """
 
 from __future__ import annotations
@@ -38,6 +39,14 @@ def passage_word_set(record: Mapping[str, Any]) -> set[str]:
     """The normalised words of a passage's title (``_`` read as a space) and text."""
     title = str(record.get("title") or "").replace("_", " ")
     return set(normalize_answer(f"{title} {record.get('text') or ''}").split())
+
+
+def words_of(records: Iterable[Mapping[str, Any]]) -> Counter[str]:
+    """How many of ``records`` write each normalised word (:func:`passage_word_set`)."""
+    counts: Counter[str] = Counter()
+    for record in records:
+        counts.update(passage_word_set(record))
+    return counts
 
 
 class CorpusWords:
@@ -70,11 +79,12 @@ class CorpusWords:
         passage that is not among the records ``left_out`` (counted passages a search leaves out)."""
         return not self.unwritten(names, left_out)
 
-    def unwritten(self, names: Sequence[str], left_out: Iterable[Mapping[str, Any]] = ()) -> tuple[str, ...]:
-        """The names that no counted passage outside the records ``left_out`` writes (see :meth:`all_written`)."""
-        less: Counter[str] = Counter()
-        for record in left_out:
-            less.update(passage_word_set(record))
+    def unwritten(
+        self, names: Sequence[str], left_out: Iterable[Mapping[str, Any]] | Counter[str] = ()
+    ) -> tuple[str, ...]:
+        """The names that no counted passage outside the records ``left_out`` writes (see :meth:`all_written`;
+        ``left_out`` may also be their :func:`words_of` already counted)."""
+        less = left_out if isinstance(left_out, Counter) else words_of(left_out)
         with self._lock:
             return tuple(name for name in names if not holds_name(lambda w: self.counts[w] - less[w] > 0, name))
 
@@ -100,15 +110,18 @@ class CorpusNames:
 
     def __init__(self, index: Any, allowed: np.ndarray) -> None:
         self.index, self.allowed = index, allowed
+        self._left_out: Counter[str] | None = None  # the words of the passages left out, read once
 
     def __call__(self, names: Sequence[str]) -> bool:
         return not self.unwritten(names)
 
     def unwritten(self, names: Sequence[str]) -> tuple[str, ...]:
         """The names no allowed passage writes."""
-        left_out = np.flatnonzero(~self.index.deleted & ~self.allowed)
-        records = [self.index.passages[r] for r in left_out] if len(left_out) <= EXACT_EXCLUSIONS else []
-        return corpus_words(self.index).unwritten(names, records)
+        if self._left_out is None:
+            left_out = np.flatnonzero(~self.index.deleted & ~self.allowed)
+            records = [self.index.passages[r] for r in left_out] if len(left_out) <= EXACT_EXCLUSIONS else []
+            self._left_out = words_of(records)
+        return corpus_words(self.index).unwritten(names, self._left_out)
 
 
 def names_written(index: Any, allowed: np.ndarray) -> CorpusNames:

@@ -4,6 +4,7 @@ masks, and read by the answerability as ``all_names_in_corpus``."""
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -68,7 +69,13 @@ def test_the_index_words_are_exact_after_adds_and_deletes_and_under_small_masks(
     assert names_written(index, ~index.deleted)(asked)
     mask = ~index.deleted
     mask[index.passage_row("t3")] = False  # a search masked to the first two passages
-    assert not names_written(index, mask)(asked)
+    masked = names_written(index, mask)
+    read = []
+    monkeypatch.setattr(corpus_words_module, "words_of", lambda records: read.append(1) or Counter())
+    monkeypatch.setattr(masked, "_left_out", None)
+    assert masked.unwritten(asked) == masked.unwritten(asked) and len(read) == 1  # the left-out words read once
+    monkeypatch.undo()
+    assert not names_written(index, mask)(asked) and names_written(index, mask).unwritten(asked) == ("port", "calder")
     monkeypatch.setattr("dphr_haystack.corpus_words.EXACT_EXCLUSIONS", 0)  # a wide mask: the whole live corpus
     assert names_written(index, mask)(asked)
     index.delete_passages(["t3"])
