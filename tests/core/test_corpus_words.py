@@ -101,12 +101,18 @@ def test_the_feature_is_read_only_when_a_model_weighs_it():
     assert len(calls) == 1  # not asked for: the corpus is not read
 
 
-def test_a_searcher_says_no_answer_for_a_name_the_corpus_never_writes_until_a_passage_writes_it(tiny_model):
+def _reading_searcher(tiny_model, top_k: int) -> PhraseSearcher:
+    """A searcher of phrases over the six tiny passages whose holds-answer weighs ``all_names_in_corpus`` alone."""
     holds = Answerability((4.0,), -2.0, (0.0,), (1.0,), ("all_names_in_corpus",))
     calibration = dataclasses.replace(_ranked_calibration(), holds_answer=holds)
     index = PhraseIndex.create(tiny_model)
     add_passages(index, tiny_model, tiny_passages(), progress=False)
-    searcher = PhraseSearcher(index, tiny_model, calibration=calibration, unit="phrase", top_k=1)
+    return PhraseSearcher(index, tiny_model, calibration=calibration, unit="phrase", top_k=top_k)
+
+
+def test_a_searcher_says_no_answer_for_a_name_the_corpus_never_writes_until_a_passage_writes_it(tiny_model):
+    searcher = _reading_searcher(tiny_model, 1)
+    index = searcher.index
     question = "Who founded the Quillfern company?"
     (before,) = searcher.search(question)
     assert before.holds_answer == pytest.approx(1 / (1 + np.exp(2.0)))  # the name is written nowhere
@@ -139,11 +145,7 @@ def test_warming_a_searcher_counts_the_words_only_for_a_calibration_that_weighs_
 def test_the_answers_meta_and_no_answer_name_what_no_passage_writes(tiny_model):
     from dphr_haystack.documents.results import retrieved_answer, with_no_answer
 
-    holds = Answerability((4.0,), -2.0, (0.0,), (1.0,), ("all_names_in_corpus",))
-    calibration = dataclasses.replace(_ranked_calibration(), holds_answer=holds)
-    index = PhraseIndex.create(tiny_model)
-    add_passages(index, tiny_model, tiny_passages(), progress=False)
-    searcher = PhraseSearcher(index, tiny_model, calibration=calibration, unit="phrase", top_k=2)
+    searcher = _reading_searcher(tiny_model, 2)
     missing = [retrieved_answer(hit, None, True) for hit in searcher.search("Did Quillfern open in Paris in 2031?")]
     assert all(answer.meta["unwritten_names"] == ["Quillfern", "2031"] for answer in missing)
     marker = with_no_answer(missing)[0]
