@@ -85,11 +85,14 @@ def main() -> None:
                     "verified": verified,
                     "holds_answer": new.holds_answer,
                     "holds_answer_verified": read.holds_answer,
+                    "unwritten_names": list(new.unwritten_names or ()),
                 }
             )
             confidences = f"{old.confidence:.2f} -> {new.confidence:.2f} -> verified {verified:.2f}"
             if new.holds_answer is not None:
                 confidences += f"; holds an answer {new.holds_answer:.2f} -> verified {read.holds_answer:.2f}"
+            if new.unwritten_names:
+                confidences += f"; no passage writes {', '.join(new.unwritten_names)}"
             print(f"{corpus} | {question} | {new.text!r} | {confidences}")
     result = {
         "machine": machine(),
