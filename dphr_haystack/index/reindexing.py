@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ from . import auto
 from . import structures as index_types
 from .storage import is_flat
 from .transaction import writes
+
+logger = logging.getLogger(__name__)
 
 
 class Reindexing:
@@ -79,6 +82,13 @@ class Reindexing:
         """Build the structure ``auto`` picks for the current size and tune its ``nprobe`` (see ``auto``); commits.
         Call it inside :meth:`writing`."""
         factory = auto.auto_factory(len(self), self.dim)
+        if (self.manifest.get("structure") or {}).get("tuned_on") == "questions":
+            logger.warning(
+                "%s: the structure tuned on questions is rebuilt for %d vectors and tuned on probes; tune it on "
+                "questions again: dphr reindex --index DIR --retune --questions FILE",
+                self.path or "the index",
+                len(self),
+            )
         self._building_auto = True
         try:
             self.reindex(factory, progress=progress)
@@ -98,7 +108,7 @@ class Reindexing:
         (:func:`~dphr_haystack.index.auto.tune_nprobe`), keeping the structure; commits. An index tuned by an
         earlier rule searches as today's would. ``queries``: the start and end query vectors of questions its users
         ask, tuned on instead of probes (:data:`~dphr_haystack.index.auto.QUESTION_TARGET_RECALL`; a later rebuild
-        tunes on probes again). Exact and fixed structures are left as they are."""
+        tunes on probes again, with a warning). Exact and fixed structures are left as they are."""
         if (self.manifest.get("structure") or {}).get("policy") == "auto" and not is_flat(self.faiss_factory):
             if queries is not None and (np.ndim(queries) != 2 or np.shape(queries)[1] != self.dim or not len(queries)):
                 raise InvalidParameterError(f"retune queries of shape {np.shape(queries)}: expected (n, {self.dim})")

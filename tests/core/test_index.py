@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -433,7 +434,7 @@ def test_retune_chooses_an_older_auto_structures_nprobe_again_by_todays_rule(
 
 
 def test_retune_on_questions_tunes_to_their_recall_and_records_it(
-    tiny_model, tiny_model_dir, tmp_path, monkeypatch, capsys
+    tiny_model, tiny_model_dir, tmp_path, monkeypatch, capsys, caplog
 ):
     from dphr_haystack.cli import main as dphr
     from dphr_haystack.index import auto
@@ -461,6 +462,10 @@ def test_retune_on_questions_tunes_to_their_recall_and_records_it(
     found = again.structure.probe_search(queries, truth.shape[1], params["nprobe"], params["refine"])
     assert auto.token_recall(truth, found).mean() == pytest.approx(structure["probe_recall"])
     assert structure["probe_recall"] >= auto.QUESTION_TARGET_RECALL or params["nprobe"] == nlist
+    with caplog.at_level(logging.WARNING, logger="dphr_haystack.index.reindexing"), again.writing():
+        again.build_auto_structure(progress=False)  # a rebuild (the index grew) tunes on probes, and says so
+    assert again.manifest["structure"]["tuned_on"] == "probes" and "--retune --questions" in caplog.text
+    again.retune(np.concatenate([q_start, q_end]))
     assert dphr(["reindex", "--index", str(tmp_path / "a"), "--retune"]) == 0  # probes again
     assert PhraseIndex.load(tmp_path / "a", model=tiny_model).manifest["structure"]["tuned_on"] == "probes"
     capsys.readouterr()
