@@ -77,14 +77,12 @@ class CorpusWords:
     def all_written(self, names: Sequence[str], left_out: Iterable[Mapping[str, Any]] = ()) -> bool:
         """Whether every name (:func:`~dphr_haystack.question_words.question_names`) is written by a counted
         passage that is not among the records ``left_out`` (counted passages a search leaves out)."""
-        return not self.unwritten(names, left_out)
+        return not self.unwritten(names, words_of(left_out))
 
-    def unwritten(
-        self, names: Sequence[str], left_out: Iterable[Mapping[str, Any]] | Counter[str] = ()
-    ) -> tuple[str, ...]:
-        """The names that no counted passage outside the records ``left_out`` writes (see :meth:`all_written`;
-        ``left_out`` may also be their :func:`words_of` already counted)."""
-        less = left_out if isinstance(left_out, Counter) else words_of(left_out)
+    def unwritten(self, names: Sequence[str], less: Counter[str] | None = None) -> tuple[str, ...]:
+        """The names that no counted passage writes, the passages counted in ``less`` (:func:`words_of` the counted
+        passages a search leaves out) left out."""
+        less = less if less is not None else Counter()
         with self._lock:
             return tuple(name for name in names if not holds_name(lambda w: self.counts[w] - less[w] > 0, name))
 

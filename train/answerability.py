@@ -365,6 +365,22 @@ def near_miss_table(
     return concatenate(tables) if tables else None
 
 
+def add_holds_case_weights(parser: argparse.ArgumentParser) -> None:
+    """The options that weigh the holds-answer's extra cases: ``--near-miss-weight`` and ``--article-weight``."""
+    parser.add_argument(
+        "--near-miss-weight",
+        type=float,
+        default=NEAR_MISS_WEIGHT,
+        help="weight of a near miss (the question's passage removed, its article kept) in the holds-answer's fit",
+    )
+    parser.add_argument(
+        "--article-weight",
+        type=float,
+        default=ARTICLE_WEIGHT,
+        help="weight of a question over its own article alone, with and without its paragraph, in the holds fit",
+    )
+
+
 def dev_index(model: PhraseModel, path: Path, dev: Path = DEFAULT_DEV) -> PhraseIndex:
     """The phrase index of every dev-public paragraph at ``path`` (built, resumably, when missing)."""
     if (path / "manifest.json").is_file():
@@ -498,18 +514,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--lower-case-weight", type=float, default=LOWER_CASE_WEIGHT, help="weight of a case asked in lower case"
     )
-    parser.add_argument(
-        "--near-miss-weight",
-        type=float,
-        default=NEAR_MISS_WEIGHT,
-        help="weight of a near miss (the question's passage removed, its article kept) in the holds-answer's fit",
-    )
-    parser.add_argument(
-        "--article-weight",
-        type=float,
-        default=ARTICLE_WEIGHT,
-        help="weight of a question over its own article alone, with and without its paragraph, in the holds fit",
-    )
+    add_holds_case_weights(parser)
     parser.add_argument(
         "--keep-answerability",
         action="store_true",

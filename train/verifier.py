@@ -45,11 +45,10 @@ from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
 from dphr_haystack.verification import SpanReader, reader_dir, reader_reference
 
 from .answerability import (
-    ARTICLE_WEIGHT,
-    NEAR_MISS_WEIGHT,
     UNANSWERABLE_WEIGHT,
     VALIDATION_ARTICLES,
     QueryTable,
+    add_holds_case_weights,
     all_cases,
     concatenate,
     dev_index,
@@ -167,18 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=800, help="at most this many validation questions")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    parser.add_argument(
-        "--near-miss-weight",
-        type=float,
-        default=NEAR_MISS_WEIGHT,
-        help="weight of a near miss (the question's passage removed, its article kept) in the holds-answer's fit",
-    )
-    parser.add_argument(
-        "--article-weight",
-        type=float,
-        default=ARTICLE_WEIGHT,
-        help="weight of a question over its own article alone, with and without its paragraph, in the holds fit",
-    )
+    add_holds_case_weights(parser)
     parser.add_argument("--report", type=Path, help="the fit report (default: verify.json in the model)")
     args = parser.parse_args(argv)
     if args.export_reader:
