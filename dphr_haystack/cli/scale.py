@@ -98,7 +98,8 @@ def add_scale_parsers(sub: argparse._SubParsersAction) -> None:
         type=Path,
         default=None,
         help="with --retune: tune on questions your users ask instead of probes: a text file, one question a line, "
-        "or a question file dphr eval reads (.gz ok; up to --question-limit sampled)",
+        "or a question file dphr eval reads (.gz ok; up to --question-limit sampled); their vectors are kept beside "
+        "the index, so a rebuild for a larger size tunes on them again",
     )
     reindex.add_argument(
         "--question-limit",

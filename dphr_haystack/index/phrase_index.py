@@ -587,7 +587,7 @@ class PhraseIndex(Reindexing):
         with write_errors(path), lock.hold():  # the copy replaces a directory other writers may use
             tmp = make_temp_dir(path)
             try:
-                self.storage.write_copy(tmp, self.passages, self.structure.write_copy)
+                self.storage.write_copy(tmp, self.passages, self._write_structure_copy)
                 lock.lock_replacement(tmp)  # the copy swapped in stays locked until this write ends
                 atomic.replace_directory(tmp, path)
             except BaseException:

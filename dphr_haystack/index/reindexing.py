@@ -7,12 +7,15 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .._util import atomic
 from ..errors import InvalidParameterError
 from . import auto
 from . import structures as index_types
@@ -20,6 +23,11 @@ from .storage import is_flat
 from .transaction import writes
 
 logger = logging.getLogger(__name__)
+
+# The start and end query vectors an ``auto`` structure was tuned on (``retune(queries)``), kept beside its files so
+# that a rebuild tunes on them again; the structure's record names their count and SHA-256 (a file that does not
+# match is never read).
+TUNING_QUERIES = "tuning_queries.npy"
 
 
 class Reindexing:
@@ -79,13 +87,17 @@ class Reindexing:
     _building_auto = False
 
     def build_auto_structure(self, progress: bool = True) -> Any:
-        """Build the structure ``auto`` picks for the current size and tune its ``nprobe`` (see ``auto``); commits.
-        Call it inside :meth:`writing`."""
+        """Build the structure ``auto`` picks for the current size and tune its ``nprobe`` (see ``auto``), on the
+        questions' vectors it keeps when it was tuned on questions (:meth:`retune`), else on probes; commits. Call it
+        inside :meth:`writing`."""
         factory = auto.auto_factory(len(self), self.dim)
-        if (self.manifest.get("structure") or {}).get("tuned_on") == "questions":
+        kept = (self.manifest.get("structure") or {}).get("tuning_queries")
+        queries = self.tuning_queries()
+        if queries is None and (self.manifest.get("structure") or {}).get("tuned_on") == "questions":
             logger.warning(
-                "%s: the structure tuned on questions is rebuilt for %d vectors and tuned on probes; tune it on "
-                "questions again: dphr reindex --index DIR --retune --questions FILE",
+                "%s: the structure tuned on questions is rebuilt for %d vectors and tuned on probes (the questions' "
+                "vectors are not kept beside it); tune it on questions again: dphr reindex --index DIR --retune "
+                "--questions FILE",
                 self.path or "the index",
                 len(self),
             )
@@ -95,9 +107,11 @@ class Reindexing:
         finally:
             self._building_auto = False
         structure: dict[str, Any] = {"policy": "auto", "built_for": len(self)}
+        if queries is not None:
+            structure["tuning_queries"] = kept
         self.manifest["structure"] = structure
         if not is_flat(factory):
-            self._tune_auto_structure()  # commits
+            self._tune_auto_structure(queries)  # commits
         else:
             self.commit()
         return self
@@ -107,13 +121,56 @@ class Reindexing:
         """Choose the search parameters of an ``auto`` IVF structure again by today's rule
         (:func:`~dphr_haystack.index.auto.tune_nprobe`), keeping the structure; commits. An index tuned by an
         earlier rule searches as today's would. ``queries``: the start and end query vectors of questions its users
-        ask, tuned on instead of probes (:data:`~dphr_haystack.index.auto.QUESTION_TARGET_RECALL`; a later rebuild
-        tunes on probes again, with a warning). Exact and fixed structures are left as they are."""
+        ask, tuned on instead of probes (:data:`~dphr_haystack.index.auto.QUESTION_TARGET_RECALL`) and kept beside
+        the index (:data:`TUNING_QUERIES`), so that a rebuild for a larger size tunes on them again; without them it
+        tunes on probes and forgets any kept. Exact and fixed structures are left as they are."""
         if (self.manifest.get("structure") or {}).get("policy") == "auto" and not is_flat(self.faiss_factory):
             if queries is not None and (np.ndim(queries) != 2 or np.shape(queries)[1] != self.dim or not len(queries)):
                 raise InvalidParameterError(f"retune queries of shape {np.shape(queries)}: expected (n, {self.dim})")
+            if queries is not None:
+                queries = np.ascontiguousarray(queries, dtype=np.float32)
+                self.manifest["structure"]["tuning_queries"] = self._keep_tuning_queries(queries)
+            else:
+                self.manifest["structure"].pop("tuning_queries", None)
             self._tune_auto_structure(queries)
         return self
+
+    def tuning_queries(self) -> np.ndarray | None:
+        """The query vectors the ``auto`` structure was tuned on and keeps (:meth:`retune`); None when it was tuned on
+        probes, or its kept file is missing or does not match its record."""
+        record = (self.manifest.get("structure") or {}).get("tuning_queries")
+        if not isinstance(record, dict):
+            return None
+        try:
+            kept = (self.path / TUNING_QUERIES).read_bytes() if self.path is not None else self._tuning_queries
+            if kept is None or hashlib.sha256(kept).hexdigest() != record.get("sha256"):
+                return None
+            queries = np.load(io.BytesIO(kept), allow_pickle=False)
+        except (OSError, ValueError):
+            return None
+        return queries if queries.shape == (record.get("count"), self.dim) else None
+
+    _tuning_queries: bytes | None = None  # an index without a directory keeps them in memory
+
+    def _keep_tuning_queries(self, queries: np.ndarray) -> dict[str, Any]:
+        """Keep ``queries`` beside the index (in memory for one without a directory); their record."""
+        buffer = io.BytesIO()
+        np.save(buffer, queries, allow_pickle=False)
+        kept = buffer.getvalue()
+        if self.path is None:
+            self._tuning_queries = kept
+        else:
+            atomic.write_file_atomic(self.path / TUNING_QUERIES, kept)
+        return {"count": len(queries), "sha256": hashlib.sha256(kept).hexdigest()}
+
+    def _write_structure_copy(self, tmp: Path, manifest: dict[str, Any]) -> None:
+        """The structure's files in a copy, with the query vectors it keeps for its tuning (:meth:`retune`)."""
+        self.structure.write_copy(tmp, manifest)
+        queries = self.tuning_queries()
+        if queries is not None:
+            np.save(tmp / TUNING_QUERIES, queries, allow_pickle=False)
+        else:
+            (manifest.get("structure") or {}).pop("tuning_queries", None)
 
     def _tune_auto_structure(self, queries: np.ndarray | None = None) -> None:
         tuned = self.structure.tune_nprobe(queries=queries)

@@ -19,6 +19,7 @@ from dphr_haystack import (
     VectorCodec,
 )
 from dphr_haystack.encode.add import add_passages
+from dphr_haystack.index.reindexing import TUNING_QUERIES
 from tests.conftest import tiny_passages
 
 pytestmark = pytest.mark.unit
@@ -462,12 +463,35 @@ def test_retune_on_questions_tunes_to_their_recall_and_records_it(
     found = again.structure.probe_search(queries, truth.shape[1], params["nprobe"], params["refine"])
     assert auto.token_recall(truth, found).mean() == pytest.approx(structure["probe_recall"])
     assert structure["probe_recall"] >= auto.QUESTION_TARGET_RECALL or params["nprobe"] == nlist
+    # the questions' vectors are kept beside the index: a rebuild (the index grew) tunes on them again
+    kept = again.tuning_queries()
+    assert kept is not None and kept.shape == (60, again.dim) and (tmp_path / "a" / TUNING_QUERIES).is_file()
     with caplog.at_level(logging.WARNING, logger="dphr_haystack.index.reindexing"), again.writing():
-        again.build_auto_structure(progress=False)  # a rebuild (the index grew) tunes on probes, and says so
-    assert again.manifest["structure"]["tuned_on"] == "probes" and "--retune --questions" in caplog.text
-    again.retune(np.concatenate([q_start, q_end]))
-    assert dphr(["reindex", "--index", str(tmp_path / "a"), "--retune"]) == 0  # probes again
-    assert PhraseIndex.load(tmp_path / "a", model=tiny_model).manifest["structure"]["tuned_on"] == "probes"
+        again.build_auto_structure(progress=False)
+    rebuilt = again.manifest["structure"]
+    assert rebuilt["tuned_on"] == "questions" and rebuilt["tuning_queries"] == structure["tuning_queries"]
+    assert rebuilt["probe_queries"] == 60 and "--retune --questions" not in caplog.text
+    # a copy keeps them; one whose kept file was changed tunes on probes, and says so
+    again.save(tmp_path / "b")
+    copy = PhraseIndex.load(tmp_path / "b", model=tiny_model)
+    assert np.array_equal(copy.tuning_queries(), kept)
+    np.save(tmp_path / "b" / TUNING_QUERIES, kept[::-1])
+    assert copy.tuning_queries() is None
+    with caplog.at_level(logging.WARNING, logger="dphr_haystack.index.reindexing"), copy.writing():
+        copy.build_auto_structure(progress=False)
+    assert copy.manifest["structure"]["tuned_on"] == "probes" and "--retune --questions" in caplog.text
+    assert "tuning_queries" not in copy.manifest["structure"]
+    assert dphr(["reindex", "--index", str(tmp_path / "a"), "--retune"]) == 0  # probes again, the kept ones dropped
+    tuned = PhraseIndex.load(tmp_path / "a", model=tiny_model)
+    assert tuned.manifest["structure"]["tuned_on"] == "probes" and tuned.tuning_queries() is None
+    # an index without a directory keeps them in memory
+    memory = PhraseIndex.create(tiny_model)
+    add_passages(memory, tiny_model, _many_passages(60), progress=False)
+    memory.retune(np.concatenate([q_start, q_end]))
+    assert np.array_equal(memory.tuning_queries(), np.concatenate([q_start, q_end]).astype(np.float32))
+    with memory.writing():
+        memory.build_auto_structure(progress=False)
+    assert memory.manifest["structure"]["tuned_on"] == "questions"
     capsys.readouterr()
     (tmp_path / "none.txt").write_text("\n")
     assert (
