@@ -22,6 +22,7 @@ from dphr_haystack.answers import normalize_answer
 from dphr_haystack.corpus import squad_paragraphs
 from dphr_haystack.model.config import PhraseModelConfig
 from dphr_haystack.model.inputs import TokenizedPassage, build_windows, pad_batch, tokenize_passages, tokenize_queries
+from dphr_haystack.passage_words import SENTENCE_END
 from dphr_haystack.question_words import question_words
 
 logger = logging.getLogger(__name__)
@@ -271,6 +272,57 @@ def near_miss_passages(data: RCData, per_question: float, seed: int = 0) -> list
         for r in sorted(rows, key=lambda r: (-shared[r], r))[:wanted]:
             pairs.append((e_idx, data.passages[r]["id"]))
     return pairs
+
+
+# Sentences an answer-removed passage keeps at least: fewer leave too little of the topic to be a near miss.
+MIN_KEPT_SENTENCES = 2
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """The character spans of ``text``'s sentences, split where :data:`~dphr_haystack.passage_words.SENTENCE_END`
+    marks one end (the rule the answer features read), each with its closing mark and without the space after."""
+    spans, start = [], 0
+    for mark in SENTENCE_END.finditer(text):
+        spans.append((start, mark.start() + 1))
+        start = mark.end()
+    if text[start:].strip():
+        spans.append((start, len(text)))
+    return spans
+
+
+def answer_removed_passages(data: RCData, share: float, seed: int = 0) -> tuple[RCData, list[tuple[int, str]]]:
+    """``data`` with, for ``share`` of its questions (drawn, seeded), the question's own passage less every
+    sentence that holds one of its answers added as a passage of its own, and the (example, passage id) pairs that
+    ask the question of it. The hardest near miss: the passage keeps the question's topic, its names and the
+    sentences around the fact, but no longer states it ("When was version 3.0 released?" over a release history
+    without 3.0's line). Each such passage is a document of its own, so no other question's near misses pick it; a
+    question gets none where fewer than :data:`MIN_KEPT_SENTENCES` sentences stay or an answer is still written."""
+    if share <= 0:
+        return data, []
+    rng = np.random.default_rng(seed)
+    added: list[dict[str, Any]] = []
+    pairs: list[tuple[int, str]] = []
+    for e_idx, ex in enumerate(data.examples):
+        own = data.passage_index.get(ex.passage_id)
+        if rng.random() >= share or own is None:
+            continue
+        passage = data.passages[own]
+        answered = [(s, s + len(a)) for a, s in zip(ex.answers, ex.answer_starts, strict=False) if a and s >= 0]
+        kept = [
+            passage["text"][a:b]
+            for a, b in sentence_spans(passage["text"])
+            if not any(a < end and start < b for start, end in answered)
+        ]
+        text = " ".join(kept)
+        written = normalize_answer(text)
+        if len(kept) < MIN_KEPT_SENTENCES or any(n and n in written for n in map(normalize_answer, ex.answers)):
+            continue
+        pid = f"{ex.passage_id}#without-{ex.qid}"
+        added.append({**passage, "id": pid, "document_id": pid, "text": text})
+        pairs.append((e_idx, pid))
+    if not added:
+        return data, []
+    return RCData(data.passages + added, data.examples), pairs
 
 
 # A name as a question writes it: a capitalised word and the capitalised words or numbers after it ("Lake Tessin",

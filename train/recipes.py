@@ -31,7 +31,13 @@ from dphr_haystack.model.phrase_model import PhraseModel, filter_head
 from dphr_haystack.model.registry import model_dir
 
 from .context import Context, is_main_rank, rank_device
-from .data import PassageWindows, build_features, unanswerable_features
+from .data import (
+    PassageWindows,
+    answer_removed_passages,
+    build_features,
+    near_miss_features,
+    unanswerable_features,
+)
 from .schema import STAGES, DataSection, RCSection, Recipe, load_recipe, resolve_data, resolve_dir
 from .trainer import TrainArgs, Trainer, barrier, dist_info, init_distributed
 from .validation import Validator, build_index
@@ -130,10 +136,13 @@ def run_reader(ctx: Context) -> dict[str, Any]:
     reader) and compare the two.
 
     Both are measured on the gold windows of the dev questions (:func:`train.reader.span_metrics`): a teacher
-    helps only where it reads better than the student. With ``near_misses`` / ``swapped_names`` the reader also
-    learns to answer [CLS] on passages of the question's article that do not hold its answer and on questions asked
-    of another entity than their passage's (:func:`train.data.unanswerable_features`), and its no-answer score is
-    measured on the dev questions' own (:func:`train.reader.no_answer_metrics`).
+    helps only where it reads better than the student. With ``near_misses`` / ``swapped_names`` /
+    ``answer_removed`` the reader also learns to answer [CLS] on passages of the question's article that do not hold
+    its answer, on questions asked of another entity than their passage's (:func:`train.data.unanswerable_features`)
+    and on the question's own passage less the sentences that state its answer
+    (:func:`train.data.answer_removed_passages`); its no-answer score is measured on the dev questions' windows of
+    each kind (:func:`train.reader.no_answer_metrics`), and a reader that went on from another (``start``) is
+    measured beside that one.
     """
     from .reader import ReaderModel, ReaderTask, no_answer_metrics, null_scores, phrase_model_logits, span_metrics
 
@@ -143,50 +152,71 @@ def run_reader(ctx: Context) -> dict[str, Any]:
         reader, source = ReaderModel.from_reader(r.start, model.config), r.start
     else:
         reader = ReaderModel.from_phrase_model(model, r.encoder_init)
-    train, dev = ctx.train_data, ctx.dev_data
+    train, removed = answer_removed_passages(ctx.train_data, r.answer_removed, recipe.seed)
     windows = PassageWindows(model.tokenizer, model.config, train.passages)
     features = build_features(train, windows)
     train, near, swapped = unanswerable_features(train, windows, r.near_misses, r.swapped_names, recipe.seed)
+    removed_features = near_miss_features(removed, windows)
     logger.info(
-        "reader features: %d with the answer's passage, %d near misses, %d of questions asked of another entity",
+        "reader features: %d with the answer's passage, %d near misses, %d of questions asked of another entity, "
+        "%d of their passage less the answer's sentences",
         len(features),
         len(near),
         len(swapped),
+        len(removed_features),
     )
     args = _train_args(recipe, "reader", {"freeze_word_embeddings": False, **r.train}, None)
-    task = ReaderTask(reader, train, features + near + swapped, r.bucket_batches)
+    task = ReaderTask(reader, train, features + near + swapped + removed_features, r.bucket_batches)
     result = Trainer(reader, args, task).train()
     if not is_main_rank():
         return {"rank": dist_info()[0], "steps": result.steps}
+    dev, dev_removed = answer_removed_passages(ctx.dev_data, 1.0, recipe.seed)
     dev_windows = PassageWindows(model.tokenizer, model.config, dev.passages)
     dev_features = build_features(dev, dev_windows)
-    trained = ReaderModel.load(result.final_dir).to(rank_device()).eval()
-    reads = trained.teacher().logits
-    measured = {
-        "reader": span_metrics(reads, dev, dev_features, model.tokenizer, model.config),
-        "phrase_model": span_metrics(
-            phrase_model_logits(model.to(rank_device()).eval()), dev, dev_features, model.tokenizer, model.config
-        ),
-    }
     dev, dev_near, dev_swapped = unanswerable_features(dev, dev_windows, 1.0, 1.0, recipe.seed)
-    answered = null_scores(reads, dev, [f for f in dev_features if f.start > 0], model.tokenizer, model.config)
-    no_answer = {
-        name: no_answer_metrics(answered, null_scores(reads, dev, found, model.tokenizer, model.config))
-        for name, found in (("near_misses", dev_near), ("swapped_names", dev_swapped))
+    unanswerable = {
+        "near_misses": dev_near,
+        "swapped_names": dev_swapped,
+        "answer_removed": near_miss_features(dev_removed, dev_windows),
     }
+
+    def measure(reads: Any) -> dict[str, Any]:
+        """A reader's spans on the dev questions' gold windows and its no-answer score on each kind of window that
+        does not answer them."""
+        answered = null_scores(reads, dev, [f for f in dev_features if f.start > 0], model.tokenizer, model.config)
+        return {
+            "gold_window_spans": span_metrics(reads, dev, dev_features, model.tokenizer, model.config),
+            "no_answer": {
+                name: no_answer_metrics(answered, null_scores(reads, dev, found, model.tokenizer, model.config))
+                for name, found in unanswerable.items()
+            },
+        }
+
+    trained = measure(ReaderModel.load(result.final_dir).to(rank_device()).eval().teacher().logits)
+    phrase_model = phrase_model_logits(model.to(rank_device()).eval())
     metrics = {
         "init": source,
         "encoder_init": None if r.start else r.encoder_init,
         "features": len(features),
         "near_miss_features": len(near),
         "swapped_name_features": len(swapped),
+        "answer_removed_features": len(removed_features),
         "steps": result.steps,
         "final": result.final_dir,
         "samples_per_s": result.samples_per_second,
-        "gold_window_spans": measured,
-        "no_answer": no_answer,
+        "gold_window_spans": {
+            "reader": trained["gold_window_spans"],
+            "phrase_model": span_metrics(phrase_model, dev, dev_features, model.tokenizer, model.config),
+        },
+        "no_answer": trained["no_answer"],
     }
-    logger.info("reader vs phrase model on gold windows: %s; no answer: %s", measured, no_answer)
+    if r.start:  # the reader it went on from, on the same windows: what this training changed
+        metrics["start_reader"] = measure(
+            ReaderModel.from_reader(r.start, model.config).to(rank_device()).eval().teacher().logits
+        )
+    logger.info(
+        "reader on gold windows and no-answer windows: %s", {k: metrics[k] for k in ("gold_window_spans", "no_answer")}
+    )
     _write_json(recipe.out / "reader" / "metrics.json", metrics)
     return metrics
 

@@ -59,6 +59,9 @@ class ReaderSection:
     start: str | None = None  # a reader (directory or shipped name) to go on training instead of a new one
     near_misses: float = 0.0  # near-miss passages a question, trained to answer [CLS] (train.data.near_miss_passages)
     swapped_names: float = 0.0  # share of questions also asked of another entity (train.data.swapped_name_examples)
+    answer_removed: float = (
+        0.0  # share also asked of their passage less its answer (train.data.answer_removed_passages)
+    )
     bucket_batches: int = 50
     train: dict[str, Any] = field(default_factory=dict)
 
@@ -204,10 +207,11 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
         raise ValueError(f"{path}: reader.encoder_init {recipe.reader.encoder_init!r}; valid: {', '.join(INITS)}")
     if recipe.reader.near_misses < 0:
         raise ValueError(f"{path}: reader.near_misses must be >= 0 a question, got {recipe.reader.near_misses}")
-    if not 0 <= recipe.reader.swapped_names <= 1:
-        raise ValueError(
-            f"{path}: reader.swapped_names is a share of the questions in [0, 1], got {recipe.reader.swapped_names}"
-        )
+    for share in ("swapped_names", "answer_removed"):
+        if not 0 <= getattr(recipe.reader, share) <= 1:
+            raise ValueError(
+                f"{path}: reader.{share} is a share of the questions in [0, 1], got {getattr(recipe.reader, share)}"
+            )
     if recipe.filter.labels not in LABELS:
         raise ValueError(f"{path}: filter.labels {recipe.filter.labels!r}; valid: {', '.join(LABELS)}")
     metrics = ["em@1", *(f"acc@{k}" for k in recipe.validate.ks)]

@@ -337,14 +337,63 @@ def test_recipe_trains_a_reader_on_near_misses_from_a_reader(tmp_path, run_tiny_
             "reader.start": str(tiny_reader_dir),
             "reader.near_misses": 1.0,
             "reader.swapped_names": 1.0,
+            "reader.answer_removed": 1.0,
             "reader.train": {"max_steps": 2, "batch_size": 2, "lr": 1e-3, "log_every": 1, "progress": False},
         }
     )
     reader = summary["stages"]["reader"]
     assert reader["init"] == str(tiny_reader_dir) and reader["encoder_init"] is None
     assert reader["near_miss_features"] > 0 and reader["swapped_name_features"] > 0 and reader["steps"] == 2
-    for measured in reader["no_answer"].values():
-        assert measured["answered"] == 2 and measured["unanswerable"] >= 1 and 0.0 <= measured["auroc"] <= 1.0
+    for measured in (reader["no_answer"], reader["start_reader"]["no_answer"]):
+        assert set(measured) == {"near_misses", "swapped_names", "answer_removed"}
+        for name in ("near_misses", "swapped_names"):
+            found = measured[name]
+            assert found["answered"] == 2 and found["unanswerable"] >= 1 and 0.0 <= found["auroc"] <= 1.0
+    assert (
+        reader["start_reader"]["gold_window_spans"]["questions"] == reader["gold_window_spans"]["reader"]["questions"]
+    )
+
+
+RELEASES = (
+    "Ledgerline is made by Quillfern. Version 1.0 came out on 9 September 2015. Version 2.0 followed in April "
+    "2018! Version 3.0 was released in May 2021. The newest version is 4.7.2 from Quillfern"
+)
+
+
+def test_a_question_is_asked_of_its_passage_less_the_sentences_that_state_its_answer():
+    from train.data import RCData, RCExample, answer_removed_passages, sentence_spans
+
+    assert [RELEASES[a:b] for a, b in sentence_spans(RELEASES)][1:3] == [
+        "Version 1.0 came out on 9 September 2015.",
+        "Version 2.0 followed in April 2018!",
+    ]
+    assert sentence_spans("One. ") == [(0, 4)] and sentence_spans("") == []
+    passage = {"id": "p", "document_id": "ledger", "title": "Ledgerline", "text": RELEASES}
+    examples = [
+        RCExample("q3", "When was version 3.0 released?", ["May 2021"], [RELEASES.index("May 2021")], "p"),
+        # its answer also written in a sentence that stays (the last one): no passage for it
+        RCExample("q2", "Who makes Ledgerline?", ["Quillfern"], [RELEASES.index("Quillfern")], "p"),
+        # two answers in two sentences: both go
+        RCExample(
+            "q1",
+            "Which?",
+            ["Version 1.0", "Version 2.0"],
+            [RELEASES.index(v) for v in ("Version 1", "Version 2")],
+            "p",
+        ),
+    ]
+    data = RCData([passage], examples)
+    grown, pairs = answer_removed_passages(data, 1.0)
+    assert grown.examples == examples and grown.passages[0] == passage
+    assert pairs == [(0, "p#without-q3"), (2, "p#without-q1")]
+    without_3, without_1 = grown.passages[1:]
+    assert without_3["text"] == RELEASES.replace(" Version 3.0 was released in May 2021.", "")
+    assert without_3["document_id"] == without_3["id"] == "p#without-q3" and without_3["title"] == "Ledgerline"
+    assert "1.0" not in without_1["text"] and "2.0" not in without_1["text"] and "Quillfern." in without_1["text"]
+    assert answer_removed_passages(data, 0.0) == (data, [])
+    # a passage of one sentence keeps too little to be asked
+    short = RCData([{**passage, "text": "Version 3.0 was released in May 2021."}], examples[:1])
+    assert answer_removed_passages(short, 1.0) == (short, [])
 
 
 def test_a_question_is_asked_of_another_entity_its_passage_does_not_name():
@@ -369,7 +418,9 @@ def test_a_question_is_asked_of_another_entity_its_passage_does_not_name():
     assert swapped_name_examples(data, 0.0) == []
 
 
-@pytest.mark.parametrize(("key", "value"), [("reader.near_misses", -1.0), ("reader.swapped_names", 1.5)])
+@pytest.mark.parametrize(
+    ("key", "value"), [("reader.near_misses", -1.0), ("reader.swapped_names", 1.5), ("reader.answer_removed", -0.1)]
+)
 def test_a_recipe_refuses_unanswerable_shares_out_of_range(key, value):
     from train.recipes import load_recipe
 
