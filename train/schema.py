@@ -59,9 +59,7 @@ class ReaderSection:
     start: str | None = None  # a reader (directory or shipped name) to go on training instead of a new one
     near_misses: float = 0.0  # near-miss passages a question, trained to answer [CLS] (train.data.near_miss_passages)
     swapped_names: float = 0.0  # share of questions also asked of another entity (train.data.swapped_name_examples)
-    answer_removed: float = (
-        0.0  # share also asked of their passage less its answer (train.data.answer_removed_passages)
-    )
+    answer_removed: float = 0.0  # share also asked of their passage less its answer (data.answer_removed_passages)
     bucket_batches: int = 50
     train: dict[str, Any] = field(default_factory=dict)
 
