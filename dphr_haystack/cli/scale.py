@@ -290,7 +290,7 @@ def _retune(args: argparse.Namespace, started: float) -> int:
     queries = _question_vectors(args, index) if args.questions is not None else None
     index.retune(queries)
     tuned = index.manifest["structure"]
-    on = f"{len(queries) // 2} questions" if queries is not None else "probes"
+    on = f"{len(queries) // 2} questions (kept beside the index)" if queries is not None else "probes"
     print(
         f"retuned {index.faiss_factory} ({len(index)} vectors) on {on}: search params {before} -> "
         f"{index.search_params} (recall {tuned.get('probe_recall', 0.0):.3f} of their exact top tokens) in "
