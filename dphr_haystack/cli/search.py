@@ -195,8 +195,12 @@ def _no_answer(hits, threshold: float) -> dict:
     first = isinstance(placed[0], NoAnswer)
     marker = placed[0] if first else placed[-1]
     assert isinstance(marker, NoAnswer)
-    out = {"score": marker.score, "top_confidence": marker.top_confidence, "holds_answer": marker.holds_answer}
-    out["first"] = first
+    out = {
+        "score": marker.score,
+        "top_confidence": marker.top_confidence,
+        "holds_answer": marker.holds_answer,
+        "first": first,
+    }
     if marker.unwritten_names:  # the question's names no passage writes
         out["unwritten_names"] = list(marker.unwritten_names)
     return out

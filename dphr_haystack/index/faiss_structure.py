@@ -179,9 +179,9 @@ class FaissStructure:
         stored = self.storage.vectors.view()
         decode, target = self.storage.codec.decode, auto.target_recall(self.factory)
         budget = auto.budgets_scan(self.factory)
-        probes = None if queries is None else auto.question_truth(queries, stored, decode)
-        if probes is not None:
-            target = auto.QUESTION_TARGET_RECALL
+        probes = None
+        if queries is not None:
+            probes, target = auto.question_truth(queries, stored, decode), auto.QUESTION_TARGET_RECALL
         tuned = auto.tune_search_params(self.probe_search, stored, decode, ivf.nlist, refines, target, budget, probes)
         return {**tuned, "tuned_on": "probes" if probes is None else "questions"}
 

@@ -91,9 +91,9 @@ class Reindexing:
         questions' vectors it keeps when it was tuned on questions (:meth:`retune`), else on probes; commits. Call it
         inside :meth:`writing`."""
         factory = auto.auto_factory(len(self), self.dim)
-        kept = (self.manifest.get("structure") or {}).get("tuning_queries")
+        previous = self.manifest.get("structure") or {}
         queries = self.tuning_queries()
-        if queries is None and (self.manifest.get("structure") or {}).get("tuned_on") == "questions":
+        if queries is None and previous.get("tuned_on") == "questions":
             logger.warning(
                 "%s: the structure tuned on questions is rebuilt for %d vectors and tuned on probes (the questions' "
                 "vectors are not kept beside it); tune it on questions again: dphr reindex --index DIR --retune "
@@ -108,7 +108,7 @@ class Reindexing:
             self._building_auto = False
         structure: dict[str, Any] = {"policy": "auto", "built_for": len(self)}
         if queries is not None:
-            structure["tuning_queries"] = kept
+            structure["tuning_queries"] = previous["tuning_queries"]
         self.manifest["structure"] = structure
         if not is_flat(factory):
             self._tune_auto_structure(queries)  # commits
@@ -138,19 +138,28 @@ class Reindexing:
     def tuning_queries(self) -> np.ndarray | None:
         """The query vectors the ``auto`` structure was tuned on and keeps (:meth:`retune`); None when it was tuned on
         probes, or its kept file is missing or does not match its record."""
+        kept = self._kept_tuning_queries()
+        if kept is None:
+            return None
+        try:
+            queries = np.load(io.BytesIO(kept), allow_pickle=False)
+        except ValueError:
+            return None
+        record = self.manifest["structure"]["tuning_queries"]
+        return queries if queries.shape == (record.get("count"), self.dim) else None
+
+    _tuning_queries: bytes | None = None  # an index without a directory keeps them in memory
+
+    def _kept_tuning_queries(self) -> bytes | None:
+        """The ``.npy`` bytes of the kept tuning queries when they match the structure's record, else None."""
         record = (self.manifest.get("structure") or {}).get("tuning_queries")
         if not isinstance(record, dict):
             return None
         try:
             kept = (self.path / TUNING_QUERIES).read_bytes() if self.path is not None else self._tuning_queries
-            if kept is None or hashlib.sha256(kept).hexdigest() != record.get("sha256"):
-                return None
-            queries = np.load(io.BytesIO(kept), allow_pickle=False)
-        except (OSError, ValueError):
+        except OSError:
             return None
-        return queries if queries.shape == (record.get("count"), self.dim) else None
-
-    _tuning_queries: bytes | None = None  # an index without a directory keeps them in memory
+        return kept if kept is not None and hashlib.sha256(kept).hexdigest() == record.get("sha256") else None
 
     def _keep_tuning_queries(self, queries: np.ndarray) -> dict[str, Any]:
         """Keep ``queries`` beside the index (in memory for one without a directory); their record."""
@@ -166,9 +175,9 @@ class Reindexing:
     def _write_structure_copy(self, tmp: Path, manifest: dict[str, Any]) -> None:
         """The structure's files in a copy, with the query vectors it keeps for its tuning (:meth:`retune`)."""
         self.structure.write_copy(tmp, manifest)
-        queries = self.tuning_queries()
-        if queries is not None:
-            np.save(tmp / TUNING_QUERIES, queries, allow_pickle=False)
+        kept = self._kept_tuning_queries()
+        if kept is not None:
+            (tmp / TUNING_QUERIES).write_bytes(kept)  # the copy's files are fsynced before its manifest
         else:
             (manifest.get("structure") or {}).pop("tuning_queries", None)
 
