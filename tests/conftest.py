@@ -64,18 +64,32 @@ def tiny_base_dir(tmp_path_factory) -> Path:
     )
 
 
+def _save_qa_model(base_dir: Path, path: Path) -> Path:
+    """A random-initialised question-answering model on ``base_dir``, saved with its tokenizer into ``path``."""
+    import transformers
+
+    transformers.set_seed(0)
+    config = transformers.AutoConfig.from_pretrained(base_dir)
+    transformers.AutoModelForQuestionAnswering.from_config(config).save_pretrained(path)
+    transformers.AutoTokenizer.from_pretrained(base_dir).save_pretrained(path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def tiny_reader_dir(tiny_base_dir, tmp_path_factory) -> Path:
     """A random-initialised question-answering model on the tiny base, saved as a Hugging Face directory (what
     Haystack's readers and the reader benchmarks load)."""
-    import transformers
+    return _save_qa_model(tiny_base_dir, tmp_path_factory.mktemp("tiny-reader"))
 
-    path = tmp_path_factory.mktemp("tiny-reader")
-    transformers.set_seed(0)
-    config = transformers.AutoConfig.from_pretrained(tiny_base_dir)
-    transformers.AutoModelForQuestionAnswering.from_config(config).save_pretrained(path)
-    transformers.AutoTokenizer.from_pretrained(tiny_base_dir).save_pretrained(path)
-    return path
+
+@pytest.fixture(scope="session")
+def tiny_mpnet_reader_dir(tmp_path_factory) -> Path:
+    """The same on a tiny MPNet-shaped base: a reader FARMReader cannot load (TransformersReader can)."""
+    from dphr_haystack.testing import make_tiny_base
+
+    texts = [t for _, t in TINY_TEXTS] + [t for t, _ in TINY_TEXTS]
+    base = make_tiny_base(tmp_path_factory.mktemp("tiny-mpnet-base"), texts, kind="mpnet")
+    return _save_qa_model(base, tmp_path_factory.mktemp("tiny-mpnet-reader"))
 
 
 @pytest.fixture(scope="session")

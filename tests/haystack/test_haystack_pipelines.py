@@ -102,6 +102,33 @@ def test_bm25_reader_reads_only_the_passages_bm25_found(tiny_model_dir, tiny_rea
     assert {i for a in wider["answers"] for i in a.document_ids} - {"p3"}  # more passages, answers from them
 
 
+@pytest.mark.unit
+def test_bm25_reader_reads_an_mpnet_reader_with_its_own_weights(tiny_model_dir, tiny_mpnet_reader_dir, haystack_docs):
+    """FARMReader knows no MPNet: it falls back to transformers' AutoModel (logging that this "can cause crashes"),
+    which keeps the reader's encoder and span head, so the base-size MPNet reader runs in bm25_reader.yml as is."""
+    import torch
+    from safetensors.torch import load_file
+
+    reader = {"model_name_or_path": str(tiny_mpnet_reader_dir), "use_gpu": False, "max_seq_len": 64}
+    pipeline = _load("bm25_reader.yml", tiny_model_dir, Reader={**reader, "doc_stride": 16, "max_query_length": 24})
+    saved = load_file(tiny_mpnet_reader_dir / "model.safetensors")
+    loaded = pipeline.get_node("Reader").inferencer.model
+    head = loaded.prediction_heads[0].feed_forward.feed_forward[0]
+    torch.testing.assert_close(head.weight, saved["qa_outputs.weight"])
+    encoder = loaded.language_model.model.state_dict()
+    assert type(loaded.language_model.model).__name__ == "MPNetModel"
+    shared = [key for key in encoder if f"mpnet.{key}" in saved]  # all but the pooler, which QA models lack
+    assert len(shared) == len(encoder) - 2 and all(k.startswith("pooler.") for k in set(encoder) - set(shared))
+    for key in shared:
+        torch.testing.assert_close(encoder[key], saved[f"mpnet.{key}"])
+    _fill(pipeline, haystack_docs)
+    answers = pipeline.run(query=QUERY, params={"BM25": {"top_k": 1}, "Reader": {"top_k": 3}})["answers"]
+    assert answers and all(a.document_ids == ["p3"] for a in answers)
+    for answer in answers:
+        start, end = answer.offsets_in_document[0].start, answer.offsets_in_document[0].end
+        assert haystack_docs[3].content[start:end] == answer.answer
+
+
 @pytest.mark.integration
 def test_dense_passages_on_the_offline_minilm(minilm_available, haystack_docs):
     pipeline = load_pipeline(PIPELINES / "dense_passages.yml", overrides={"DocumentStore": {"progress_bar": False}})

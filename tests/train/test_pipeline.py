@@ -147,6 +147,38 @@ def test_grad_accumulation_counts_optimizer_steps(tiny_model, sample, tmp_path):
     assert changed <= {"query_start_encoder", "query_end_encoder"} and changed
 
 
+class _AutocastSpy:
+    """A training task that records, at each step, whether the CPU autocasts and to which dtype."""
+
+    def __init__(self, task) -> None:
+        self.task, self.seen = task, []
+
+    def __getattr__(self, name):
+        return getattr(self.task, name)
+
+    def step(self, model, batch):
+        self.seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)
+        return self.task.step(model, batch)
+
+
+@pytest.mark.parametrize(("precision", "expected"), [("bf16", torch.bfloat16), ("auto", None), ("fp16", None)])
+def test_cpu_autocasts_to_bfloat16_only_when_asked(tiny_model, sample, tmp_path, precision, expected):
+    args = TrainArgs(
+        output_dir=str(tmp_path / precision),
+        max_steps=2,
+        batch_size=2,
+        log_every=1,
+        progress=False,
+        precision=precision,
+    )
+    spy = _AutocastSpy(_task(tiny_model, sample, pre_batch=0))
+    result = Trainer(tiny_model, args, spy).train()
+    assert result.steps == 2 and spy.seen == [expected, expected]
+    assert all(p.dtype == torch.float32 for p in tiny_model.parameters())  # the weights stay float32
+    records = [json.loads(line) for line in (tmp_path / precision / "metrics.jsonl").read_text().splitlines()]
+    assert records and all(np.isfinite(r["loss"]) for r in records if "loss" in r)
+
+
 def test_recipe_loading_rejects_unknown_keys(tmp_path):
     good = load_recipe("train/configs/smoke.yaml", {"rc.train.lr": 0.5})
     assert good.rc.train["lr"] == 0.5 and good.hn.loss == "unified"
