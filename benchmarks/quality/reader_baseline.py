@@ -3,6 +3,8 @@
     .venv/bin/python -m benchmarks.quality.reader_baseline --reader runs/reader-baseline/reader/final
     .venv-hs2/bin/python -m benchmarks.quality.reader_baseline --haystack 2 --reader runs/reader-baseline/reader/final
     .venv/bin/python -m benchmarks.quality.reader_baseline --reader DIR --questions 100 --passages 1 5   # quicker
+    .venv/bin/python -m benchmarks.quality.reader_baseline --threads 2 --reader \
+        MiniLM=runs/reader-baseline/reader/final MPNet=runs/reader-mpnet/reader/final   # two readers, one run
 
 Corpus: SQuAD-open-small (the 20,598 paragraphs of SQuAD train-rebuilt and dev-public) in one store with the
 default model's cached phrase index (``python -m benchmarks.quality.squad_open_small --only phrases`` builds it).
@@ -11,7 +13,8 @@ excluded), which neither the phrase model nor a reader trained on SQuAD train ha
 
 Systems: phrase answers; BM25's top k passages read by the reader for each k of ``--passages``; and the passages
 phrase retrieval ranks first (``unit="passage"``) read by the same reader, for each k of ``--phrase-passages``
-(a hybrid: phrase retrieval finds, the reader reads). Haystack 1.x
+(a hybrid: phrase retrieval finds, the reader reads); with several ``--reader LABEL=DIR``, each reader in each
+pipeline, its label in the systems' names. Haystack 1.x
 (default, ``.venv``): the YAML pipelines ``phrase_qa.yml`` and ``bm25_reader.yml`` (Haystack's ``FARMReader``) on
 one PhraseDocumentStore. ``--haystack 2`` (``.venv-hs2``): the 2.x phrase QA pipeline and BM25 +
 ``TransformersExtractiveReader`` (haystack-ai 3.x's reader, package ``transformers-haystack``) on one Haystack 2
@@ -58,9 +61,22 @@ PHRASE = "Phrase answers"
 READER_ANSWERS = 5  # answers the reader returns per question (only the top one is scored)
 
 
-def reader_system(passages: int, retriever: str = "BM25") -> str:
-    """The name of the system whose reader reads the ``passages`` passages ``retriever`` ranks first."""
-    return f"{retriever} top-{passages} + reader"
+def reader_system(passages: int, retriever: str = "BM25", reader: str = "reader") -> str:
+    """The name of the system whose ``reader`` reads the ``passages`` passages ``retriever`` ranks first."""
+    return f"{retriever} top-{passages} + {reader}"
+
+
+def parse_readers(values: Sequence[str]) -> dict[str, str]:
+    """``--reader`` values, ``DIR`` or ``LABEL=DIR``, as ``{label: DIR}`` (one unlabelled reader: ``reader``)."""
+    readers: dict[str, str] = {}
+    for value in values:
+        label, sep, path = value.partition("=")
+        if not sep:
+            label, path = ("reader" if len(values) == 1 else Path(value).name), value
+        if not label or not path or label in readers:
+            raise ValueError(f"--reader {value!r}: give DIR or LABEL=DIR, each label once")
+        readers[label] = path
+    return readers
 
 
 PHRASE_PASSAGES = "Phrase passages"
@@ -144,10 +160,12 @@ def system_rows(results: dict[str, list], examples: Sequence[Any], texts: dict[s
 
 def markdown(payload: dict[str, Any]) -> str:
     """One table: accuracy, latency and the ratios, with the corpus, questions and models named."""
+    named = payload["reader"] if isinstance(payload["reader"], dict) else {"reader": payload["reader"]}
+    readers = "; ".join(f"{label} `{path}`" for label, path in named.items())
     lines = [
         f"Corpus: SQuAD-open-small, {payload['corpus_passages']:,} passages; {payload['questions']} dev-public "
         f"questions (seed {payload['seed']}, held-out validation articles excluded); phrase model "
-        f"`{payload['phrase_model']}`; reader `{payload['reader']}` ({payload['haystack']}, windows of 384 subwords, "
+        f"`{payload['phrase_model']}`; {readers} ({payload['haystack']}, windows of 384 subwords, "
         f"stride 128); "
         f"torch threads {payload['threads']}; {payload['machine'].get('cpu', '')}.",
         "",
@@ -195,20 +213,22 @@ def haystack1_systems(args: argparse.Namespace) -> tuple[dict[str, Callable], di
     components = {"DocumentStore": store}
     phrase = load_pipeline("phrase_qa.yml", overrides={"Retriever": {"model": args.model}}, components=components)
     runs = {PHRASE: pipeline_run(phrase, {"Retriever": {"top_k": READER_ANSWERS}})}
-    reader = load_pipeline(
-        "bm25_reader.yml", overrides={"Reader": {"model_name_or_path": args.reader}}, components=components
-    )
-    for k in args.passages:
-        runs[reader_system(k)] = pipeline_run(reader, {"BM25": {"top_k": k}, "Reader": {"top_k": READER_ANSWERS}})
     passages = load_pipeline(
         "phrase_passages.yml", overrides={"Retriever": {"model": args.model}}, components=components
     )
-    hybrid = Pipeline()
-    hybrid.add_node(passages.get_node("Retriever"), "Retriever", ["Query"])
-    hybrid.add_node(reader.get_node("Reader"), "Reader", ["Retriever"])
-    for k in args.phrase_passages:
-        params = {"Retriever": {"top_k": k}, "Reader": {"top_k": READER_ANSWERS}}
-        runs[reader_system(k, PHRASE_PASSAGES)] = pipeline_run(hybrid, params)
+    for label, path in args.readers.items():
+        reader = load_pipeline(
+            "bm25_reader.yml", overrides={"Reader": {"model_name_or_path": path}}, components=components
+        )
+        for k in args.passages:
+            params = {"BM25": {"top_k": k}, "Reader": {"top_k": READER_ANSWERS}}
+            runs[reader_system(k, reader=label)] = pipeline_run(reader, params)
+        hybrid = Pipeline()
+        hybrid.add_node(passages.get_node("Retriever"), "Retriever", ["Query"])
+        hybrid.add_node(reader.get_node("Reader"), "Reader", ["Retriever"])
+        for k in args.phrase_passages:
+            params = {"Retriever": {"top_k": k}, "Reader": {"top_k": READER_ANSWERS}}
+            runs[reader_system(k, PHRASE_PASSAGES, label)] = pipeline_run(hybrid, params)
     return runs, {d.id: d.content for d in store.get_all_documents()}, phrase_index
 
 
@@ -259,27 +279,36 @@ def haystack2_systems(args: argparse.Namespace) -> tuple[dict[str, Callable], di
     phrase = phrase_qa_pipeline(store, model=args.model, top_k=READER_ANSWERS)
     phrase.warm_up()
     runs = {PHRASE: haystack2_run(phrase, lambda q: {"retriever": {"query": q}}, "retriever", "retriever")}
-    reader = haystack2_reader_pipeline(store, args.reader)
-    for k in args.passages:
-
-        def inputs(question: str, k: int = k) -> dict:
-            return {"bm25": {"query": question, "top_k": k}, "reader": {"query": question}}
-
-        runs[reader_system(k)] = haystack2_run(reader, inputs, "reader", "bm25")
     passages = PhraseRetriever(document_store=store, model=args.model, unit="passage", top_k=5)
-    hybrid = haystack2_reader_pipeline(store, args.reader, passages, "retriever")
-    for k in args.phrase_passages:
+    for label, path in args.readers.items():
+        reader = haystack2_reader_pipeline(store, path)
+        for k in args.passages:
 
-        def hybrid_inputs(question: str, k: int = k) -> dict:
-            return {"retriever": {"query": question, "top_k": k}, "reader": {"query": question}}
+            def inputs(question: str, k: int = k) -> dict:
+                return {"bm25": {"query": question, "top_k": k}, "reader": {"query": question}}
 
-        runs[reader_system(k, PHRASE_PASSAGES)] = haystack2_run(hybrid, hybrid_inputs, "reader", "retriever")
+            runs[reader_system(k, reader=label)] = haystack2_run(reader, inputs, "reader", "bm25")
+        hybrid = haystack2_reader_pipeline(store, path, passages, "retriever")
+        for k in args.phrase_passages:
+
+            def hybrid_inputs(question: str, k: int = k) -> dict:
+                return {"retriever": {"query": question, "top_k": k}, "reader": {"query": question}}
+
+            runs[reader_system(k, PHRASE_PASSAGES, label)] = haystack2_run(
+                hybrid, hybrid_inputs, "reader", "retriever"
+            )
     return runs, {d.id: d.content for d in docs}, phrase_dir.name
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--reader", required=True, help="a question-answering model directory (or model id)")
+    parser.add_argument(
+        "--reader",
+        required=True,
+        nargs="+",
+        help="question-answering model directories (or model ids), each DIR or LABEL=DIR: every reader in every "
+        "pipeline, one run",
+    )
     parser.add_argument("--model", default=DEFAULT_MODEL, help="phrase model (its SQuAD-open-small index cached)")
     parser.add_argument("--questions", type=int, default=300, help="dev questions sampled (default 300)")
     parser.add_argument("--seed", type=int, default=0)
@@ -308,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("SQuAD train-rebuilt and dev-public are needed (../shared/data/squad)")
     if any(k < 1 for k in [*args.passages, *args.phrase_passages]):
         raise SystemExit("--passages and --phrase-passages take counts >= 1")
+    try:
+        args.readers = parse_readers(args.reader)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     import torch
 
     torch.set_num_threads(args.threads)
@@ -325,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         "phrase_model": args.model,
         "model_id": model_id(args.model),
         "phrase_index": phrase_index,
-        "reader": args.reader,
+        "reader": args.readers,
         "corpus_passages": len(texts),
         "questions": len(examples),
         "seed": args.seed,

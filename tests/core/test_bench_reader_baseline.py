@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.quality.reader_baseline import PHRASE, markdown, reader_system, round_robin, system_rows
+from benchmarks.quality.reader_baseline import (
+    PHRASE,
+    markdown,
+    parse_readers,
+    reader_system,
+    round_robin,
+    system_rows,
+)
 from dphr_haystack.evaluation import QAExample
 
 EXAMPLES = [
@@ -61,3 +68,27 @@ def test_round_robin_asks_each_system_each_question_in_turn_and_scores_the_top_a
         }
     )
     assert f"| {reader_system(5)} | 50.0 | 50.0 | 50.0 |" in table
+
+
+def test_readers_are_named_by_their_labels_or_directories():
+    assert parse_readers(["runs/r/final"]) == {"reader": "runs/r/final"}
+    assert parse_readers(["MiniLM=a/final", "MPNet=b/final"]) == {"MiniLM": "a/final", "MPNet": "b/final"}
+    assert parse_readers(["a/minilm", "b/mpnet"]) == {"minilm": "a/minilm", "mpnet": "b/mpnet"}
+    assert reader_system(5, "BM25", "MPNet") == "BM25 top-5 + MPNet"
+    for bad in (["x=a", "x=b"], ["=a"], ["x="]):
+        with pytest.raises(ValueError, match="LABEL=DIR"):
+            parse_readers(bad)
+    table = markdown(
+        {
+            "corpus_passages": 3,
+            "questions": 2,
+            "seed": 0,
+            "phrase_model": "m",
+            "reader": {"MiniLM": "a/final", "MPNet": "b/final"},
+            "haystack": "farm-haystack 1.26, FARMReader",
+            "threads": 2,
+            "machine": {"cpu": "test"},
+            "systems": [],
+        }
+    )
+    assert "MiniLM `a/final`; MPNet `b/final`" in table
