@@ -8,9 +8,12 @@ positions token for token: context tokens take the teacher's logit of the same t
 [SEP] take the teacher's [CLS] and [SEP] logits, and title positions get −1e4 (as in DensePhrases).
 
 Weights load without unpickling: ``model.safetensors`` (sharded or not) through ``use_safetensors=True``, or
-``pytorch_model.bin`` through ``torch.load(weights_only=True)``. The teacher must share the student's
-vocabulary (re-tokenising across vocabularies is not supported); a directory without tokenizer files is
-assumed to use the student's tokenizer, as the DensePhrases teachers do.
+``pytorch_model.bin`` through ``torch.load(weights_only=True)``. The teacher must write the student's tokens:
+the same vocabulary, or one that holds every student token under other ids and splits text the same way
+(all-mpnet-base-v2's is BERT's uncased vocabulary behind four specials of its own, so a base-size MPNet reader
+teaches a MiniLM student: :func:`vocabulary_map` translates the ids, special tokens by their role).
+Re-tokenising across vocabularies is not supported; a directory without tokenizer files is assumed to use the
+student's tokenizer, as the DensePhrases teachers do.
 """
 
 from __future__ import annotations
@@ -31,6 +34,13 @@ logger = logging.getLogger(__name__)
 
 MASKED_LOGIT = -1e4  # title positions: what DensePhrases gives positions the teacher does not see
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model")
+_SPECIAL_ROLES = ("cls_token", "sep_token", "pad_token", "unk_token", "mask_token")
+# Texts both tokenizers must split into the same tokens before a teacher reads translated ids: case, accents,
+# digits and punctuation, which a vocabulary's own normaliser decides.
+_PROBE_TEXTS = (
+    "The Normans (Norman: Nourmands) conquered England in 1066, São Paulo's café costs 3.50 €.",
+    "naïve Müller – ÅNGSTRÖM’s “quoted” text; e-mail: x@y.org (#42) 1,234.5%",
+)
 
 
 # Models whose position ids start past the padding id (RoBERTa's scheme): max_position_embeddings − (pad id + 1) usable
@@ -59,6 +69,40 @@ def pair_separator_ids(tokenizer) -> list[int]:
     first_end = max(i for i, s in enumerate(sequences) if s == 0)
     second_start = min(i for i, s in enumerate(sequences) if s == 1)
     return list(ids[first_end + 2 : second_start])
+
+
+def vocabulary_map(student_tokenizer, teacher_tokenizer) -> torch.Tensor | None:
+    """Each student token id's teacher id (a long tensor indexed by student id), or None for equal vocabularies.
+
+    Tokens map by their text, special tokens by their role ([CLS] to MPNet's ``<s>``, [SEP] to ``</s>``...).
+
+    Raises:
+        ModelLoadError: A student token has no teacher id, or the two tokenizers split a probe text differently.
+    """
+    student, teacher = student_tokenizer.get_vocab(), teacher_tokenizer.get_vocab()
+    if student == teacher:
+        return None
+    by_role = {
+        getattr(student_tokenizer, role): getattr(teacher_tokenizer, role)
+        for role in _SPECIAL_ROLES
+        if getattr(student_tokenizer, role, None) and getattr(teacher_tokenizer, role, None)
+    }
+    missing = [token for token in student if by_role.get(token, token) not in teacher]
+    if missing:
+        raise ModelLoadError(
+            f"the teacher has another vocabulary than the student and lacks {len(missing)} of its tokens "
+            f"(e.g. {missing[:5]}): both must tokenise alike (re-tokenising across vocabularies is not supported)"
+        )
+    for text in _PROBE_TEXTS:
+        if student_tokenizer.tokenize(text) != teacher_tokenizer.tokenize(text):
+            raise ModelLoadError(
+                f"the teacher's tokenizer splits {text!r} otherwise than the student's: its vocabulary holds the "
+                f"student's tokens, but the two do not tokenise alike"
+            )
+    table = torch.zeros(max(student.values()) + 1, dtype=torch.long)
+    for token, index in student.items():
+        table[index] = teacher[by_role.get(token, token)]
+    return table
 
 
 def load_qa_model(path: str | Path) -> torch.nn.Module:
@@ -153,36 +197,39 @@ class CrossEncoderTeacher:
         >>> t_start, t_end = teacher.logits(batch)   # (B, L) each, like the student's window logits
     """
 
-    def __init__(self, model: torch.nn.Module, tokenizer) -> None:
+    def __init__(self, model: torch.nn.Module, tokenizer, id_map: torch.Tensor | None = None) -> None:
+        """``tokenizer``: the teacher's own (its pair layout and padding); ``id_map``: student id → teacher id
+        (:func:`vocabulary_map`), None when the two share a vocabulary."""
         self.model = model
         self.tokenizer = tokenizer
+        self.id_map = id_map
         self.max_length = usable_positions(model.config)
         self.use_token_types = takes_token_types(model)
         self.pair_separators = pair_separator_ids(tokenizer)
 
     @classmethod
     def load(cls, path: str | Path, student_tokenizer) -> CrossEncoderTeacher:
-        """Load the reader at ``path``; its vocabulary must equal the student's."""
+        """Load the reader at ``path``; it must write the student's tokens (:func:`vocabulary_map`)."""
         path = Path(path)
         model = load_qa_model(path)
+        tokenizer, id_map = student_tokenizer, None
         if any((path / name).is_file() for name in _TOKENIZER_FILES):
             transformers = require("transformers")
-            teacher_vocab = transformers.AutoTokenizer.from_pretrained(
-                str(path), trust_remote_code=TRUST_REMOTE_CODE
-            ).get_vocab()
-            if teacher_vocab != student_tokenizer.get_vocab():
-                raise ModelLoadError(
-                    f"the teacher at {path} has another vocabulary than the student: both must "
-                    f"tokenise alike (re-tokenising across vocabularies is not supported)"
-                )
+            own = transformers.AutoTokenizer.from_pretrained(str(path), trust_remote_code=TRUST_REMOTE_CODE)
+            try:
+                id_map = vocabulary_map(student_tokenizer, own)
+            except ModelLoadError as exc:
+                raise ModelLoadError(f"the teacher at {path}: {exc}") from exc
+            tokenizer = own if id_map is not None else student_tokenizer
         vocab_size = getattr(model.config, "vocab_size", None)
-        if isinstance(vocab_size, int) and len(student_tokenizer) > vocab_size:
+        needed = int(id_map.max()) + 1 if id_map is not None else len(student_tokenizer)
+        if isinstance(vocab_size, int) and needed > vocab_size:
             raise ModelLoadError(
-                f"the teacher at {path} embeds {vocab_size} tokens, the student's tokenizer has "
-                f"{len(student_tokenizer)}"
+                f"the teacher at {path} embeds {vocab_size} tokens, the student's tokens need {needed}"
             )
-        logger.info("distillation teacher: %s (%s)", path, type(model).__name__)
-        return cls(model, student_tokenizer)
+        translated = " (the student's token ids translated to its vocabulary)" if id_map is not None else ""
+        logger.info("distillation teacher: %s (%s)%s", path, type(model).__name__, translated)
+        return cls(model, tokenizer, id_map)
 
     @property
     def device(self) -> torch.device:
@@ -194,6 +241,8 @@ class CrossEncoderTeacher:
 
     def inputs(self, batch: dict[str, Any]) -> tuple[dict[str, torch.Tensor], list[tuple[int, int, int, int]]]:
         """Teacher inputs ``[CLS] q [SEP] context [SEP]`` per row and each row's alignment (:func:`reader_inputs`)."""
+        if self.id_map is not None:  # the student's ids in the teacher's vocabulary
+            batch = {**batch, **{key: self.id_map[batch[key]] for key in ("q_input_ids", "p_input_ids")}}
         return reader_inputs(
             batch, self.tokenizer.pad_token_id or 0, self.max_length, self.use_token_types, self.pair_separators
         )

@@ -166,3 +166,49 @@ def test_reader_rows_fit_the_position_embeddings_of_each_family():
     assert usable_positions(transformers.BertConfig(max_position_embeddings=512)) == 512
     mpnet = transformers.MPNetConfig(max_position_embeddings=514, pad_token_id=1)  # all-mpnet-base-v2's values
     assert usable_positions(mpnet) == 512  # positions start past the padding id
+
+
+def _copy_reader(source, target, vocab=None, lower_case=True):
+    """A copy of a reader directory, its tokenizer rebuilt from ``vocab.txt`` (optionally another vocab / casing)."""
+    target.mkdir()
+    for path in source.iterdir():
+        if path.name != "tokenizer.json":
+            (target / path.name).write_bytes(path.read_bytes())
+    if vocab is not None:
+        (target / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    config = json.loads((target / "tokenizer_config.json").read_text())
+    (target / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": lower_case}))
+    return target
+
+
+def test_an_mpnet_teacher_reads_the_student_windows_in_its_own_vocabulary(
+    tiny_model, batch_and_task, tiny_mpnet_reader_dir, tmp_path
+):
+    """MPNet's vocabulary is the student's behind four specials of its own: the ids are translated, specials by
+    their role, so the teacher reads ``<s> q </s></s> context </s>`` as its own tokenizer writes it."""
+    _, features, _, batch, _ = batch_and_task
+    teacher = CrossEncoderTeacher.load(tiny_mpnet_reader_dir, tiny_model.tokenizer)
+    assert teacher.id_map is not None and not teacher.use_token_types
+    student = tiny_model.tokenizer
+    tensors, _ = teacher.inputs(batch)
+    for row, feature in enumerate(features):
+        q_ids = [t for t, m in zip(batch["q_input_ids"][row].tolist(), batch["q_attention_mask"][row].tolist()) if m]
+        context = feature.input_ids[feature.context_start : len(feature.input_ids) - 1]
+        n = int(tensors["attention_mask"][row].sum())
+        written = teacher.tokenizer.convert_ids_to_tokens(tensors["input_ids"][row, :n].tolist())
+        words = student.convert_ids_to_tokens(q_ids[1:-1]), student.convert_ids_to_tokens(context)
+        assert written == ["<s>", *words[0], "</s>", "</s>", *words[1], "</s>"]
+        assert "[UNK]" not in words[0] + words[1]  # the comparison is of real words
+    t_start, t_end = teacher.logits(batch)
+    assert t_start.shape == batch["p_input_ids"].shape and torch.isfinite(t_start[:, 0]).all()
+    with torch.no_grad():
+        direct = teacher.model(input_ids=tensors["input_ids"][:1], attention_mask=tensors["attention_mask"][:1])
+    torch.testing.assert_close(t_end[0, 0], direct.end_logits[0, 0])
+
+    vocab = (tiny_mpnet_reader_dir / "vocab.txt").read_text().split()
+    lacking = _copy_reader(tiny_mpnet_reader_dir, tmp_path / "lacking", [t for t in vocab if t != "the"])
+    with pytest.raises(ModelLoadError, match="lacks 1 of its tokens"):
+        CrossEncoderTeacher.load(lacking, student)
+    cased = _copy_reader(tiny_mpnet_reader_dir, tmp_path / "cased", lower_case=False)
+    with pytest.raises(ModelLoadError, match="do not tokenise alike"):
+        CrossEncoderTeacher.load(cased, student)
