@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 RECORDS = HERE.parent / "train" / "RECORDS.md"
 # ``train_*`` results written by benchmark drivers (benchmarks/training/): measurements, not training records.
-TRAINING_BENCHMARKS = ("train_ddp", "train_throughput")
+TRAINING_BENCHMARKS = ("train_ddp", "train_throughput", "train_cpu_precision")
 
 
 def is_training_record(path: Path) -> bool:
