@@ -190,7 +190,8 @@ def test_recipe_loading_rejects_unknown_keys(tmp_path):
     assert len(shipped) >= 12
     for path in shipped:
         recipe = load_recipe(path)
-        assert recipe.model.base == ("tiny" if path.stem == "smoke" else "minilm"), path
+        expected = "tiny" if path.stem == "smoke" else "mpnet" if path.stem == "cpu_reader_mpnet" else "minilm"
+        assert recipe.model.base == expected, path
 
 
 def test_run_all_recipes_sharing_an_output_dir_add_to_one_summary(tmp_path):
