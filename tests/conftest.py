@@ -84,7 +84,7 @@ def tiny_reader_dir(tiny_base_dir, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_mpnet_reader_dir(tmp_path_factory) -> Path:
-    """The same on a tiny MPNet-shaped base: a reader FARMReader cannot load (TransformersReader can)."""
+    """The same on a tiny MPNet-shaped base: a reader FARMReader has no class for (it falls back to AutoModel)."""
     from dphr_haystack.testing import make_tiny_base
 
     texts = [t for _, t in TINY_TEXTS] + [t for t, _ in TINY_TEXTS]

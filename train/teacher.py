@@ -241,8 +241,8 @@ class CrossEncoderTeacher:
 
     def inputs(self, batch: dict[str, Any]) -> tuple[dict[str, torch.Tensor], list[tuple[int, int, int, int]]]:
         """Teacher inputs ``[CLS] q [SEP] context [SEP]`` per row and each row's alignment (:func:`reader_inputs`)."""
-        if self.id_map is not None:  # the student's ids in the teacher's vocabulary
-            batch = {**batch, **{key: self.id_map[batch[key]] for key in ("q_input_ids", "p_input_ids")}}
+        if self.id_map is not None:  # the student's ids in the teacher's vocabulary (read as lists below: on the CPU)
+            batch = {**batch, **{key: self.id_map[batch[key].cpu()] for key in ("q_input_ids", "p_input_ids")}}
         return reader_inputs(
             batch, self.tokenizer.pad_token_id or 0, self.max_length, self.use_token_types, self.pair_separators
         )

@@ -279,7 +279,6 @@ def haystack2_systems(args: argparse.Namespace) -> tuple[dict[str, Callable], di
     phrase = phrase_qa_pipeline(store, model=args.model, top_k=READER_ANSWERS)
     phrase.warm_up()
     runs = {PHRASE: haystack2_run(phrase, lambda q: {"retriever": {"query": q}}, "retriever", "retriever")}
-    passages = PhraseRetriever(document_store=store, model=args.model, unit="passage", top_k=5)
     for label, path in args.readers.items():
         reader = haystack2_reader_pipeline(store, path)
         for k in args.passages:
@@ -288,6 +287,8 @@ def haystack2_systems(args: argparse.Namespace) -> tuple[dict[str, Callable], di
                 return {"bm25": {"query": question, "top_k": k}, "reader": {"query": question}}
 
             runs[reader_system(k, reader=label)] = haystack2_run(reader, inputs, "reader", "bm25")
+        # A Haystack 2 component belongs to one pipeline: each reader's hybrid gets its own phrase retriever.
+        passages = PhraseRetriever(document_store=store, model=args.model, unit="passage", top_k=5)
         hybrid = haystack2_reader_pipeline(store, path, passages, "retriever")
         for k in args.phrase_passages:
 
