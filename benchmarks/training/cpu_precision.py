@@ -14,7 +14,6 @@ per second and seconds per step, and bf16's speed-up over fp32 for each base, wi
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
@@ -48,6 +47,7 @@ def _train(base: str, precision: str, features, data, steps: int, seed: int) -> 
     import torch
 
     from dphr_haystack.model.phrase_model import PhraseModel, PhraseModelConfig
+    from train.curves import read_metrics
     from train.reader import ReaderModel, ReaderTask
     from train.trainer import TrainArgs, Trainer
 
@@ -70,9 +70,9 @@ def _train(base: str, precision: str, features, data, steps: int, seed: int) -> 
             freeze_word_embeddings=False,
         )
         Trainer(reader, args, task).train()
-        records = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
-    logged = [r for r in records if "samples_per_s" in r]
-    return {**steady_speed(logged, BATCH), "loss_last_step": logged[-1]["loss"]}
+        records = read_metrics(Path(out) / "metrics.jsonl")
+    last_step = [r for r in records if "samples_per_s" in r][-1]
+    return {**steady_speed(records, BATCH), "loss_last_step": last_step["loss"]}
 
 
 def measure(bases: list[str], steps: int, rounds: int, paragraphs: int) -> dict[str, Any]:
@@ -98,7 +98,7 @@ def measure(bases: list[str], steps: int, rounds: int, paragraphs: int) -> dict[
         rows.append(
             {
                 "base": base,
-                **{p: best[p] for p in PRECISIONS},
+                **best,
                 "bf16_speedup": best["bf16"]["windows_per_s"] / best["fp32"]["windows_per_s"],
                 "rounds": runs[base],
             }
