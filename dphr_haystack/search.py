@@ -47,7 +47,7 @@ from .search_options import (
     check_unit,
 )
 from .spans import AnswerFolder, answer_span, first_answers, trim_span, word_boundaries
-from .verification import check_verification, load_reader, verification_of, verify_batch
+from .verification import check_verification, verification_of, verification_reader, verify_batch
 
 # Start and end tokens searched first, per result asked for: passages and documents gather several phrases
 # each, so their first search takes more candidates instead of re-searching the index at 2c, 4c, ... (each
@@ -148,7 +148,7 @@ class PhraseSearcher(SearchOptionAttributes):
         if self.model is not None and (self._truecases() or self._reads_names()):
             corpus_truecaser(self.index, self.model.tokenizer.get_vocab)
         if self.verify:
-            load_reader(verification_of(self.calibration).reader)
+            verification_reader(verification_of(self.calibration))
 
     def _truecases(self) -> bool:
         """Whether queries in lower case are truecased before they are encoded."""

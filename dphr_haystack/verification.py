@@ -33,7 +33,7 @@ from ._util.lazy import require
 from .confidence import logit, shifted
 from .errors import InvalidParameterError, ModelLoadError
 from .hits import Hit, best_phrase
-from .model.calibration import Calibration, Verification
+from .model.calibration import READER_PRECISIONS, Calibration, Verification
 from .model.registry import SHIPPED_DIR
 from .model.remote_code import TRUST_REMOTE_CODE, refuse_remote_code
 
@@ -88,9 +88,14 @@ def reader_reference(reader: str | Path) -> str:
 
 
 class SpanReader:
-    """A question-answering model that scores given answer spans in their passages (thread safe, no gradients)."""
+    """A question-answering model that scores given answer spans in their passages (thread safe, no gradients), on
+    the CPU in float32 or, with ``precision="bfloat16"``, under bfloat16 autocast (weights stay float32)."""
 
-    def __init__(self, reader: str | Path, max_length: int = 384, stride: int = 128) -> None:
+    def __init__(
+        self, reader: str | Path, max_length: int = 384, stride: int = 128, precision: str = "float32"
+    ) -> None:
+        if precision not in READER_PRECISIONS:
+            raise InvalidParameterError(f"reader precision {precision!r}; valid: {', '.join(READER_PRECISIONS)}")
         transformers = require("transformers")
         torch = require("torch")
         from .model.weights import read_weights
@@ -115,6 +120,7 @@ class SpanReader:
         self.path = path
         self.max_length = max_length
         self.stride = stride
+        self.precision = precision
         self._torch = torch
 
     def view(self, question: str, context: str, start: int, end: int) -> ReaderView | None:
@@ -155,16 +161,17 @@ class SpanReader:
             if k in encoded and k in self._inputs
         }
         mask = torch.tensor([s == 1 for s in encoded.sequence_ids(w)])
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16, enabled=self.precision == "bfloat16"):
             out = self.model(**inputs)
-        starts = torch.where(mask, out.start_logits[0].float(), torch.tensor(_NEG))
-        ends = torch.where(mask, out.end_logits[0].float(), torch.tensor(_NEG))
+        start_logits, end_logits = out.start_logits[0].float(), out.end_logits[0].float()  # bfloat16 under autocast
+        starts = torch.where(mask, start_logits, torch.tensor(_NEG))
+        ends = torch.where(mask, end_logits, torch.tensor(_NEG))
         n = len(starts)
         ones = torch.ones(n, n, dtype=torch.bool)
         allowed = torch.triu(ones) & ~torch.triu(ones, diagonal=MAX_SPAN)
         spans = torch.where(allowed, starts[:, None] + ends[None, :], torch.tensor(_NEG))
         score, best = float(starts[tokens[0]] + ends[tokens[-1]]), float(spans.max())
-        null = float(out.start_logits[0, 0] + out.end_logits[0, 0]) - best  # position 0: [CLS]
+        null = float(start_logits[0] + end_logits[0]) - best  # position 0: [CLS]
         return ReaderView(score, score - float(torch.logsumexp(spans.flatten(), 0)), score - best, null)
 
     def _short_question(self, question: str) -> str:
@@ -174,20 +181,25 @@ class SpanReader:
         return question[: offsets[MAX_QUESTION - 1][1]] if len(offsets) > MAX_QUESTION else question
 
 
-_READERS: dict[str, SpanReader] = {}
+_READERS: dict[tuple[str, str], SpanReader] = {}  # (reference or directory, precision) → reader
 _READERS_LOCK = threading.Lock()
 
 
-def load_reader(reader: str | Path) -> SpanReader:
-    """The :class:`SpanReader` of ``reader``, loaded once per process (a reference seen before is not looked up on
-    disk again: searches call this for every batch)."""
+def load_reader(reader: str | Path, precision: str = "float32") -> SpanReader:
+    """The :class:`SpanReader` of ``reader`` in ``precision``, loaded once per process (a reference seen before is
+    not looked up on disk again: searches call this for every batch)."""
     with _READERS_LOCK:
-        found = _READERS.get(str(reader))
+        found = _READERS.get((str(reader), precision))
         if found is None:
-            key = str(reader_dir(reader).resolve())
-            found = _READERS.get(key) or SpanReader(key)
-            _READERS[key] = _READERS[str(reader)] = found
+            path = str(reader_dir(reader).resolve())
+            found = _READERS.get((path, precision)) or SpanReader(path, precision=precision)
+            _READERS[(path, precision)] = _READERS[(str(reader), precision)] = found
         return found
+
+
+def verification_reader(verification: Verification) -> SpanReader:
+    """The verification's reader, in the precision it was fitted with (loaded once per process)."""
+    return load_reader(verification.reader, verification.reader_precision)
 
 
 def verification_of(calibration: Calibration | None, model_name: str = "the model") -> Verification:
@@ -277,7 +289,7 @@ def verify_batch(
 ) -> list[list[Hit]]:
     """Each query's hits :func:`verified` by the calibration's verification and its reader (loaded once)."""
     verification = verification_of(calibration)
-    reader = load_reader(verification.reader)
+    reader = verification_reader(verification)
     return [verified(hits, q, index, verification, reader) for hits, q in zip(results, questions, strict=True)]
 
 

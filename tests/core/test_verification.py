@@ -29,6 +29,7 @@ from dphr_haystack.verification import (
     reader_reference,
     top_answer,
     verification_features,
+    verification_reader,
 )
 from tests.conftest import tiny_passages
 from tests.core.test_answers_every_unit import (
@@ -199,11 +200,11 @@ def test_a_fitted_verification_weighs_the_reader_where_it_tells_right_from_wrong
 def test_warming_a_verifying_searcher_loads_its_reader(verified_index, monkeypatch):
     model, index = verified_index
     loaded = []
-    monkeypatch.setattr("dphr_haystack.search.load_reader", loaded.append)
+    monkeypatch.setattr("dphr_haystack.search.verification_reader", loaded.append)
     PhraseSearcher(index, model).warm_up()
     assert loaded == []
     PhraseSearcher(index, model, verify=True).warm_up()
-    assert loaded == [Calibration.from_dict(model.config.calibration).verification.reader]
+    assert loaded == [Calibration.from_dict(model.config.calibration).verification]
 
 
 def test_a_verified_search_moves_every_confidence_by_the_same_log_odds(verified_index, reader):
@@ -287,6 +288,35 @@ def test_verify_needs_a_model_with_a_verification(tmp_path, _tiny_model_session)
 
 def test_a_reader_loads_once_per_process(tiny_reader_dir):
     assert load_reader(tiny_reader_dir) is load_reader(str(tiny_reader_dir))
+    fast = load_reader(tiny_reader_dir, "bfloat16")
+    assert fast is load_reader(str(tiny_reader_dir), "bfloat16") and fast is not load_reader(tiny_reader_dir)
+    assert (fast.precision, load_reader(tiny_reader_dir).precision) == ("bfloat16", "float32")
+
+
+def test_a_bfloat16_reader_reads_the_float32_view_to_within_its_rounding(reader, tiny_reader_dir):
+    fast = SpanReader(tiny_reader_dir, precision="bfloat16")
+    start = CONTEXT.index("Berlin")
+    exact = reader.view("What is the capital of Germany?", CONTEXT, start, start + 6)
+    rounded = fast.view("What is the capital of Germany?", CONTEXT, start, start + 6)
+    assert rounded != exact  # it did compute in bfloat16
+    assert rounded.values() == pytest.approx(exact.values(), abs=0.05)
+    assert all(
+        p.dtype.is_floating_point and p.dtype == exact_p.dtype
+        for p, exact_p in zip(fast.model.parameters(), reader.model.parameters(), strict=True)
+    )  # the weights stay float32
+    with pytest.raises(InvalidParameterError, match="precision 'float16'"):
+        SpanReader(tiny_reader_dir, precision="float16")
+
+
+def test_a_verification_keeps_its_readers_precision_and_a_stored_one_without_it_reads_float32(tiny_reader_dir):
+    fast = dataclasses.replace(verification(tiny_reader_dir), reader_precision="bfloat16")
+    assert Verification.from_dict(fast.to_dict()) == fast
+    plain = verification(tiny_reader_dir).to_dict()
+    assert "reader_precision" not in plain  # a float32 one is stored as before the option existed
+    assert Verification.from_dict(plain).reader_precision == "float32"
+    with pytest.raises(InvalidParameterError, match="reader_precision 'half'"):
+        Verification.from_dict({**plain, "reader_precision": "half"})
+    assert verification_reader(fast) is load_reader(tiny_reader_dir, "bfloat16")
 
 
 def test_verified_searches_from_many_threads_equal_serial_ones(verified_index):
