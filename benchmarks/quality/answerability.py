@@ -66,6 +66,7 @@ SIZES = ("5", "50", "500", "dev", "open")
 NEAR_MISS = "squad-paragraph-removed"  # the question's paragraph removed, the rest of its article kept (near misses)
 ARTICLE_ONLY = "squad-article-alone"  # the question's article alone, with and without its paragraph
 THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7)
+SWEEP_SHOWN = (0.3, 0.4, 0.5, 0.6, 0.7)  # the thresholds of the per-set table
 BOOTSTRAP = 1000  # resamples of a size's questions for the intervals of its ECE and AUROC
 
 
@@ -115,6 +116,14 @@ def _stats(p: np.ndarray, answerable: np.ndarray, correct: np.ndarray, threshold
         "mean_confidence_unanswerable": float(p[no].mean()) if no.any() else None,
         "no_answer_share": float((p[no] < threshold).mean()) if no.any() else None,
         "right_lost_share": float((p[right] < threshold).mean()) if right.any() else None,
+        "by_threshold": [
+            {
+                "threshold": t,
+                "no_answer_share": float((p[no] < t).mean()) if no.any() else None,
+                "right_lost_share": float((p[right] < t).mean()) if right.any() else None,
+            }
+            for t in THRESHOLDS
+        ],
     }
 
 
@@ -127,7 +136,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         reliability,
     )
     from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
-    from dphr_haystack.verification import SpanReader
+    from dphr_haystack.verification import verification_reader
     from train.answerability import (
         Case,
         all_cases,
@@ -165,7 +174,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     indexes["user"], cases["user"] = user_index, user_cases
     if args.lower_case:  # every question as a user typing in lower case asks it
         cases = {name: [_lower_cased(case) for case in found] for name, found in cases.items()}
-    reader = SpanReader(calibration.verification.reader) if args.verify else None
+    reader = verification_reader(calibration.verification) if args.verify else None
     tables = {name: gather(indexes[name], model, plain, found, reader=reader) for name, found in cases.items()}
     table = concatenate(list(tables.values()))
     after = calibration.answerability.query_probability(table.features)
@@ -186,6 +195,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "lower_case": bool(args.lower_case),
         "labels": ["answerability", "verified"] if args.verify else ["calibration", "answerability"],
         "reader": calibration.verification.reader if args.verify else None,
+        "reader_precision": calibration.verification.reader_precision if args.verify else None,
         "questions": len(questions),
         "cases": len(table.cases),
         "sizes": {},
@@ -380,7 +390,28 @@ def _markdown(result: dict[str, Any]) -> str:
             f"| {label} | {100 * row['em@1']:.1f} | {b['auroc_right_vs_wrong']:.3f} → {a['auroc_right_vs_wrong']:.3f}"
             f"{_interval(auroc_in)} | {b['ece']:.3f} → {a['ece']:.3f}{_interval(ece_in)} |"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + _sweep_lines(result, pct))
+
+
+def _sweep_lines(result: dict[str, Any], pct) -> list[str]:
+    """Per unanswerable set, at each threshold of :data:`SWEEP_SHOWN`: the share of its unanswerable questions
+    that get "no answer" first / of its right top answers lost (results without the sweep: nothing)."""
+    sets = {name: row["holds_answer"].get("by_threshold") for name, row in result["unanswerable_sets"].items()}
+    if not all(sets.values()):
+        return []
+    by = result.get("no_answer_by", "top answer's confidence")
+    lines = [
+        "",
+        f'By threshold on {by}: unanswerable questions answered "no answer" first / right top answers lost.',
+        "",
+        "| unanswerable set | " + " | ".join(f"{t:g}" for t in SWEEP_SHOWN) + " |",
+        "|---|" + "---|" * len(SWEEP_SHOWN),
+    ]
+    for name, sweep in sets.items():
+        at = {row["threshold"]: row for row in sweep}
+        cells = [f"{pct(at[t]['no_answer_share'])} / {pct(at[t]['right_lost_share'])}" for t in SWEEP_SHOWN]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _three(x: float) -> str:
