@@ -93,9 +93,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         for k, read in enumerate(reads):
             for context, span in ((read["context"], read["span"]), (read["near_context"], read["near_span"])):
                 for precision in PRECISIONS if k % 2 == 0 else PRECISIONS[::-1]:
-                    started = time.perf_counter()
+                    read_at = time.perf_counter()
                     view = readers[precision].view(read["question"], context, *span)
-                    times[precision].append(1000 * (time.perf_counter() - started))
+                    times[precision].append(1000 * (time.perf_counter() - read_at))
                     views[precision].append(view.values())
         exact, rounded = np.array(views["float32"]), np.array(views["bfloat16"])
         is_answer = np.tile([True, False], len(reads))  # each question: its paragraph, then its near miss
