@@ -9,7 +9,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,6 +103,19 @@ def squad_passages(path: Path = SQUAD_DEV, limit: int | None = None) -> tuple[li
         if limit and len(passages) >= limit:
             return passages, questions
     return passages, questions
+
+
+def parse_readers(values: Sequence[str]) -> dict[str, str]:
+    """``--reader`` values, ``DIR`` or ``LABEL=DIR``, as ``{label: DIR}`` (one unlabelled reader: ``reader``)."""
+    readers: dict[str, str] = {}
+    for value in values:
+        label, sep, path = value.partition("=")
+        if not sep:
+            label, path = ("reader" if len(values) == 1 else Path(value).name), value
+        if not label or not path or label in readers:
+            raise ValueError(f"--reader {value!r}: give DIR or LABEL=DIR, each label once")
+        readers[label] = path
+    return readers
 
 
 def percentiles(values_ms: list[float]) -> dict[str, float]:

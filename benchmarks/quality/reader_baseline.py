@@ -49,6 +49,7 @@ from benchmarks.common import (
     finish_result,
     machine,
     model_id,
+    parse_readers,
     percentiles,
     pyplot,
     save_figure,
@@ -64,19 +65,6 @@ READER_ANSWERS = 5  # answers the reader returns per question (only the top one 
 def reader_system(passages: int, retriever: str = "BM25", reader: str = "reader") -> str:
     """The name of the system whose ``reader`` reads the ``passages`` passages ``retriever`` ranks first."""
     return f"{retriever} top-{passages} + {reader}"
-
-
-def parse_readers(values: Sequence[str]) -> dict[str, str]:
-    """``--reader`` values, ``DIR`` or ``LABEL=DIR``, as ``{label: DIR}`` (one unlabelled reader: ``reader``)."""
-    readers: dict[str, str] = {}
-    for value in values:
-        label, sep, path = value.partition("=")
-        if not sep:
-            label, path = ("reader" if len(values) == 1 else Path(value).name), value
-        if not label or not path or label in readers:
-            raise ValueError(f"--reader {value!r}: give DIR or LABEL=DIR, each label once")
-        readers[label] = path
-    return readers
 
 
 PHRASE_PASSAGES = "Phrase passages"

@@ -33,11 +33,11 @@ from benchmarks.common import (
     VALIDATION_ARTICLES,
     finish_result,
     machine,
+    parse_readers,
     percentiles,
     pyplot,
     save_figure,
 )
-from benchmarks.quality.reader_baseline import parse_readers
 
 PRECISIONS = ("float32", "bfloat16")
 VIEW = ("span", "logp", "gap", "null")  # ReaderView.values(), in order

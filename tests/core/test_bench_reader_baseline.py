@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.common import parse_readers
 from benchmarks.quality.reader_baseline import (
     PHRASE,
     markdown,
-    parse_readers,
     reader_system,
     round_robin,
     system_rows,
