@@ -169,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=READER_PRECISIONS,
         default="float32",
         help="how the reader computes, here and in every verified search (default float32; bfloat16: autocast on the "
-        "CPU, ~2.5x faster for a base-size reader where the CPU has bfloat16 instructions)",
+        "CPU: 1.4-1.8x faster reads where the CPU has bfloat16 instructions)",
     )
     parser.add_argument("--dev-index", type=Path, help="the dev-public phrase index (built if missing)")
     parser.add_argument("--open-index", type=Path, help="an open-domain phrase index holding the dev paragraphs")

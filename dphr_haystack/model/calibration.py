@@ -74,8 +74,9 @@ QUERY_FEATURES = (
 READER_VIEW_FEATURES = ("reader_span", "reader_logp", "reader_gap", "reader_null")
 # What a :class:`Verification` weighs: the top answer's confidence as log-odds and the reader's view.
 VERIFICATION_FEATURES = ("top_logit", *READER_VIEW_FEATURES)
-# How a verification's reader computes: float32, or bfloat16 autocast on the CPU (a base-size reader ~2.5x faster
-# where the CPU has bfloat16 instructions); a verification is fitted with, and reads with, one of them.
+# How a verification's reader computes: float32, or bfloat16 autocast on the CPU (reads 1.4x faster for MiniLM, 1.8x
+# for MPNet on an AVX512-BF16 CPU: benchmarks/speed/reader_precision.py); a verification is fitted with, and reads
+# with, one of them.
 READER_PRECISIONS = ("float32", "bfloat16")
 # What a :class:`VerifiedHoldsAnswer` weighs: P(the corpus holds an answer) of the search as log-odds, the reader's
 # view of the top answer's span and whether the corpus writes every name of the question.
