@@ -561,6 +561,15 @@ def pyplot():
     return plt
 
 
+def log_x_ticks(ax, ticks, label: str) -> None:
+    """A log x axis of ``ax`` marked at the whole numbers ``ticks`` only, labelled ``label``."""
+    ticks = sorted(set(ticks))
+    ax.set_xscale("log")
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel(label)
+
+
 def save_figure(fig, path: Path, dpi: int = 110) -> None:
     """Lay ``fig`` out tight, write it to ``path`` and free it."""
     fig.tight_layout()

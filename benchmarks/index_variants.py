@@ -72,6 +72,21 @@ def filtered_index(index, model, keep: np.ndarray, threshold: float, factory: st
     return filtered
 
 
+def filter_scores(index, model, chunk: int = 65_536, head=None) -> np.ndarray:
+    """The larger of each stored vector's start and end filter logits, computed from the stored vector by the
+    model's filter (or ``head``, another filter head over the same states)."""
+    import torch
+
+    head = model.filter_linear if head is None else head
+    stored = index.storage.vectors.view()
+    scores = np.empty(len(stored), dtype=np.float32)
+    with torch.inference_mode():
+        for start in range(0, len(stored), chunk):
+            states = torch.from_numpy(index.codec.decode(stored[start : start + chunk]).astype(np.float32))
+            scores[start : start + chunk] = head(states).max(dim=1).values.numpy()
+    return scores
+
+
 def footprint(index, where: Path) -> dict[str, float]:
     """Disk bytes of ``index`` on disk (saved at ``where`` first when it lives in memory) and the RSS (bytes, VmRSS:
     page cache of the stored vectors it reads included) a fresh process gains by loading it and answering 64 random
@@ -99,17 +114,19 @@ def answer_sets(
     latency_set: str,
     latency_questions: int = 200,
     verify: bool = False,
+    searcher=None,
 ) -> dict[str, Any]:
     """EM@1 / F1@1, passage acc@1 / acc@5 and the top answer's calibration (ECE, AUROC right vs wrong) of the default
     searcher per question set (its examples and query vectors; with ``verify`` also the calibration of the answers
     once the model's verification reader read them, ``verified``), and ``latency_ms``: p50 / p95 of one phrase search
-    (top 10, one thread, without ``verify``) on ``latency_set``'s first ``latency_questions``."""
+    (top 10, one thread, without ``verify``) on ``latency_set``'s first ``latency_questions``. ``searcher``: another
+    searcher of ``index`` (default: ``PhraseSearcher(index, model)``)."""
     import torch
 
     from dphr_haystack import PhraseSearcher
     from dphr_haystack.verification import verify_batch
 
-    searcher = PhraseSearcher(index, model)
+    searcher = PhraseSearcher(index, model) if searcher is None else searcher
     out: dict[str, Any] = {}
     for name, (examples, q_start, q_end) in sets.items():
         questions = [ex.question for ex in examples]

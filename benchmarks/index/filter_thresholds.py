@@ -47,31 +47,24 @@ from benchmarks.common import (
     SQUAD_TRAIN,
     cached_open_small_phrases,
     finish_result,
+    log_x_ticks,
     machine,
     model_id,
     pyplot,
     save_figure,
 )
-from benchmarks.index_variants import UNSEEN, answer_sets, filtered_index, footprint, question_sets
+from benchmarks.index_variants import (
+    UNSEEN,
+    answer_sets,
+    filter_scores,
+    filtered_index,
+    footprint,
+    question_sets,
+)
 
 WORK = ROOT / "runs" / "filter_thresholds"
 EM_BUDGET = 0.01  # the most EM@1 a stricter threshold may lose on the validation questions
 ORACLE = "oracle: answers to the paragraph's own questions"
-
-
-def filter_scores(index, model, chunk: int = 65_536, head=None) -> np.ndarray:
-    """The larger of each stored vector's start and end filter logits, computed from the stored vector by the
-    model's filter (or ``head``, another filter head over the same states)."""
-    import torch
-
-    head = model.filter_linear if head is None else head
-    stored = index.storage.vectors.view()
-    scores = np.empty(len(stored), dtype=np.float32)
-    with torch.inference_mode():
-        for start in range(0, len(stored), chunk):
-            states = torch.from_numpy(index.codec.decode(stored[start : start + chunk]).astype(np.float32))
-            scores[start : start + chunk] = head(states).max(dim=1).values.numpy()
-    return scores
 
 
 def threshold_for(scores: np.ndarray, kept: int) -> float:
@@ -391,11 +384,7 @@ def plot(result: dict[str, Any], path) -> None:
             acc = [100 * r["results"][name]["acc@1"] for r in rows]
             ax.plot(x, acc, marker=".", ls="--", label=f"acc@1, {scorer}")
         ax.axvline(8, color="grey", linestyle=":", linewidth=1)
-        ax.set_xscale("log")
-        ticks = sorted({round(r["vectors_per_passage"]) for r in result["rows"]})
-        ax.set_xticks(ticks, [str(t) for t in ticks])
-        ax.minorticks_off()
-        ax.set_xlabel("vectors per passage")
+        log_x_ticks(ax, [round(r["vectors_per_passage"]) for r in result["rows"]], "vectors per passage")
         ax.set_title(name, fontsize=9)
     axes[0].set_ylabel("%")
     axes[0].legend(fontsize=6)
