@@ -18,7 +18,8 @@ hits, and for each budget ``B`` the key tokens alone (spans from the key tokens 
 the key tokens with each reading of the passages they hit: ``whole`` (every stored token of them a start and an end)
 or ``rescored`` (every stored token of them scored exactly against the query, the best as many starts and ends as
 the default searcher pairs), at 1x, 2x, ... the default number of start and end tokens searched first
-(``--candidates``). The key tokens' FAISS structure is the one ``auto`` picks and tunes for their number. Measured:
+(``--candidates``). The key tokens' FAISS structure is the one ``auto`` picks and tunes for their number (or
+``--key-factory``'s, tuned the same way). Measured:
 EM@1 / F1@1, passage acc@1 / acc@5, ECE and AUROC (right vs wrong) of the top answer, p50 / p95 of one phrase search
 (one thread), the FAISS structure's bytes a passage (serialised: what it holds in RAM) and the stored rows read per
 question.
@@ -46,7 +47,14 @@ from benchmarks.common import (
     pyplot,
     save_figure,
 )
-from benchmarks.index_variants import UNSEEN, answer_sets, filter_scores, filtered_index, question_sets
+from benchmarks.index_variants import (
+    UNSEEN,
+    answer_sets,
+    filter_scores,
+    filtered_index,
+    question_sets,
+    use_search_params,
+)
 from dphr_haystack import PhraseSearcher
 from dphr_haystack import search as search_module
 from dphr_haystack.index.rounds import SearchedRows
@@ -144,6 +152,16 @@ class ReadingSearcher(PhraseSearcher):
         return super()._spans(qs, qe, best_starts, best_ends, allowed)
 
 
+def key_structure(index, model, keep: np.ndarray, factory: str):
+    """An index of the rows ``keep`` of ``index`` in the FAISS structure ``factory`` (``auto``: the one ``auto`` picks
+    for their number), an IVF one tuned as ``auto`` tunes its own (nprobe, refine, a PQ structure's scan cap)."""
+    keys = filtered_index(index, model, keep, model.config.filter_threshold, factory)
+    if factory != "auto" and "IVF" in factory:
+        tuned = keys.structure.tune_nprobe()
+        use_search_params(keys, {name: tuned[name] for name in ("nprobe", "refine", "max_codes") if name in tuned})
+    return keys
+
+
 @contextmanager
 def first_candidates(factor: int) -> Iterator[None]:
     """Search ``factor`` times the default number of start and end tokens first (and the calibration's depth for
@@ -179,6 +197,7 @@ def measure(
     factors: Sequence[int],
     readings: Sequence[str],
     cache: Path | None = None,
+    key_factory: str = "auto",
 ) -> dict[str, Any]:
     from dphr_haystack.index.phrase_index import PhraseIndex
     from dphr_haystack.nodes import load_phrase_model
@@ -229,7 +248,7 @@ def measure(
     for budget in budgets:
         keep = key_rows(index, scores, budget)
         t0 = time.perf_counter()
-        keys = filtered_index(index, model, keep, model.config.filter_threshold)
+        keys = key_structure(index, model, keep, key_factory)
         build_s = time.perf_counter() - t0
         # the key rows' map (int32 a row) is part of the RAM the key tokens cost
         key_bytes = faiss_bytes(keys) + 4 * len(keep)
@@ -272,6 +291,7 @@ def markdown(result: dict[str, Any]) -> str:
     for r in result["rows"]:
         v, u = r["results"]["validation"], r["results"][UNSEEN]
         searched = "every vector" if r["budget"] is None else f"{r['budget']} key tokens a passage"
+        searched += f", `{r['structure']}`"
         spans = READINGS[r["reading"]]
         latency = r["results"]["latency_ms"]
         mark = " ✓" if r["within_budget"] else ""
@@ -322,10 +342,18 @@ def main() -> None:
     parser.add_argument(
         "--readings", nargs="+", choices=sorted(set(READINGS) - {"tokens"}), default=["whole", "rescored"]
     )
+    parser.add_argument(
+        "--key-factory",
+        default="auto",
+        help="FAISS structure of the key tokens (default auto: the one the index picks for their number; an IVF "
+        "factory string, e.g. OPQ96,IVF2048,PQ96np, is tuned as auto tunes its own)",
+    )
     parser.add_argument("--cache", type=Path, default=None, help="another cache root (a rehearsal on a small index)")
     parser.add_argument("--name", default="key_tokens")
     args = parser.parse_args()
-    result = measure(args.model, args.questions, args.budgets, args.candidates, args.readings, args.cache)
+    result = measure(
+        args.model, args.questions, args.budgets, args.candidates, args.readings, args.cache, args.key_factory
+    )
     finish_result(args.name, result, markdown, plot)
 
 
