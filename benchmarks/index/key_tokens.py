@@ -1,7 +1,7 @@
 """Key tokens: search a few tokens of each passage, read the passages they hit whole.
 
     .venv/bin/python -m benchmarks.index.key_tokens [--questions 600] [--budgets 4 8 16] [--candidates 1 2 4]
-        [--readings whole rescored]
+        [--readings whole rescored] [--keys filter centroids weighted-centroids filter+mean]
 
 A stricter filter threshold keeps fewer vectors and loses their answers (``benchmarks.index.filter_thresholds``: at
 8 vectors a passage 17 EM points), because a span can only be scored from the vectors kept. This benchmark separates
@@ -19,7 +19,10 @@ the key tokens with each reading of the passages they hit: ``whole`` (every stor
 or ``rescored`` (every stored token of them scored exactly against the query, the best as many starts and ends as
 the default searcher pairs), at 1x, 2x, ... the default number of start and end tokens searched first
 (``--candidates``). The key tokens' FAISS structure is the one ``auto`` picks and tunes for their number (or
-``--key-factory``'s, tuned the same way). Measured:
+``--key-factory``'s, tuned the same way). The key vectors need not be tokens (``--keys``): besides the best tokens
+by filter logit, a passage's ``B`` k-means centroids of its stored vectors (plain or weighted by each token's filter
+probability) or its ``B - 1`` best tokens and the mean of its vectors; a centroid's hit reads its passage like a
+token's. Measured:
 EM@1 / F1@1, passage acc@1 / acc@5, ECE and AUROC (right vs wrong) of the top answer, p50 / p95 of one phrase search
 (one thread), the FAISS structure's bytes a passage (serialised: what it holds in RAM) and the stored rows read per
 question.
@@ -51,7 +54,6 @@ from benchmarks.index_variants import (
     UNSEEN,
     answer_sets,
     filter_scores,
-    filtered_index,
     question_sets,
     use_search_params,
 )
@@ -70,6 +72,73 @@ def key_rows(index, scores: np.ndarray, budget: int) -> np.ndarray:
     first_of_passage = np.searchsorted(passage[order], passage[order], side="left")
     rank = np.arange(len(order)) - first_of_passage
     return np.sort(order[rank < budget])
+
+
+KEYS = {
+    "filter": "best tokens by filter logit",
+    "centroids": "k-means centroids",
+    "weighted-centroids": "k-means centroids, filter-weighted",
+    "filter+mean": "best tokens by filter logit and the mean",
+}
+KMEANS_ITERATIONS = 8
+
+
+def kmeans(x: np.ndarray, weights: np.ndarray, init: np.ndarray, iterations: int = KMEANS_ITERATIONS):
+    """Weighted Lloyd iterations from the rows ``init`` of ``x``: the centroids and each row's cluster (a cluster
+    left empty keeps its centroid)."""
+    centers = x[init].astype(np.float32, copy=True)
+    squared = np.einsum("ij,ij->i", x, x)
+    for _ in range(iterations):
+        distance = squared[:, None] - 2 * x @ centers.T + np.einsum("ij,ij->i", centers, centers)[None, :]
+        assign = distance.argmin(axis=1)
+        member = np.zeros((len(x), len(centers)), dtype=np.float32)
+        member[np.arange(len(x)), assign] = weights
+        mass = member.sum(axis=0)
+        filled = mass > 0
+        centers[filled] = (member.T @ x)[filled] / mass[filled, None]
+    return centers, assign
+
+
+def passage_keys(index, scores: np.ndarray, budget: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each passage's ``budget`` key vectors of ``kind`` (:data:`KEYS`), in the stored dtype, and the stored row each
+    stands for (the mapped hit): ``filter``, its stored tokens with the largest filter logit; ``centroids``,
+    k-means centroids of its stored vectors started from those tokens (a passage of no more tokens than the budget:
+    its tokens), each standing for its cluster's best token; ``weighted-centroids``, the same with each vector
+    weighted by its filter probability; ``filter+mean``, its ``budget - 1`` best tokens and the mean of its vectors
+    (standing for its best token)."""
+    best = key_rows(index, scores, budget)
+    if kind == "filter":
+        return index.storage.vectors.view()[best], best
+    if kind not in KEYS:
+        raise ValueError(f"key kind {kind!r}; valid: {', '.join(KEYS)}")
+    codec, stored = index.codec, index.storage.vectors.view()
+    vectors, rows = [], []
+    if kind == "filter+mean":
+        best = key_rows(index, scores, budget - 1)
+    best_of = np.split(best, np.searchsorted(index.tokens["passage"][best], np.arange(1, index.num_passages)))
+    for first, count, own_best in zip(index.first_token, index.num_tokens, best_of, strict=True):
+        whole = np.arange(first, first + count)
+        x = codec.decode(stored[first : first + count])
+        own_scores = scores[first : first + count]
+        if kind == "filter+mean":
+            vectors.append(x[own_best - first])
+            rows.append(own_best)
+            if count > len(own_best):  # the mean stands for the passage's best token
+                vectors.append(x.mean(axis=0, keepdims=True))
+                rows.append(whole[[np.argmax(own_scores)]])
+            continue
+        if count <= budget:
+            vectors.append(x)
+            rows.append(whole)
+            continue
+        weights = 1 / (1 + np.exp(-own_scores)) if kind == "weighted-centroids" else np.ones(count, np.float32)
+        centers, assign = kmeans(x, weights.astype(np.float32), own_best - first)
+        # each centroid stands for its cluster's best token (an empty cluster: the token it started from)
+        ranked = np.where(assign[None, :] == np.arange(budget)[:, None], own_scores[None, :], -np.inf)
+        stand = np.where(np.isfinite(ranked.max(axis=1)), ranked.argmax(axis=1), own_best - first)
+        vectors.append(centers)
+        rows.append(whole[stand])
+    return codec.encode(np.concatenate(vectors)), np.concatenate(rows)
 
 
 class MappedRows:
@@ -152,10 +221,15 @@ class ReadingSearcher(PhraseSearcher):
         return super()._spans(qs, qe, best_starts, best_ends, allowed)
 
 
-def key_structure(index, model, keep: np.ndarray, factory: str):
-    """An index of the rows ``keep`` of ``index`` in the FAISS structure ``factory`` (``auto``: the one ``auto`` picks
-    for their number), an IVF one tuned as ``auto`` tunes its own (nprobe, refine, a PQ structure's scan cap)."""
-    keys = filtered_index(index, model, keep, model.config.filter_threshold, factory)
+def key_structure(index, model, vectors: np.ndarray, rows: np.ndarray, factory: str):
+    """An index of the key ``vectors`` (stored dtype), each with the token of the stored row it stands for, in the
+    FAISS structure ``factory`` (``auto``: the one ``auto`` picks for their number), an IVF one tuned as ``auto``
+    tunes its own (nprobe, refine, a PQ structure's scan cap)."""
+    from dphr_haystack.index.phrase_index import PhraseIndex
+    from dphr_haystack.index.shards import PhraseShard
+
+    keys = PhraseIndex.create(model, filter_threshold=model.config.filter_threshold, faiss_factory=factory)
+    keys.add_shard(PhraseShard(vectors, index.tokens[rows].copy(), index.passages, index.codec))
     if factory != "auto" and "IVF" in factory:
         tuned = keys.structure.tune_nprobe()
         use_search_params(keys, {name: tuned[name] for name in ("nprobe", "refine", "max_codes") if name in tuned})
@@ -198,6 +272,7 @@ def measure(
     readings: Sequence[str],
     cache: Path | None = None,
     key_factory: str = "auto",
+    keys: Sequence[str] = ("filter",),
 ) -> dict[str, Any]:
     from dphr_haystack.index.phrase_index import PhraseIndex
     from dphr_haystack.nodes import load_phrase_model
@@ -221,12 +296,14 @@ def measure(
         structure: str,
         structure_bytes: int,
         build_s: float,
+        kind: str | None = None,
     ) -> None:
         t0 = time.perf_counter()
         results, read = evaluate(variant, model, sets, reading, factor)
         row = {
             "variant": name,
             "budget": budget,
+            "keys": kind,
             "reading": reading,
             "candidates_factor": factor,
             "searched_vectors": vectors,
@@ -245,19 +322,22 @@ def measure(
     record("every vector (today)", index, None, "tokens", 1, *everything)
     for reading in readings:
         record(f"every vector, {READINGS[reading]}", index, None, reading, 1, *everything)
-    for budget in budgets:
-        keep = key_rows(index, scores, budget)
-        t0 = time.perf_counter()
-        keys = key_structure(index, model, keep, key_factory)
-        build_s = time.perf_counter() - t0
-        # the key rows' map (int32 a row) is part of the RAM the key tokens cost
-        key_bytes = faiss_bytes(keys) + 4 * len(keep)
-        variant = KeyTokenIndex(index, keys, keep)
-        spec = (len(keep), keys.faiss_factory, key_bytes, build_s)
-        record(f"{budget} key tokens, {READINGS['tokens']}", variant, budget, "tokens", 1, *spec)
-        for reading in readings:
-            for factor in factors:
-                record(f"{budget} key tokens, {READINGS[reading]}", variant, budget, reading, factor, *spec)
+    for kind in keys:
+        for budget in budgets:
+            t0 = time.perf_counter()
+            vectors, rows_of_keys = passage_keys(index, scores, budget, kind)
+            key_index = key_structure(index, model, vectors, rows_of_keys, key_factory)
+            build_s = time.perf_counter() - t0
+            # the key rows' map (int32 a row) is part of the RAM the key tokens cost
+            key_bytes = faiss_bytes(key_index) + 4 * len(rows_of_keys)
+            variant = KeyTokenIndex(index, key_index, rows_of_keys)
+            spec = (len(rows_of_keys), key_index.faiss_factory, key_bytes, build_s)
+            name = f"{budget} keys ({KEYS[kind]})"
+            if kind == "filter":  # only real tokens can be spans themselves
+                record(f"{name}, {READINGS['tokens']}", variant, budget, "tokens", 1, *spec, kind)
+            for reading in readings:
+                for factor in factors:
+                    record(f"{name}, {READINGS[reading]}", variant, budget, reading, factor, *spec, kind)
     today = rows[0]["results"]
     for row in rows:
         row["within_budget"] = all(row["results"][name]["em@1"] >= today[name]["em@1"] - EM_BUDGET for name in sets)
@@ -290,7 +370,8 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     for r in result["rows"]:
         v, u = r["results"]["validation"], r["results"][UNSEEN]
-        searched = "every vector" if r["budget"] is None else f"{r['budget']} key tokens a passage"
+        kind = KEYS[r.get("keys") or "filter"]
+        searched = "every vector" if r["budget"] is None else f"{r['budget']} keys a passage ({kind})"
         searched += f", `{r['structure']}`"
         spans = READINGS[r["reading"]]
         latency = r["results"]["latency_ms"]
@@ -305,28 +386,39 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def series_of(row: dict[str, Any]) -> tuple[str, str, int]:
+    """A keyed row's line in the plot: its keys, its reading, its first tokens (rows from before key kinds were
+    measured are ``filter`` keys)."""
+    return row.get("keys") or "filter", row["reading"], row["candidates_factor"]
+
+
+PANELS = (
+    ("validation", "em@1", "validation EM@1 %"),
+    (UNSEEN, "em@1", "unseen EM@1 %"),
+    (UNSEEN, "acc@1", "unseen passage acc@1 %"),
+)
+
+
 def plot(result: dict[str, Any], path) -> None:
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(13, 3.6))
     today = result["rows"][0]
-    for ax, name in zip(axes, ("validation", UNSEEN), strict=True):
-        best = 100 * today["results"][name]["em@1"]
+    keyed = [r for r in result["rows"] if r["budget"] is not None]
+    kinds = {series_of(r)[0] for r in keyed}
+    for ax, (name, metric, title) in zip(axes, PANELS, strict=True):
+        best = 100 * today["results"][name][metric]
         ax.axhline(best, color="grey", linewidth=1, label="every vector")
-        ax.axhline(best - 100 * result["em_budget"], color="grey", linestyle=":", linewidth=1, label="−1 EM point")
-        keyed = [r for r in result["rows"] if r["budget"] is not None]
-        series = sorted({(r["reading"], r["candidates_factor"]) for r in keyed})
-        for reading, factor in series:
-            own = sorted(
-                (r for r in keyed if (r["reading"], r["candidates_factor"]) == (reading, factor)),
-                key=lambda r: r["budget"],
-            )
+        if metric == "em@1":
+            ax.axhline(best - 100 * result["em_budget"], color="grey", linestyle=":", linewidth=1, label="−1 point")
+        for kind, reading, factor in sorted({series_of(r) for r in keyed}):
+            own = sorted((r for r in keyed if series_of(r) == (kind, reading, factor)), key=lambda r: r["budget"])
             label = READINGS[reading] + ("" if reading == "tokens" else f", {factor}× first tokens")
-            ax.plot(
-                [r["budget"] for r in own], [100 * r["results"][name]["em@1"] for r in own], marker="o", label=label
-            )
-        log_x_ticks(ax, [r["budget"] for r in keyed], "key tokens searched a passage")
-        ax.set_title(name, fontsize=9)
-    axes[0].set_ylabel("EM@1 %")
+            if len(kinds) > 1:
+                label = f"{KEYS[kind]}: {label}"
+            budgets = [r["budget"] for r in own]
+            ax.plot(budgets, [100 * r["results"][name][metric] for r in own], marker="o", label=label)
+        log_x_ticks(ax, [r["budget"] for r in keyed], "key vectors searched a passage")
+        ax.set_title(title, fontsize=9)
     axes[0].legend(fontsize=6)
     save_figure(fig, path, dpi=100)
 
@@ -348,11 +440,21 @@ def main() -> None:
         help="FAISS structure of the key tokens (default auto: the one the index picks for their number; an IVF "
         "factory string, e.g. OPQ96,IVF2048,PQ96np, is tuned as auto tunes its own)",
     )
+    parser.add_argument(
+        "--keys", nargs="+", choices=list(KEYS), default=["filter"], help="how each passage's key vectors are chosen"
+    )
     parser.add_argument("--cache", type=Path, default=None, help="another cache root (a rehearsal on a small index)")
     parser.add_argument("--name", default="key_tokens")
     args = parser.parse_args()
     result = measure(
-        args.model, args.questions, args.budgets, args.candidates, args.readings, args.cache, args.key_factory
+        args.model,
+        args.questions,
+        args.budgets,
+        args.candidates,
+        args.readings,
+        args.cache,
+        args.key_factory,
+        args.keys,
     )
     finish_result(args.name, result, markdown, plot)
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from benchmarks.index.key_tokens import hit_passage_rows, key_rows, map_rows
+from benchmarks.index.key_tokens import hit_passage_rows, key_rows, kmeans, map_rows, passage_keys
 
 
 def test_keeps_each_passages_best_rows_ties_to_the_earlier_row_in_row_order():
@@ -30,3 +30,49 @@ def test_hit_passages_are_read_whole_once_each():
     )
     assert hit_passage_rows(index, np.array([3, -1]), np.array([4, 0])).tolist() == [0, 1, 2, 3, 4]
     assert hit_passage_rows(index, np.array([-1]), np.array([-1])).tolist() == []
+
+
+def tiny_index(vectors: np.ndarray, passage: np.ndarray):
+    from dphr_haystack.index.codec import VectorCodec
+
+    first = np.searchsorted(passage, np.arange(passage.max() + 1))
+    return SimpleNamespace(
+        tokens={"passage": passage},
+        storage=SimpleNamespace(vectors=SimpleNamespace(view=lambda: vectors)),
+        codec=VectorCodec("float32"),
+        num_passages=int(passage.max()) + 1,
+        first_token=first,
+        num_tokens=np.diff(np.append(first, len(passage))),
+    )
+
+
+def test_kmeans_finds_two_separate_groups_from_any_start():
+    x = np.array([[0, 0], [0, 1], [10, 10], [10, 11], [11, 10]], dtype=np.float32)
+    centers, assign = kmeans(x, np.ones(5, np.float32), np.array([0, 1]))
+    assert assign.tolist() in ([0, 0, 1, 1, 1], [1, 1, 0, 0, 0])
+    assert np.allclose(sorted(map(tuple, centers.tolist())), [(0, 0.5), (31 / 3, 31 / 3)])
+
+
+def test_weights_pull_a_centroid_towards_the_heavier_vector():
+    x = np.array([[0, 0], [4, 0]], dtype=np.float32)
+    centers, _ = kmeans(x, np.array([1, 3], np.float32), np.array([0]))
+    assert centers.tolist() == [[3.0, 0.0]]
+
+
+def test_centroid_keys_stand_for_their_clusters_best_token_and_short_passages_keep_their_tokens():
+    vectors = np.array([[0, 0], [0, 1], [10, 10], [10, 11], [5, 5], [6, 6]], dtype=np.float32)
+    index = tiny_index(vectors, np.array([0, 0, 0, 0, 1, 1]))
+    scores = np.array([0.0, 3.0, 1.0, 2.0, 0.0, 0.0], dtype=np.float32)
+    keys, rows = passage_keys(index, scores, 2, "centroids")
+    assert rows.tolist() == [1, 3, 4, 5]  # passage 0: started from rows 1 and 3, each cluster's best; passage 1 whole
+    assert keys.tolist() == [[0.0, 0.5], [10.0, 10.5], [5.0, 5.0], [6.0, 6.0]]
+    filtered, filtered_rows = passage_keys(index, scores, 2, "filter")
+    assert filtered_rows.tolist() == [1, 3, 4, 5] and filtered.tolist() == vectors[[1, 3, 4, 5]].tolist()
+
+
+def test_filter_and_mean_keys_add_the_passage_mean_where_a_passage_has_more_tokens():
+    vectors = np.array([[0, 0], [0, 2], [4, 4], [7, 7]], dtype=np.float32)
+    index = tiny_index(vectors, np.array([0, 0, 0, 1]))
+    keys, rows = passage_keys(index, np.array([0.0, 5.0, 1.0, 0.0], dtype=np.float32), 2, "filter+mean")
+    assert rows.tolist() == [1, 1, 3]  # the best token, the mean (standing for the best token); passage 1 whole
+    assert np.allclose(keys, [[0, 2], [4 / 3, 2], [7, 7]])
