@@ -60,13 +60,18 @@ def use_search_params(index, params: dict[str, Any]) -> None:
     structures.apply_search_params(index.faiss_index, params)
 
 
-def filtered_index(index, model, keep: np.ndarray, threshold: float, factory: str = "auto"):
-    """An in-memory index of every passage of ``index`` with only the vectors at ``keep``, in the FAISS structure
-    ``factory`` (``auto``: the one the index picks for its size)."""
+def filtered_index(
+    index, model, keep: np.ndarray, threshold: float, factory: str = "auto", vectors: np.ndarray | None = None
+):
+    """An in-memory index of every passage of ``index`` with only the vectors at ``keep`` (or ``vectors``, stored
+    dtype, one in place of each of them), in the FAISS structure ``factory`` (``auto``: the one the index picks for
+    its size)."""
     from dphr_haystack.index.phrase_index import PhraseIndex
     from dphr_haystack.index.shards import PhraseShard
 
-    shard = PhraseShard(index.storage.vectors.view()[keep], index.tokens[keep].copy(), index.passages, index.codec)
+    if vectors is None:
+        vectors = index.storage.vectors.view()[keep]
+    shard = PhraseShard(vectors, index.tokens[keep].copy(), index.passages, index.codec)
     filtered = PhraseIndex.create(model, filter_threshold=threshold, faiss_factory=factory)
     filtered.add_shard(shard)
     return filtered

@@ -54,6 +54,7 @@ from benchmarks.index_variants import (
     UNSEEN,
     answer_sets,
     filter_scores,
+    filtered_index,
     question_sets,
     use_search_params,
 )
@@ -225,11 +226,7 @@ def key_structure(index, model, vectors: np.ndarray, rows: np.ndarray, factory: 
     """An index of the key ``vectors`` (stored dtype), each with the token of the stored row it stands for, in the
     FAISS structure ``factory`` (``auto``: the one ``auto`` picks for their number), an IVF one tuned as ``auto``
     tunes its own (nprobe, refine, a PQ structure's scan cap)."""
-    from dphr_haystack.index.phrase_index import PhraseIndex
-    from dphr_haystack.index.shards import PhraseShard
-
-    keys = PhraseIndex.create(model, filter_threshold=model.config.filter_threshold, faiss_factory=factory)
-    keys.add_shard(PhraseShard(vectors, index.tokens[rows].copy(), index.passages, index.codec))
+    keys = filtered_index(index, model, rows, model.config.filter_threshold, factory, vectors)
     if factory != "auto" and "IVF" in factory:
         tuned = keys.structure.tune_nprobe()
         use_search_params(keys, {name: tuned[name] for name in ("nprobe", "refine", "max_codes") if name in tuned})
@@ -370,7 +367,7 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     for r in result["rows"]:
         v, u = r["results"]["validation"], r["results"][UNSEEN]
-        kind = KEYS[r.get("keys") or "filter"]
+        kind = KEYS[series_of(r)[0]]
         searched = "every vector" if r["budget"] is None else f"{r['budget']} keys a passage ({kind})"
         searched += f", `{r['structure']}`"
         spans = READINGS[r["reading"]]
