@@ -74,6 +74,7 @@ PARAMS: dict[str, Range] = {
     "cpus_per_worker": Range(float, 0, 4_096, low_open=True),
     "gpus_per_worker": Range(float, 0, 1_024),
     # FAISS structures
+    "key_vectors": Range(int, 1, 4_096),  # key vectors a passage (dphr_haystack.index.keys)
     "nlist": Range(int, 1, 16_777_216),
     "train_size": Range(int, 1, 1_000_000_000),
     "nprobe": Range(int, 1, 16_777_216),
@@ -148,12 +149,15 @@ def check_params(**values) -> None:
             check_param(name, value)
 
 
-def arg_type(name: str) -> Callable[[str], int | float]:
+def arg_type(name: str, none: int | float | None = None) -> Callable[[str], int | float]:
     """An argparse ``type`` for ``name``: parses the text and checks it, so a bad value ends the command with
-    ``dphr <command>: error: argument --<flag>: <name>=... is out of range: ...`` (exit status 2)."""
+    ``dphr <command>: error: argument --<flag>: <name>=... is out of range: ...`` (exit status 2). ``none``: the value
+    the word ``none`` stands for (None: the word is refused)."""
     kind = PARAMS[name].kind
 
     def parse(text: str) -> int | float:
+        if none is not None and text.strip().lower() == "none":
+            return none
         try:
             value = kind(text)
         except ValueError:

@@ -33,6 +33,7 @@ from .corpus_judgement import CorpusJudgement, corpus_judges, judge_corpus, read
 from .corpus_words import corpus_words, names_written
 from .errors import InvalidParameterError, InvalidQueryError, ModelMismatchError
 from .hits import DocumentHit, Hit, PassageHit, PhraseHit, best_passage, best_phrase
+from .index.keys import KEY_HITS_PER_CANDIDATE, best_rows_of_passages_hit
 from .index.phrase_index import PhraseIndex
 from .index.rounds import TokenRounds
 from .model.calibration import NAME_FEATURES
@@ -252,13 +253,19 @@ class PhraseSearcher(SearchOptionAttributes):
         if calibration is not None and unit == "phrase":
             first = max(first, calibration.depth)
         c = min(candidates or first, total)
+        hits_per = KEY_HITS_PER_CANDIDATE if self.index.key_vectors else 1
         pending = np.arange(n_queries)
-        rounds = TokenRounds(self.index, q_start, q_end, c, ahead=candidates is None)  # one search, several rounds
+        rounds = TokenRounds(self.index, q_start, q_end, c * hits_per, ahead=candidates is None)  # several rounds
         while len(pending):
-            ids = rounds.rows(c, pending)
+            ids = rounds.rows(c * hits_per, pending)
             still = []
             for pos, qi in enumerate(pending):
-                phrases = self._spans(q_start[qi], q_end[qi], ids[pos], ids[pos + len(pending)], allowed)
+                starts, ends = ids[pos], ids[pos + len(pending)]
+                if self.index.key_vectors:
+                    starts, ends = best_rows_of_passages_hit(
+                        self.index, q_start[qi], q_end[qi], (starts, ends), allowed, c
+                    )
+                phrases = self._spans(q_start[qi], q_end[qi], starts, ends, allowed)
                 if unit == "phrase":
                     hits = _phrase_answers(
                         self.index,

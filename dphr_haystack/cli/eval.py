@@ -105,7 +105,7 @@ def store_source(store: Path, has_corpus: bool) -> dict[str, str]:
             is a directory holding something else than a store or a phrase index.
     """
     from .._util.lock import directory_entries
-    from ..index.storage import MANIFEST
+    from ..index.manifest import MANIFEST
     from ..nodes.persistence import is_store
 
     if (store / MANIFEST).is_file() and not is_store(store):

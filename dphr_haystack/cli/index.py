@@ -53,6 +53,15 @@ def add_index_parser(sub: argparse._SubParsersAction) -> None:
         choices=["float16", "int8"],
         help="stored vectors (default float16; a resumed index keeps its own)",
     )
+    index.add_argument(
+        "--key-vectors",
+        type=arg_type("key_vectors"),
+        default=None,
+        metavar="B",
+        help="for large corpora: FAISS searches B k-means centroids of each passage's vectors instead of every "
+        "vector, and searches read the passages they hit whole (8: a quarter of the structure's RAM, within 1 EM "
+        "point); default: every vector (a resumed index keeps its own)",
+    )
     index.add_argument("--batch-size", type=arg_type("batch_size"), default=32)
     index.add_argument(
         "--chunk-size", type=arg_type("chunk_size"), default=512, help="passages per commit (the unit of resumption)"
@@ -68,8 +77,8 @@ def run_index(args: argparse.Namespace) -> int:
     from ..corpus import CorpusStats, read_corpus
     from ..encode.add import add_passages
     from ..errors import EmptyCorpusError
+    from ..index.manifest import MANIFEST
     from ..index.phrase_index import PhraseIndex
-    from ..index.storage import MANIFEST
     from ..model.loading import load_model
 
     pin_malloc_thresholds()  # this process only indexes: keep its memory flat (benchmarks/memory/indexing.py)
@@ -91,7 +100,8 @@ def run_index(args: argparse.Namespace) -> int:
     # memory stays flat however large the corpus (benchmarks/memory/indexing.py).
     if resuming:
         index = PhraseIndex.load(args.out, model=model, flat_search="mmap")
-        index.check_settings(args.dtype, args.filter_threshold, args.faiss_factory)  # conflicts: SettingsConflictError
+        # conflicts: SettingsConflictError
+        index.check_settings(args.dtype, args.filter_threshold, args.faiss_factory, args.key_vectors)
         print(f"resuming {args.out}: {index.num_passages} passages already indexed")
         duplicates = "skip"
     else:
@@ -103,6 +113,7 @@ def run_index(args: argparse.Namespace) -> int:
             filter_threshold=threshold,
             dtype=args.dtype or "float16",
             model_path=model_reference(args.model),
+            key_vectors=args.key_vectors,
         )
         index = PhraseIndex.load(args.out, model=model, flat_search="mmap")
         duplicates = "fail"
@@ -118,9 +129,10 @@ def run_index(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     if stats.files or stats.skipped_files:
         print(f"read {stats.files} text files; skipped {stats.skipped_files} binary or non-UTF-8 files")
+    keys = f", {index.num_searched_vectors} key vectors searched" if index.key_vectors else ""
     print(
         f"indexed {index.num_passages} passages ({len(index)} phrase vectors, "
-        f"{len(index) / max(index.num_passages, 1):.1f} per passage) in {elapsed:.1f}s; "
+        f"{len(index) / max(index.num_passages, 1):.1f} per passage{keys}) in {elapsed:.1f}s; "
         f"skipped {stats.skipped_empty} without text -> {args.out}"
     )
     return 0

@@ -133,7 +133,7 @@ def _index_fingerprint(path: Path) -> str:
     import json
 
     from ..errors import IndexLoadError
-    from ..index.storage import MANIFEST, check_manifest
+    from ..index.manifest import MANIFEST, check_manifest
 
     manifest_path = path / MANIFEST
     try:

@@ -110,6 +110,14 @@ def add_scale_parsers(sub: argparse._SubParsersAction) -> None:
     reindex.add_argument(
         "--model", type=Path, default=None, help="with --questions: the model to encode them (default: the index's)"
     )
+    reindex.add_argument(
+        "--key-vectors",
+        type=arg_type("key_vectors", none=0),  # none: every vector searched again
+        default=None,
+        metavar="B",
+        help="with --out: a copy whose FAISS structure searches B k-means centroids of each passage's vectors "
+        "instead of every vector ('none': every vector again), deleted passages left out, nothing encoded again",
+    )
     _add_structure_args(reindex)
 
 
@@ -244,6 +252,8 @@ def _reindex(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.retune:
         return _retune(args, started)
+    if args.key_vectors is not None:
+        return _copy_with_key_vectors(args, started)
     if args.questions is not None or args.model is not None:
         raise InvalidParameterError("--questions and --model choose what --retune tunes on: add --retune")
     index = PhraseIndex.load(args.index, flat_search="mmap")
@@ -263,6 +273,26 @@ def _reindex(args: argparse.Namespace) -> int:
     return 0
 
 
+def _copy_with_key_vectors(args: argparse.Namespace, started: float) -> int:
+    from ..index.merge import copy_with_key_vectors
+    from ..index.phrase_index import PhraseIndex
+
+    if args.out is None or args.on_disk or args.questions is not None:
+        raise InvalidParameterError(
+            "--key-vectors writes a copy: give --out DIR (and neither --on-disk nor --questions)"
+        )
+    index = PhraseIndex.load(args.index, flat_search="mmap")
+    factory = _factory(args, len(index), index.dim)
+    options = {"train_size": args.train_size, "search_params": _search_params(args) or None}
+    copy = copy_with_key_vectors(index, args.out, args.key_vectors or None, factory, **options)
+    searched = f"{copy.num_searched_vectors} key vectors" if copy.key_vectors else "every vector"
+    print(
+        f"copied {copy.num_passages} passages ({len(copy)} vectors; FAISS {copy.faiss_factory} searches {searched}) "
+        f"in {time.perf_counter() - started:.1f}s -> {args.out}"
+    )
+    return 0
+
+
 def _retune(args: argparse.Namespace, started: float) -> int:
     from ..index.phrase_index import PhraseIndex
 
@@ -277,6 +307,7 @@ def _retune(args: argparse.Namespace, started: float) -> int:
             ("--on-disk", args.on_disk),
             ("--nlist", args.nlist),
             ("--train-size", args.train_size),
+            ("--key-vectors", args.key_vectors is not None),
         )
         if value
     ]

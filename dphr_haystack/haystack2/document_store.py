@@ -29,6 +29,7 @@ from ..documents.results import hit_passage_id, pair_hits
 from ..documents.retrieval import search_phrase_index, warm_phrase_index
 from ..documents.validation import check_meta, check_storable
 from ..errors import InvalidParameterError
+from ..index.keys import check_key_budget
 from ..index.phrase_index import PhraseIndex
 from ..model.phrase_model import PhraseModel
 from ..params import check_choice, check_param
@@ -92,6 +93,10 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         faiss_factory: FAISS structure of the phrase index: ``auto`` (exact while small, then chosen and tuned
             for the size), ``Flat`` (always exact) or any FAISS factory string.
         phrase_dtype: Storage of phrase vectors: ``float16``, ``float32`` or ``int8``.
+        phrase_key_vectors: For large corpora: the phrase index's FAISS structure searches this many k-means
+            centroids of each passage's vectors instead of every vector, and searches read the passages they hit
+            whole (8: a quarter of the structure's RAM, within 1 EM point; see ``docs/scale.md``); None: every
+            vector.
         title_field: Meta field holding a document's title (encoded before its text).
         document_id_field: Meta field grouping documents (passages) for ``unit="document"``; absent → the id.
         progress_bar: Show a progress bar while encoding phrases.
@@ -124,8 +129,10 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         return_embedding: bool = True,
         phrase_index: str | None = None,
         lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        phrase_key_vectors: int | None = None,
     ) -> None:
         check_choice("phrase_dtype", phrase_dtype, PHRASE_DTYPES)
+        self.phrase_key_vectors = check_key_budget(phrase_key_vectors)
         self.lock_timeout = check_lock_timeout(lock_timeout)
         if phrase_index is not None and (path is not None or not isinstance(phrase_index, str | os.PathLike)):
             raise InvalidParameterError(
@@ -215,6 +222,7 @@ class PhraseDocumentStore(InMemoryDocumentStore):
             index=None if self.path is not None else self.index,
             faiss_factory=self.faiss_factory,
             phrase_dtype=self.phrase_dtype,
+            phrase_key_vectors=self.phrase_key_vectors,
             title_field=self.title_field,
             document_id_field=self.document_id_field,
             progress_bar=self.progress_bar,
@@ -364,7 +372,7 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         """
         batch_size, chunk_size = check_param("batch_size", batch_size), check_param("chunk_size", chunk_size)
         show = self.progress_bar if progress_bar is None else progress_bar
-        settings = (self.faiss_factory, self.phrase_dtype)
+        settings = (self.faiss_factory, self.phrase_dtype, self.phrase_key_vectors)
         return phrase_updates.update_phrases(self._sync, model, settings, batch_size, chunk_size, bool(show))
 
     def attach_phrase_index(self, phrase_index: PhraseIndex) -> None:

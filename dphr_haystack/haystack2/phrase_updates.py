@@ -32,13 +32,13 @@ def check_model(index: PhraseIndex, model: PhraseModel) -> None:
 def update_phrases(
     sync: StoreSync,
     model: PhraseModel,
-    settings: tuple[str, str],
+    settings: tuple[str, str, int | None],
     batch_size: int,
     chunk_size: int,
     progress: bool,
 ) -> int:
     """Encode the store's pending documents a chunk at a time; returns how many were committed. ``settings``:
-    the FAISS factory and phrase dtype of a new index."""
+    the FAISS factory, phrase dtype and key vectors a passage of a new index."""
     from tqdm.auto import tqdm
 
     if not _pending(sync, model, locked=False):  # nothing to encode: no writer lock taken (a read-only store too)
@@ -78,7 +78,11 @@ def _encoding(index: PhraseIndex | None, model: PhraseModel, dtype: str) -> tupl
 
 
 def _commit_chunk(
-    sync: StoreSync, model: PhraseModel, chunk: list[dict[str, str]], shard: PhraseShard, settings: tuple[str, str]
+    sync: StoreSync,
+    model: PhraseModel,
+    chunk: list[dict[str, str]],
+    shard: PhraseShard,
+    settings: tuple[str, str, int | None],
 ) -> int:
     """Add the chunk's phrases of documents unchanged since they were read (the write lock held)."""
     current = [i for i, passage in enumerate(chunk) if sync.passage_of(passage["id"]) == passage]

@@ -86,7 +86,7 @@ class StoreSync:
             logger.info("phrases moved from %s to a private copy (the index directory is never written)", index.path)
         return self.index
 
-    def create_index(self, model, faiss_factory: str, dtype: str) -> PhraseIndex:
+    def create_index(self, model, faiss_factory: str, dtype: str, key_vectors: int | None = None) -> PhraseIndex:
         """A new phrase index for ``model`` (in a fresh folder of the directory, named by the write's commit)."""
         directory = self.directory
         folder = directory.new_phrase_folder() if directory is not None else None
@@ -97,6 +97,7 @@ class StoreSync:
             filter_threshold=model.config.filter_threshold,
             dtype=dtype,
             lock_timeout=directory.lock.timeout if directory is not None else None,
+            key_vectors=key_vectors,
         )
         self.new_folder, self.phrases_changed = folder, True
         return self.index

@@ -18,8 +18,9 @@ from ..errors import IndexLoadError, InvalidParameterError
 from . import auto
 from . import structures as index_types
 from .backends import FaissSearch, TorchFlatSearch, make_search_backend
+from .manifest import MANIFEST, search_params_problem
 from .rounds import SearchedRows
-from .storage import MANIFEST, IndexStorage, is_flat, search_params_problem, write_faiss
+from .storage import IndexStorage, is_flat, write_faiss
 
 
 class FaissStructure:
@@ -121,12 +122,12 @@ class FaissStructure:
                 "on_disk=True keeps inverted lists in a file: save the index first or pass path"
             )
         index_types.make_faiss_index(storage.dim, factory)  # validates the factory string
-        if storage.vectors.length == 0 and not is_flat(factory):
+        if storage.searched.length == 0 and not is_flat(factory):
             raise InvalidParameterError(f"cannot train FAISS {factory!r} on an empty index: add passages first")
         started = time.perf_counter()
         generation = int(manifest.get("faiss_generation", 0)) + 1
         ivfdata = f"faiss-g{generation}.ivfdata" if on_disk else None
-        stored = storage.vectors.view()
+        stored = storage.searched.view()
         if is_flat(factory):
             if on_disk:
                 raise InvalidParameterError(
@@ -176,7 +177,7 @@ class FaissStructure:
         :data:`~dphr_haystack.index.auto.QUESTION_TARGET_RECALL`."""
         ivf = index_types.ivf_of(self.index)
         refines = (refine,) if refine else auto.refine_choices(self.factory)
-        stored = self.storage.vectors.view()
+        stored = self.storage.searched.view()
         decode, target = self.storage.codec.decode, auto.target_recall(self.factory)
         budget = auto.budgets_scan(self.factory)
         probes = None
@@ -187,8 +188,8 @@ class FaissStructure:
 
     def probe_search(self, queries: np.ndarray, k: int, nprobe: int, refine: int, max_codes: int = 0) -> np.ndarray:
         """Rows of a search with ``nprobe`` lists, at most ``max_codes`` codes scanned (0: no cap) and ``refine``·k
-        candidates re-ranked exactly (for tuning)."""
-        stored = self.storage.vectors.view()
+        candidates re-ranked exactly (for tuning): rows of the searched vectors."""
+        stored = self.storage.searched.view()
         index_types.apply_search_params(self.index, {"nprobe": nprobe, "max_codes": max_codes})
         _, ids = self.index.search(queries, min(k * refine, len(stored)))
         return index_types.refine_exact(queries, ids, k, stored, self.storage.codec.decode)[1]
@@ -240,10 +241,10 @@ class FaissStructure:
                 self.index = index_types.read_faiss(file, ondisk=bool(ivfdata))
             except (RuntimeError, MemoryError) as exc:  # MemoryError: a header declaring impossible sizes
                 raise IndexLoadError(f"cannot read FAISS index {file}: {exc}") from exc
-            if self.index.ntotal != storage.vectors.length or self.index.d != storage.dim:
+            if self.index.ntotal != storage.searched.length or self.index.d != storage.dim:
                 raise IndexLoadError(
                     f"{file}: {self.index.ntotal} vectors of dim {self.index.d}, "
-                    f"expected {storage.vectors.length} of {storage.dim}"
+                    f"expected {storage.searched.length} of {storage.dim}"
                 )
             try:
                 index_types.apply_search_params(self.index, self.search_params)
@@ -253,18 +254,19 @@ class FaissStructure:
             self.index = None  # searched by exact torch top-k over the memory-mapped vectors
         else:
             self.reset()
-            self.add(storage.vectors.view())
+            self.add(storage.searched.view())
 
     # ----------------------------------------------------------------- search
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` (scores, rows) by inner product for each query vector (FAISS semantics: row -1 = none), among
-        equal scores the lower rows (:func:`~dphr_haystack.index.structures.ranked_head`)."""
+        equal scores the lower rows (:func:`~dphr_haystack.index.structures.ranked_head`). With key vectors, the
+        top-``k`` keys, each as the stored row it stands for."""
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         if self.backend is None and self.index is None:
             self.backend = self.make_backend("cpu")
         searcher = self.backend if self.backend is not None else self.index
         refine = int(self.search_params.get("refine", 1))
-        stored = self.storage.vectors.view()
+        stored = self.storage.searched.view()
         total = max(len(stored), k)
         width = index_types.candidate_count(k, refine, total)
         scores = np.empty((len(queries), width), dtype=np.float32)
@@ -275,9 +277,9 @@ class FaissStructure:
             head_scores, head_ids, settled = index_types.ranked_head(*found, width, complete=fetch >= total)
             scores[pending[settled]], ids[pending[settled]] = head_scores[settled], head_ids[settled]
             pending, fetch = pending[~settled], min(fetch * 2, total)
-        if refine <= 1:
-            return scores, ids
-        return index_types.refine_exact(queries, ids, k, stored, self.storage.codec.decode)
+        if refine > 1:
+            scores, ids = index_types.refine_exact(queries, ids, k, stored, self.storage.codec.decode)
+        return scores, self.storage.stored_rows(ids)
 
     def search_rows(self, queries: np.ndarray, largest: int) -> SearchedRows | None:
         """One search for up to ``largest`` candidates whose :meth:`SearchedRows.rows
@@ -287,8 +289,9 @@ class FaissStructure:
             return None
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         refine = int(self.search_params.get("refine", 1))
-        stored = self.storage.vectors.view()
+        stored = self.storage.searched.view()
         searched = SearchedRows(queries, largest, refine, len(stored), stored, self.storage.codec.decode)
+        searched.stored_rows = self.storage.stored_rows
         searched.scores, searched.ids = self.index.search(queries, searched.fetched_rows())
         return searched
 
@@ -302,7 +305,7 @@ class FaissStructure:
         backend = make_search_backend(
             self.index,
             is_flat(self.factory),
-            self.storage.vectors.view,
+            self.storage.searched.view,
             self.storage.codec,
             device,
             self.search_params,

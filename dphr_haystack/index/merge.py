@@ -1,20 +1,26 @@
-"""Merging a phrase dump (serial, multi-process or Ray) into one phrase index (:func:`merge_dump`)."""
+"""Building a phrase index from vectors already encoded, nothing encoded again: a phrase dump (serial,
+multi-process or Ray) merged into one index (:func:`merge_dump`), or another index's passages with other key vectors
+(:func:`copy_with_key_vectors`)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .._util.atomic import replace_directory
 from .._util.lock import WriterLock, directory_entries
 from .._util.nofollow import make_temp_dir, refuse_symlink
 from ..errors import IndexLoadError, InvalidParameterError, ModelMismatchError
-from ..index.shards import PhraseShard, list_shards
+from ..index.shards import PhraseShard, ShardPiece, list_shards
 from .auto import AUTO, needs_rebuild
 from .codec import VectorCodec
+from .keys import rows_of_passages
 from .phrase_index import PhraseIndex
 from .storage import is_flat, remove_uncommitted_files
 
@@ -50,8 +56,8 @@ def merge_dump(
         raise ModelMismatchError(f"{dump_dir}: the dump was made with another phrase encoder than the given model")
     first = _read_json(shards[0] / "shard.json")
 
-    def build(target: Path | None) -> PhraseIndex:
-        index = PhraseIndex.create_for_encoder(
+    def create(target: Path | None) -> PhraseIndex:
+        return PhraseIndex.create_for_encoder(
             int(settings["dim"]),
             settings["model_fingerprint"],
             dict(settings["model_config"]),
@@ -62,14 +68,91 @@ def merge_dump(
             model_path=model_path,
             codec=VectorCodec(**first["codec"]),
         )
-        index.structure.index, index.structure.flat_search = None, "mmap"  # built once, from all vectors
+
+    def fill(index: PhraseIndex) -> None:
         for shard_dir in tqdm(shards, desc="merging shards", unit="shard", disable=not progress):
             index.append_shard(PhraseShard.load(shard_dir), merging=True)
+
+    return build_index(path, create, fill, faiss_factory, on_disk, flat_search, progress, **reindex_options)
+
+
+def copy_with_key_vectors(
+    index: PhraseIndex,
+    path: str | Path,
+    key_vectors: int | None,
+    faiss_factory: str = AUTO,
+    progress: bool = True,
+    **reindex_options: Any,
+) -> PhraseIndex:
+    """A new index at ``path`` (must not exist or be empty) of ``index``'s live passages and their stored vectors,
+    nothing encoded again, whose FAISS structure searches ``key_vectors`` key vectors a passage
+    (:mod:`~dphr_haystack.index.keys`; None: every stored vector) in ``faiss_factory`` (``auto``: chosen for its
+    size). Deleted passages are left out. Built in a temporary sibling directory and renamed into place.
+
+    Example:
+        >>> copy_with_key_vectors(PhraseIndex.load("my-index"), "my-index-keys", key_vectors=8)
+    """
+    from tqdm.auto import tqdm
+
+    def create(target: Path | None) -> PhraseIndex:
+        return PhraseIndex.create_for_encoder(
+            index.dim,
+            index.model_fingerprint,
+            dict(index.manifest["model_config"]),
+            target,
+            faiss_factory="Flat",
+            filter_threshold=index.filter_threshold,
+            model_path=index.manifest.get("model_path"),
+            codec=index.codec,
+            key_vectors=key_vectors,
+        )
+
+    def fill(new: PhraseIndex) -> None:
+        chunks = tqdm(passage_chunks(index), desc="copying passages", unit="chunk", disable=not progress)
+        for records, piece in chunks:
+            new.append_stream(records, [piece], index.codec, merging=True)
+
+    return build_index(path, create, fill, faiss_factory, False, "faiss", progress, **reindex_options)
+
+
+def passage_chunks(index: PhraseIndex, chunk: int = 512) -> Iterator[tuple[list[dict[str, Any]], ShardPiece]]:
+    """The live passages of ``index`` ``chunk`` at a time, each chunk's records with a piece of their stored vectors
+    and tokens (token passage rows counted from the chunk's first passage), as :meth:`PhraseIndex.append_stream`
+    takes them."""
+    live = np.flatnonzero(~index.deleted)
+    stored = index.storage.vectors.view()
+    for begin in range(0, len(live), chunk):
+        rows = live[begin : begin + chunk]
+        count = index.num_tokens[rows]
+        token_rows = rows_of_passages(index.first_token[rows], count)
+        tokens = index.tokens[token_rows].copy()
+        tokens["passage"] = np.repeat(np.arange(len(rows)), count)
+        yield [index.passages[r] for r in rows], ShardPiece(stored[token_rows], tokens)
+
+
+def build_index(
+    path: str | Path | None,
+    create: Callable[[Path | None], PhraseIndex],
+    fill: Callable[[PhraseIndex], None],
+    faiss_factory: str,
+    on_disk: bool,
+    flat_search: str,
+    progress: bool,
+    **reindex_options: Any,
+) -> PhraseIndex:
+    """An index made by ``create(directory)`` (empty, flat) and ``fill(index)`` (appends while merging: nothing
+    committed, no FAISS structure), committed once, then given its FAISS structure ``faiss_factory`` from all its
+    vectors; with ``path``, built in a temporary sibling directory and renamed into place."""
+
+    def build(target: Path | None) -> PhraseIndex:
+        index = create(target)
+        index.structure.index, index.structure.flat_search = None, "mmap"  # built once, from all vectors
+        fill(index)
         index.structure.flat_search = flat_search
         if faiss_factory == AUTO:
-            index.manifest["structure"] = {"policy": "auto", "built_for": len(index)}
+            index.manifest["structure"] = {"policy": "auto", "built_for": index.num_searched_vectors}
             index.commit()
-            if needs_rebuild(index.manifest, len(index), index.dim):
+            if needs_rebuild(index.manifest, index.num_searched_vectors, index.dim):
                 index.build_auto_structure(progress)
             else:
                 index.structure.load()

@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from .._util import atomic
-from .._util.disk import directory_bytes, human_size
 from .._util.lock import WriterLock, directory_entries
 from .._util.nofollow import make_temp_dir, refuse_symlink
 from ..errors import IndexLoadError, IndexWriteError, InvalidParameterError, ModelMismatchError
@@ -30,22 +29,14 @@ from . import auto
 from . import structures as index_types
 from .codec import VectorCodec
 from .faiss_structure import FaissStructure
+from .keys import check_key_budget
+from .manifest import KEYED_FORMAT_VERSION, MANIFEST, check_model, manifest_stamp, new_manifest, read_manifest
 from .passages import PassageTable, RowCache
+from .private import private_copy
 from .reindexing import Reindexing
 from .rounds import SearchedRows
 from .shards import PhraseShard, ShardPiece
-from .storage import (
-    LOAD_ATTEMPTS,
-    MANIFEST,
-    IndexStorage,
-    check_model,
-    check_tombstones,
-    load_errors,
-    manifest_stamp,
-    new_manifest,
-    read_manifest,
-    remove_uncommitted_files,
-)
+from .storage import LOAD_ATTEMPTS, IndexStorage, check_tombstones, load_errors, remove_uncommitted_files
 from .transaction import Transactions, write_errors, writes
 
 logger = logging.getLogger(__name__)
@@ -92,6 +83,7 @@ class PhraseIndex(Reindexing):
         model_path: str | None = None,
         codec: VectorCodec | None = None,
         lock_timeout: float | None = None,
+        key_vectors: int | None = None,
     ) -> PhraseIndex:
         """A new, empty index for ``model``'s phrase vectors; on disk at ``path`` (must not exist) or in memory.
 
@@ -99,7 +91,10 @@ class PhraseIndex(Reindexing):
         :mod:`~dphr_haystack.index.auto`) or any FAISS factory string, kept whatever the size.
         ``model_path``: the model the index records (what ``dphr search`` loads without ``--model``); by default the
         shipped name or directory ``model`` was loaded from, None for a model built in memory.
-        ``lock_timeout``: how long this object's writes wait for another writer of ``path`` (see the class)."""
+        ``lock_timeout``: how long this object's writes wait for another writer of ``path`` (see the class).
+        ``key_vectors``: FAISS searches this many k-means centroids of each passage's vectors instead of every vector,
+        and a search reads the passages they hit whole (:mod:`~dphr_haystack.index.keys`: about a quarter of the
+        structure's RAM at 8, within 1 EM point); None searches every stored vector."""
         return cls.create_for_encoder(
             model.hidden_size,
             model.phrase_fingerprint(),
@@ -111,6 +106,7 @@ class PhraseIndex(Reindexing):
             model_path=model_path if model_path is not None else loaded_model_reference(model),
             codec=codec,
             lock_timeout=lock_timeout,
+            key_vectors=key_vectors,
         )
 
     @classmethod
@@ -126,6 +122,7 @@ class PhraseIndex(Reindexing):
         model_path: str | None = None,
         codec: VectorCodec | None = None,
         lock_timeout: float | None = None,
+        key_vectors: int | None = None,
     ) -> PhraseIndex:
         """:meth:`create` from what it needs of a model: its dimension, phrase fingerprint and config (a dump's
         settings, when merging one)."""
@@ -137,6 +134,9 @@ class PhraseIndex(Reindexing):
             dim, model_fingerprint, model_config, model_path, codec or VectorCodec(dtype), calibrated
         )
         manifest.update({"filter_threshold": filter_threshold, "faiss_factory": faiss_factory})
+        key_vectors = check_key_budget(key_vectors)
+        if key_vectors:
+            manifest.update({"key_vectors": key_vectors, "format_version": KEYED_FORMAT_VERSION})
         manifest["structure"] = {"policy": policy}
         index = cls(manifest, Path(path) if path is not None else None, lock_timeout)
         index.structure.reset()
@@ -196,6 +196,7 @@ class PhraseIndex(Reindexing):
             index = cls(manifest, path, lock_timeout)
             index.structure.flat_search = flat_search
             index.storage.check_files(verify)
+            index.storage.check_key_rows(0)
             records, counts = index.storage.read_passages()
             index.table.register(records, counts, len(index))
             index._apply_tombstones(0)
@@ -259,7 +260,7 @@ class PhraseIndex(Reindexing):
 
     def _catch_up(self, fresh: dict[str, Any]) -> None:
         """Read the passages, vectors and tombstones other writers appended (``fresh`` extends this index)."""
-        old_vectors, old_tombstones = len(self), self.storage.tombstones.length
+        old_searched, old_tombstones = self.num_searched_vectors, self.storage.tombstones.length
         previous_file = self.manifest.get("faiss_file")
         records, counts = self.storage.catch_up(fresh, self.num_passages)
         self.table.register(records, counts, len(self))
@@ -268,7 +269,7 @@ class PhraseIndex(Reindexing):
         if fresh.get("faiss_file") != previous_file and fresh.get("faiss_file"):
             self.structure.load()  # the writer saved its trained structure with the new vectors
         elif self.structure.index is not None:
-            self.structure.add(self.storage.vectors.view()[old_vectors:])
+            self.structure.add(self.storage.searched.view()[old_searched:])
         self.structure.refresh_backend()
 
     def _adopt(self, other: PhraseIndex) -> None:
@@ -284,6 +285,17 @@ class PhraseIndex(Reindexing):
     def __len__(self) -> int:
         """Number of stored token vectors (deleted passages included until compaction)."""
         return self.storage.vectors.length
+
+    @property
+    def num_searched_vectors(self) -> int:
+        """Vectors the FAISS structure holds: the key vectors (:attr:`key_vectors`), or every stored vector."""
+        return self.storage.searched.length
+
+    @property
+    def key_vectors(self) -> int | None:
+        """Key vectors a passage that FAISS searches (the searcher reads the passages they hit whole); None: every
+        stored vector is searched."""
+        return self.storage.key_budget
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -345,11 +357,15 @@ class PhraseIndex(Reindexing):
         return self.storage.auto_structure
 
     def check_settings(
-        self, dtype: str | None = None, filter_threshold: float | str | None = None, faiss_factory: str | None = None
+        self,
+        dtype: str | None = None,
+        filter_threshold: float | str | None = None,
+        faiss_factory: str | None = None,
+        key_vectors: int | None = None,
     ) -> None:
         """Raise SettingsConflictError when a setting asked of a resumed index differs from what it was built with
         (see :meth:`IndexStorage.check_settings`)."""
-        self.storage.check_settings(dtype, filter_threshold, faiss_factory)
+        self.storage.check_settings(dtype, filter_threshold, faiss_factory, key_vectors)
 
     @property
     def filter_threshold(self) -> float | None:
@@ -479,8 +495,10 @@ class PhraseIndex(Reindexing):
         start = len(self)
         keep = self.path is None and not merging  # the stored vectors, kept for FAISS only when the index is in memory
         counts, added = self.storage.append_pieces(pieces, codec, len(records), self.num_passages, keep)
+        new = added if self.path is None else [self.storage.vectors.view()[start:]]
+        if self.key_vectors:
+            new = [self.storage.append_keys(counts, start)]
         if not merging:
-            new = added if self.path is None else [self.storage.vectors.view()[start:]]
             for block in new:
                 self.structure.train_if_needed(block)
                 self.structure.add(block)
@@ -489,7 +507,7 @@ class PhraseIndex(Reindexing):
         if not merging:
             self.commit()
             self.structure.refresh_backend(faiss_only=True)  # a GPU copy does not see CPU adds
-            if self.auto_structure and auto.needs_rebuild(self.manifest, len(self), self.dim):
+            if self.auto_structure and auto.needs_rebuild(self.manifest, self.num_searched_vectors, self.dim):
                 try:
                     self.build_auto_structure(progress=False)
                 except IndexWriteError as exc:  # rolled back to the committed add (see writing)
@@ -541,37 +559,9 @@ class PhraseIndex(Reindexing):
                 (self.path / old_faiss).unlink(missing_ok=True)
 
     def private_copy(self) -> PhraseIndex:
-        """A copy of this index in a temporary directory (Python's ``tempfile`` one: ``TMPDIR`` chooses it), removed
-        once the copy is garbage: what a store writes to instead of a directory it opened but must not change
-        (copy-on-write).
-
-        A copy the temporary directory's disk has no room for is refused before anything is written
-        (:class:`~dphr_haystack.errors.IndexWriteError` saying how much it needs and where to point ``TMPDIR``):
-        a large index is gigabytes, and the temporary directory is often a small, memory-backed file system.
-        """
-        import tempfile
-        import weakref
-
-        where = Path(tempfile.gettempdir())
-        needed = directory_bytes(self.path) if self.path is not None else 0
-        free = shutil.disk_usage(where).free
-        if needed > free:
-            raise IndexWriteError(
-                f"cannot write the phrase index {self.path}: a store never writes the index directory it was opened "
-                f"from, and its first phrase change writes to a private copy of it, which needs about "
-                f"{human_size(needed)} where {where} has {human_size(free)} free; set TMPDIR to a directory "
-                "on a disk with room and retry"
-            )
-        folder = Path(tempfile.mkdtemp(prefix="dphr-phrases-"))
-        try:
-            self.save(folder / "index")
-            private = type(self).load(folder / "index", verify=False)
-        except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise
-        weakref.finalize(private, shutil.rmtree, folder, True)
-        logger.info("phrase index %s copied to %s (%s) for writing", self.path, folder, human_size(needed))
-        return private
+        """A copy of this index in a temporary directory, removed once the copy is garbage: what a store writes to
+        instead of a directory it opened but must not change (:func:`~dphr_haystack.index.private.private_copy`)."""
+        return private_copy(self)
 
     def save(self, path: str | Path) -> None:
         """Write a complete copy to ``path`` atomically (temporary directory, then rename).

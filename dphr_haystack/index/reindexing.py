@@ -32,7 +32,7 @@ TUNING_QUERIES = "tuning_queries.npy"
 
 class Reindexing:
     """The reindexing methods of :class:`~dphr_haystack.index.phrase_index.PhraseIndex` (which provides ``writing``,
-    ``commit``, ``save``, ``load``, ``structure``, ``manifest``, ``path`` and ``to``)."""
+    ``commit``, ``save``, ``load``, ``structure``, ``manifest``, ``path``, ``num_searched_vectors`` and ``to``)."""
 
     @writes
     def reindex(
@@ -90,7 +90,7 @@ class Reindexing:
         """Build the structure ``auto`` picks for the current size and tune its ``nprobe`` (see ``auto``), on the
         questions' vectors it keeps when it was tuned on questions (:meth:`retune`), else on probes; commits. Call it
         inside :meth:`writing`."""
-        factory = auto.auto_factory(len(self), self.dim)
+        factory = auto.auto_factory(self.num_searched_vectors, self.dim)
         previous = self.manifest.get("structure") or {}
         queries = self.tuning_queries()
         if queries is None and previous.get("tuned_on") == "questions":
@@ -99,14 +99,14 @@ class Reindexing:
                 "vectors are not kept beside it); tune it on questions again: dphr reindex --index DIR --retune "
                 "--questions FILE",
                 self.path or "the index",
-                len(self),
+                self.num_searched_vectors,
             )
         self._building_auto = True
         try:
             self.reindex(factory, progress=progress)
         finally:
             self._building_auto = False
-        structure: dict[str, Any] = {"policy": "auto", "built_for": len(self)}
+        structure: dict[str, Any] = {"policy": "auto", "built_for": self.num_searched_vectors}
         if queries is not None:
             structure["tuning_queries"] = previous["tuning_queries"]
         self.manifest["structure"] = structure

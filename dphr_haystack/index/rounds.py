@@ -41,6 +41,8 @@ class SearchedRows:
         self.stored, self.decode = stored, decode
         self.scores = np.empty((0, 0), dtype=np.float32)
         self.ids = np.empty((0, 0), dtype=np.int64)
+        # the FAISS ids of the searched vectors as stored rows (key vectors stand for rows; else themselves)
+        self.stored_rows: Callable[[np.ndarray], np.ndarray] = lambda ids: ids
 
     def fetched(self, k: int) -> int:
         """How many candidates a search for k keeps from the FAISS index (more to re-rank with ``refine``)."""
@@ -59,9 +61,9 @@ class SearchedRows:
             return None
         complete = self.ids.shape[1] >= self.total
         _, ids, settled = ranked_head(self.scores[which], self.ids[which], self.fetched(k), complete)
-        if self.refine <= 1:
-            return ids, settled
-        return refine_exact(self.queries[which], ids, k, self.stored, self.decode)[1], settled
+        if self.refine > 1:
+            ids = refine_exact(self.queries[which], ids, k, self.stored, self.decode)[1]
+        return self.stored_rows(ids), settled
 
 
 class TokenSearch(Protocol):

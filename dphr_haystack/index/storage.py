@@ -4,11 +4,15 @@ Layout of an index directory::
 
     manifest.json     format version, model fingerprint and config, dim, codec, filter threshold,
                       FAISS factory, counts, byte lengths and SHA-256 of the metadata files
-    vectors.bin       token vectors (float16 / int8), row = FAISS id, consecutive per passage
+                      (:mod:`~dphr_haystack.index.manifest`)
+    vectors.bin       token vectors (float16 / int8), row = FAISS id (without keys), consecutive per passage
     tokens.bin        per token: passage, subword position, char start, char end
     passages.jsonl    one record per passage: id, document_id, title, text, meta
     tombstones.bin    passage rows deleted (int64)
-    faiss-N.index     the trained FAISS index (only for non-flat types; flat ones are rebuilt from vectors)
+    keys.bin          with ``key_vectors=B``: each passage's B key vectors (its stored dtype), what FAISS searches
+    key_rows.bin      the stored row each key vector stands for (int64)
+    faiss-N.index     the trained FAISS index (only for non-flat types; flat ones are rebuilt from the searched
+                      vectors: the stored ones, or the key vectors)
     faiss-N.ivfdata   inverted lists kept on disk and memory-mapped (``reindex(..., on_disk=True)``, IVF types)
 
 Files are append-only and the manifest records how much of each is valid, so an add commits by
@@ -22,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import os
 import time
 import uuid
@@ -39,88 +42,26 @@ from ..errors import DphrError, IndexLoadError, InvalidParameterError, ModelMism
 from .auto import AUTO
 from .codec import VectorCodec
 from .columns import Column
+from .keys import KEY_ROW_DTYPE, key_vectors
+from .manifest import MANIFEST, manifest_stamp
 from .structures import write_faiss_file
 
-INDEX_FORMAT = "dphr-phrase-index"
 # One stored token (a row of ``tokens.bin``, of a dump shard's tokens.npy): its passage row, subword position and
 # character span in the passage's text.
 TOKEN_DTYPE = np.dtype([("passage", "<i8"), ("position", "<i4"), ("char_start", "<i4"), ("char_end", "<i4")])
-INDEX_FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
 FILES = {
     "vectors": "vectors.bin",
     "tokens": "tokens.bin",
     "passages": "passages.jsonl",
     "tombstones": "tombstones.bin",
+    "keys": "keys.bin",
+    "key_rows": "key_rows.bin",
 }
 
 
 def is_flat(factory: str) -> bool:
     """Whether a FAISS factory string is exact inner product over the stored vectors."""
     return factory.replace(" ", "") in ("Flat", "IDMap,Flat")
-
-
-_MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
-    "model_fingerprint": (str,),
-    "dim": (int,),
-    "codec": (dict,),
-    "faiss_factory": (str,),
-    "counts": (dict,),
-    "passages_bytes": (int,),
-    "checksums": (dict,),
-    "filter_threshold": (int, float, type(None)),
-    "faiss_file": (str, type(None)),
-    "model_path": (str, type(None)),
-    "model_config": (dict,),
-}
-
-
-def check_manifest(manifest: dict[str, Any], manifest_path: Path) -> None:
-    """Raise IndexLoadError on a manifest whose fields have the wrong types or impossible values."""
-    for key, types in _MANIFEST_TYPES.items():
-        value = manifest.get(key)
-        if key not in manifest or not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            raise IndexLoadError(f"{manifest_path} is corrupted: {key}={value!r:.80}")
-    counts = manifest["counts"]
-    if (
-        manifest["dim"] < 1
-        or manifest["passages_bytes"] < 0
-        or not all(
-            isinstance(counts.get(k), int) and not isinstance(counts.get(k), bool) and counts[k] >= 0
-            for k in ("vectors", "passages", "tombstones")
-        )
-    ):
-        raise IndexLoadError(f"{manifest_path} is corrupted: dim {manifest['dim']!r}, counts {counts!r:.120}")
-    for key in ("faiss_file", "faiss_ivfdata"):
-        name = manifest.get(key)
-        if name is not None and (not isinstance(name, str) or Path(name).name != name or name.startswith(".")):
-            raise IndexLoadError(f"{manifest_path} is corrupted: {key}={name!r:.80} is not a file of the index")
-    try:
-        VectorCodec(**manifest["codec"])
-    except (TypeError, InvalidParameterError) as exc:
-        raise IndexLoadError(f"{manifest_path} is corrupted: codec {manifest['codec']!r:.80} ({exc})") from exc
-    problem = search_params_problem(manifest.get("search_params"))
-    if problem:
-        raise IndexLoadError(f"{manifest_path} is corrupted: {problem}")
-
-
-_MAX_SEARCH_PARAM = 2**31 - 1  # FAISS takes its search parameters as C ints or doubles
-
-
-def search_params_problem(params: Any) -> str | None:
-    """What is wrong with search parameters, or None: names mapped to finite numbers in FAISS' range (0 to
-    2**31 - 1), ``refine`` (dphr's, not FAISS') an integer ≥ 1."""
-    if params is None:
-        return None
-    if not isinstance(params, dict):
-        return f"search_params={params!r:.80} is not a mapping"
-    for name, value in params.items():
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not isinstance(name, str) or not (number and math.isfinite(value) and 0 <= value <= _MAX_SEARCH_PARAM):
-            return f"search parameter {name!s:.40}={value!r:.40} is not a number from 0 to {_MAX_SEARCH_PARAM}"
-        if name == "refine" and (value < 1 or value != int(value)):
-            return f"search parameter refine={value!r} is not an integer ≥ 1"
-    return None
 
 
 def check_tombstones(tombstones: np.ndarray, num_passages: int, file: Path) -> None:
@@ -190,15 +131,6 @@ APPEND_BYTES = 16 << 20
 LOAD_ATTEMPTS = 5  # loads retried when a writer committed while they read (see PhraseIndex.load)
 
 
-def manifest_stamp(file: Path) -> tuple[int, int, int] | None:
-    """Identity of a committed manifest (every commit renames a new file into place), None when absent."""
-    try:
-        info = os.stat(file)
-    except OSError:
-        return None
-    return (info.st_ino, info.st_mtime_ns, info.st_size)
-
-
 @contextlib.contextmanager
 def load_errors(path: Path) -> Iterator[None]:
     """Turn any failure reading the index directory ``path`` into IndexLoadError (typed errors pass through)."""
@@ -210,73 +142,6 @@ def load_errors(path: Path) -> Iterator[None]:
         raise IndexLoadError(f"{path} is corrupted: {type(exc).__name__}: {exc}") from exc  # RecursionError too
     except OSError as exc:  # unreadable files, a file a concurrent commit replaced, a directory where a file goes
         raise IndexLoadError(f"{path}: {type(exc).__name__}: {exc}") from exc
-
-
-def new_manifest(
-    dim: int,
-    model_fingerprint: str,
-    model_config: dict[str, Any],
-    model_path: str | None,
-    codec: VectorCodec,
-    codec_calibrated: bool,
-) -> dict[str, Any]:
-    """The manifest of a new, empty index: exact search (``Flat``) without filtering until the caller says more."""
-    return {
-        "format": INDEX_FORMAT,
-        "format_version": INDEX_FORMAT_VERSION,
-        "model_fingerprint": model_fingerprint,
-        "model_path": model_path,
-        "model_config": model_config,
-        "dim": dim,
-        "codec": codec.to_dict(),
-        "codec_calibrated": codec_calibrated,
-        "filter_threshold": None,
-        "faiss_factory": "Flat",
-        "metric": "inner_product",
-        "counts": {"vectors": 0, "passages": 0, "tombstones": 0},
-        "passages_bytes": 0,
-        "faiss_file": None,
-        "checksums": {},
-        "created": time.time(),
-        "uid": uuid.uuid4().hex,
-        "structure": {"policy": "fixed"},
-    }
-
-
-def read_manifest(path: Path) -> dict[str, Any]:
-    """The checked manifest of the index directory ``path``."""
-    manifest_path = path / MANIFEST
-    if not manifest_path.is_file():
-        raise IndexLoadError(f"{manifest_path} not found: not a phrase index directory")
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise IndexLoadError(f"{manifest_path} is corrupted: {exc}") from exc
-    except RecursionError as exc:  # e.g. 100,000 nested brackets
-        raise IndexLoadError(f"{manifest_path} is corrupted: JSON nested too deeply") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != INDEX_FORMAT:
-        raise IndexLoadError(f"{manifest_path}: not a {INDEX_FORMAT} manifest")
-    if manifest.get("format_version") != INDEX_FORMAT_VERSION:
-        raise IndexLoadError(
-            f"{manifest_path}: index format version {manifest.get('format_version')!r}; "
-            f"this library reads version {INDEX_FORMAT_VERSION}: rebuild the index"
-        )
-    check_manifest(manifest, manifest_path)
-    return manifest
-
-
-def check_model(manifest: dict[str, Any], manifest_path: Path, dim: int, phrase_fingerprint: str) -> None:
-    """Raise ModelMismatchError unless a model of this dimension and phrase fingerprint made the index's vectors."""
-    if dim != manifest["dim"]:
-        raise ModelMismatchError(
-            f"{manifest_path}: the index holds {manifest['dim']}-dimensional vectors, the "
-            f"given model makes {dim}-dimensional ones"
-        )
-    if phrase_fingerprint != manifest["model_fingerprint"]:
-        raise ModelMismatchError(
-            f"{manifest_path}: the index was built with another phrase encoder (fingerprint "
-            f"{manifest['model_fingerprint'][:12]}…, given model {phrase_fingerprint[:12]}…)"
-        )
 
 
 def passage_lines(records: list[dict[str, Any]]) -> bytes:
@@ -301,10 +166,13 @@ class IndexStorage:
         self.vectors = Column(self.codec.numpy_dtype, self.dim, file("vectors"), cols.get("vectors", 0))
         self.tokens = Column(TOKEN_DTYPE, None, file("tokens"), cols.get("vectors", 0))
         self.tombstones = Column(np.int64, None, file("tombstones"), cols.get("tombstones", 0))
+        self.keys = Column(self.codec.numpy_dtype, self.dim, file("keys"), cols.get("keys", 0))
+        self.key_rows = Column(KEY_ROW_DTYPE, None, file("key_rows"), cols.get("keys", 0))
         self.passage_bytes = int(manifest.get("passages_bytes", 0))
 
     def file(self, key: str) -> Path:
-        """The path of one of the index's files (``vectors``, ``tokens``, ``passages``, ``tombstones``)."""
+        """The path of one of the index's files (``vectors``, ``tokens``, ``passages``, ``tombstones``, ``keys``,
+        ``key_rows``)."""
         assert self.path is not None
         return self.path / FILES[key]
 
@@ -317,8 +185,39 @@ class IndexStorage:
         """Whether the index chooses its FAISS structure by size (``faiss_factory="auto"``)."""
         return (self.manifest.get("structure") or {}).get("policy") == "auto"
 
+    @property
+    def key_budget(self) -> int | None:
+        """Key vectors a passage that FAISS searches (:mod:`~dphr_haystack.index.keys`); None: every stored vector."""
+        return self.manifest.get("key_vectors")
+
+    @property
+    def searched(self) -> Column:
+        """The vectors the FAISS structure holds, row for row: the key vectors, or every stored vector."""
+        return self.keys if self.key_budget else self.vectors
+
+    def stored_rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows of :attr:`searched` (FAISS ids, -1 for none) as the stored rows they stand for."""
+        if not self.key_budget:
+            return ids
+        rows = self.key_rows.view()
+        return np.where(ids >= 0, rows[np.maximum(ids, 0)], -1) if len(rows) else np.full_like(ids, -1)
+
+    def columns(self) -> dict[str, Column]:
+        """The append-only columns, by file key."""
+        return {
+            "vectors": self.vectors,
+            "tokens": self.tokens,
+            "tombstones": self.tombstones,
+            "keys": self.keys,
+            "key_rows": self.key_rows,
+        }
+
     def check_settings(
-        self, dtype: str | None = None, filter_threshold: float | str | None = None, faiss_factory: str | None = None
+        self,
+        dtype: str | None = None,
+        filter_threshold: float | str | None = None,
+        faiss_factory: str | None = None,
+        key_vectors: int | None = None,
     ) -> None:
         """Raise SettingsConflictError when a setting asked of a resumed index differs from what it was built with.
 
@@ -326,6 +225,7 @@ class IndexStorage:
             dtype: Stored vector dtype (``float16``, ``int8``); None: not asked.
             filter_threshold: Filter threshold, or ``"none"`` for no filtering; None: not asked.
             faiss_factory: ``auto`` or a FAISS factory string; None: not asked.
+            key_vectors: Key vectors a passage; None: not asked.
         """
         built_factory, threshold = self.manifest["faiss_factory"], self.manifest["filter_threshold"]
         asked: list[tuple[str, Any, Any]] = []
@@ -341,6 +241,8 @@ class IndexStorage:
                 self.auto_structure or faiss_factory.replace(" ", "") == built_factory.replace(" ", "")
             )
             asked.append(("faiss_factory", faiss_factory, faiss_factory if same else built))
+        if key_vectors is not None:
+            asked.append(("key_vectors", key_vectors, self.key_budget))
         for name, wanted, built in asked:
             if wanted != built:
                 raise SettingsConflictError(
@@ -378,6 +280,8 @@ class IndexStorage:
             "tokens": counts["vectors"] * self.tokens.row_bytes,
             "passages": self.passage_bytes,
             "tombstones": counts["tombstones"] * 8,
+            "keys": counts.get("keys", 0) * self.keys.row_bytes,
+            "key_rows": counts.get("keys", 0) * self.key_rows.row_bytes,
         }
         for key, size in expected.items():
             file = self.file(key)
@@ -389,6 +293,16 @@ class IndexStorage:
                 file = self.file(key)
                 if sha256_prefix(file, expected[key]) != digest:
                     raise IndexLoadError(f"{file} is corrupted: its checksum does not match {MANIFEST}")
+
+    def check_key_rows(self, start: int) -> None:
+        """Raise IndexLoadError unless each key row from ``start`` is a stored row (or keys are not kept)."""
+        if not self.key_budget and not self.keys.length:
+            return
+        rows = self.key_rows.view()[start:]
+        if self.key_budget is None or (len(rows) and (rows.min() < 0 or rows.max() >= self.vectors.length)):
+            raise IndexLoadError(
+                f"{self.where('key_rows')} is corrupted: key rows outside the {self.vectors.length} stored vectors"
+            )
 
     def read_passage_records(self, start: int, end: int) -> list[dict[str, Any]]:
         """The passage records stored in bytes ``start:end`` of ``passages.jsonl``, checked."""
@@ -443,6 +357,8 @@ class IndexStorage:
             and counts["vectors"] >= self.vectors.length
             and counts["passages"] >= num_passages
             and counts["tombstones"] >= self.tombstones.length
+            and counts.get("keys", 0) >= self.keys.length
+            and fresh.get("key_vectors") == self.key_budget
             and fresh["passages_bytes"] >= self.passage_bytes
         )
 
@@ -454,15 +370,19 @@ class IndexStorage:
         old_vectors, old_bytes = self.vectors.length, self.passage_bytes
         counts = fresh["counts"]
         self.manifest, self.codec = fresh, VectorCodec(**fresh["codec"])
-        self.vectors.dtype = np.dtype(self.codec.numpy_dtype)
+        self.vectors.dtype = self.keys.dtype = np.dtype(self.codec.numpy_dtype)
+        old_keys = self.keys.length
         for column, length in (
             (self.vectors, counts["vectors"]),
             (self.tokens, counts["vectors"]),
             (self.tombstones, counts["tombstones"]),
+            (self.keys, counts.get("keys", 0)),
+            (self.key_rows, counts.get("keys", 0)),
         ):
             column.extend_to(length)
         self.passage_bytes = fresh["passages_bytes"]
         self.check_files(False)
+        self.check_key_rows(old_keys)
         records = self.read_passage_records(old_bytes, fresh["passages_bytes"])
         rows = self.tokens.view()["passage"][old_vectors:]
         first = num_passages
@@ -540,8 +460,21 @@ class IndexStorage:
             raise
         return counts, added
 
+    def append_keys(self, counts: np.ndarray, first_row: int) -> np.ndarray:
+        """Append the key vectors of the passages just appended (``counts`` stored vectors each, from ``first_row``;
+        :mod:`~dphr_haystack.index.keys`); returns them in the stored dtype, for the FAISS structure."""
+        stored = self.vectors.view()[first_row:]
+        vectors, rows = key_vectors(stored, counts, first_row, int(self.key_budget or 0), self.codec.decode)
+        coded = self.codec.encode(vectors)
+        self.keys.append(coded)
+        self.key_rows.append(rows)
+        return coded
+
     def counts(self, num_passages: int) -> dict[str, int]:
-        return {"vectors": self.vectors.length, "passages": num_passages, "tombstones": self.tombstones.length}
+        counts = {"vectors": self.vectors.length, "passages": num_passages, "tombstones": self.tombstones.length}
+        if self.key_budget:
+            counts["keys"] = self.keys.length
+        return counts
 
     def update_counts(self, num_passages: int) -> None:
         """Record the current lengths in the manifest (in memory)."""
@@ -560,6 +493,7 @@ class IndexStorage:
                 ("tokens", self.tokens.length * self.tokens.row_bytes),
                 ("passages", self.passage_bytes),
                 ("tombstones", self.tombstones.length * 8),
+                *((("key_rows", self.key_rows.length * 8),) if self.key_budget else ()),
             )
         }
         atomic.write_file_atomic(self.path / MANIFEST, json.dumps(self.manifest, indent=1))
@@ -576,6 +510,11 @@ class IndexStorage:
         self.vectors.write_to(tmp / FILES["vectors"])
         self.tokens.write_to(tmp / FILES["tokens"])
         self.tombstones.write_to(tmp / FILES["tombstones"])
+        checked = ["tokens", "passages", "tombstones"]
+        if self.key_budget:
+            self.keys.write_to(tmp / FILES["keys"])
+            self.key_rows.write_to(tmp / FILES["key_rows"])
+            checked.append("key_rows")
         payload = passage_lines(records)
         with open_no_follow(tmp / FILES["passages"], "xb") as handle:
             handle.write(payload)
@@ -585,9 +524,7 @@ class IndexStorage:
         manifest["counts"] = self.counts(len(records))
         manifest["faiss_file"] = None
         write_structure(tmp, manifest)
-        manifest["checksums"] = {
-            key: sha256_prefix(tmp / FILES[key], None) for key in ("tokens", "passages", "tombstones")
-        }
+        manifest["checksums"] = {key: sha256_prefix(tmp / FILES[key], None) for key in checked}
         for file in tmp.iterdir():
             atomic.fsync_file(file)
         atomic.write_file_atomic(tmp / MANIFEST, json.dumps(manifest, indent=1))

@@ -40,7 +40,7 @@ class Savepoint:
 
     manifest: dict[str, Any]
     codec: Any
-    lengths: tuple[int, int, int]  # rows of vectors, tokens, tombstones
+    lengths: dict[str, int]  # rows of each column (vectors, tokens, tombstones, keys, key rows)
     passage_bytes: int
     table: tuple[int, np.ndarray, dict[str, int]]
     structure: Any
@@ -55,7 +55,7 @@ def take_savepoint(storage: IndexStorage, table: PassageTable, structure: FaissS
     return Savepoint(
         manifest=copy.deepcopy(storage.manifest),
         codec=storage.codec,
-        lengths=(storage.vectors.length, storage.tokens.length, storage.tombstones.length),
+        lengths={key: column.length for key, column in storage.columns().items()},
         passage_bytes=storage.passage_bytes,
         table=table.mark(),
         structure=index,
@@ -71,8 +71,8 @@ def roll_back(point: Savepoint, storage: IndexStorage, table: PassageTable, stru
     written = {storage.manifest.get(key) for key in ("faiss_file", "faiss_ivfdata")}
     params = storage.manifest.get("search_params")
     storage.manifest, storage.codec = copy.deepcopy(point.manifest), point.codec
-    for column, length in zip((storage.vectors, storage.tokens, storage.tombstones), point.lengths, strict=True):
-        column.truncate(length)
+    for key, column in storage.columns().items():
+        column.truncate(point.lengths[key])
     storage.passage_bytes = point.passage_bytes
     table.roll_back(point.table)
     _roll_back_structure(point, storage, structure, params)
@@ -94,7 +94,7 @@ def _roll_back_structure(point: Savepoint, storage: IndexStorage, structure: Fai
             structure.load()  # the committed FAISS file (or a flat structure rebuilt from the stored vectors)
         else:
             index.reset()  # keeps the training
-            structure.add(storage.vectors.view())
+            structure.add(storage.searched.view())
 
 
 def _remove_tail(index, ntotal: int) -> bool:
@@ -110,12 +110,8 @@ def _remove_tail(index, ntotal: int) -> bool:
 def _drop_uncommitted_bytes(storage: IndexStorage, stale_files: set[Any]) -> None:
     """Free what a failed write left on disk: bytes past the savepoint's lengths, FAISS files it wrote."""
     assert storage.path is not None
-    sizes = {
-        "vectors": storage.vectors.length * storage.vectors.row_bytes,
-        "tokens": storage.tokens.length * storage.tokens.row_bytes,
-        "tombstones": storage.tombstones.length * storage.tombstones.row_bytes,
-        "passages": storage.passage_bytes,
-    }
+    sizes = {key: column.length * column.row_bytes for key, column in storage.columns().items()}
+    sizes["passages"] = storage.passage_bytes
     for key, size in sizes.items():
         file = storage.path / FILES[key]
         with contextlib.suppress(OSError):

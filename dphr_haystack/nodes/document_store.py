@@ -23,6 +23,7 @@ from .._util.lock import DEFAULT_LOCK_TIMEOUT, check_lock_timeout
 from .._util.nofollow import refuse_symlink
 from ..documents.passages import PassageRule
 from ..errors import DphrError, InvalidParameterError
+from ..index.keys import check_key_budget
 from ..index.phrase_index import PhraseIndex
 from ..params import check_choice, check_param
 from ._rwlock import ReadWriteLock, write_locked
@@ -92,6 +93,10 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
         faiss_factory: FAISS structure of new phrase indexes: ``auto`` (exact while small, then chosen and tuned
             for the size), ``Flat`` (always exact) or any FAISS factory string.
         phrase_dtype: Storage of phrase vectors: ``float16``, ``float32`` or ``int8``.
+        phrase_key_vectors: For large corpora: the FAISS structure of new phrase indexes searches this many k-means
+            centroids of each passage's vectors instead of every vector, and searches read the passages they hit
+            whole (8: a quarter of the structure's RAM, within 1 EM point; see ``docs/scale.md``); None: every
+            vector.
         title_field: Meta field holding a document's title (encoded before the text, as in DensePhrases).
         document_id_field: Meta field grouping passages into documents for ``unit="document"``
             (absent → each Haystack document is its own document).
@@ -138,6 +143,7 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
         path: str | None = None,
         lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
         phrase_index: str | None = None,
+        phrase_key_vectors: int | None = None,
     ):
         super().__init__()
         settings = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
@@ -177,6 +183,7 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
         path: str | None,
         lock_timeout: float,
         phrase_index: str | None,
+        phrase_key_vectors: int | None,
     ) -> None:
         """The constructor, with the settings a saved directory supplies filled in."""
         self._settings = {
@@ -221,6 +228,7 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
         self.progress_bar = progress_bar
         self.faiss_factory = faiss_factory
         self.phrase_dtype = phrase_dtype
+        self.phrase_key_vectors = check_key_budget(phrase_key_vectors)
         self.title_field = title_field
         self.document_id_field = document_id_field
         self.passage_rule = PassageRule(title_field, document_id_field)

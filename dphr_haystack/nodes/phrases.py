@@ -60,6 +60,7 @@ class PhraseIndexing:
     document_id_field: str
     faiss_factory: str
     phrase_dtype: str
+    phrase_key_vectors: int | None
     progress_bar: bool
     inner: BaseDocumentStore
     _inner: InnerStore
@@ -320,6 +321,7 @@ class PhraseIndexing:
                 filter_threshold=retriever.filter_threshold,
                 model_path=retriever.model,
                 lock_timeout=self.lock_timeout,
+                key_vectors=self.phrase_key_vectors,
             )
             self._phrase_indexes[index] = phrase_index
         elif phrase_index.model_fingerprint != model_fingerprint(model):

@@ -11,7 +11,7 @@ from haystack.errors import DuplicateDocumentError
 from haystack.nodes import BM25Retriever
 from haystack.schema import Answer, Document, Label
 
-from dphr_haystack.errors import ModelMismatchError
+from dphr_haystack.errors import InvalidParameterError, ModelMismatchError
 from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever
 
 pytestmark = pytest.mark.unit
@@ -238,3 +238,21 @@ def test_writes_do_not_rebuild_bm25_until_a_query(monkeypatch):
     store.write_documents([{"content": "a new passage about topic9"}])
     assert [d.content for d in store.query("topic9", top_k=1)] == ["a new passage about topic9"]
     assert len(rebuilds) == 2
+
+
+def test_a_store_of_key_vectors_searches_them_and_saves_them(tiny_model_dir, haystack_docs, tmp_path):
+    store = PhraseDocumentStore(progress_bar=False, phrase_key_vectors=2)
+    retriever = PhraseRetriever(document_store=store, model=str(tiny_model_dir), top_k=3, device="cpu")
+    store.index_documents(haystack_docs, retriever)
+    phrase_index = store.get_phrase_index()
+    assert phrase_index.key_vectors == 2 and phrase_index.num_searched_vectors == 12 < len(phrase_index)
+    expected = retriever.retrieve_batch(["capital of France", "Who wrote Hamlet?"])
+    assert all(len(docs) == 3 for docs in expected)
+    store.save(tmp_path / "store")
+    loaded = PhraseDocumentStore.load(tmp_path / "store")
+    assert loaded.phrase_key_vectors == 2 and loaded.get_phrase_index().key_vectors == 2
+    retriever.document_store = loaded
+    got = retriever.retrieve_batch(["capital of France", "Who wrote Hamlet?"])
+    assert [[d.id for d in ds] for ds in got] == [[d.id for d in ds] for ds in expected]
+    with pytest.raises(InvalidParameterError, match="key_vectors"):
+        PhraseDocumentStore(phrase_key_vectors=-1)

@@ -103,7 +103,7 @@ def test_a_private_copy_without_room_is_refused_before_it_is_written(
     import shutil as real_shutil
     from collections import namedtuple
 
-    import dphr_haystack.index.phrase_index as phrase_index_module
+    import dphr_haystack.index.private as private_module
 
     temp = tmp_path / "temp"
     temp.mkdir()
@@ -111,7 +111,7 @@ def test_a_private_copy_without_room_is_refused_before_it_is_written(
     monkeypatch.setattr("tempfile.tempdir", None)  # read TMPDIR again
     usage, real_usage = namedtuple("usage", "total used free"), real_shutil.disk_usage
     full = lambda path: usage(10**6, 10**6 - 1000, 1000)  # noqa: E731  a disk with 1 kB free
-    monkeypatch.setattr(phrase_index_module.shutil, "disk_usage", full)
+    monkeypatch.setattr(private_module.shutil, "disk_usage", full)
     before = _digest(built_index)
     store = PhraseDocumentStore.from_index(built_index, progress_bar=False)
     retriever = PhraseRetriever(document_store=store, model=str(tiny_model_dir), top_k=3, device="cpu")
@@ -124,7 +124,7 @@ def test_a_private_copy_without_room_is_refused_before_it_is_written(
         store.update_embeddings(retriever)
     assert list(temp.iterdir()) == [] and _digest(built_index) == before  # nothing written anywhere
     assert _answers(retriever, QUERIES) == answers  # it still answers from the index
-    monkeypatch.setattr(phrase_index_module.shutil, "disk_usage", real_usage)  # room again: the write goes on
+    monkeypatch.setattr(private_module.shutil, "disk_usage", real_usage)  # room again: the write goes on
     assert store.update_embeddings(retriever).encoded == 1
     assert store.get_phrase_document_count() == 7
     assert "rome" in {d.id for d in retriever.retrieve("capital of Italy", top_k=7)}

@@ -249,3 +249,24 @@ def test_attach_phrase_index_refuses_an_index_of_other_documents(tiny_model, hs2
     assert [d.id for d in subset.pending_documents()] == ["p4", "p5"]
     assert subset.update_phrases(tiny_model) == 2 and subset.phrase_count() == 6
     assert isinstance(subset.phrase_index, PhraseIndex)
+
+
+def test_a_store_of_key_vectors_searches_them_and_reopens_with_them(tiny_model, hs2_docs, tmp_path, one_torch_thread):
+    path = str(tmp_path / "store")
+    store = PhraseDocumentStore(path=path, progress_bar=False, phrase_key_vectors=2)
+    assert store.to_dict()["init_parameters"]["phrase_key_vectors"] == 2
+    store.write_documents(hs2_docs)
+    store.update_phrases(tiny_model)
+    index = store.phrase_index
+    assert index.key_vectors == 2 and index.num_searched_vectors == 12 < len(index)
+    store.delete_documents(["p3"])
+    before = store.search_phrases(tiny_model, ["Who wrote Hamlet?"], unit="phrase", top_k=5)[0]
+    assert len(before) == 5 and all(d.id != "p3" for _, d in before)
+    data = store.to_dict()
+    del store, index
+    reopened = PhraseDocumentStore.from_dict(data)
+    assert reopened.phrase_index.key_vectors == 2 and reopened.phrase_count() == 5
+    after = reopened.search_phrases(tiny_model, ["Who wrote Hamlet?"], unit="phrase", top_k=5)[0]
+    assert [(h.text, d.id) for h, d in after] == [(h.text, d.id) for h, d in before]
+    with pytest.raises(InvalidParameterError, match="key_vectors"):
+        PhraseDocumentStore(phrase_key_vectors=0)

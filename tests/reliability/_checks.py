@@ -46,7 +46,13 @@ def assert_index_consistent(index: PhraseIndex) -> None:
         assert np.array_equal(index.first_token, np.concatenate([[0], np.cumsum(index.num_tokens)[:-1]]))
     faiss_index = index.faiss_index
     if faiss_index is not None:
-        assert faiss_index.ntotal == len(index)
+        assert faiss_index.ntotal == index.num_searched_vectors
+    if index.key_vectors:  # each passage's keys (at most key_vectors of them) stand for rows of its own
+        rows = index.storage.key_rows.view()
+        assert len(rows) == len(index.storage.keys.view()) == index.num_searched_vectors
+        assert np.array_equal(
+            index.tokens["passage"][rows], np.repeat(np.arange(n), np.minimum(index.num_tokens, index.key_vectors))
+        )
     live = index.live_passage_ids()
     assert len(live) == len(set(live)) == index.num_live_passages
     for pid in live:

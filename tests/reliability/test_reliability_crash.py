@@ -100,6 +100,34 @@ def test_dphr_index_killed_at_commit_steps_resumes_to_the_clean_index(
         _same_index(PhraseIndex.load(out, model=tiny_model), reference, tiny_model, squad_questions[:8])
 
 
+@pytest.mark.unit
+def test_a_keyed_dphr_index_killed_at_commit_steps_resumes_to_the_clean_index(
+    zygote, model_dir, corpus_file, tiny_model, squad_questions, tmp_path
+):
+    """An index of key vectors (``--key-vectors``): its key columns commit with the passages and resume the same."""
+    keyed = ["--key-vectors", "3"]
+    reference_dir = tmp_path / "clean"
+    clean = zygote.run("index", model=str(model_dir), corpus=str(corpus_file), out=str(reference_dir), extra=keyed)
+    _assert_ok(clean)
+    reference = PhraseIndex.load(reference_dir, model=tiny_model)
+    assert reference.key_vectors == 3 and reference.num_searched_vectors < len(reference)
+    for step in _kill_points(clean["steps"], "ci", sample=3):
+        out = tmp_path / f"killed-at-{step}"
+        _assert_killed(
+            zygote.run("index", kill_at=step, model=str(model_dir), corpus=str(corpus_file), out=str(out), extra=keyed)
+        )
+        if (out / "manifest.json").is_file():
+            partial = PhraseIndex.load(out, model=tiny_model)
+            assert_index_consistent(partial)
+            keys = partial.num_searched_vectors
+            assert np.array_equal(partial.storage.keys.view(), reference.storage.keys.view()[:keys])
+        _assert_ok(zygote.run("index", model=str(model_dir), corpus=str(corpus_file), out=str(out), extra=keyed))
+        resumed = PhraseIndex.load(out, model=tiny_model)
+        _same_index(resumed, reference, tiny_model, squad_questions[:8])
+        assert np.array_equal(resumed.storage.keys.view(), reference.storage.keys.view())
+        assert np.array_equal(resumed.storage.key_rows.view(), reference.storage.key_rows.view())
+
+
 def test_dphr_index_killed_at_random_moments_resumes(
     zygote, clean_index, model_dir, corpus_file, tiny_model, squad_questions, tmp_path
 ):

@@ -305,6 +305,7 @@ def test_check_settings_compares_what_the_index_was_built_with(tmp_path, tiny_mo
         {"filter_threshold": "none"},
         {"filter_threshold": 0.25},
         {"faiss_factory": "auto"},
+        {"key_vectors": 8},
     ):
         with pytest.raises(SettingsConflictError, match=str(tmp_path / "i")):
             index.check_settings(**asked)
