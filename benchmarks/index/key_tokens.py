@@ -1,7 +1,7 @@
 """Key tokens: search a few tokens of each passage, read the passages they hit whole.
 
     .venv/bin/python -m benchmarks.index.key_tokens [--questions 600] [--budgets 4 8 16] [--candidates 1 2 4]
-        [--readings whole rescored] [--keys filter centroids weighted-centroids filter+mean]
+        [--readings whole rescored] [--keys filter centroids weighted-centroids filter+mean spaced-centroids]
 
 A stricter filter threshold keeps fewer vectors and loses their answers (``benchmarks.index.filter_thresholds``: at
 8 vectors a passage 17 EM points), because a span can only be scored from the vectors kept. This benchmark separates
@@ -21,8 +21,9 @@ the default searcher pairs), at 1x, 2x, ... the default number of start and end 
 (``--candidates``). The key tokens' FAISS structure is the one ``auto`` picks and tunes for their number (or
 ``--key-factory``'s, tuned the same way). The key vectors need not be tokens (``--keys``): besides the best tokens
 by filter logit, a passage's ``B`` k-means centroids of its stored vectors (plain or weighted by each token's filter
-probability) or its ``B - 1`` best tokens and the mean of its vectors; a centroid's hit reads its passage like a
-token's. Measured:
+probability) or its ``B - 1`` best tokens and the mean of its vectors, or the centroids an index made with
+``key_vectors=B`` keeps (``spaced-centroids``: started from evenly spaced tokens, no filter needed); a centroid's hit
+reads its passage like a token's. Measured:
 EM@1 / F1@1, passage acc@1 / acc@5, ECE and AUROC (right vs wrong) of the top answer, p50 / p95 of one phrase search
 (one thread), the FAISS structure's bytes a passage (serialised: what it holds in RAM) and the stored rows read per
 question.
@@ -60,6 +61,7 @@ from benchmarks.index_variants import (
 )
 from dphr_haystack import PhraseSearcher
 from dphr_haystack import search as search_module
+from dphr_haystack.index.keys import key_vectors
 from dphr_haystack.index.rounds import SearchedRows
 
 EM_BUDGET = 0.01  # the most EM@1 a variant may lose against every vector, on both question sets
@@ -80,6 +82,7 @@ KEYS = {
     "centroids": "k-means centroids",
     "weighted-centroids": "k-means centroids, filter-weighted",
     "filter+mean": "best tokens by filter logit and the mean",
+    "spaced-centroids": "k-means centroids from spaced tokens (the store's)",
 }
 KMEANS_ITERATIONS = 8
 
@@ -106,7 +109,10 @@ def passage_keys(index, scores: np.ndarray, budget: int, kind: str) -> tuple[np.
     k-means centroids of its stored vectors started from those tokens (a passage of no more tokens than the budget:
     its tokens), each standing for its cluster's best token; ``weighted-centroids``, the same with each vector
     weighted by its filter probability; ``filter+mean``, its ``budget - 1`` best tokens and the mean of its vectors
-    (standing for its best token)."""
+    (standing for its best token); ``spaced-centroids``, the keys of :mod:`dphr_haystack.index.keys`."""
+    if kind == "spaced-centroids":
+        vectors, rows = key_vectors(index.storage.vectors.view(), index.num_tokens, 0, budget, index.codec.decode)
+        return index.codec.encode(vectors), rows
     best = key_rows(index, scores, budget)
     if kind == "filter":
         return index.storage.vectors.view()[best], best

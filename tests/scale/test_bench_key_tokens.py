@@ -76,3 +76,11 @@ def test_filter_and_mean_keys_add_the_passage_mean_where_a_passage_has_more_toke
     keys, rows = passage_keys(index, np.array([0.0, 5.0, 1.0, 0.0], dtype=np.float32), 2, "filter+mean")
     assert rows.tolist() == [1, 1, 3]  # the best token, the mean (standing for the best token); passage 1 whole
     assert np.allclose(keys, [[0, 2], [4 / 3, 2], [7, 7]])
+
+
+def test_spaced_centroid_keys_are_the_stores_own():
+    vectors = np.array([[0, 0], [0, 1], [10, 10], [10, 11], [5, 5], [6, 6]], dtype=np.float32)
+    index = tiny_index(vectors, np.array([0, 0, 0, 0, 1, 1]))
+    keys, rows = passage_keys(index, np.zeros(6, np.float32), 2, "spaced-centroids")
+    assert keys.tolist() == [[0.0, 0.5], [10.0, 10.5], [5.0, 5.0], [6.0, 6.0]]  # started from rows 0 and 3
+    assert rows.tolist() == [0, 2, 4, 5]  # each centroid stands for the row nearest to it (ties: the earlier)
