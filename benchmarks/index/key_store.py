@@ -2,6 +2,7 @@
 the index of every vector.
 
     .venv/bin/python -m benchmarks.index.key_store [--questions 2000] [--budgets 8] [--factories OPQ96,IVF2048,PQ96np]
+        [--dtype int8]
 
 For each budget ``B`` a new on-disk index is created with ``key_vectors=B`` and the ``auto`` structure and filled as
 ``dphr index`` fills one: :meth:`~dphr_haystack.index.phrase_index.PhraseIndex.append_stream` commits 512 passages at
@@ -11,7 +12,8 @@ the cached index of every vector, in one run: the build's wall time, the FAISS s
 what it holds in RAM), the disk a passage, the RSS a fresh process gains by loading the index and answering 64 token
 searches, and the default :class:`~dphr_haystack.PhraseSearcher`'s answers on held-out validation and unseen
 questions (EM@1 / F1@1, passage acc@1 / acc@5, ECE, AUROC, p50 / p95 of one phrase search). ``--factories``: each keyed
-index is then reindexed to these FAISS structures (tuned by ``auto``'s rule) and measured again.
+index is then reindexed to these FAISS structures (tuned by ``auto``'s rule) and measured again; ``--dtype int8``
+stores the keyed index's vectors in int8 (re-coded as they are appended), half the disk of float16.
 """
 
 from __future__ import annotations
@@ -40,15 +42,16 @@ from dphr_haystack.index.merge import passage_chunks
 BUILD_ROOT = ROOT / "benchmarks" / "cache" / "key-store"
 
 
-def build_keyed(whole, model, budget: int, where: Path) -> tuple[Any, float]:
-    """A new index at ``where`` with ``key_vectors=budget`` holding every passage of ``whole``; its build seconds."""
+def build_keyed(whole, model, budget: int, where: Path, dtype: str) -> tuple[Any, float]:
+    """A new index at ``where`` with ``key_vectors=budget`` holding every passage of ``whole``, its vectors stored as
+    ``dtype`` (re-coded when that is not ``whole``'s); its build seconds."""
     from dphr_haystack.index.phrase_index import PhraseIndex
 
     if where.exists():
         shutil.rmtree(where)
     started = time.perf_counter()
     keyed = PhraseIndex.create(
-        model, path=where, filter_threshold=whole.filter_threshold, dtype=whole.codec.dtype, key_vectors=budget
+        model, path=where, filter_threshold=whole.filter_threshold, dtype=dtype, key_vectors=budget
     )
     for records, piece in passage_chunks(whole, 512):  # committed 512 passages at a time, as dphr index commits
         keyed.append_stream(records, [piece], whole.codec)
@@ -62,7 +65,12 @@ def faiss_bytes(index) -> int:
 
 
 def measure(
-    model_name: str, questions: int, budgets: Sequence[int], factories: Sequence[str], cache: Path | None
+    model_name: str,
+    questions: int,
+    budgets: Sequence[int],
+    factories: Sequence[str],
+    cache: Path | None,
+    dtype: str | None = None,
 ) -> dict[str, Any]:
     from dphr_haystack.index.phrase_index import PhraseIndex
     from dphr_haystack.nodes import load_phrase_model
@@ -82,6 +90,7 @@ def measure(
             "variant": name,
             "key_vectors": budget,
             "structure": index.faiss_factory,
+            "dtype": index.codec.dtype,
             "search_params": index.search_params,
             "searched_vectors_per_passage": index.num_searched_vectors / passages,
             "faiss_bytes_per_passage": faiss_bytes(index) / passages,
@@ -95,16 +104,18 @@ def measure(
         print(json.dumps({k: v for k, v in row.items() if k != "results"}), json.dumps(results), flush=True)
 
     record("every vector (today)", whole, None, None)
+    dtype = dtype or whole.codec.dtype
+    stored = "" if dtype == whole.codec.dtype else f", {dtype} vectors"
     for budget in budgets:
         where = BUILD_ROOT / f"{cache.name if cache else 'squad-open-small'}-keys-{budget}"
-        keyed, build_s = build_keyed(whole, model, budget, where)
-        record(f"{budget} key vectors a passage, auto", keyed, budget, build_s)
+        keyed, build_s = build_keyed(whole, model, budget, where, dtype)
+        record(f"{budget} key vectors a passage{stored}, auto", keyed, budget, build_s)
         for factory in factories:
             t0 = time.perf_counter()
             keyed.reindex(factory, progress=False)
             tuned = keyed.structure.tune_nprobe()
             keyed.set_search_params(**{k: tuned[k] for k in ("nprobe", "refine", "max_codes") if k in tuned})
-            record(f"{budget} key vectors a passage, {factory}", keyed, budget, time.perf_counter() - t0)
+            record(f"{budget} key vectors a passage{stored}, {factory}", keyed, budget, time.perf_counter() - t0)
         shutil.rmtree(keyed.path)
     return {
         "machine": machine(),
@@ -167,13 +178,13 @@ def main() -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--questions", type=int, default=600)
     parser.add_argument("--budgets", type=int, nargs="+", default=[8])
+    parser.add_argument("--dtype", choices=["float16", "int8"], default=None, help="keyed index's vectors")
     parser.add_argument("--factories", nargs="*", default=[], help="FAISS structures each keyed index is rebuilt as")
     parser.add_argument("--cache", type=Path, default=None, help="another cache root (a rehearsal on a small index)")
     parser.add_argument("--name", default="key_store")
     args = parser.parse_args()
-    finish_result(
-        args.name, measure(args.model, args.questions, args.budgets, args.factories, args.cache), markdown, plot
-    )
+    result = measure(args.model, args.questions, args.budgets, args.factories, args.cache, args.dtype)
+    finish_result(args.name, result, markdown, plot)
 
 
 if __name__ == "__main__":
