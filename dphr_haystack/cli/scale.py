@@ -277,9 +277,10 @@ def _copy_with_key_vectors(args: argparse.Namespace, started: float) -> int:
     from ..index.merge import copy_with_key_vectors
     from ..index.phrase_index import PhraseIndex
 
-    if args.out is None or args.on_disk or args.questions is not None:
+    if args.out is None or args.on_disk or args.questions is not None or args.model is not None:
         raise InvalidParameterError(
-            "--key-vectors writes a copy: give --out DIR (and neither --on-disk nor --questions)"
+            "--key-vectors writes a copy of the stored vectors: give --out DIR, without --on-disk, --questions or "
+            "--model"
         )
     index = PhraseIndex.load(args.index, flat_search="mmap")
     factory = _factory(args, len(index), index.dim)
