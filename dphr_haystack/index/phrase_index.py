@@ -495,9 +495,10 @@ class PhraseIndex(Reindexing):
         start = len(self)
         keep = self.path is None and not merging  # the stored vectors, kept for FAISS only when the index is in memory
         counts, added = self.storage.append_pieces(pieces, codec, len(records), self.num_passages, keep)
-        new = added if self.path is None else [self.storage.vectors.view()[start:]]
-        if self.key_vectors:
+        if self.key_vectors:  # FAISS gets the new passages' key vectors instead of their vectors
             new = [self.storage.append_keys(counts, start)]
+        else:
+            new = added if self.path is None else [self.storage.vectors.view()[start:]]
         if not merging:
             for block in new:
                 self.structure.train_if_needed(block)

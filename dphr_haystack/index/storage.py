@@ -149,6 +149,19 @@ def passage_lines(records: list[dict[str, Any]]) -> bytes:
     return b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in records)
 
 
+def committed_rows(counts: dict[str, int]) -> dict[str, int]:
+    """The rows of each column (by file key) a manifest's ``counts`` commit: a token and a vector per stored row, a
+    key row per key vector."""
+    vectors, keys = counts.get("vectors", 0), counts.get("keys", 0)
+    return {
+        "vectors": vectors,
+        "tokens": vectors,
+        "tombstones": counts.get("tombstones", 0),
+        "keys": keys,
+        "key_rows": keys,
+    }
+
+
 class IndexStorage:
     """The manifest, codec, append-only columns and passage records of one index, on disk at ``path`` or in memory.
 
@@ -161,13 +174,13 @@ class IndexStorage:
         self.path = path
         self.codec = VectorCodec(**manifest["codec"])
         self.dim = int(manifest["dim"])
-        cols = manifest.get("counts", {})
+        rows = committed_rows(manifest.get("counts", {}))
         file = (lambda key: path / FILES[key]) if path is not None else (lambda key: None)
-        self.vectors = Column(self.codec.numpy_dtype, self.dim, file("vectors"), cols.get("vectors", 0))
-        self.tokens = Column(TOKEN_DTYPE, None, file("tokens"), cols.get("vectors", 0))
-        self.tombstones = Column(np.int64, None, file("tombstones"), cols.get("tombstones", 0))
-        self.keys = Column(self.codec.numpy_dtype, self.dim, file("keys"), cols.get("keys", 0))
-        self.key_rows = Column(KEY_ROW_DTYPE, None, file("key_rows"), cols.get("keys", 0))
+        self.vectors = Column(self.codec.numpy_dtype, self.dim, file("vectors"), rows["vectors"])
+        self.tokens = Column(TOKEN_DTYPE, None, file("tokens"), rows["tokens"])
+        self.tombstones = Column(np.int64, None, file("tombstones"), rows["tombstones"])
+        self.keys = Column(self.codec.numpy_dtype, self.dim, file("keys"), rows["keys"])
+        self.key_rows = Column(KEY_ROW_DTYPE, None, file("key_rows"), rows["key_rows"])
         self.passage_bytes = int(manifest.get("passages_bytes", 0))
 
     def file(self, key: str) -> Path:
@@ -274,15 +287,9 @@ class IndexStorage:
     def check_files(self, verify: bool) -> None:
         """Raise IndexLoadError when a file is shorter than the manifest says or (``verify``) its checksum differs."""
         assert self.path is not None
-        counts = self.manifest["counts"]
-        expected = {
-            "vectors": counts["vectors"] * self.vectors.row_bytes,
-            "tokens": counts["vectors"] * self.tokens.row_bytes,
-            "passages": self.passage_bytes,
-            "tombstones": counts["tombstones"] * 8,
-            "keys": counts.get("keys", 0) * self.keys.row_bytes,
-            "key_rows": counts.get("keys", 0) * self.key_rows.row_bytes,
-        }
+        rows = committed_rows(self.manifest["counts"])
+        expected = {key: rows[key] * column.row_bytes for key, column in self.columns().items()}
+        expected["passages"] = self.passage_bytes
         for key, size in expected.items():
             file = self.file(key)
             actual = file.stat().st_size if file.exists() else 0
@@ -372,14 +379,9 @@ class IndexStorage:
         self.manifest, self.codec = fresh, VectorCodec(**fresh["codec"])
         self.vectors.dtype = self.keys.dtype = np.dtype(self.codec.numpy_dtype)
         old_keys = self.keys.length
-        for column, length in (
-            (self.vectors, counts["vectors"]),
-            (self.tokens, counts["vectors"]),
-            (self.tombstones, counts["tombstones"]),
-            (self.keys, counts.get("keys", 0)),
-            (self.key_rows, counts.get("keys", 0)),
-        ):
-            column.extend_to(length)
+        rows = committed_rows(counts)
+        for key, column in self.columns().items():
+            column.extend_to(rows[key])
         self.passage_bytes = fresh["passages_bytes"]
         self.check_files(False)
         self.check_key_rows(old_keys)
