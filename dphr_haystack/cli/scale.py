@@ -257,7 +257,7 @@ def _reindex(args: argparse.Namespace) -> int:
     if args.questions is not None or args.model is not None:
         raise InvalidParameterError("--questions and --model choose what --retune tunes on: add --retune")
     index = PhraseIndex.load(args.index, flat_search="mmap")
-    factory = _factory(args, len(index), index.dim)
+    factory = _factory(args, index.num_searched_vectors, index.dim)  # the key vectors, when FAISS holds those
     result = index.reindex(
         factory,
         path=args.out,
@@ -274,6 +274,7 @@ def _reindex(args: argparse.Namespace) -> int:
 
 
 def _copy_with_key_vectors(args: argparse.Namespace, started: float) -> int:
+    from ..index.keys import searched_count
     from ..index.merge import copy_with_key_vectors
     from ..index.phrase_index import PhraseIndex
 
@@ -283,7 +284,8 @@ def _copy_with_key_vectors(args: argparse.Namespace, started: float) -> int:
             "--model"
         )
     index = PhraseIndex.load(args.index, flat_search="mmap")
-    factory = _factory(args, len(index), index.dim)
+    to_search = searched_count(index.num_tokens[~index.deleted], args.key_vectors or None)  # the copy's FAISS rows
+    factory = _factory(args, to_search, index.dim)
     options = {"train_size": args.train_size, "search_params": _search_params(args) or None}
     copy = copy_with_key_vectors(index, args.out, args.key_vectors or None, factory, **options)
     searched = f"{copy.num_searched_vectors} key vectors" if copy.key_vectors else "every vector"

@@ -87,6 +87,13 @@ def _passages_keys(
         raise ValueError(f"passage token counts add up to {begin}, not the {len(stored)} vectors given")
 
 
+def searched_count(num_tokens: np.ndarray, budget: int | None) -> int:
+    """The vectors FAISS holds for passages of ``num_tokens`` stored vectors each: ``budget`` key vectors a passage
+    (a passage of fewer keeps as many), or every stored vector (``budget`` None)."""
+    num_tokens = np.asarray(num_tokens, dtype=np.int64)
+    return int(np.minimum(num_tokens, budget).sum() if budget else num_tokens.sum())
+
+
 def check_key_budget(budget: object) -> int | None:
     """``budget`` as a key-vector count (None: every stored vector searched); InvalidParameterError unless None or an
     integer from 1 to 4,096."""
@@ -105,11 +112,17 @@ def best_rows_of_passages_hit(
     rows = rows_of_passages(index.first_token[passages], index.num_tokens[passages])
     if not len(rows):
         return rows, rows
-    vectors = index.vectors(rows)
-    keep = min(len(rows), c)
-    best_starts = rows[np.argpartition(-(vectors @ q_start), keep - 1)[:keep]]
-    best_ends = rows[np.argpartition(-(vectors @ q_end), keep - 1)[:keep]]
-    return best_starts, best_ends
+    scores = index.vectors(rows) @ np.stack([q_start, q_end], axis=1)
+    return _best_rows(rows, scores[:, 0], c), _best_rows(rows, scores[:, 1], c)
+
+
+def _best_rows(rows: np.ndarray, scores: np.ndarray, c: int) -> np.ndarray:
+    """The ``c`` best ``rows`` by score and, among equal scores, the lower row first, as a search of every vector
+    keeps them (:func:`~dphr_haystack.index.structures.total_order`: copies of a passage score alike)."""
+    if c < len(rows):
+        at_cut = np.partition(scores, len(scores) - c)[len(scores) - c]
+        rows, scores = rows[scores >= at_cut], scores[scores >= at_cut]
+    return rows[np.lexsort((rows, -scores))[:c]]
 
 
 def rows_of_passages(first: np.ndarray, count: np.ndarray) -> np.ndarray:

@@ -102,8 +102,9 @@ def copy_with_key_vectors(
             target,
             faiss_factory="Flat",
             filter_threshold=index.filter_threshold,
+            dtype=index.codec.dtype,
             model_path=index.manifest.get("model_path"),
-            codec=index.codec,
+            codec=index.codec if index.storage.codec_calibrated else None,  # an empty int8 index: calibrated later
             key_vectors=key_vectors,
         )
 

@@ -493,7 +493,7 @@ class PhraseIndex(Reindexing):
         except (TypeError, ValueError, RecursionError) as exc:
             raise InvalidParameterError(f"shard passages cannot be stored as JSON: {exc}") from exc
         start = len(self)
-        keep = self.path is None and not merging  # the stored vectors, kept for FAISS only when the index is in memory
+        keep = self.path is None and not merging and not self.key_vectors  # FAISS's new rows, when in memory
         counts, added = self.storage.append_pieces(pieces, codec, len(records), self.num_passages, keep)
         if self.key_vectors:  # FAISS gets the new passages' key vectors instead of their vectors
             new = [self.storage.append_keys(counts, start)]

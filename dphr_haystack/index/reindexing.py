@@ -59,7 +59,8 @@ class Reindexing:
         :mod:`~dphr_haystack.index.auto`); any other factory is kept whatever the size.
 
         Example:
-            >>> index.reindex(index_types.factory_for("opq-ivf-pq", len(index), index.dim), path="idx-opq")
+            >>> factory = index_types.factory_for("opq-ivf-pq", index.num_searched_vectors, index.dim)
+            >>> index.reindex(factory, path="idx-opq")
         """
         if faiss_factory == auto.AUTO and path is None:
             return self.build_auto_structure(progress)

@@ -169,6 +169,21 @@ def test_searching_keys_that_cover_every_token_answers_as_searching_every_token(
     assert len(hits) == 20 and all(h.passage_id != "p3" for h in hits)
 
 
+def test_keys_keep_the_lower_row_of_equal_scores_as_searching_every_vector_does(tiny_model):
+    # copies of a passage score alike: which copy a search keeps at the cut must not depend on how it selects
+    copies = [dict(p, id=f"{p['id']}-{copy}") for p in tiny_passages() for copy in "ab"]
+    plain, keyed = PhraseIndex.create(tiny_model), PhraseIndex.create(tiny_model, key_vectors=4096)
+    for index in (plain, keyed):
+        add_passages(index, tiny_model, copies, progress=False)
+    questions = ["Who wrote Hamlet?", "Where is the Eiffel Tower?", "When was Python released?", "Who made it?"]
+    q_start, q_end = tiny_model.encode_queries(questions)
+    for candidates in (1, 2, 3, 5):
+        for unit in ("phrase", "passage"):
+            want = PhraseSearcher(plain, tiny_model).search_vectors(q_start, q_end, unit, 5, candidates=candidates)
+            got = PhraseSearcher(keyed, tiny_model).search_vectors(q_start, q_end, unit, 5, candidates=candidates)
+            assert got == want, (candidates, unit)
+
+
 def test_two_keys_a_passage_still_find_and_read_whole_passages(tiny_model, tmp_path):
     index = PhraseIndex.create(tiny_model, path=tmp_path / "idx", key_vectors=2)
     add_passages(index, tiny_model, tiny_passages(), progress=False)
@@ -233,3 +248,28 @@ def test_a_copy_with_key_vectors_keeps_the_live_passages_and_their_vectors(tiny_
     )
     assert dphr(["reindex", "--index", str(tmp_path / "plain"), "--key-vectors", "2"]) == 2  # a copy needs --out
     assert "give --out DIR" in capsys.readouterr().err
+
+
+def test_reindexing_by_type_sizes_the_lists_by_the_vectors_faiss_holds(tiny_model, tmp_path, capsys):
+    from dphr_haystack.cli import main as dphr
+
+    _keyed(tiny_model, tmp_path / "keyed", passages=200)  # 2,000 stored rows, 800 keys: IVF16, not IVF32
+    assert dphr(["reindex", "--index", str(tmp_path / "keyed"), "--type", "ivf-flat"]) == 0
+    assert "as IVF16,Flat" in capsys.readouterr().out
+    plain = PhraseIndex.create(tiny_model, path=tmp_path / "plain")
+    plain.add_shard(synthetic_shard(200, 10, tiny_model.hidden_size))
+    out = ["--out", str(tmp_path / "copy"), "--key-vectors", "4", "--type", "ivf-flat"]
+    assert dphr(["reindex", "--index", str(tmp_path / "plain"), *out]) == 0
+    assert PhraseIndex.load(tmp_path / "copy").faiss_factory == "IVF16,Flat"
+
+
+def test_a_key_vector_copy_of_an_empty_int8_index_calibrates_at_its_first_add(tiny_model, tmp_path):
+    from dphr_haystack.index.merge import copy_with_key_vectors
+
+    empty = PhraseIndex.create(tiny_model, path=tmp_path / "empty", dtype="int8")
+    copy = copy_with_key_vectors(empty, tmp_path / "copy", 3, progress=False)
+    fresh = PhraseIndex.create(tiny_model, dtype="int8", key_vectors=3)
+    for index in (copy, fresh):
+        add_passages(index, tiny_model, tiny_passages(), progress=False)
+    assert copy.codec == fresh.codec and copy.codec.scale != 1.0
+    np.testing.assert_array_equal(copy.vectors(np.arange(len(copy))), fresh.vectors(np.arange(len(fresh))))
