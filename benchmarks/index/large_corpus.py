@@ -234,6 +234,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "passages": large.num_live_passages,
             "vectors": large.num_live_vectors,
             "vectors_per_passage": large.num_live_vectors / large.num_live_passages,
+            "key_vectors": large.key_vectors,  # FAISS holds this many a passage (None: every vector)
+            "searched_vectors": large.num_searched_vectors,
             "faiss_factory": large.manifest.get("faiss_factory"),
             "search_params": large.manifest.get("search_params"),
             "structure": large.manifest.get("structure"),
@@ -366,8 +368,9 @@ def markdown(result: dict[str, Any]) -> str:
     corpus = result["corpus"]
     lines = [
         f"{corpus['passages']:,} passages, {corpus['vectors']:,} phrase vectors "
-        f"({corpus['vectors_per_passage']:.1f} a passage) in `{corpus['faiss_factory']}`, "
-        f"search {corpus['search_params']}."
+        f"({corpus['vectors_per_passage']:.1f} a passage)"
+        + (f", FAISS holding {keys} key vectors a passage" if (keys := corpus.get("key_vectors")) else "")
+        + f" in `{corpus['faiss_factory']}`, search {corpus['search_params']}."
         + (
             f" Counting the words of every passage (`all_names_in_corpus`): {words['seconds']:.1f} s, "
             f"+{words['rss_mib_added']:.0f} MiB RSS, {words['distinct_words']:,} distinct words."
