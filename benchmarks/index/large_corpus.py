@@ -4,7 +4,7 @@ a dense FAISS Flat retriever over the same 200,598 passages.
 
     .venv/bin/python -m benchmarks.index.large_corpus --dense-only     # the dense embeddings, resumable (~100 min)
     .venv/bin/python -m benchmarks.index.large_corpus [--questions 600] [--latency-questions 200] [--no-dense] \
-        [--verify]
+        [--verify] [--index DIR --progress LOG] [--small-index DIR [DIR ...]]
     .venv/bin/python -m benchmarks.index.large_corpus --tuning     # search parameters compared (~15 min)
         [--settings 128/16/1.0 ...]     # these (nprobe / refine / scan cap) instead of TUNINGS
     (``--name NAME``: results/NAME.json and .png instead)
@@ -13,9 +13,10 @@ a dense FAISS Flat retriever over the same 200,598 passages.
   indexer's one-line-a-minute log (``runs/scale/progress.tsv``: passages committed against wall time while it ran).
 - **answers**: EM@1 / F1@1 and passage acc@1 / acc@5 of the default searcher on the held-out validation and the
   unseen SQuAD-open-small questions, over the large index and over SQuAD-open-small's own cached index (20,598
-  passages): what the distractors cost; the top answer's ECE (beside the ECE a perfectly calibrated confidence
-  shows on as many questions: what sampling alone adds) and AUROC right vs wrong (with ``--verify`` also once the
-  verification reader read it). The dense retriever's passage acc@1 / acc@5 over the large corpus beside it.
+  passages; or the ``--small-index`` ones, e.g. its copy with the large index's key vectors): what the distractors
+  cost; the top answer's ECE (beside the ECE a perfectly calibrated confidence shows on as many questions: what
+  sampling alone adds) and AUROC right vs wrong (with ``--verify`` also once the verification reader read it). The
+  dense retriever's passage acc@1 / acc@5 over the large corpus beside it.
 - **corpus words**: what the answerability's ``all_names_in_corpus`` costs at this size: the time to count the words
   of every passage (:mod:`dphr_haystack.corpus_words`, done once, when a store warms up or at the first question with
   names) and the RSS it adds.
@@ -203,17 +204,20 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     if large.num_live_passages != len(docs):
         live = large.num_live_passages
         raise SystemExit(f"{args.index} holds {live} of the corpus' {len(docs)} passages: finish indexing it")
-    small = PhraseIndex.load(cached_open_small_phrases(model), model=model)
+    # SQuAD-open-small alone: its cached index, or the ones given (e.g. a copy with key vectors)
+    smalls = [PhraseIndex.load(path, model=model) for path in args.small_index or [cached_open_small_phrases(model)]]
+    smalls = {_small_name(small): small for small in smalls}
     words = corpus_words_cost(large)
     sets = question_sets(model, args.questions)
     answers = {  # each with the p50 / p95 of its searches from given query vectors ("latency_ms")
         f"{large.num_live_passages:,} passages (with distractors)": answer_sets(
             large, model, sets, UNSEEN, verify=args.verify
         ),
-        f"{small.num_live_passages:,} passages (SQuAD-open-small)": answer_sets(
-            small, model, sets, UNSEEN, verify=args.verify
-        ),
     }
+    for name, small in smalls.items():
+        answers[f"{small.num_live_passages:,} passages ({name})"] = answer_sets(
+            small, model, sets, UNSEEN, verify=args.verify
+        )
     embedder = MiniLMEmbeddingRetriever(document_store=None, batch_size=64, progress_bar=False)
     dense = None if args.no_dense else dense_search(load_dense(args.dense, len(docs)))
     for name, (examples, _, _) in sets.items() if dense is not None else ():
@@ -223,7 +227,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         )
     searchers = {
         "phrase answers, with distractors": PhraseSearcher(large, model),
-        "phrase answers, SQuAD-open-small": PhraseSearcher(small, model),
+        **{f"phrase answers, {name}": PhraseSearcher(small, model) for name, small in smalls.items()},
     }
     examples = sets[UNSEEN][0]
     return {
@@ -248,6 +252,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "latency_ms": latency(examples, searchers, model, embedder, dense, args.latency_questions),
         "seconds": time.perf_counter() - started,
     }
+
+
+def _small_name(index) -> str:
+    """How the results name a SQuAD-open-small index: by its key vectors, if it has them."""
+    keys = index.key_vectors
+    return f"SQuAD-open-small, {keys} key vectors a passage" if keys else "SQuAD-open-small"
 
 
 def measure_tuning(args: argparse.Namespace) -> dict[str, Any]:
@@ -443,6 +453,12 @@ def main() -> None:
     parser.add_argument("--index", type=Path, default=INDEX)
     parser.add_argument("--dense", type=Path, default=DENSE, help="the dense embeddings' cache")
     parser.add_argument("--progress", type=Path, default=PROGRESS, help="the indexer's progress log")
+    parser.add_argument(
+        "--small-index",
+        type=Path,
+        nargs="+",
+        help="SQuAD-open-small phrase indexes to compare with (default: the quality benchmarks' cached one)",
+    )
     parser.add_argument("--questions", type=int, default=600, help="validation and unseen questions each")
     parser.add_argument("--latency-questions", type=int, default=200)
     parser.add_argument(
