@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._util.lazy import require
 from ..errors import InvalidParameterError
 
 DTYPES = ("float16", "int8", "float32")
@@ -14,6 +15,12 @@ DTYPES = ("float16", "int8", "float32")
 # (calibrate() gives scale = 127 / half the value range, at most 1.27e8)
 SCALE_RANGE = (1e-6, 1e9)
 OFFSET_LIMIT = 1e6
+
+
+# float16 arrays of at least this many values are widened by torch: exact like numpy's cast and ~5x faster on a CPU
+# (0.6 against 3.3 ms for the 2.0M values of 5,172 stored vectors, 2-core AMD EPYC), which a search of key vectors
+# does for every passage it reads
+TORCH_HALF_MIN = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,15 @@ class VectorCodec:
     def decode(self, stored: np.ndarray) -> np.ndarray:
         if self.dtype == "int8":
             return stored.astype(np.float32) / np.float32(self.scale) + np.float32(self.offset)
+        if stored.dtype == np.float16 and stored.size >= TORCH_HALF_MIN and stored.flags.writeable:
+            return _half_to_float(stored)
         return np.asarray(stored, dtype=np.float32)
 
     def to_dict(self) -> dict:
         return {"dtype": self.dtype, "offset": self.offset, "scale": self.scale}
+
+
+def _half_to_float(stored: np.ndarray) -> np.ndarray:
+    """``stored`` (float16, writable: torch shares its memory) as float32, widened by torch."""
+    torch = require("torch")
+    return torch.from_numpy(np.ascontiguousarray(stored)).float().numpy()

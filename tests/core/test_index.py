@@ -123,6 +123,23 @@ def test_int8_codec_is_close_to_float(tiny_model):
     np.testing.assert_allclose(index.vectors(), ref.vectors(), atol=0.1)
 
 
+def test_float16_decodes_exactly_whichever_way_it_is_widened():
+    from dphr_haystack.index.codec import TORCH_HALF_MIN
+
+    # every float16 value (infinities, NaNs, subnormals), widened by torch (large, writable) and by numpy
+    every = np.arange(2**16, dtype=np.uint16).view(np.float16).reshape(-1, 8)
+    assert every.size >= TORCH_HALF_MIN
+    by_torch = VectorCodec("float16").decode(every.copy())
+    frozen = every.copy()
+    frozen.flags.writeable = False  # a read-only memory map's rows: numpy's cast
+    by_numpy = VectorCodec("float16").decode(frozen)
+    assert by_torch.dtype == by_numpy.dtype == np.float32 and by_torch.shape == every.shape
+    numbers = ~np.isnan(by_numpy)  # NaNs stay NaNs (a signalling one comes back quiet from the CPU's conversion)
+    np.testing.assert_array_equal(np.isnan(by_torch), ~numbers)
+    np.testing.assert_array_equal(by_torch[numbers].view(np.uint32), by_numpy[numbers].view(np.uint32))  # -0.0 too
+    np.testing.assert_array_equal(by_numpy, every.astype(np.float32))
+
+
 @pytest.mark.parametrize("dtype", ["float16", "int8", "float32"])
 def test_exact_search_keeps_the_stored_codes_and_matches_float32_flat(tiny_model, tmp_path, dtype):
     import faiss
