@@ -161,10 +161,20 @@ def _search_params(args: argparse.Namespace) -> dict[str, int]:
 def _factory(args: argparse.Namespace, num_vectors: int, dim: int) -> str:
     from ..index.structures import factory_for
 
+    if args.faiss_factory and args.nlist is not None:
+        raise InvalidParameterError("--nlist sizes a --type; a --faiss-factory string names its own lists")
     if args.faiss_factory:
         return args.faiss_factory
-    if args.type is None:
-        return "auto"  # chosen and tuned for the size (dphr_haystack.index.auto)
+    if args.type is None:  # auto: chosen and tuned for the size (dphr_haystack.index.auto), nothing of these read
+        flags = ("--nlist", "--train-size", "--nprobe", "--ef-search", "--on-disk")
+        values = (args.nlist, args.train_size, args.nprobe, args.ef_search, args.on_disk)
+        given = [flag for flag, value in zip(flags, values, strict=True) if value]
+        if given:
+            raise InvalidParameterError(
+                f"the default structure (auto) is chosen and tuned for the index's size: {', '.join(given)} "
+                "need --type or --faiss-factory"
+            )
+        return "auto"
     return factory_for(args.type, num_vectors, dim, nlist=args.nlist)
 
 

@@ -24,6 +24,7 @@ from haystack.document_stores.types import DuplicatePolicy
 
 from .._util.lock import DEFAULT_LOCK_TIMEOUT, check_lock_timeout
 from ..documents.database import encode_body
+from ..documents.index_settings import INDEX_SETTINGS, settings_of_index
 from ..documents.passages import PassageRule, check_attachable, passage_mask, unencoded_passages
 from ..documents.results import hit_passage_id, pair_hits
 from ..documents.retrieval import search_phrase_index, warm_phrase_index
@@ -38,7 +39,7 @@ from ..search_options import DEFAULT_SEARCH_OPTIONS, PhraseSearchOptions
 from . import phrase_updates
 from .filters import check_filters
 from .serialization import component_from_dict
-from .store_directory import StoreDirectory, document_body
+from .store_directory import CONFIG_KEY, StoreDirectory, document_body
 from .syncing import StoreSync
 
 # Haystack 3's in-memory stores share their documents per index unless told not to (``shared``); 2.x's keep their own.
@@ -96,7 +97,9 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         phrase_key_vectors: For large corpora: the phrase index's FAISS structure searches this many k-means
             centroids of each passage's vectors instead of every vector, and searches read the passages they hit
             whole (8: a quarter of the structure's RAM, within 1 EM point; see ``docs/scale.md``); None: every
-            vector.
+            vector. These three shape a new phrase index; left at their defaults, a ``path`` store takes those it
+            was created with and a store opened from ``phrase_index`` that index's. An index once built keeps
+            its dtype and key vectors (a store asking for others says so in a warning).
         title_field: Meta field holding a document's title (encoded before its text).
         document_id_field: Meta field grouping documents (passages) for ``unit="document"``; absent → the id.
         progress_bar: Show a progress bar while encoding phrases.
@@ -181,12 +184,26 @@ class PhraseDocumentStore(InMemoryDocumentStore):
         try:
             if self.path is not None:
                 self._sync.directory = StoreDirectory(Path(self.path), self.lock_timeout, self._settings())
+                self._take_unset(self._sync.directory.db.config.get(CONFIG_KEY, {}))  # what it was created with
                 self._sync.load()
             elif phrase_index is not None:
                 self._sync.open_index(Path(phrase_index))
+                assert self._sync.index is not None
+                self._take_unset(settings_of_index(self._sync.index))
         except BaseException:
             self.close()
             raise
+
+    def _take_unset(self, settings: dict[str, Any]) -> None:
+        """Take the phrase-index settings (FAISS factory, stored dtype, key vectors) left at their defaults from
+        ``settings``: those a store directory recorded when it was created, or those of the index it was opened
+        from, so that the indexes it creates later are built as before."""
+        defaults = inspect.signature(type(self).__init__).parameters
+        for name in INDEX_SETTINGS:
+            if name in settings and getattr(self, name) == defaults[name].default:
+                setattr(self, name, settings[name])
+        check_choice("phrase_dtype", self.phrase_dtype, PHRASE_DTYPES)
+        self.phrase_key_vectors = check_key_budget(self.phrase_key_vectors)
 
     def close(self) -> None:
         """Forgets this store's registration, so that another instance may open its path in this process."""

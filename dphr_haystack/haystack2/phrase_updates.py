@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .._util.memory import release_free_memory
 from ..corpus import Passage
+from ..documents.index_settings import warn_if_index_keeps_others
 from ..documents.passages import unencoded_passages
 from ..documents.retrieval import check_phrase_model
 from ..encode.dump import chunked, encode_shard
@@ -44,6 +45,9 @@ def update_phrases(
     if not _pending(sync, model, locked=False):  # nothing to encode: no writer lock taken (a read-only store too)
         return 0
     records = _pending(sync, model, locked=True)
+    if sync.index is not None:
+        asked = {"phrase_dtype": settings[1], "phrase_key_vectors": settings[2]}
+        warn_if_index_keeps_others(sync.index, asked, "of this store")
     encoded = 0
     bar = tqdm(total=len(records), desc="indexing phrases", unit="doc", disable=not (progress and records))
     for chunk in chunked(records, chunk_size):

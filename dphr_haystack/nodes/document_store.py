@@ -96,7 +96,9 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
         phrase_key_vectors: For large corpora: the FAISS structure of new phrase indexes searches this many k-means
             centroids of each passage's vectors instead of every vector, and searches read the passages they hit
             whole (8: a quarter of the structure's RAM, within 1 EM point; see ``docs/scale.md``); None: every
-            vector.
+            vector. These three shape a new phrase index; a store opened from ``phrase_index`` takes that index's
+            unless given others. An index once built keeps its dtype and key vectors (a store asking for others
+            says so in a warning).
         title_field: Meta field holding a document's title (encoded before the text, as in DensePhrases).
         document_id_field: Meta field grouping passages into documents for ``unit="document"``
             (absent → each Haystack document is its own document).
@@ -197,7 +199,7 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
         self._indexing = ReadWriteLock()  # its write lock: one update_embeddings per store at a time
         check_choice("duplicate_documents", duplicate_documents, self.duplicate_documents_options)
         check_bm25(bm25_algorithm, bm25_parameters)
-        check_param("embedding_dim", embedding_dim)
+        embedding_dim = self._settings["embedding_dim"] = int(check_param("embedding_dim", embedding_dim))
         check_param("elasticsearch_port", elasticsearch_port)
         for name, value in (
             ("index", index),
@@ -228,7 +230,7 @@ class PhraseDocumentStore(DirectorySync, InnerQueries, KeywordDocumentStore):
         self.progress_bar = progress_bar
         self.faiss_factory = faiss_factory
         self.phrase_dtype = phrase_dtype
-        self.phrase_key_vectors = check_key_budget(phrase_key_vectors)
+        self.phrase_key_vectors = self._settings["phrase_key_vectors"] = check_key_budget(phrase_key_vectors)
         self.title_field = title_field
         self.document_id_field = document_id_field
         self.passage_rule = PassageRule(title_field, document_id_field)

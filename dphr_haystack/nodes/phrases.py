@@ -22,6 +22,7 @@ from haystack.schema import Document
 from .._util.memory import release_free_memory
 from ..corpus import Passage
 from ..documents.encoding import PhraseEncoding
+from ..documents.index_settings import warn_if_index_keeps_others
 from ..documents.passages import PassageRule, encoded_as, passage_mask, record_passage
 from ..documents.results import hit_passage_id, pair_hits
 from ..documents.retrieval import check_phrase_model, search_phrase_index, warm_phrase_index
@@ -329,13 +330,16 @@ class PhraseIndexing:
                 f"the phrase index of {index!r} was built with another phrase encoder than {retriever.model!r}; "
                 f"delete_index({index!r}) and re-index, or use the original model"
             )
-        elif phrase_index.filter_threshold != retriever.filter_threshold:
-            logger.warning(
-                "phrase index %r keeps filter_threshold=%s (the retriever asks for %s)",
-                index,
-                phrase_index.filter_threshold,
-                retriever.filter_threshold,
-            )
+        else:
+            if phrase_index.filter_threshold != retriever.filter_threshold:
+                logger.warning(
+                    "phrase index %r keeps filter_threshold=%s (the retriever asks for %s)",
+                    index,
+                    phrase_index.filter_threshold,
+                    retriever.filter_threshold,
+                )
+            asked = {"phrase_dtype": self.phrase_dtype, "phrase_key_vectors": self.phrase_key_vectors}
+            warn_if_index_keeps_others(phrase_index, asked, repr(index))
         return phrase_index
 
     def stage_phrases(self, documents: list[Document], retriever) -> int:

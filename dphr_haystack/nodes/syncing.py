@@ -18,6 +18,7 @@ from haystack.schema import Document, Label
 from .._util.nofollow import refuse_symlink
 from .._util.write_errors import write_errors
 from ..documents.database import Changes, StoreDatabase
+from ..documents.index_settings import settings_of_index
 from ..errors import DphrError, IndexLoadError
 from ..index.phrase_index import PhraseIndex
 from .live import StoreDirectory
@@ -42,6 +43,7 @@ class DirectorySync(PhraseIndexing):
     """Snapshot restore and shared-directory catch-up and commits of the store (mixed into it)."""
 
     _settings: dict[str, Any]
+    _component_config: dict[str, Any]
     _touched: Touched | None = None
 
     @property
@@ -85,6 +87,11 @@ class DirectorySync(PhraseIndexing):
         assert phrase_index.path is not None
         self._phrase_indexes[index] = phrase_index
         self._read_only.add(phrase_index.path.resolve())
+        passed = self._component_config.get("params", {})
+        for name, value in settings_of_index(phrase_index).items():  # an index rebuilt later is built as this one
+            if name not in passed:
+                setattr(self, name, value)
+                self._settings[name] = value
 
     def _open_shared(self, path: Path) -> None:
         """Open (or create) the shared store directory and read what it holds."""

@@ -451,6 +451,22 @@ def test_retune_chooses_an_older_auto_structures_nprobe_again_by_todays_rule(
     assert "--retune keeps the structure in place: drop --nprobe" in capsys.readouterr().err
 
 
+def test_structure_options_auto_would_not_read_are_refused(tiny_model, tmp_path, capsys):
+    from dphr_haystack.cli import main as dphr
+
+    index = PhraseIndex.create(tiny_model, path=tmp_path / "a")
+    add_passages(index, tiny_model, tiny_passages(), progress=False)
+    out = ["reindex", "--index", str(tmp_path / "a"), "--out", str(tmp_path / "b")]
+    for options in (["--nprobe", "2"], ["--train-size", "1000", "--on-disk"], ["--nlist", "2"]):
+        assert dphr([*out, *options]) == 2
+        assert f"chosen and tuned for the index's size: {options[0]}" in capsys.readouterr().err
+    assert dphr([*out, "--faiss-factory", "IVF2,Flat", "--nlist", "4"]) == 2
+    assert "a --faiss-factory string names its own lists" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+    assert dphr([*out, "--type", "ivf-flat", "--nlist", "2", "--nprobe", "2"]) == 0
+    assert PhraseIndex.load(tmp_path / "b").search_params["nprobe"] == 2
+
+
 def test_retune_on_questions_tunes_to_their_recall_and_records_it(
     tiny_model, tiny_model_dir, tmp_path, monkeypatch, capsys, caplog
 ):

@@ -240,6 +240,29 @@ def test_writes_do_not_rebuild_bm25_until_a_query(monkeypatch):
     assert len(rebuilds) == 2
 
 
+def test_a_store_opened_from_a_keyed_index_rebuilds_it_with_its_keys(tiny_model_dir, haystack_docs, tmp_path, caplog):
+    import numpy as np
+
+    from dphr_haystack import PhraseIndex
+
+    store = PhraseDocumentStore(path=str(tmp_path / "made"), progress_bar=False, phrase_key_vectors=np.int64(2))
+    retriever = PhraseRetriever(document_store=store, model=str(tiny_model_dir), top_k=3, device="cpu")
+    store.index_documents(haystack_docs, retriever)  # a numpy integer is recorded as a number (JSON)
+    source = store.get_phrase_index().path
+    opened = PhraseDocumentStore.from_index(source, progress_bar=False)
+    assert opened.phrase_key_vectors == 2 and opened.phrase_dtype == "float16"  # the index's own settings
+    retriever.document_store = opened
+    opened.delete_documents()  # every document: its phrase index goes, the next one is built as it was
+    opened.index_documents(haystack_docs, retriever)
+    assert opened.get_phrase_index().key_vectors == 2 and PhraseIndex.load(source).key_vectors == 2
+    asking = PhraseDocumentStore(path=str(tmp_path / "made"), progress_bar=False, phrase_key_vectors=3)
+    retriever.document_store = asking
+    with caplog.at_level("WARNING"):
+        asking.update_embeddings(retriever)
+    assert "keeps phrase_key_vectors=2 (the store asks for 3)" in caplog.text  # its index keeps its keys
+    assert asking.get_phrase_index().key_vectors == 2
+
+
 def test_a_store_of_key_vectors_searches_them_and_saves_them(tiny_model_dir, haystack_docs, tmp_path):
     store = PhraseDocumentStore(progress_bar=False, phrase_key_vectors=2)
     retriever = PhraseRetriever(document_store=store, model=str(tiny_model_dir), top_k=3, device="cpu")

@@ -251,6 +251,30 @@ def test_attach_phrase_index_refuses_an_index_of_other_documents(tiny_model, hs2
     assert isinstance(subset.phrase_index, PhraseIndex)
 
 
+def test_a_reopened_or_opened_store_builds_new_indexes_as_it_was_created(tiny_model, hs2_docs, tmp_path, caplog):
+    path = str(tmp_path / "store")
+    PhraseDocumentStore(path=path, phrase_key_vectors=2, phrase_dtype="int8").close()  # documents come later
+    reopened = PhraseDocumentStore(path=path, progress_bar=False)
+    assert (reopened.phrase_key_vectors, reopened.phrase_dtype) == (2, "int8")  # recorded when it was created
+    reopened.write_documents(hs2_docs)
+    reopened.update_phrases(tiny_model)
+    index = reopened.phrase_index
+    assert index.key_vectors == 2 and index.codec.dtype == "int8"
+    opened = PhraseDocumentStore(phrase_index=str(index.path), progress_bar=False)
+    assert (opened.phrase_key_vectors, opened.phrase_dtype) == (2, "int8")  # the index's own
+    opened.delete_documents([d.id for d in hs2_docs])
+    opened.write_documents(hs2_docs[:2])
+    opened.update_phrases(tiny_model)
+    assert opened.phrase_index.key_vectors == 2
+    reopened.close()
+    asking = PhraseDocumentStore(path=path, progress_bar=False, phrase_key_vectors=3)
+    asking.write_documents([Document(id="new", content="A new passage about the river Seine.")])
+    with caplog.at_level("WARNING"):
+        assert asking.update_phrases(tiny_model) == 1
+    assert "keeps phrase_key_vectors=2 (the store asks for 3)" in caplog.text
+    assert asking.phrase_index.key_vectors == 2
+
+
 def test_a_store_of_key_vectors_searches_them_and_reopens_with_them(tiny_model, hs2_docs, tmp_path, one_torch_thread):
     path = str(tmp_path / "store")
     store = PhraseDocumentStore(path=path, progress_bar=False, phrase_key_vectors=2)
