@@ -1,0 +1,24 @@
+"""The float16 widening benchmark: both ways timed on the same array, the same bits, the table it prints."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks.speed.half_widening import WAYS, markdown, time_widening, widen
+
+
+def test_both_ways_widen_to_the_same_float32_values():
+    stored = np.array([[0.0, -1.5, 65504.0, 6e-8], [np.inf, -np.inf, 1 / 3, -2.0]], dtype=np.float16)
+    numpy_way, torch_way = (widen(stored, way) for way in WAYS)
+    assert numpy_way.dtype == torch_way.dtype == np.float32
+    assert np.array_equal(numpy_way, torch_way)
+    assert np.array_equal(numpy_way, stored.astype(np.float64).astype(np.float32))
+
+
+def test_a_row_times_both_ways_as_often_and_renders():
+    row = time_widening(vectors=3, dim=5, repeats=4)
+    assert row["vectors"] == 3 and row["values"] == 15 and row["same_bits"] is True
+    assert all(row[way]["p50_ms"] > 0 for way in WAYS)
+    assert row["numpy_over_torch_p50"] == row["numpy"]["p50_ms"] / row["torch"]["p50_ms"]
+    table = markdown({"dim": 5, "repeats": 4, "threads": 1, "rows": [row]})
+    assert "| 3 | 15 |" in table and table.count("\n") == 4
