@@ -17,8 +17,8 @@ SCALE_RANGE = (1e-6, 1e9)
 OFFSET_LIMIT = 1e6
 
 
-# float16 arrays of at least this many values are widened by torch: the same bits as numpy's cast and 6-14x faster on
-# a CPU from 24k values up (0.31 against 2.67 ms p50 for the 2.0M values of 5,172 stored vectors, 2-core Intel Xeon:
+# float16 arrays of at least this many values are widened by torch: the same bits as numpy's cast and 6-13x faster on
+# a CPU from 24k values up (0.28 against 2.65 ms p50 for the 2.0M values of 5,172 stored vectors, 2-core Intel Xeon:
 # benchmarks/speed/half_widening.py), which a search of key vectors does for every passage it reads
 TORCH_HALF_MIN = 1 << 14
 
