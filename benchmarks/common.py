@@ -4,6 +4,7 @@ timing, result files and figures. Drivers import this module (and each other nev
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -103,6 +104,28 @@ def squad_passages(path: Path = SQUAD_DEV, limit: int | None = None) -> tuple[li
         if limit and len(passages) >= limit:
             return passages, questions
     return passages, questions
+
+
+def default_config(max_length: int, stride: int):
+    """The shipped default model's config with windows of ``max_length`` / ``stride`` (and nothing trained)."""
+    from dphr_haystack.model.config import CONFIG_FILE, PhraseModelConfig
+    from dphr_haystack.model.registry import DEFAULT_MODEL, shipped_model_path
+
+    config = PhraseModelConfig.load(shipped_model_path(DEFAULT_MODEL) / CONFIG_FILE)
+    return dataclasses.replace(
+        config, max_passage_length=max_length, passage_stride=stride, calibration=None, filter_threshold=None
+    )
+
+
+def base_installed(base: str) -> bool:
+    """Whether the base model ``base`` (``minilm``, ``mpnet`` or a directory) can be found here."""
+    from dphr_haystack.errors import ModelLoadError
+    from dphr_haystack.model.registry import resolve_base
+
+    try:
+        return Path(resolve_base(base)).is_dir()
+    except (ImportError, ModelLoadError):
+        return False
 
 
 def parse_readers(values: Sequence[str]) -> dict[str, str]:

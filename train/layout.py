@@ -27,6 +27,15 @@ from dphr_haystack.model.phrase_model import PhraseModel
 logger = logging.getLogger(__name__)
 
 
+def fit_linear(x: np.ndarray, y: np.ndarray, ridge: float = 1e-3) -> np.ndarray:
+    """Ridge regression of ``y`` (n, k) on ``x`` (n, d) with a bias: weights (d + 1, k), the bias last; the penalty
+    is ``ridge`` times the mean diagonal of x'x, the bias not shrunk."""
+    x = np.concatenate([x, np.ones((len(x), 1), dtype=x.dtype)], axis=1).astype(np.float64)
+    penalty = ridge * np.trace(x.T @ x) / x.shape[1] * np.eye(x.shape[1])
+    penalty[-1, -1] = 0.0
+    return np.linalg.solve(x.T @ x + penalty, x.T @ y.astype(np.float64))
+
+
 def to_shared_layout(
     model: PhraseModel, questions: Sequence[str], ridge: float = 1e-3, batch_size: int = 64
 ) -> tuple[PhraseModel, dict[str, float]]:
@@ -41,10 +50,7 @@ def to_shared_layout(
     if len(questions) <= dim:
         raise ValueError(f"fitting the end head needs more than {dim} questions, got {len(questions)}")
     q_start, q_end = model.encode_queries(list(questions), batch_size=batch_size)
-    x = np.concatenate([q_start, np.ones((len(q_start), 1), dtype=np.float32)], axis=1).astype(np.float64)
-    penalty = ridge * np.trace(x.T @ x) / x.shape[1] * np.eye(x.shape[1])
-    penalty[-1, -1] = 0.0  # the bias is not shrunk
-    weights = np.linalg.solve(x.T @ x + penalty, x.T @ q_end.astype(np.float64))  # (d + 1, d)
+    weights = fit_linear(q_start, q_end, ridge)
     config = copy.deepcopy(model.config)
     config.query_layout = "shared"
     shared = PhraseModel(
@@ -59,7 +65,7 @@ def to_shared_layout(
     with torch.no_grad():
         shared.query_end_head.weight.copy_(torch.from_numpy(weights[:-1].T.astype(np.float32)))
         shared.query_end_head.bias.copy_(torch.from_numpy(weights[-1].astype(np.float32)))
-    fitted = (x @ weights).astype(np.float32)
+    fitted = (q_start.astype(np.float64) @ weights[:-1] + weights[-1]).astype(np.float32)
     cosine = np.sum(fitted * q_end, axis=1) / (np.linalg.norm(fitted, axis=1) * np.linalg.norm(q_end, axis=1) + 1e-12)
     residual = float(np.sum((fitted - q_end) ** 2) / np.sum((q_end - q_end.mean(0)) ** 2))
     return shared.eval(), {

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import json
 import os
 import subprocess
@@ -31,21 +30,10 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.common import finish_result, machine, percentiles, proc_memory, pyplot, save_figure
+from benchmarks.common import default_config, finish_result, machine, percentiles, proc_memory, pyplot, save_figure
 
 BASES = ("minilm", "mpnet")
 WINDOWS = ((192, 64), (384, 128))  # (max_passage_length, passage_stride); the first is the shipped model's
-
-
-def default_config(max_length: int, stride: int):
-    """The shipped default model's config with windows of ``max_length`` / ``stride`` (and nothing trained)."""
-    from dphr_haystack.model.config import CONFIG_FILE, PhraseModelConfig
-    from dphr_haystack.model.registry import DEFAULT_MODEL, shipped_model_path
-
-    config = PhraseModelConfig.load(shipped_model_path(DEFAULT_MODEL) / CONFIG_FILE)
-    return dataclasses.replace(
-        config, max_passage_length=max_length, passage_stride=stride, calibration=None, filter_threshold=None
-    )
 
 
 def parameters(model) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """Cheaper query encoding, measured: the query side in float32, in PyTorch's dynamic int8 and in the int8 the
 searchers use by default (``dphr_haystack.model.int8``), against one phrase index.
 
-    .venv/bin/python -m benchmarks.speed.query_encoding [--model dphr-minilm-squad] [--timing-questions 200]
+    .venv/bin/python -m benchmarks.speed.query_encoding [--model dphr-minilm-squad] [--timing-questions 200] \
+        [--query-models "3 layers=runs/query-depth-3" ...] [--name query_encoding]
 
 Speed: one query at a time on one thread (what a retriever does), ``--timing-questions`` SQuAD-open-small
 questions asked of the three variants in turn (round robin, twice, after a warm-up), p50 of each; and queries/s in
@@ -9,6 +10,8 @@ batches of 32. Quality: the whole SQuAD-open-small phrase index (cached under ``
 ``python -m benchmarks.quality.squad_open_small`` when absent) answers the validation questions (the held-out dev
 articles) and 2,000 SQuAD-open-small questions with each variant: EM@1 / F1@1 of the top phrase, passage acc@1, the
 share of questions whose top answer is float32's, and the cosine of the query vectors to float32's.
+``--query-models NAME=PATH`` adds other query sides of the same phrase side (e.g. one of fewer layers distilled by
+``python -m train.query_depth``: the same phrase fingerprint, so the same index), each in the default int8.
 
 PyTorch's dynamic quantization (``torch.ao.quantization.quantize_dynamic``, deprecated) scales a layer's input
 with one number per tensor; the searchers' int8 scales each token's row by itself, as a query's few rows differ a
@@ -34,6 +37,7 @@ from benchmarks.common import (
     hit_scores,
     machine,
     model_id,
+    parse_readers,
     pyplot,
     save_figure,
     squad_open_small_questions,
@@ -58,9 +62,20 @@ def torch_int8_query_side(model):
     return quantized
 
 
-def _variants(model) -> dict[str, tuple[Any, str]]:
-    """Each variant's model and the precision its searcher asks for."""
-    return {FLOAT32: (model, "float32"), TORCH_INT8: (torch_int8_query_side(model), "float32"), INT8: (model, "int8")}
+def _variants(model, others: dict[str, Any] | None = None) -> dict[str, tuple[Any, str]]:
+    """Each variant's model and the precision its searcher asks for; ``others`` (name: model) in int8 per row."""
+    variants = {
+        FLOAT32: (model, "float32"),
+        TORCH_INT8: (torch_int8_query_side(model), "float32"),
+        INT8: (model, "int8"),
+    }
+    for name, other in (others or {}).items():
+        if other.phrase_fingerprint() != model.phrase_fingerprint():
+            raise SystemExit(
+                f"--query-models {name}: another phrase side than {model.config.base_model or 'the model'}'s"
+            )
+        variants[f"{name}, {INT8}"] = (other, "int8")
+    return variants
 
 
 def _timing(variants: dict[str, tuple[Any, str]], questions: list[str]) -> dict[str, dict[str, float]]:
@@ -109,7 +124,7 @@ def _quality(index, variants, examples) -> dict[str, dict[str, float]]:
     return out
 
 
-def measure(model_name: str, timing_questions: int) -> dict[str, Any]:
+def measure(model_name: str, timing_questions: int, query_models: dict[str, str] | None = None) -> dict[str, Any]:
     import torch
 
     from dphr_haystack.index.phrase_index import PhraseIndex
@@ -117,7 +132,8 @@ def measure(model_name: str, timing_questions: int) -> dict[str, Any]:
 
     started = time.perf_counter()
     model = load_phrase_model(model_name, "cpu")
-    variants = _variants(model)
+    others = {name: load_phrase_model(path, "cpu") for name, path in (query_models or {}).items()}
+    variants = _variants(model, others)
     threads = torch.get_num_threads()
     timing = _timing(variants, [ex.question for ex in squad_open_small_questions(timing_questions, seed=1)])
     torch.set_num_threads(threads)
@@ -128,6 +144,7 @@ def measure(model_name: str, timing_questions: int) -> dict[str, Any]:
         "machine": machine(),
         "model": model_name,
         "model_id": model_id(model_name),
+        "query_models": query_models or {},
         "vectors": len(index),
         "passages": index.num_passages,
         "timing_questions": timing_questions,
@@ -193,8 +210,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--timing-questions", type=int, default=200)
+    parser.add_argument("--query-models", nargs="+", default=[], metavar="NAME=PATH", help="other query sides")
+    parser.add_argument("--name", default="query_encoding")
     args = parser.parse_args()
-    finish_result("query_encoding", measure(args.model, args.timing_questions), markdown, plot)
+    try:
+        query_models = parse_readers(args.query_models)
+    except ValueError as exc:
+        parser.error(str(exc).replace("--reader", "--query-models"))
+    finish_result(args.name, measure(args.model, args.timing_questions, query_models), markdown, plot)
 
 
 if __name__ == "__main__":

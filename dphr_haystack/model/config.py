@@ -65,6 +65,9 @@ class PhraseModelConfig:
             as a dict), fitted by ``python -m train.calibrate``; None: answers carry no confidence.
         adapters: Low-rank adapters on the encoders' linear maps (:mod:`dphr_haystack.model.adapters`):
             ``{"rank", "alpha", "roles"}``, built whenever the model is; None: none.
+        query_layers: Transformer layers of the query encoder(s): None, as many as the phrase encoder's; n, the
+            first n of them (a faster query side, e.g. distilled by ``python -m train.query_depth``). Not part of
+            :meth:`passage_side`: the phrase vectors, and so an index, do not depend on it.
     """
 
     max_passage_length: int = 384
@@ -85,6 +88,7 @@ class PhraseModelConfig:
     filter_threshold: float | None = None
     calibration: dict[str, Any] | None = None
     adapters: dict[str, Any] | None = None
+    query_layers: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -128,6 +132,9 @@ class PhraseModelConfig:
             Calibration.from_dict(self.calibration)
         if self.adapters is not None:
             self.adapters = check_adapters(self.adapters)
+        layers = self.query_layers
+        if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int) or layers < 1):
+            raise InvalidParameterError(f"query_layers must be a positive integer or None, got {layers!r}")
 
     def passage_side(self) -> dict[str, Any]:
         """The settings that change phrase vectors (part of an index's model fingerprint).

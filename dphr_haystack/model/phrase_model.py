@@ -24,7 +24,7 @@ from torch import nn
 from .._util.atomic import write_file_atomic
 from .._util.lazy import require
 from .._util.threads import resolve_threads, using_threads
-from ..errors import ModelLoadError
+from ..errors import InvalidParameterError, ModelLoadError
 from ..params import check_param, check_query_precision
 from .adapters import add_adapters
 from .building import attention_for, build_for_weights, check_impl, make_encoder, on_meta
@@ -115,10 +115,15 @@ class PhraseModel(nn.Module):
         max_pos = getattr(encoder.config, "max_position_embeddings", config.max_passage_length)
         config.max_passage_length = min(config.max_passage_length, max_pos)
         torch.manual_seed(seed)
+        layers = query_layers_of(enc_config, config)
+
+        def query_copy() -> nn.Module:
+            return first_layers(copy.deepcopy(encoder), layers)
+
         if config.query_layout == "separate":
-            model = cls(encoder, copy.deepcopy(encoder), copy.deepcopy(encoder), tokenizer, config)
+            model = cls(encoder, query_copy(), query_copy(), tokenizer, config)
         else:
-            model = cls(encoder, None, None, tokenizer, config, query_encoder=copy.deepcopy(encoder))
+            model = cls(encoder, None, None, tokenizer, config, query_encoder=query_copy())
         return model.eval()
 
     @classmethod
@@ -233,12 +238,16 @@ class PhraseModel(nn.Module):
     def _from_encoder_config(
         cls, enc_config, tokenizer, config: PhraseModelConfig, encoders: str = "transformers"
     ) -> PhraseModel:
-        def build():
-            return make_encoder(enc_config, encoders)
+        query_config = copy.deepcopy(enc_config)
+        query_config.num_hidden_layers = query_layers_of(enc_config, config)
 
+        def build_query():
+            return make_encoder(query_config, encoders)
+
+        phrase_encoder = make_encoder(enc_config, encoders)
         if config.query_layout == "separate":
-            return cls(build(), build(), build(), tokenizer, config)
-        return cls(build(), None, None, tokenizer, config, query_encoder=build())
+            return cls(phrase_encoder, build_query(), build_query(), tokenizer, config)
+        return cls(phrase_encoder, None, None, tokenizer, config, query_encoder=build_query())
 
     @classmethod
     def build_checked(
@@ -560,6 +569,29 @@ def _version_key(tensors: list[torch.Tensor]) -> tuple | None:
         return tuple((t.data_ptr(), t._version) for t in tensors)
     except RuntimeError:  # "Inference tensors do not track version counter"
         return None
+
+
+def query_layers_of(enc_config: Any, config: PhraseModelConfig) -> int:
+    """The transformer layers of ``config``'s query encoders over a phrase encoder of ``enc_config``.
+
+    Raises:
+        InvalidParameterError: ``config.query_layers`` asks for more layers than the phrase encoder has.
+    """
+    total = int(enc_config.num_hidden_layers)
+    if config.query_layers is None:
+        return total
+    if config.query_layers > total:
+        raise InvalidParameterError(f"query_layers={config.query_layers}: the encoder has {total} layers")
+    return config.query_layers
+
+
+def first_layers(encoder: nn.Module, layers: int) -> nn.Module:
+    """``encoder`` (a BERT-family encoder: ``encoder.encoder.layer``) keeping only its first ``layers`` layers."""
+    blocks = encoder.encoder.layer
+    if layers < len(blocks):
+        encoder.encoder.layer = nn.ModuleList(list(blocks)[:layers])
+        encoder.config.num_hidden_layers = layers
+    return encoder
 
 
 def filter_head(dim: int, hidden: int | None = None) -> nn.Module:
