@@ -33,8 +33,9 @@ import torch
 from torch import nn
 
 from dphr_haystack._util.atomic import write_file_atomic
+from dphr_haystack.model.building import first_layers
 from dphr_haystack.model.inputs import tokenize_queries
-from dphr_haystack.model.phrase_model import QUERY_SIDE, PhraseModel, first_layers
+from dphr_haystack.model.phrase_model import QUERY_SIDE, PhraseModel
 
 from .layout import fit_linear
 

@@ -5,7 +5,9 @@ and torch's ``reset_parameters``: half a second of CPU for the shipped model's t
 :func:`build_for_weights` builds the modules with their parameters on the meta device and then takes the loaded
 tensors as the parameters. :func:`make_encoder` builds one encoder, with transformers' ``AutoModel`` or, for
 ``impl="dphr"`` and a plain BERT config, :class:`~dphr_haystack.model.bert.BertEncoder` (bit-identical outputs
-without importing transformers' modeling code).
+without importing transformers' modeling code). :func:`query_layers_of` and :func:`first_layers` give the query
+encoders the depth ``PhraseModelConfig.query_layers`` asks for; :func:`filter_head` and :func:`identity_linear` are
+the token filter and the shared query layout's heads.
 """
 
 from __future__ import annotations
@@ -123,3 +125,42 @@ def build_for_weights(
     model = build()
     load(model, state, False)
     return model
+
+
+def query_layers_of(enc_config: Any, config: Any) -> int:
+    """The transformer layers of the query encoders a phrase model config (``config.query_layers``) gives over a
+    phrase encoder of ``enc_config``.
+
+    Raises:
+        InvalidParameterError: ``config.query_layers`` asks for more layers than the phrase encoder has.
+    """
+    total = int(enc_config.num_hidden_layers)
+    if config.query_layers is None:
+        return total
+    if config.query_layers > total:
+        raise InvalidParameterError(f"query_layers={config.query_layers}: the encoder has {total} layers")
+    return config.query_layers
+
+
+def first_layers(encoder: nn.Module, layers: int) -> nn.Module:
+    """``encoder`` (a BERT-family encoder: ``encoder.encoder.layer``) keeping only its first ``layers`` layers."""
+    blocks = encoder.encoder.layer
+    if layers < len(blocks):
+        encoder.encoder.layer = nn.ModuleList(list(blocks)[:layers])
+        encoder.config.num_hidden_layers = layers
+    return encoder
+
+
+def filter_head(dim: int, hidden: int | None = None) -> nn.Module:
+    """The token filter: Linear(d, 2) (DensePhrases), or Linear(d, hidden) → GELU → Linear(hidden, 2)."""
+    if hidden is None:
+        return nn.Linear(dim, 2)
+    return nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, 2))
+
+
+def identity_linear(dim: int) -> nn.Linear:
+    """Linear(d, d) starting as the identity (a shared query layout's start and end heads)."""
+    layer = nn.Linear(dim, dim)
+    nn.init.eye_(layer.weight)
+    nn.init.zeros_(layer.bias)
+    return layer

@@ -24,10 +24,20 @@ from torch import nn
 from .._util.atomic import write_file_atomic
 from .._util.lazy import require
 from .._util.threads import resolve_threads, using_threads
-from ..errors import InvalidParameterError, ModelLoadError
+from ..errors import ModelLoadError
 from ..params import check_param, check_query_precision
 from .adapters import add_adapters
-from .building import attention_for, build_for_weights, check_impl, make_encoder, on_meta
+from .building import (
+    attention_for,
+    build_for_weights,
+    check_impl,
+    filter_head,
+    first_layers,
+    identity_linear,
+    make_encoder,
+    on_meta,
+    query_layers_of,
+)
 from .config import CONFIG_FILE, PhraseModelConfig
 from .densephrases import CHECKPOINT_WEIGHTS_FILE, import_checkpoint
 from .encoding import EncodedPassage, EncodedPiece, encode_tokenized, iter_encoded_pieces
@@ -82,8 +92,8 @@ class PhraseModel(nn.Module):
             if query_encoder is None:
                 raise ModelLoadError("the shared layout needs query_encoder")
             self.query_encoder = query_encoder
-            self.query_start_head = _identity_linear(hidden)
-            self.query_end_head = _identity_linear(hidden)
+            self.query_start_head = identity_linear(hidden)
+            self.query_end_head = identity_linear(hidden)
         self.filter_linear = filter_head(hidden, config.filter_hidden)
         if config.adapters is not None:  # built with the model, so that a saved adapted model loads adapted
             add_adapters(self, config.adapters)
@@ -569,43 +579,6 @@ def _version_key(tensors: list[torch.Tensor]) -> tuple | None:
         return tuple((t.data_ptr(), t._version) for t in tensors)
     except RuntimeError:  # "Inference tensors do not track version counter"
         return None
-
-
-def query_layers_of(enc_config: Any, config: PhraseModelConfig) -> int:
-    """The transformer layers of ``config``'s query encoders over a phrase encoder of ``enc_config``.
-
-    Raises:
-        InvalidParameterError: ``config.query_layers`` asks for more layers than the phrase encoder has.
-    """
-    total = int(enc_config.num_hidden_layers)
-    if config.query_layers is None:
-        return total
-    if config.query_layers > total:
-        raise InvalidParameterError(f"query_layers={config.query_layers}: the encoder has {total} layers")
-    return config.query_layers
-
-
-def first_layers(encoder: nn.Module, layers: int) -> nn.Module:
-    """``encoder`` (a BERT-family encoder: ``encoder.encoder.layer``) keeping only its first ``layers`` layers."""
-    blocks = encoder.encoder.layer
-    if layers < len(blocks):
-        encoder.encoder.layer = nn.ModuleList(list(blocks)[:layers])
-        encoder.config.num_hidden_layers = layers
-    return encoder
-
-
-def filter_head(dim: int, hidden: int | None = None) -> nn.Module:
-    """The token filter: Linear(d, 2) (DensePhrases), or Linear(d, hidden) → GELU → Linear(hidden, 2)."""
-    if hidden is None:
-        return nn.Linear(dim, 2)
-    return nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, 2))
-
-
-def _identity_linear(dim: int) -> nn.Linear:
-    layer = nn.Linear(dim, dim)
-    nn.init.eye_(layer.weight)
-    nn.init.zeros_(layer.bias)
-    return layer
 
 
 def _full_precision(device: torch.device):
