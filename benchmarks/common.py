@@ -128,15 +128,15 @@ def base_installed(base: str) -> bool:
         return False
 
 
-def parse_readers(values: Sequence[str]) -> dict[str, str]:
-    """``--reader`` values, ``DIR`` or ``LABEL=DIR``, as ``{label: DIR}`` (one unlabelled reader: ``reader``)."""
+def parse_readers(values: Sequence[str], option: str = "--reader") -> dict[str, str]:
+    """``option``'s values, ``DIR`` or ``LABEL=DIR``, as ``{label: DIR}`` (one unlabelled reader: ``reader``)."""
     readers: dict[str, str] = {}
     for value in values:
         label, sep, path = value.partition("=")
         if not sep:
             label, path = ("reader" if len(values) == 1 else Path(value).name), value
         if not label or not path or label in readers:
-            raise ValueError(f"--reader {value!r}: give DIR or LABEL=DIR, each label once")
+            raise ValueError(f"{option} {value!r}: give DIR or LABEL=DIR, each label once")
         readers[label] = path
     return readers
 

@@ -214,9 +214,9 @@ def main() -> None:
     parser.add_argument("--name", default="query_encoding")
     args = parser.parse_args()
     try:
-        query_models = parse_readers(args.query_models)
+        query_models = parse_readers(args.query_models, "--query-models")
     except ValueError as exc:
-        parser.error(str(exc).replace("--reader", "--query-models"))
+        parser.error(str(exc))
     finish_result(args.name, measure(args.model, args.timing_questions, query_models), markdown, plot)
 
 

@@ -9,8 +9,8 @@ each L below the base's depth a copy keeps its query encoder's first L layers (`
 weights do not change the cost). One query at a time on one thread, as a retriever encodes one, over
 ``--questions`` SQuAD dev questions, every variant in turn (round robin, the order rotated every question, after a
 warm-up), in float32 and in the searchers' default int8 per row; p50 / p95 ms per variant. Beside them, the query
-side of the dense retriever the phrase answers are compared with (all-MiniLM-L6-v2's 6 layers in float32 and its
-mean pooling): its encoding alone. Writes results/query_layers.json and .png.
+side of the dense retriever the phrase answers are compared with (``MiniLMEmbeddingRetriever.embed_queries``:
+all-MiniLM-L6-v2 through sentence-transformers): its encoding alone. Writes results/query_layers.json and .png.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from benchmarks.common import (
 )
 
 PRECISIONS = ("float32", "int8")
-DENSE = "dense retriever's query (all-MiniLM-L6-v2, mean pooling)"
+DENSE = "dense retriever's query (MiniLMEmbeddingRetriever, all-MiniLM-L6-v2)"
 
 
 def query_sides(base: str, layers: list[int]) -> dict[int, Any]:
@@ -48,24 +48,12 @@ def query_sides(base: str, layers: list[int]) -> dict[int, Any]:
 
 
 def dense_encoder():
-    """The dense retriever's query encoding: a callable of one question (all-MiniLM-L6-v2, mean pooled, float32)."""
-    import torch
+    """The dense retriever's query encoding: a callable of one question (``MiniLMEmbeddingRetriever.embed_queries``,
+    the retriever phrase answers are compared with)."""
+    from dphr_haystack.nodes import MiniLMEmbeddingRetriever
 
-    from dphr_haystack.model.registry import resolve_base
-
-    transformers = __import__("transformers")
-    path = resolve_base("minilm")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
-    model = transformers.AutoModel.from_pretrained(path).eval()
-
-    @torch.no_grad()
-    def encode(question: str):
-        batch = tokenizer([question], return_tensors="pt", truncation=True, max_length=64)
-        states = model(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).float()
-        return (states * mask).sum(1) / mask.sum(1)
-
-    return encode
+    retriever = MiniLMEmbeddingRetriever(document_store=None, progress_bar=False)
+    return lambda question: retriever.embed_queries([question])
 
 
 def measure(bases: list[str], layers: list[int], n_questions: int) -> dict[str, Any]:
