@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import random
 import time
@@ -43,10 +42,10 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from benchmarks.answerability_cases import OPEN_SETS, open_questions, user_cases
 from benchmarks.common import (
     DEFAULT_MODEL,
     ROOT,
-    SHARED_DATA,
     SQUAD_DEV,
     cached_open_small_phrases,
     finish_result,
@@ -57,45 +56,12 @@ from benchmarks.common import (
     save_figure,
 )
 
-USER_CORPUS = ROOT / "benchmarks" / "data" / "user_corpus"
-OPEN_SETS = {
-    "nq": SHARED_DATA / "nq-open" / "NQ-open.dev.jsonl.gz",
-    "triviaqa": SHARED_DATA / "odqa-dpr" / "trivia-dev.qa.csv.gz",
-}
 SIZES = ("5", "50", "500", "dev", "open")
 NEAR_MISS = "squad-paragraph-removed"  # the question's paragraph removed, the rest of its article kept (near misses)
 ARTICLE_ONLY = "squad-article-alone"  # the question's article alone, with and without its paragraph
 THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7)
 SWEEP_SHOWN = (0.3, 0.4, 0.5, 0.6, 0.7)  # the thresholds of the per-set table
 BOOTSTRAP = 1000  # resamples of a size's questions for the intervals of its ECE and AUROC
-
-
-def _open_questions(path: Path, limit: int, seed: int) -> list:
-    from dphr_haystack.evaluation import read_questions
-    from train.answerability import Question
-
-    examples = read_questions(path, limit=limit, seed=seed)
-    return [Question(ex.question, tuple(ex.answers)) for ex in examples]
-
-
-def _user_cases(model) -> tuple[Any, list]:
-    """The user corpus' in-memory index and its 96 cases."""
-    from dphr_haystack import PhraseIndex
-    from dphr_haystack.encode.add import add_passages
-    from train.answerability import Case, Question
-
-    passages = [json.loads(line) for line in (USER_CORPUS / "passages.jsonl").read_text().splitlines() if line]
-    for p in passages:
-        p["document_id"] = p["title"].split(" — ")[0]
-    index = PhraseIndex.create(model, filter_threshold=model.config.filter_threshold)
-    add_passages(index, model, passages, progress=False)
-    cases = []
-    for line in (USER_CORPUS / "questions.jsonl").read_text().splitlines():
-        if line.strip():
-            q = json.loads(line)
-            question = Question(q["question"], tuple(q["answers"]), "", q.get("passage_id") or "")
-            cases.append(Case(question, f"user-{q['kind']}", q["answerable"]))
-    return index, cases
 
 
 def _lower_cased(case):
@@ -167,11 +133,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         cases[where] += near_miss_cases(indexes[where], questions, f"{NEAR_MISS}-{where}")
     cases["dev"] += article_cases(dev, questions, ARTICLE_ONLY)
     for name, path in OPEN_SETS.items():
-        asked = _open_questions(path, args.open_questions, args.seed)
+        asked = open_questions(path, args.open_questions, args.seed)
         for where in [k for k, v in indexes.items() if v is not None]:
             cases[where] += [Case(q, f"{name}-{where}", False) for q in asked]
-    user_index, user_cases = _user_cases(model)
-    indexes["user"], cases["user"] = user_index, user_cases
+    indexes["user"], cases["user"] = user_cases(model)
     if args.lower_case:  # every question as a user typing in lower case asks it
         cases = {name: [_lower_cased(case) for case in found] for name, found in cases.items()}
     reader = verification_reader(calibration.verification) if args.verify else None
