@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import random
 import time
@@ -47,15 +48,22 @@ EPOCHS = 6
 MAX_LENGTH = 64  # subwords of a question or an answer embedded
 
 
-def embed(texts: list[str], batch_size: int = 256):
-    """Unit-length mean-pooled all-MiniLM-L6-v2 embeddings of ``texts`` (a torch tensor)."""
-    import torch
+@functools.cache
+def _sentence_encoder() -> tuple[Any, Any]:
+    """The offline all-MiniLM-L6-v2's tokenizer and encoder, loaded once."""
     from transformers import AutoModel, AutoTokenizer
 
     from dphr_haystack.model.registry import resolve_base
 
     path = resolve_base("minilm")
-    tokenizer, encoder = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+
+
+def embed(texts: list[str], batch_size: int = 256):
+    """Unit-length mean-pooled all-MiniLM-L6-v2 embeddings of ``texts`` (a torch tensor)."""
+    import torch
+
+    tokenizer, encoder = _sentence_encoder()
     out = []
     for i in range(0, len(texts), batch_size):
         batch = tokenizer(
