@@ -164,7 +164,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     cases += near_miss_cases(dev, questions, "squad-paragraph-removed-dev")
     cases += article_cases(dev, questions, "squad-article-alone")
     for name in ("nq", "triviaqa"):
-        cases += [Case(q, f"{name}-over-dev", False) for q in open_questions(OPEN_SETS[name], args.questions, 0)]
+        asked = open_questions(OPEN_SETS[name], args.questions, args.seed)
+        cases += [Case(q, f"{name}-over-dev", False) for q in asked]
     user_index, asked_of_user = user_cases(model)
     tables = [gather(dev, model, plain, cases), gather(user_index, model, plain, asked_of_user)]
     result: dict[str, Any] = {
