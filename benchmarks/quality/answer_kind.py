@@ -49,31 +49,21 @@ MAX_LENGTH = 64  # subwords of a question or an answer embedded
 
 
 @functools.cache
-def _sentence_encoder() -> tuple[Any, Any]:
-    """The offline all-MiniLM-L6-v2's tokenizer and encoder, loaded once."""
-    from transformers import AutoModel, AutoTokenizer
+def _sentence_encoder() -> Any:
+    """The offline all-MiniLM-L6-v2 as sentence-transformers loads it (mean pooling, unit length), loaded once and
+    reading at most :data:`MAX_LENGTH` subwords."""
+    from sentence_transformers import SentenceTransformer
 
     from dphr_haystack.model.registry import resolve_base
 
-    path = resolve_base("minilm")
-    return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    encoder = SentenceTransformer(resolve_base("minilm"), device="cpu")
+    encoder.max_seq_length = MAX_LENGTH
+    return encoder
 
 
 def embed(texts: list[str], batch_size: int = 256):
     """Unit-length mean-pooled all-MiniLM-L6-v2 embeddings of ``texts`` (a torch tensor)."""
-    import torch
-
-    tokenizer, encoder = _sentence_encoder()
-    out = []
-    for i in range(0, len(texts), batch_size):
-        batch = tokenizer(
-            texts[i : i + batch_size], padding=True, truncation=True, max_length=MAX_LENGTH, return_tensors="pt"
-        )
-        with torch.inference_mode():
-            hidden = encoder(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).float()
-        out.append(torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1))
-    return torch.cat(out)
+    return _sentence_encoder().encode(texts, batch_size=batch_size, convert_to_tensor=True, show_progress_bar=False)
 
 
 def training_pairs(rows: list[tuple[int, str, str]], seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
