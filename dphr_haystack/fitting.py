@@ -255,30 +255,45 @@ def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def reliability(confidences: Sequence[float], labels: Sequence[bool], bins: int = 10) -> list[dict[str, float]]:
-    """Reliability table: per confidence bin, the mean confidence, the accuracy and the count."""
+def reliability(
+    confidences: Sequence[float], labels: Sequence[bool], bins: int = 10, weights: Sequence[float] | None = None
+) -> list[dict[str, float]]:
+    """Reliability table: per confidence bin, the mean confidence, the accuracy and the count (with ``weights``, one
+    number >= 0 per question: the weighted mean confidence and accuracy, and the bin's ``weight``)."""
     c = np.asarray(confidences, dtype=np.float64)
     y = np.asarray(labels, dtype=np.float64)
+    w = np.ones(len(c)) if weights is None else np.asarray(weights, dtype=np.float64)
+    if w.shape != c.shape or not np.all(np.isfinite(w)) or (len(w) and w.min() < 0):
+        raise InvalidParameterError("weights must be one finite number >= 0 per confidence")
     edges = np.linspace(0.0, 1.0, bins + 1)
     which = np.clip(np.searchsorted(edges, c, side="right") - 1, 0, bins - 1)
-    return [
-        {
+    table = []
+    for b in range(bins):
+        inside = (which == b) & (w > 0)
+        if not inside.any():
+            continue
+        row = {
             "low": float(edges[b]),
             "high": float(edges[b + 1]),
-            "confidence": float(c[which == b].mean()),
-            "accuracy": float(y[which == b].mean()),
-            "count": int((which == b).sum()),
+            "confidence": float(np.average(c[inside], weights=w[inside])),
+            "accuracy": float(np.average(y[inside], weights=w[inside])),
+            "count": int(inside.sum()),
         }
-        for b in range(bins)
-        if (which == b).any()
-    ]
+        if weights is not None:
+            row["weight"] = float(w[inside].sum())
+        table.append(row)
+    return table
 
 
-def expected_calibration_error(confidences: Sequence[float], labels: Sequence[bool], bins: int = 10) -> float:
-    """Σ_bins (count / n) · |accuracy − mean confidence|."""
-    table = reliability(confidences, labels, bins)
-    n = sum(row["count"] for row in table)
-    return float(sum(row["count"] / n * abs(row["accuracy"] - row["confidence"]) for row in table)) if n else 0.0
+def expected_calibration_error(
+    confidences: Sequence[float], labels: Sequence[bool], bins: int = 10, weights: Sequence[float] | None = None
+) -> float:
+    """Σ_bins (count / n) · |accuracy − mean confidence| (with ``weights``: each bin's share of the total weight,
+    over its weighted means)."""
+    table = reliability(confidences, labels, bins, weights)
+    key = "count" if weights is None else "weight"
+    n = sum(row[key] for row in table)
+    return float(sum(row[key] / n * abs(row["accuracy"] - row["confidence"]) for row in table)) if n else 0.0
 
 
 def calibrated_ece(confidences: Sequence[float], bins: int = 10, draws: int = 200, seed: int = 0) -> float:

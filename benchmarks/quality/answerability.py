@@ -19,7 +19,9 @@ For each: the top answer's confidence before (the calibration alone) and after (
 answerable vs unanswerable questions of it and of what places "no answer" (the calibration's holds-answer, P(the corpus
 holds an answer), when it has one), and at :data:`~dphr_haystack.search_options.NO_ANSWER_THRESHOLD` the share of
 unanswerable questions that get "no answer" first and of right top answers lost; per corpus size, EM@1, AUROC right vs
-wrong and ECE of the answerable questions (with 95% bootstrap intervals over the questions) and a reliability curve. A
+wrong and ECE of the answerable questions (with 95% bootstrap intervals over the questions) and a reliability curve,
+and the ECE of those questions with the same questions over the corpus without their article, weighing as the fit
+weighs an unanswerable case (the mix of questions the top answer's P(right given the corpus) is fitted for). A
 sample of searches is repeated with the fitted calibration to check that the searcher returns what the table computes.
 ``--lower-case`` asks every question in lower case (as NQ's are written; the searcher then reads a question's names
 from the corpus' truecasing of it). ``--verify`` also lets the model's verification reader read every top answer
@@ -104,6 +106,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
     from dphr_haystack.verification import verification_reader
     from train.answerability import (
+        UNANSWERABLE_WEIGHT,
         Case,
         all_cases,
         article_cases,
@@ -174,11 +177,16 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             continue
         yes = rows[answerable[rows]]
         right = table.correct[yes]
+        # the questions over this size with and without their answer, as the fit weighs them (its share of
+        # unanswerable questions): the mix the top answer's P(right given the corpus) is fitted for
+        mixed = np.where(answerable[rows], 1.0, UNANSWERABLE_WEIGHT)
         result["sizes"][size] = {
             "em@1": float(right.mean()),
+            "unanswerable_share_mixed": float(mixed[~answerable[rows]].sum() / mixed.sum()),
             "before": {
                 "auroc_right_vs_wrong": auroc(before[yes], right),
                 "ece": expected_calibration_error(before[yes], right),
+                "ece_mixed": expected_calibration_error(before[rows], table.correct[rows], weights=mixed),
             },
             "after": {
                 "auroc_right_vs_wrong": auroc(after[yes], right),
@@ -186,6 +194,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 "ece": expected_calibration_error(after[yes], right),
                 "ece_interval": _bootstrap(expected_calibration_error, after[yes], right, args.seed),
                 "reliability": reliability(after[yes], right),
+                "ece_mixed": expected_calibration_error(after[rows], table.correct[rows], weights=mixed),
+                "ece_mixed_interval": _bootstrap(
+                    expected_calibration_error, after[rows], table.correct[rows], args.seed, weights=mixed
+                ),
+                "reliability_mixed": reliability(after[rows], table.correct[rows], weights=mixed),
             },
         }
         for label, p in _scores(before, after, holds, plain_holds, args.verify):
@@ -273,14 +286,18 @@ def _holds_answer(calibration, table, after: np.ndarray, verify: bool) -> tuple[
     return holds * ~np.isnan(table.features[:, 0]), "P(the corpus holds an answer)"
 
 
-def _bootstrap(statistic, p: np.ndarray, labels: np.ndarray, seed: int, rounds: int = BOOTSTRAP) -> list[float]:
-    """The 95% bootstrap interval of ``statistic(p, labels)`` over the questions (resampled with replacement)."""
+def _bootstrap(
+    statistic, p: np.ndarray, labels: np.ndarray, seed: int, rounds: int = BOOTSTRAP, weights: np.ndarray | None = None
+) -> list[float]:
+    """The 95% bootstrap interval of ``statistic(p, labels)`` (with ``weights``: ``statistic(p, labels,
+    weights=...)``) over the questions (resampled with replacement)."""
     rng = np.random.default_rng(seed)
     values = []
     for _ in range(rounds):
         pick = rng.integers(0, len(p), len(p))
         if labels[pick].any() and not labels[pick].all():
-            values.append(statistic(p[pick], labels[pick]))
+            extra = {} if weights is None else {"weights": weights[pick]}
+            values.append(statistic(p[pick], labels[pick], **extra))
     return [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))]
 
 
@@ -341,20 +358,25 @@ def _markdown(result: dict[str, Any]) -> str:
             f"{a['auroc_answerable_vs_not']:.3f} | **{_pair(h, u, 'auroc_answerable_vs_not', _three)}** | "
             f"{_pair(h, u, 'no_answer_share', pct)} | {_pair(h, u, 'right_lost_share', pct)} |"
         )
+    share = next((row.get("unanswerable_share_mixed") for row in result["sizes"].values()), None)
+    mixed = f" ECE with {100 * share:.0f}% unanswerable before → after [95% interval] |" if share is not None else ""
     lines += [
         "",
         "| corpus (passages) | EM@1 | AUROC right vs wrong before → after [95% interval] |"
-        " ECE before → after [95% interval] |",
-        "|---|---|---|---|",
+        " ECE answerable before → after [95% interval] |" + mixed,
+        "|---|---|---|---|" + ("---|" if mixed else ""),
     ]
     for size, row in result["sizes"].items():
         b, a = row["before"], row["after"]
         label = {"dev": "1,702", "open": "20,598"}.get(size, size)
         auroc_in, ece_in = a.get("auroc_right_vs_wrong_interval"), a.get("ece_interval")
-        lines.append(
+        line = (
             f"| {label} | {100 * row['em@1']:.1f} | {b['auroc_right_vs_wrong']:.3f} → {a['auroc_right_vs_wrong']:.3f}"
             f"{_interval(auroc_in)} | {b['ece']:.3f} → {a['ece']:.3f}{_interval(ece_in)} |"
         )
+        if mixed:
+            line += f" {b['ece_mixed']:.3f} → {a['ece_mixed']:.3f}{_interval(a.get('ece_mixed_interval'))} |"
+        lines.append(line)
     return "\n".join(lines + _sweep_lines(result, pct))
 
 

@@ -41,3 +41,19 @@ def test_the_markdown_shows_the_sweep_per_set_and_only_when_every_set_has_one():
     assert "| nq-over-open | 50.0% / 0.0% | 50.0% / 50.0% | 50.0% / 50.0% | 100.0% / 50.0% | 100.0% / 50.0% |" in text
     del result["unanswerable_sets"]["nq-over-open"]["holds_answer"]["by_threshold"]
     assert header not in _markdown(result)  # a result written before the sweep
+
+
+def test_the_size_table_shows_the_ece_of_the_fits_mix_only_when_the_result_has_it():
+    size = {
+        "em@1": 0.6,
+        "unanswerable_share_mixed": 0.3 / 1.3,
+        "before": {"auroc_right_vs_wrong": 0.8, "ece": 0.07, "ece_mixed": 0.05},
+        "after": {"auroc_right_vs_wrong": 0.88, "ece": 0.06, "ece_mixed": 0.04, "ece_mixed_interval": [0.03, 0.08]},
+    }
+    result = {"threshold": 0.4, "unanswerable_sets": {}, "sizes": {"5": size}}
+    text = _markdown(result)
+    assert "ECE with 23% unanswerable before → after [95% interval]" in text
+    assert "| 5 | 60.0 | 0.800 → 0.880 | 0.070 → 0.060 | 0.050 → 0.040 [0.030–0.080] |" in text
+    del size["unanswerable_share_mixed"]
+    older = _markdown(result)  # a result written before the mix was measured
+    assert "unanswerable before" not in older and "| 5 | 60.0 | 0.800 → 0.880 | 0.070 → 0.060 |" in older

@@ -138,6 +138,24 @@ def test_a_calibrated_confidences_ece_is_what_sampling_adds_and_shrinks_with_mor
     assert calibrated_ece(np.zeros(50)) == 0.0 and calibrated_ece(np.ones(50)) == 0.0
 
 
+def test_a_weighted_ece_is_the_ece_of_each_question_repeated_as_often_as_it_weighs():
+    rng = np.random.default_rng(3)
+    confidence = rng.random(300)
+    right = rng.random(300) < confidence**2  # too sure: a clear ECE
+    weights = rng.integers(0, 4, 300).astype(float)
+    repeated = np.repeat(np.arange(300), weights.astype(int))
+    weighted = expected_calibration_error(confidence, right, weights=weights)
+    assert weighted == pytest.approx(expected_calibration_error(confidence[repeated], right[repeated]))
+    assert weighted != pytest.approx(expected_calibration_error(confidence, right))  # the weights count
+    table = reliability(confidence, right, weights=weights)
+    assert sum(row["weight"] for row in table) == pytest.approx(weights.sum())
+    assert sum(row["count"] for row in table) == int((weights > 0).sum())  # a question weighing 0 is left out
+    assert "weight" not in reliability(confidence, right)[0]
+    for bad in (np.ones(299), np.full(300, -1.0), np.full(300, np.nan)):
+        with pytest.raises(InvalidParameterError, match="weights"):
+            expected_calibration_error(confidence, right, weights=bad)
+
+
 def test_features_reward_agreement_and_margin():
     agree = confidence_features([10.0, 9.0, 8.0], ["Paris", "paris", "Lyon"])
     disagree = confidence_features([10.0, 9.0, 8.0], ["Paris", "Lyon", "Nice"])
