@@ -416,24 +416,16 @@ def _interval(bounds: list[float] | None) -> str:
 
 def _plot(result: dict[str, Any], path: Path) -> None:
     plt = pyplot()
-    curves = {size: row["after"]["reliability"] for size, row in result["sizes"].items()}
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
-    ax = axes[0]
-    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1)
-    for size, rows in curves.items():
-        label = {"dev": "1,702", "open": "20,598"}.get(size, size)
-        ece = result["sizes"][size]["after"]["ece"]
-        ax.plot(
-            [r["confidence"] for r in rows],
-            [r["accuracy"] for r in rows],
-            marker="o",
-            label=f"{label} (ECE {ece:.3f})",
-        )
-    ax.set_xlabel("confidence of the top answer")
-    ax.set_ylabel("exact-match rate")
-    ax.set_title("answerable questions, by corpus size (passages)", fontsize=9)
-    ax.legend(fontsize=7)
-    ax = axes[1]
+    mixed = all("reliability_mixed" in row["after"] for row in result["sizes"].values()) and result["sizes"]
+    fig, axes = plt.subplots(1, 3 if mixed else 2, figsize=(15 if mixed else 10, 4.2))
+    panels = [("reliability", "ece", "answerable questions, by corpus size (passages)")]
+    if mixed:
+        share = next(iter(result["sizes"].values()))["unanswerable_share_mixed"]
+        title = f"with {100 * share:.0f}% unanswerable (as fitted), by corpus size"
+        panels.append(("reliability_mixed", "ece_mixed", title))
+    for ax, (curve, ece, title) in zip(axes, panels, strict=False):
+        _reliability_panel(ax, result, curve, ece, title)
+    ax = axes[-1]
     names = list(result["unanswerable_sets"])
     shown = result.get("labels", ["calibration", "answerability"])
     bars = [("before", shown[0]), ("after", shown[1]), ("holds_answer", result.get("no_answer_by", ""))]
@@ -444,9 +436,27 @@ def _plot(result: dict[str, Any], path: Path) -> None:
     ax.set_yticks(np.arange(len(names)) + 0.27, names, fontsize=7)
     ax.set_xlim(0.4, 1.0)
     ax.set_xlabel("AUROC, answerable vs unanswerable")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)
     fig.tight_layout()
     save_figure(fig, path)
+
+
+def _reliability_panel(ax, result: dict[str, Any], curve: str, ece: str, title: str) -> None:
+    """Per corpus size, the verified (or answerability) confidence's reliability curve ``curve`` and its ``ece``."""
+    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1)
+    for size, row in result["sizes"].items():
+        label = {"dev": "1,702", "open": "20,598"}.get(size, size)
+        rows = row["after"][curve]
+        ax.plot(
+            [r["confidence"] for r in rows],
+            [r["accuracy"] for r in rows],
+            marker="o",
+            label=f"{label} (ECE {row['after'][ece]:.3f})",
+        )
+    ax.set_xlabel("confidence of the top answer")
+    ax.set_ylabel("exact-match rate")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
 
 
 def main() -> None:

@@ -57,3 +57,21 @@ def test_the_size_table_shows_the_ece_of_the_fits_mix_only_when_the_result_has_i
     del size["unanswerable_share_mixed"]
     older = _markdown(result)  # a result written before the mix was measured
     assert "unanswerable before" not in older and "| 5 | 60.0 | 0.800 → 0.880 | 0.070 → 0.060 |" in older
+
+
+def test_the_plot_adds_the_fits_mix_as_a_panel_only_when_every_size_has_it(tmp_path, monkeypatch):
+    from benchmarks.quality import answerability
+
+    reliability = [
+        {"confidence": 0.2, "accuracy": 0.25, "count": 10},
+        {"confidence": 0.8, "accuracy": 0.7, "count": 9},
+    ]
+    after = {"ece": 0.05, "reliability": reliability, "ece_mixed": 0.04, "reliability_mixed": reliability}
+    sizes = {"5": {"unanswerable_share_mixed": 0.23, "after": after}, "50": {"after": dict(after)}}
+    sets = {"nq-over-open": _row([0.9, 0.3, 0.55, 0.2], [True, True, False, False], [True, True, False, False])}
+    panels = []
+    monkeypatch.setattr(answerability, "save_figure", lambda fig, path: panels.append(len(fig.axes)))
+    answerability._plot({"sizes": sizes, "unanswerable_sets": sets}, tmp_path / "a.png")
+    del sizes["50"]["after"]["reliability_mixed"]  # one size measured before the mix: no mix panel
+    answerability._plot({"sizes": sizes, "unanswerable_sets": sets}, tmp_path / "b.png")
+    assert panels == [3, 2]
