@@ -416,7 +416,7 @@ def _interval(bounds: list[float] | None) -> str:
 
 def _plot(result: dict[str, Any], path: Path) -> None:
     plt = pyplot()
-    mixed = all("reliability_mixed" in row["after"] for row in result["sizes"].values()) and result["sizes"]
+    mixed = bool(result["sizes"]) and all("reliability_mixed" in row["after"] for row in result["sizes"].values())
     fig, axes = plt.subplots(1, 3 if mixed else 2, figsize=(15 if mixed else 10, 4.2))
     panels = [("reliability", "ece", "answerable questions, by corpus size (passages)")]
     if mixed:
