@@ -61,8 +61,8 @@ from benchmarks.common import (
 SIZES = ("5", "50", "500", "dev", "open")
 NEAR_MISS = "squad-paragraph-removed"  # the question's paragraph removed, the rest of its article kept (near misses)
 ARTICLE_ONLY = "squad-article-alone"  # the question's article alone, with and without its paragraph
-THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7)
-SWEEP_SHOWN = (0.3, 0.4, 0.5, 0.6, 0.7)  # the thresholds of the per-set table
+THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7)
+SWEEP_SHOWN = (0.3, 0.4, 0.5, 0.6, 0.65, 0.7)  # the thresholds of the per-set table
 BOOTSTRAP = 1000  # resamples of a size's questions for the intervals of its ECE and AUROC
 
 
