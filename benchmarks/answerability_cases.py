@@ -21,9 +21,9 @@ OPEN_SETS = {
 
 
 def open_questions(path: Path, limit: int, seed: int) -> list:
-    """``limit`` questions of an open-domain set (a seeded sample) as :class:`train.answerability.Question`."""
+    """``limit`` questions of an open-domain set (a seeded sample) as :class:`train.answerability_cases.Question`."""
     from dphr_haystack.evaluation import read_questions
-    from train.answerability import Question
+    from train.answerability_cases import Question
 
     examples = read_questions(path, limit=limit, seed=seed)
     return [Question(ex.question, tuple(ex.answers)) for ex in examples]
@@ -33,7 +33,7 @@ def user_cases(model) -> tuple[Any, list]:
     """The user corpus' in-memory index and its 96 cases (corpus ``user-<kind>``)."""
     from dphr_haystack import PhraseIndex
     from dphr_haystack.encode.add import add_passages
-    from train.answerability import Case, Question
+    from train.answerability_cases import Case, Question
 
     passages = [json.loads(line) for line in (USER_CORPUS / "passages.jsonl").read_text().splitlines() if line]
     for p in passages:

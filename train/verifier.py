@@ -9,14 +9,15 @@ The answerability (``python -m train.answerability``) judges the top answer from
 (:mod:`dphr_haystack.verification`) lets a question-answering reader read the top answer in its passage and is a
 logistic regression of "the top answer is right" on the answerability's confidence (as log-odds) and the reader's
 view of the span (start + end logit, log-probability among the window's spans, gap to its best span), fitted on the
-cases the answerability is fitted on (:func:`train.answerability.all_cases`: questions of the held-out validation
+cases the answerability is fitted on (:func:`train.answerability_cases.all_cases`: questions of the held-out validation
 articles over 5, 50, 500, 1,702 and, with ``--open-index``, 20,598 passages, with and without their article; a
 case without its answer weighing :data:`~train.answerability.UNANSWERABLE_WEIGHT`). It is stored in the calibration
 of the model's ``dphr_config.json`` beside the answerability, naming its reader; ``verify.json`` reports the fit.
 When the calibration has a holds-answer (P(the corpus holds an answer)), the verification gets one too: a logistic
 regression of "the corpus holds the answer" on that probability (as log-odds) and the same view, every case weighing
-1, near misses and questions over their article alone added as the holds-answer's fit adds them
-(``--near-miss-weight``, ``--article-weight``; :class:`~dphr_haystack.model.calibration.VerifiedHoldsAnswer`).
+1, near misses, questions over their article alone and questions about invented names added as the holds-answer's
+fit adds them (``--near-miss-weight``, ``--article-weight``, ``--invented-name-weight``;
+:class:`~dphr_haystack.model.calibration.VerifiedHoldsAnswer`).
 
 ``--export-reader`` writes a reader directory (a ``transformers`` question-answering model, e.g. the one
 ``train/configs/cpu_reader.yaml`` trains) in the compact weight format (int8 matrices by default; SHA-256 sums), as
@@ -53,15 +54,16 @@ from dphr_haystack.verification import SpanReader, reader_dir, reader_reference
 from .answerability import (
     UNANSWERABLE_WEIGHT,
     VALIDATION_ARTICLES,
+    VERIFIED_HOLDS_L2,
+    VERIFIED_INVENTED_NAME_WEIGHT,
     QueryTable,
     add_holds_case_weights,
-    all_cases,
     concatenate,
     dev_index,
     gather,
     near_miss_table,
-    squad_questions,
 )
+from .answerability_cases import all_cases, squad_questions
 from .calibrate import DEFAULT_DEV, write_calibrated
 
 READER_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
@@ -110,7 +112,7 @@ def fit_holds(table: QueryTable, calibration: Calibration) -> VerifiedHoldsAnswe
     inputs = verification_inputs(table, calibration, holds=True)
     known = ~np.isnan(inputs[:, : 1 + len(READER_VIEW_FEATURES)]).any(axis=1)  # a question without names counts
     weights = np.array([c.weight for c in table.cases])
-    return fit_verified_holds(inputs[known], table.holds[known], weights=weights[known])
+    return fit_verified_holds(inputs[known], table.holds[known], l2=VERIFIED_HOLDS_L2, weights=weights[known])
 
 
 def report(
@@ -179,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=800, help="at most this many validation questions")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    add_holds_case_weights(parser)
+    add_holds_case_weights(parser, VERIFIED_INVENTED_NAME_WEIGHT)
     parser.add_argument("--report", type=Path, help="the fit report (default: verify.json in the model)")
     args = parser.parse_args(argv)
     if args.export_reader:
@@ -223,12 +225,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fit": report(table, before, verified_probability(verification, inputs)),
     }
     if calibration.holds_answer is not None:  # and P(the corpus holds an answer) once read, near misses too
-        near = near_miss_table(indexes, model, plain, questions, args.near_miss_weight, reader, args.article_weight)
+        near = near_miss_table(
+            indexes,
+            model,
+            plain,
+            questions,
+            args.near_miss_weight,
+            reader,
+            args.article_weight,
+            (cases, args.invented_name_weight),
+        )
         both = concatenate([table, near]) if near is not None else table
         verification = replace(verification, holds_answer=fit_holds(both, calibration))
         holds = verification_inputs(both, calibration, holds=True)
         fitted["near_miss_weight"] = args.near_miss_weight
         fitted["article_weight"] = args.article_weight
+        fitted["invented_name_weight"] = args.invented_name_weight
         fitted["holds_answer_fit"] = report(
             both,
             np.nan_to_num(calibration.holds_answer.query_probability(both.features)) * ~np.isnan(both.features[:, 0]),

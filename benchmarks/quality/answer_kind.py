@@ -129,7 +129,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from dphr_haystack import PhraseModel
     from dphr_haystack._util.io import read_json
     from dphr_haystack.confidence import Calibration, auroc
-    from train.answerability import Case, all_cases, article_cases, dev_index, gather, near_miss_cases, squad_questions
+    from train.answerability import dev_index, gather
+    from train.answerability_cases import Case, all_cases, article_cases, near_miss_cases, squad_questions
 
     started = time.perf_counter()
     torch.set_num_threads(args.threads)

@@ -61,7 +61,7 @@ from benchmarks.common import (
 SIZES = ("5", "50", "500", "dev", "open")
 NEAR_MISS = "squad-paragraph-removed"  # the question's paragraph removed, the rest of its article kept (near misses)
 ARTICLE_ONLY = "squad-article-alone"  # the question's article alone, with and without its paragraph
-THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7)
+THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)
 SWEEP_SHOWN = (0.3, 0.4, 0.5, 0.6, 0.65, 0.7)  # the thresholds of the per-set table
 BOOTSTRAP = 1000  # resamples of a size's questions for the intervals of its ECE and AUROC
 
@@ -105,17 +105,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     )
     from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
     from dphr_haystack.verification import verification_reader
-    from train.answerability import (
-        UNANSWERABLE_WEIGHT,
-        Case,
-        all_cases,
-        article_cases,
-        concatenate,
-        dev_index,
-        gather,
-        near_miss_cases,
-        squad_questions,
-    )
+    from train.answerability import UNANSWERABLE_WEIGHT, concatenate, dev_index, gather
+    from train.answerability_cases import Case, all_cases, article_cases, near_miss_cases, squad_questions
     from train.verifier import verification_inputs, verified_probability
 
     started = time.perf_counter()

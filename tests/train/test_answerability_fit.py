@@ -13,19 +13,22 @@ from dphr_haystack import PhraseIndex, PhraseModel, PhraseSearcher
 from dphr_haystack.confidence import KNOWN_FEATURES, QUERY_FEATURES, fit_calibration
 from dphr_haystack.encode.add import add_passages
 from train.answerability import (
-    Case,
     QueryTable,
+    fit_table,
+    gather,
+    lower_cased,
+    near_miss_table,
+    table_report,
+    threshold_sweep,
+)
+from train.answerability_cases import (
+    Case,
     Question,
     article_cases,
     corpus_cases,
-    fit_table,
-    gather,
     invented_cases,
     invented_name,
-    lower_cased,
     near_miss_cases,
-    near_miss_table,
-    table_report,
 )
 from train.calibrate import write_calibrated
 
@@ -109,6 +112,14 @@ def test_article_cases_search_the_question_article_alone_with_and_without_its_pa
         ("article", False, 0.5),
     ]
     assert near_miss_table({"dev": index}, tiny_model, _calibration(), [absent], 0.0) is None
+    named = dataclasses.replace(absent, question="Which team won the Velmora cup?")
+    asked = {"dev": [Case(named, "dev", True), Case(named, "dev", False)]}
+    invented = near_miss_table({"dev": index}, tiny_model, _calibration(), [named], 0.0, invented=(asked, 0.3))
+    # the answerable case, and the question over its whole article, asked about an invented name
+    assert [(c.question.question, c.corpus, c.answerable, c.weight) for c in invented.cases] == [
+        ("Which team won the Vilmure cup?", "dev-invented", False, 0.3),
+        ("Which team won the Vilmure cup?", "article-invented", False, 0.3),
+    ]
 
 
 def test_gathered_features_are_what_the_searcher_computes_and_leave_its_confidences(sample_index, tiny_model):
@@ -186,9 +197,12 @@ def test_the_fit_also_counts_each_named_question_as_if_asked_in_lower_case():
     table = QueryTable(cases, features, correct, np.full(n, 0.5), [""] * n)
     lower = lower_cased(features[:3])
     assert np.isnan(lower[:, column["top_name_support"]]).all() and (lower[:, column["has_names"]] == 0).all()
+    assert (lower[:, column["all_names_in_corpus"]] == 1.0).all()  # no names found: none the corpus fails to write
     assert np.array_equal(lower[:, column["top_logit"]], features[:3, column["top_logit"]])
     plain, both = fit_table(table, lower_case_weight=0.0), fit_table(table)
     assert plain.mean[column["has_names"]] == 1.0 and both.mean[column["has_names"]] == pytest.approx(0.5)
+    kept = QueryTable([dataclasses.replace(c, lower_case=False) for c in cases], *dataclasses.astuple(table)[1:])
+    assert fit_table(kept).mean[column["has_names"]] == 1.0  # cases that must not be asked in lower case are not
     # names held or missing tell right from wrong; a question whose names cannot be told lies in between
     p = both.probability(np.vstack([features[held][:1], features[~held][:1], lower_cased(features[held][:1])]))
     assert p[1] < p[2] < p[0]
@@ -213,8 +227,9 @@ def test_invented_cases_are_answerable_cases_asked_without_an_answer_and_weigh_i
     ]
     (invented,) = invented_cases(cases, 0.5)
     assert invented.question.question == "When did Vilmure get its charter?"
-    assert invented.question.answers == ("1412",) and invented.corpus == "5"
+    assert invented.question.answers == ("1412",) and invented.corpus == "5-invented"
     assert not invented.answerable and invented.allowed is mask and invented.weight == 0.5
+    assert not invented.lower_case  # asked in lower case it would look answerable: never counted so
     # a case's weight scales it in the fit: many light cases move it less than as many whole ones
     rng = np.random.default_rng(1)
     n = 300
@@ -232,3 +247,23 @@ def test_invented_cases_are_answerable_cases_asked_without_an_answer_and_weigh_i
     light = fit_table(table(zip(answerable, weight)), lower_case_weight=0.0)
     low = features[~answerable]
     assert light.probability(low).mean() > whole.probability(low).mean()
+
+
+def test_the_threshold_sweep_finds_the_largest_threshold_that_keeps_each_size_s_right_answers():
+    sizes = ("5", "50", "500", "dev")
+    cases, holds, correct = [], [], []
+    for size in sizes:
+        for i in range(20):  # right answers at 0.32, 0.37, ... 1.27 capped; one unanswerable case at 0.1
+            cases.append(Case(Question(f"q{i}", ("a",)), size, True))
+            holds.append(min(0.32 + 0.05 * i, 1.0) if size != "dev" else 0.9)
+            correct.append(True)
+        cases.append(Case(Question("x", ("a",)), size, False))
+        holds.append(0.1)
+        correct.append(False)
+    n = len(cases)
+    table = QueryTable(cases, np.zeros((n, len(QUERY_FEATURES))), np.array(correct), np.full(n, 0.5), [""] * n)
+    report = threshold_sweep(table, np.array(holds), most_lost=0.05)
+    at = {row["threshold"]: row for row in report["threshold_sweep"]}
+    assert at[0.35]["5"]["right_lost_share"] == pytest.approx(1 / 20) and at[0.35]["5"]["no_answer_share"] == 1.0
+    assert at[0.4]["50"]["right_lost_share"] == pytest.approx(2 / 20) and at[0.9]["dev"]["right_lost_share"] == 0.0
+    assert report["largest_threshold_within_lost"] == 0.35  # 0.4 would lose 2 of 20 at 5, 50 and 500 passages

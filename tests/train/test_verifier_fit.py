@@ -13,7 +13,8 @@ from dphr_haystack import PhraseModel, PhraseSearcher
 from dphr_haystack.confidence import KNOWN_FEATURES, fit_calibration
 from dphr_haystack.model.calibration import READER_VIEW_FEATURES
 from dphr_haystack.verification import SpanReader
-from train.answerability import Case, Question, fit_table, gather
+from train.answerability import fit_table, gather
+from train.answerability_cases import Case, Question
 from train.calibrate import write_calibrated
 from train.verifier import export_reader, fit, fit_holds, verification_inputs, verified_probability
 
