@@ -483,9 +483,10 @@ def query_features(
       one, but not its names;
     - ``has_names``: 1.0 when the question has names, 0.0 when it has none (a question written in lower case has
       those its truecasing by the corpus gives it: :class:`~dphr_haystack.search.PhraseSearcher`);
-    - ``all_names_in_corpus``: 1.0 when the corpus searched writes every name of the question somewhere, 0.0 when
-      some name is written nowhere in it (``written``, :func:`dphr_haystack.corpus_words.names_written`; NaN
-      without it): a question about another town or company names what no passage writes.
+    - ``all_names_in_corpus``: 1.0 when the corpus searched writes every name of the question somewhere (and for
+      a question without names), 0.0 when some name is written nowhere in it (``written``,
+      :func:`dphr_haystack.corpus_words.names_written`; NaN without it): a question about another town or company
+      names what no passage writes.
 
     A feature that needs the question's words is NaN without them (an :class:`Answerability` counts it at its mean);
     so are the name shares for a question without names, and every name feature when ``asked`` is a plain
@@ -518,6 +519,8 @@ def query_features(
         named = getattr(asked, "names", None)  # the question's names (QuestionWords), None for plain words
         if named is not None:
             values["has_names"] = float(bool(named))
+            if not named and written is not None:
+                values[CORPUS_FEATURE] = 1.0  # no name the corpus could fail to write
         if named:
             held = {row: name_share(named, passages[row]) for row in dict.fromkeys(p.passage_row for p in reference)}
             row = phrase.passage_row

@@ -2,11 +2,13 @@
 
 A question about another town, company or version than a corpus' own ("Who was the first mayor of Port Calder?"
 asked of a town's pages that never write "Calder") names something no passage writes; an answerable question nearly
-always names only what its passage writes (measured on SQuAD dev: 2.4% of its questions name a word that none of the
-1,702 paragraphs write, mostly misspellings; of TriviaQA questions over the same paragraphs, 54%). The answerability
-reads this as the query feature ``all_names_in_corpus`` (:func:`dphr_haystack.confidence.query_features`).
+always names only what its passage writes (measured on SQuAD dev: 1.7% of its questions name a word that none of the
+1,702 paragraphs write, mostly misspellings; of TriviaQA questions over the same paragraphs, 54%; names compared as
+:func:`~dphr_haystack.question_words.name_key` writes them, accents dropped: ``python -m
+benchmarks.quality.unwritten_names``). The answerability reads this as the query feature ``all_names_in_corpus``
+(:func:`dphr_haystack.confidence.query_features`).
 
-:class:`CorpusWords` counts, for each SQuAD-normalised word, the live passages (title or text) that write it, and
+:class:`CorpusWords` counts, for each word as names are compared, the live passages (title or text) that write it, and
 follows its index exactly: passages added since it last looked are counted, deleted ones uncounted, at the next
 question. One is kept per index (:func:`corpus_words`, built at a searcher's or store's warm-up, else when a question
 first needs it: ~1 s per 20,000 passages on one core); a reload of the index starts afresh. :class:`CorpusNames` says
@@ -23,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .answers import normalize_answer
-from .question_words import holds_name
+from .question_words import holds_name, name_key
 
 __all__ = ["CorpusNames", "CorpusWords", "corpus_words", "names_written"]
 
@@ -36,9 +37,10 @@ EXACT_EXCLUSIONS = 160
 
 
 def passage_word_set(record: Mapping[str, Any]) -> set[str]:
-    """The normalised words of a passage's title (``_`` read as a space) and text."""
+    """The words of a passage's title (``_`` read as a space) and text, as names are compared
+    (:func:`~dphr_haystack.question_words.name_key`)."""
     title = str(record.get("title") or "").replace("_", " ")
-    return set(normalize_answer(f"{title} {record.get('text') or ''}").split())
+    return set(name_key(f"{title} {record.get('text') or ''}").split())
 
 
 def words_of(records: Iterable[Mapping[str, Any]]) -> Counter[str]:

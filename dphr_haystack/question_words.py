@@ -8,15 +8,33 @@ A question's names are the words a passage that answers it nearly always writes 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .answers import normalize_answer
 
-__all__ = ["QuestionWords", "holds_name", "name_share", "question_name_spellings", "question_names", "question_words"]
+__all__ = [
+    "QuestionWords",
+    "holds_name",
+    "name_key",
+    "name_share",
+    "question_name_spellings",
+    "question_names",
+    "question_words",
+]
 
-# A word of a question as written (letters, digits and the marks inside a name or a version: "3.0", "O'Neill").
-_WRITTEN_WORD = re.compile(r"[^\W_][\w.'’-]*")
+# A word of a question as written (letters, digits and the marks inside a name or a version: "3.0", "O'Neill",
+# "1851–1860", "22,680,010").
+_WRITTEN_WORD = re.compile(r"[^\W_](?:[\w.'’‐‑‒–-]|,(?=\d))*")
+# Letters that do not decompose into a base letter and a mark, read as that letter; dashes inside a word read as a
+# hyphen is (dropped: "1851–1860" → "18511860"), a dash between words as a space.
+_UNMARKED = str.maketrans(
+    {"ł": "l", "ø": "o", "đ": "d", "ð": "d", "ħ": "h", "ı": "i", "ß": "ss", "æ": "ae", "œ": "oe", "þ": "th"}
+    | dict.fromkeys("‐‑‒–", "")
+    | dict.fromkeys("—―", " ")
+)
+_MARKS = re.compile(r"[\u0300-\u036f]")  # combining accents, once decomposed
 _POSSESSIVE = re.compile(r"['’]s?$")
 # "I" and its contractions ("I'm", "I've"): capitalised, but no name.
 _PRONOUN_I = re.compile(r"I(?:['’](?:m|d|ll|ve))?")
@@ -66,7 +84,7 @@ def question_name_spellings(question: str) -> dict[str, str]:
         written = _POSSESSIVE.sub("", written.rstrip(".-"))
         named = position > 0 and written[:1].isupper() and not _PRONOUN_I.fullmatch(written)
         if named or any(ch.isdigit() for ch in written):
-            word = normalize_answer(written).replace(" ", "")
+            word = name_key(written).replace(" ", "")
             if word:
                 out.setdefault(word, written)
     return out
@@ -79,8 +97,17 @@ def name_share(names: Sequence[str], record: Mapping[str, Any]) -> float:
     if not names:
         return 1.0
     title = str(record.get("title") or "").replace("_", " ")
-    words = set(normalize_answer(f"{title} {record.get('text') or ''}").split())
+    words = set(name_key(f"{title} {record.get('text') or ''}").split())
     return sum(holds_name(words.__contains__, name) for name in names) / len(names)
+
+
+def name_key(text: str) -> str:
+    """``text`` as names are compared: SQuAD-normalised, accents dropped, a dash inside a word read as a hyphen (so
+    a name typed without its accents or with a hyphen for a dash is still found): "Gospić" and "Gospic" →
+    ``"gospic"``, "Skłodowska–Curie" → ``"sklodowskacurie"``."""
+    if not text.isascii():
+        text = _MARKS.sub("", unicodedata.normalize("NFKD", text.lower().translate(_UNMARKED)))
+    return normalize_answer(text)
 
 
 def holds_name(has: Callable[[str], bool], name: str) -> bool:

@@ -14,7 +14,7 @@ from dphr_haystack import corpus_words as corpus_words_module
 from dphr_haystack.confidence import QUERY_FEATURES, Answerability, query_features, question_words
 from dphr_haystack.corpus_words import CorpusWords, corpus_words, names_written
 from dphr_haystack.encode.add import add_passages
-from dphr_haystack.question_words import question_names
+from dphr_haystack.question_words import name_key, question_name_spellings, question_names
 from tests.conftest import tiny_passages
 from tests.core.test_answers_every_unit import CALIBRATION
 from tests.core.test_confidence import CANDIDATES, PASSAGES, _ranked_calibration
@@ -58,6 +58,28 @@ def test_counts_follow_the_live_rows_and_names_match_whole_words_plurals_and_pos
     assert not words.all_written(("calder",)) and words.all_written(("aldo",))
 
 
+def test_a_name_typed_without_its_accents_or_with_a_hyphen_for_a_dash_is_written():
+    passages = [
+        {"id": "p1", "title": "Tesla", "text": "Tesla returned to Gospić in 1879."},
+        {"id": "p2", "title": "Gold", "text": "Gold in 1851–1860; Maria Skłodowska–Curie, Bolesław II."},
+        {"id": "p3", "title": "Census", "text": "The census of 2010 counted 22,680,010 people—more than before."},
+    ]
+    words = CorpusWords()
+    words.sync(passages, np.ones(3, dtype=bool))
+    for asked in (
+        "Why was Tesla returned to Gospic?",
+        "How much gold was mined in 1851-1860?",
+        "Who was Boleslaw II?",
+        "What did Sklodowska-Curie find?",
+        "Which census counted 22,680,010 people?",
+    ):
+        names = question_names(asked)
+        assert words.all_written(names), (asked, words.unwritten(names))
+    assert words.unwritten(question_names("Who ruled Gospicia in 1851-1861?")) == ("gospicia", "18511861")
+    assert name_key("Skłodowska–Curie — Ærø") == "sklodowskacurie aero" and name_key("The Gospić") == "gospic"
+    assert question_name_spellings("Who was Bolesław?") == {"boleslaw": "Bolesław"}  # as the question writes it
+
+
 def test_the_index_words_are_exact_after_adds_and_deletes_and_under_small_masks(tiny_model, monkeypatch):
     index = PhraseIndex.create(tiny_model)
     add_passages(index, tiny_model, TOWN, progress=False)
@@ -96,7 +118,9 @@ def test_the_feature_is_read_only_when_a_model_weighs_it():
     assert np.isnan(unknown[QUERY_FEATURES.index("all_names_in_corpus")])
     unnamed = question_words("who was the first mayor?")
     values = query_features(QUERY_FEATURES, CANDIDATES, 0, 0.8, unnamed, PASSAGES, 3, written=written)
-    assert np.isnan(values[QUERY_FEATURES.index("all_names_in_corpus")])
+    assert values[QUERY_FEATURES.index("all_names_in_corpus")] == 1.0 and len(calls) == 1  # no name to miss
+    unread = query_features(QUERY_FEATURES, CANDIDATES, 0, 0.8, unnamed, PASSAGES, 3)
+    assert np.isnan(unread[QUERY_FEATURES.index("all_names_in_corpus")])
     query_features(("top_logit", "has_names"), CANDIDATES, 0, 0.8, asked, PASSAGES, 3, written=written)
     assert len(calls) == 1  # not asked for: the corpus is not read
 
