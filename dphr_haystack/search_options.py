@@ -22,10 +22,11 @@ from .params import check_choice, check_param, check_query_precision
 
 # P(the corpus holds an answer) below which a search that asks for it answers "no answer" first (a calibration's
 # holds_answer; without one, the top answer's confidence stands for it). Chosen on the holds-answer's own fit cases
-# (validation-article questions over 5 to 20,598 passages with and without their article, and near misses): the
-# largest threshold in steps of 0.05 at which no corpus size loses more than 5% of its right top answers (at 20,598
-# passages 4.7%; 0.5 would lose 11.2% there), turning away 84% of those cases' unanswerable questions. Measured on
-# unseen questions: benchmarks/quality/answerability.py (docs/scores.md).
+# (validation-article questions over 5 to 20,598 passages with and without their article): the largest threshold in
+# steps of 0.05 at which no corpus size loses more than 5% of its right top answers (at most 4.7%, at 20,598
+# passages; 0.45 would lose 6.1% at 500), turning away 81-98% of each size's unanswerable questions (the sweep of
+# benchmarks/results/holds_answer_fit.json). Measured on unseen questions: benchmarks/quality/answerability.py
+# (docs/scores.md).
 NO_ANSWER_THRESHOLD = 0.4
 
 UNITS = ("phrase", "passage", "document")
