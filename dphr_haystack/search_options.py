@@ -14,14 +14,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._util.threads import check_threads
 from .errors import InvalidParameterError
 from .params import check_choice, check_param, check_query_precision
 
+if TYPE_CHECKING:
+    from .model.calibration import Calibration
+
 # P(the corpus holds an answer) below which a search that asks for it answers "no answer" first (a calibration's
-# holds_answer; without one, the top answer's confidence stands for it). Chosen on the holds-answer's own fit cases
+# holds_answer; without one, the top answer's confidence stands for it) when neither the search nor the model's
+# calibration names a threshold (:func:`no_answer_threshold`). Chosen on the holds-answer's own fit cases
 # (validation-article questions over 5 to 20,598 passages with and without their article): the largest threshold in
 # steps of 0.05 at which no corpus size loses more than 5% of its right top answers (at most 4.7%, at 20,598
 # passages; 0.45 would lose 6.1% at 500), turning away 81-98% of each size's unanswerable questions (the sweep of
@@ -105,7 +109,9 @@ class PhraseSearchOptions:
         no_answer: Also give "no answer", scored 1 − P(the corpus holds an answer) (the calibration's
             ``holds_answer``; without one, the top answer's confidence stands for it): first when that probability
             is below ``no_answer_threshold``, last otherwise (needs a model with a calibration).
-        no_answer_threshold: P(the corpus holds an answer) below which "no answer" comes first, in [0, 1].
+        no_answer_threshold: P(the corpus holds an answer) below which "no answer" comes first, in [0, 1]; None:
+            the model's for the search (its verification's with ``verify``; the shipped default's: 0.4, 0.6 with
+            ``verify``), else :data:`NO_ANSWER_THRESHOLD` (:func:`no_answer_threshold`).
         verify: A question-answering reader reads each query's top answer in its passage, and every answer's
             confidence moves so that the top answer's is P(right) given the reader's view too (one reader pass a
             query; needs a model whose calibration has a verification, as the shipped default's does;
@@ -125,7 +131,7 @@ class PhraseSearchOptions:
     threads: int | None = None
     scale_score: bool = True
     no_answer: bool = False
-    no_answer_threshold: float = NO_ANSWER_THRESHOLD
+    no_answer_threshold: float | None = None
     verify: bool = False
 
     def __post_init__(self) -> None:
@@ -141,7 +147,8 @@ class PhraseSearchOptions:
         check_query_precision(self.query_precision)
         check_param("batch_size", self.batch_size)
         check_threads(self.threads)
-        object.__setattr__(self, "no_answer_threshold", check_no_answer_threshold(self.no_answer_threshold))
+        if self.no_answer_threshold is not None:
+            object.__setattr__(self, "no_answer_threshold", check_no_answer_threshold(self.no_answer_threshold))
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> PhraseSearchOptions:
@@ -163,6 +170,16 @@ class PhraseSearchOptions:
     def to_params(self) -> dict[str, Any]:
         """Every option as JSON-ready ``{name: value}`` (what front ends serialise, and ``from_params`` reads)."""
         return asdict(self)
+
+
+def no_answer_threshold(options: PhraseSearchOptions, calibration: Calibration | None) -> float:
+    """The threshold a search with ``options`` places "no answer" by: the options' own, else the one ``calibration``
+    documents for the search (:meth:`~dphr_haystack.model.calibration.Calibration.documented_no_answer_threshold`:
+    its verification's with ``verify``), else :data:`NO_ANSWER_THRESHOLD`."""
+    if options.no_answer_threshold is not None:
+        return options.no_answer_threshold
+    documented = calibration.documented_no_answer_threshold(options.verify) if calibration is not None else None
+    return NO_ANSWER_THRESHOLD if documented is None else documented
 
 
 SEARCH_OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in fields(PhraseSearchOptions))
@@ -203,4 +220,5 @@ __all__ = [
     "check_ranking",
     "check_truecase",
     "check_unit",
+    "no_answer_threshold",
 ]

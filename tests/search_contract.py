@@ -21,7 +21,7 @@ DEFAULTS = {
     "threads": None,
     "scale_score": True,
     "no_answer": False,
-    "no_answer_threshold": 0.4,
+    "no_answer_threshold": None,
     "verify": False,
 }
 

@@ -38,7 +38,7 @@ import argparse
 import json
 import random
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -107,8 +107,14 @@ VERIFIED_INVENTED_NAME_WEIGHT = 0.3
 # the other sets within ±0.005; at 0.4 82.9% / 85.6% turned away for 1.4% / 2.0% of the right answers lost. The
 # holds-answer itself at 1e-3 would keep the threshold rule only at 0.35 on the fit's cases.
 VERIFIED_HOLDS_L2 = 1e-3
-# The most of a corpus size's right top answers a "no answer" threshold may turn away on the fit's cases
-# (:func:`threshold_sweep`).
+# How a fit chooses the "no answer" threshold it stores (:func:`choose_threshold`, over :func:`threshold_sweep`):
+# the smallest at which every corpus size of the fit answers "no answer" first to at least LEAST_TURNED_AWAY of its
+# questions without their article while none loses more than MOST_RIGHT_LOST_TURNING_AWAY of its right top answers;
+# where none does both, the largest at which none loses more than MOST_RIGHT_LOST. The shipped default's
+# holds-answer: 0.4 either way (80.8% turned away at 20,598 passages, at most 4.7% lost); its verified one: 0.4 (81.0%,
+# at most 6.4%; the second rule alone: 0.25, 71.9% at 20,598 passages), benchmarks/results/*_fit.json.
+LEAST_TURNED_AWAY = 0.8
+MOST_RIGHT_LOST_TURNING_AWAY = 0.10
 MOST_RIGHT_LOST = 0.05
 # Near misses (:func:`near_miss_cases`: a question over the corpus less its own passage, the rest of its article kept)
 # join the holds-answer's fit, each weighing this much. On held-out questions, 0 / 0.5 / 1 / 2: AUROC answerable vs
@@ -376,8 +382,9 @@ def table_report(table: QueryTable, probability: np.ndarray) -> dict[str, Any]:
 def threshold_sweep(table: QueryTable, holds: np.ndarray, most_lost: float = MOST_RIGHT_LOST) -> dict[str, Any]:
     """Per corpus size of ``table`` (5, 50, 500, 1,702, 20,598 passages), at each threshold in steps of 0.05: the
     share of its right top answers whose P(the corpus holds an answer) ``holds`` falls below it and of its
-    unanswerable cases; and the largest threshold at which no size loses more than ``most_lost`` of its right ones
-    (how :data:`~dphr_haystack.search_options.NO_ANSWER_THRESHOLD` is chosen)."""
+    unanswerable cases; the largest threshold at which no size loses more than ``most_lost`` of its right ones (how
+    :data:`~dphr_haystack.search_options.NO_ANSWER_THRESHOLD` was chosen); and the one the fit stores as its
+    ``no_answer_threshold`` (:func:`choose_threshold`)."""
     corpora = np.array([c.corpus for c in table.cases])
     sizes = [str(size) for size in SIZES] + [name for name in ("dev", "open") if name in corpora]
     sweep = []
@@ -396,7 +403,34 @@ def threshold_sweep(table: QueryTable, holds: np.ndarray, most_lost: float = MOS
             }
         )
     kept = [row["threshold"] for row in sweep if all(row[s]["right_lost_share"] <= most_lost for s in sizes)]
-    return {"threshold_sweep": sweep, "largest_threshold_within_lost": max(kept, default=None)}
+    return {
+        "threshold_sweep": sweep,
+        "largest_threshold_within_lost": max(kept, default=None),
+        "chosen_threshold": choose_threshold(sweep),
+    }
+
+
+def choose_threshold(sweep: Sequence[Mapping[str, Any]]) -> float | None:
+    """The "no answer" threshold a fit stores, from its :func:`threshold_sweep` rows: the smallest at which every
+    corpus size turns away at least :data:`LEAST_TURNED_AWAY` of its unanswerable cases and loses at most
+    :data:`MOST_RIGHT_LOST_TURNING_AWAY` of its right ones, else the largest that loses at most
+    :data:`MOST_RIGHT_LOST` at every size (None: not even the smallest does)."""
+
+    def sizes(row: Mapping[str, Any]) -> list[Mapping[str, float]]:
+        return [v for k, v in row.items() if k != "threshold"]
+
+    turning = [
+        row["threshold"]
+        for row in sweep
+        if all(
+            s["no_answer_share"] >= LEAST_TURNED_AWAY and s["right_lost_share"] <= MOST_RIGHT_LOST_TURNING_AWAY
+            for s in sizes(row)
+        )
+    ]
+    if turning:
+        return min(turning)
+    kept = [row["threshold"] for row in sweep if all(s["right_lost_share"] <= MOST_RIGHT_LOST for s in sizes(row))]
+    return max(kept, default=None)
 
 
 def concatenate(tables: Sequence[QueryTable]) -> QueryTable:
@@ -468,7 +502,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     holds_answer = fit_table(both, unanswerable_weight=1.0, lower_case_weight=args.lower_case_weight, holds=True)
     probability = answerability.query_probability(table.features)
     holds = holds_answer.query_probability(both.features)
-    below = holds < NO_ANSWER_THRESHOLD
+    sweep = threshold_sweep(table, holds_answer.query_probability(table.features))
+    threshold = sweep["chosen_threshold"]
+    threshold = NO_ANSWER_THRESHOLD if threshold is None else threshold
+    below = holds < threshold
     report = {
         "questions": len(questions),
         "cases": len(table.cases),
@@ -480,12 +517,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "near_miss_weight": args.near_miss_weight,
         "article_weight": args.article_weight,
         "holds_answer_fit": table_report(both, holds),
-        "threshold": NO_ANSWER_THRESHOLD,
+        "threshold": threshold,
         "no_answer_share": float(below[~both.holds].mean()),
         "right_lost_share": float(below[both.correct].mean()),
-        **threshold_sweep(table, holds_answer.query_probability(table.features)),
+        **sweep,
     }
-    fitted = replace(calibration, answerability=answerability, holds_answer=holds_answer).to_dict()
+    fitted = replace(
+        calibration, answerability=answerability, holds_answer=holds_answer, no_answer_threshold=threshold
+    ).to_dict()
     out = Path(args.model) if args.in_place else args.out
     write_calibrated(Path(args.model), out, fitted)
     (args.report or out / "answerability.json").write_text(json.dumps(report, indent=2) + "\n")

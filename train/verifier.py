@@ -17,7 +17,9 @@ When the calibration has a holds-answer (P(the corpus holds an answer)), the ver
 regression of "the corpus holds the answer" on that probability (as log-odds) and the same view, every case weighing
 1, near misses, questions over their article alone and questions about invented names added as the holds-answer's
 fit adds them (``--near-miss-weight``, ``--article-weight``, ``--invented-name-weight``;
-:class:`~dphr_haystack.model.calibration.VerifiedHoldsAnswer`).
+:class:`~dphr_haystack.model.calibration.VerifiedHoldsAnswer`), and its ``no_answer_threshold``, chosen on the
+fit's cases as the holds-answer's is (:func:`train.answerability.choose_threshold`), the one a verified search places
+"no answer" by unless it passes its own.
 
 ``--export-reader`` writes a reader directory (a ``transformers`` question-answering model, e.g. the one
 ``train/configs/cpu_reader.yaml`` trains) in the compact weight format (int8 matrices by default; SHA-256 sums), as
@@ -62,6 +64,7 @@ from .answerability import (
     dev_index,
     gather,
     near_miss_table,
+    threshold_sweep,
 )
 from .answerability_cases import all_cases, squad_questions
 from .calibrate import DEFAULT_DEV, write_calibrated
@@ -120,9 +123,11 @@ def report(
     before: np.ndarray,
     after: np.ndarray,
     labels: tuple[str, str] = ("answerability", "verified"),
+    thresholds: tuple[float, float] = (NO_ANSWER_THRESHOLD, NO_ANSWER_THRESHOLD),
 ) -> dict[str, Any]:
     """Per corpus, before (the answerability) and after (the verification): AUROC answerable vs not, AUROC right vs
-    wrong and ECE of the answerable cases; the share of unanswerable cases below the threshold and of right ones."""
+    wrong and ECE of the answerable cases; the share of unanswerable cases below each one's threshold and of right
+    ones."""
     out: dict[str, Any] = {}
     answerable = table.holds
     for corpus in dict.fromkeys(c.corpus for c in table.cases):
@@ -136,9 +141,10 @@ def report(
             }
             for label, p in zip(labels, (before, after), strict=True)
         }
-    for label, p in zip(labels, (before, after), strict=True):
-        below = p < NO_ANSWER_THRESHOLD
+    for label, p, threshold in zip(labels, (before, after), thresholds, strict=True):
+        below = p < threshold
         out[f"at_threshold_{label}"] = {
+            "threshold": threshold,
             "no_answer_share": float(below[~answerable].mean()),
             "right_lost_share": float(below[table.correct].mean()),
         }
@@ -237,16 +243,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         both = concatenate([table, near]) if near is not None else table
         verification = replace(verification, holds_answer=fit_holds(both, calibration))
-        holds = verification_inputs(both, calibration, holds=True)
+        holds = verified_probability(verification.holds_answer, verification_inputs(both, calibration, holds=True))
+        sweep = threshold_sweep(table, holds[: len(table.cases)])  # the sizes' own cases, as the holds-answer's
+        threshold = sweep["chosen_threshold"]
+        verification = replace(verification, no_answer_threshold=threshold)
+        plain_threshold = calibration.documented_no_answer_threshold(verify=False)
         fitted["near_miss_weight"] = args.near_miss_weight
         fitted["article_weight"] = args.article_weight
         fitted["invented_name_weight"] = args.invented_name_weight
         fitted["holds_answer_fit"] = report(
             both,
             np.nan_to_num(calibration.holds_answer.query_probability(both.features)) * ~np.isnan(both.features[:, 0]),
-            verified_probability(verification.holds_answer, holds),
+            holds,
             ("holds_answer", "verified"),
+            (
+                NO_ANSWER_THRESHOLD if plain_threshold is None else plain_threshold,
+                NO_ANSWER_THRESHOLD if threshold is None else threshold,
+            ),
         )
+        fitted.update(sweep)
     out = Path(args.model) if args.in_place else args.out
     write_calibrated(Path(args.model), out, replace(calibration, verification=verification).to_dict())
     (args.report or out / "verify.json").write_text(json.dumps(fitted, indent=2) + "\n")

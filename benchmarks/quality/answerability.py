@@ -17,7 +17,8 @@ small user corpus of ``benchmarks/data/user_corpus`` (24 paragraphs written for 
 
 For each: the top answer's confidence before (the calibration alone) and after (with the answerability), AUROC of
 answerable vs unanswerable questions of it and of what places "no answer" (the calibration's holds-answer, P(the corpus
-holds an answer), when it has one), and at :data:`~dphr_haystack.search_options.NO_ANSWER_THRESHOLD` the share of
+holds an answer), when it has one), and at the model's threshold for the search
+(:func:`~dphr_haystack.search_options.no_answer_threshold`: its verification's with ``--verify``) the share of
 unanswerable questions that get "no answer" first and of right top answers lost; per corpus size, EM@1, AUROC right vs
 wrong and ECE of the answerable questions (with 95% bootstrap intervals over the questions) and a reliability curve,
 and the ECE of those questions with the same questions over the corpus without their article, weighing as the fit
@@ -103,7 +104,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         expected_calibration_error,
         reliability,
     )
-    from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
+    from dphr_haystack.search_options import PhraseSearchOptions, no_answer_threshold
     from dphr_haystack.verification import verification_reader
     from train.answerability import UNANSWERABLE_WEIGHT, concatenate, dev_index, gather
     from train.answerability_cases import Case, all_cases, article_cases, near_miss_cases, squad_questions
@@ -145,12 +146,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     plain_holds = _holds_answer(calibration, table, after, False)[0]  # with verify: what a search without it gives
     corpus = np.array([c.corpus for c in table.cases])
     answerable = table.holds
+    threshold = no_answer_threshold(PhraseSearchOptions(verify=args.verify), calibration)  # the model's
     result: dict[str, Any] = {
         "no_answer_by": no_answer_by,
         "machine": machine(),
         "model": args.model,
         "model_id": model_id(args.model),
-        "threshold": NO_ANSWER_THRESHOLD,
+        "threshold": threshold,
         "lower_case": bool(args.lower_case),
         "labels": ["answerability", "verified"] if args.verify else ["calibration", "answerability"],
         "reader": calibration.verification.reader if args.verify else None,
@@ -194,7 +196,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         }
         for label, p in _scores(before, after, holds, plain_holds, args.verify):
             result["unanswerable_sets"].setdefault(f"squad-article-removed-{size}", {})[label] = _stats(
-                p[rows], answerable[rows], table.correct[rows], NO_ANSWER_THRESHOLD
+                p[rows], answerable[rows], table.correct[rows], threshold
             )
     # near misses: the same questions over the whole corpus less their own paragraph, against them over all of it
     for where in ("dev", "open"):
@@ -203,13 +205,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             both = np.concatenate([np.flatnonzero((corpus == where) & answerable), rows])
             for label, p in _scores(before, after, holds, plain_holds, args.verify):
                 result["unanswerable_sets"].setdefault(f"{NEAR_MISS}-{where}", {})[label] = _stats(
-                    p[both], answerable[both], table.correct[both], NO_ANSWER_THRESHOLD
+                    p[both], answerable[both], table.correct[both], threshold
                 )
     # a corpus of one article (a user's store about one topic): the question with its paragraph and without it
     rows = np.flatnonzero(corpus == ARTICLE_ONLY)
     for label, p in _scores(before, after, holds, plain_holds, args.verify):
         result["unanswerable_sets"].setdefault(ARTICLE_ONLY, {})[label] = _stats(
-            p[rows], answerable[rows], table.correct[rows], NO_ANSWER_THRESHOLD
+            p[rows], answerable[rows], table.correct[rows], threshold
         )
     # open-domain question sets over SQuAD text, against the SQuAD questions over the same whole corpus
     for name in OPEN_SETS:
@@ -221,7 +223,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             both = np.concatenate([yes, rows])
             for label, p in _scores(before, after, holds, plain_holds, args.verify):
                 result["unanswerable_sets"].setdefault(f"{name}-over-{where}", {})[label] = _stats(
-                    p[both], answerable[both], table.correct[both], NO_ANSWER_THRESHOLD
+                    p[both], answerable[both], table.correct[both], threshold
                 )
             result["unanswerable_sets"][f"{name}-over-{where}"]["top_answer_right_anyway"] = float(
                 np.mean([_any_right(table.texts[i], table.cases[i]) for i in rows])
@@ -231,7 +233,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         rows = np.concatenate([users[answerable[users]], np.flatnonzero(corpus == f"user-{kind}")])
         for label, p in _scores(before, after, holds, plain_holds, args.verify):
             result["unanswerable_sets"].setdefault(f"user-corpus-{kind}", {})[label] = _stats(
-                p[rows], answerable[rows], table.correct[rows], NO_ANSWER_THRESHOLD
+                p[rows], answerable[rows], table.correct[rows], threshold
             )
     result["user_corpus_em@1"] = float(table.correct[users[answerable[users]]].mean())
     # the whole trade-off: every threshold over all SQuAD sizes and unanswerable sets, on what places "no answer"

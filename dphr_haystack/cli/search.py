@@ -8,13 +8,13 @@ a model without a calibration shows them instead.
 ``--no-answer`` also says how likely it is that the corpus holds no answer: a line ``no answer in this corpus
 (p=0.93)``, where p = 1 − P(the corpus holds an answer) (the calibration's ``holds_answer``; without one, the top
 answer's confidence; 1.0 when nothing is found), printed before the results when that probability is below
-``--no-answer-threshold`` (default:
-:data:`~dphr_haystack.search_options.NO_ANSWER_THRESHOLD`) and after them otherwise, as the Haystack retrievers place
-their "no answer" (:func:`~dphr_haystack.documents.results.with_no_answer`). In ``--json`` each line then gains
-``"no_answer": {"score": p, "top_confidence": c or null, "holds_answer": h or null, "first": true|false}``
+``--no-answer-threshold`` (default: the threshold the model documents for the search, its verification's with
+``--verify``; :func:`~dphr_haystack.search_options.no_answer_threshold`) and after them otherwise, as the Haystack
+retrievers place their "no answer" (:func:`~dphr_haystack.documents.results.with_no_answer`). In ``--json`` each line
+then gains ``"no_answer": {"score": p, "top_confidence": c or null, "holds_answer": h or null, "first": true|false}``
 (``first``: it comes before the results; ``"unwritten_names"`` too, and the line says "no passage writes 'Calder'",
-when the question names what no passage writes); without ``--no-answer`` the output is as before. It needs a model
-with a calibration.
+when the question names what no passage writes); without ``--no-answer`` the output is as before. It needs a model with
+a calibration.
 """
 
 from __future__ import annotations
@@ -25,7 +25,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..params import QUERY_PRECISIONS, arg_type
-from ..search_options import DEFAULT_SEARCH_OPTIONS, PASSAGE_SCORINGS, RANKINGS, UNITS, PhraseSearchOptions
+from ..search_options import (
+    DEFAULT_SEARCH_OPTIONS,
+    NO_ANSWER_THRESHOLD,
+    PASSAGE_SCORINGS,
+    RANKINGS,
+    UNITS,
+    PhraseSearchOptions,
+    no_answer_threshold,
+)
 
 
 def add_search_parser(sub: argparse._SubParsersAction) -> None:
@@ -114,8 +122,9 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="P",
         help='with --no-answer: P(the corpus holds an answer) below which "no answer" comes first, from 0 to 1 '
-        f"(default: {default.no_answer_threshold}, NO_ANSWER_THRESHOLD of dphr_haystack.search_options, chosen on "
-        "held-out questions)",
+        "(default: the one the model's calibration names for the search, with --verify its verification's, chosen "
+        "where it was fitted; a model that names none: NO_ANSWER_THRESHOLD of dphr_haystack.search_options, "
+        f"{NO_ANSWER_THRESHOLD})",
     )
     search.add_argument(
         "--verify",
@@ -153,13 +162,14 @@ def run_search(args: argparse.Namespace) -> int:
     if args.no_answer_threshold is not None and not args.no_answer:
         raise InvalidParameterError("--no-answer-threshold places the no-answer line: give --no-answer too")
     options = search_options(args)
-    no_answer, threshold = options.no_answer, options.no_answer_threshold
+    no_answer = options.no_answer
     searcher = open_searcher(args.index, args.model, options)
     if no_answer and searcher.calibration is None:
         raise InvalidParameterError(
             "--no-answer needs answer confidences, and this model has no calibration "
             "(python -m train.calibrate adds one; the shipped models have one)"
         )
+    threshold = no_answer_threshold(options, searcher.calibration)
     results = searcher.search_batch(args.query)
     for query, hits in zip(args.query, results):
         confidences = _confidences(hits)

@@ -40,8 +40,9 @@ from typing import Any, Generic, TypeVar
 from ..confidence import ranked_confidences
 from ..corpus_judgement import holds_answer_estimate, no_answer_score
 from ..errors import InvalidParameterError
+from ..model.calibration import Calibration
 from ..search import DocumentHit, Hit, PhraseHit, best_passage, best_phrase
-from ..search_options import NO_ANSWER_THRESHOLD, check_no_answer_threshold
+from ..search_options import NO_ANSWER_THRESHOLD, PhraseSearchOptions, check_no_answer_threshold, no_answer_threshold
 
 StoredDocument = TypeVar("StoredDocument")
 
@@ -202,6 +203,13 @@ def check_no_answer_model(phrase_model: Any, name: str) -> None:
         )
 
 
+def placed_threshold(phrase_model: Any, options: PhraseSearchOptions) -> float:
+    """The threshold a search of ``phrase_model`` with ``options`` places "no answer" by: the options' own, else the
+    one the model's calibration documents for it (:func:`~dphr_haystack.search_options.no_answer_threshold`)."""
+    stored = getattr(phrase_model.config, "calibration", None)
+    return no_answer_threshold(options, Calibration.from_dict(stored) if stored else None)
+
+
 def pair_hits(hits: Sequence[Hit], stored: Mapping[str, StoredDocument]) -> list[tuple[Hit, StoredDocument]]:
     """The hits whose passage is a stored document, each with that document (phrases of a document no longer
     stored are left out)."""
@@ -255,6 +263,7 @@ __all__ = [
     "expit",
     "hit_passage_id",
     "pair_hits",
+    "placed_threshold",
     "raw_score",
     "retrieved",
     "retrieved_answer",

@@ -16,6 +16,7 @@ from ..documents.results import (
     RetrievedAnswer,
     RetrievedDocument,
     check_no_answer_model,
+    placed_threshold,
     retrieved,
     with_no_answer,
 )
@@ -24,7 +25,7 @@ from ..errors import InvalidParameterError
 from ..model.cache import load_phrase_model
 from ..model.phrase_model import PhraseModel
 from ..model.registry import DEFAULT_MODEL
-from ..search_options import NO_ANSWER_THRESHOLD, PhraseSearchOptions, SearchOptionAttributes, check_flag
+from ..search_options import PhraseSearchOptions, SearchOptionAttributes, check_flag
 from ..verification import check_verify_model
 from .document_store import PhraseDocumentStore
 from .filters import check_filters
@@ -106,7 +107,7 @@ class PhraseRetriever(SearchOptionAttributes):
         query_precision: Literal["int8", "float32"] = "int8",
         ranking: Literal["confidence", "score"] = "confidence",
         no_answer: bool = False,
-        no_answer_threshold: float = NO_ANSWER_THRESHOLD,
+        no_answer_threshold: float | None = None,
         threads: int | None = None,
         verify: bool = False,
     ) -> None:
@@ -212,7 +213,7 @@ class PhraseRetriever(SearchOptionAttributes):
             store.update_phrases(self.phrase_model, batch_size=self.batch_size)
         pairs = store.search_phrases(self.phrase_model, [query], options, filters)[0]
         documents, answers = retrieved(pairs, lambda doc: doc.meta, options.scale_score)
-        given = with_no_answer(answers, options.no_answer_threshold) if options.no_answer else answers
+        given = with_no_answer(answers, placed_threshold(self.phrase_model, options)) if options.no_answer else answers
         return {
             "documents": [self._document(d) for d in documents],
             "answers": [_answer(query, a) for a in given],

@@ -18,7 +18,9 @@ way when a search asks for it (:mod:`dphr_haystack.verification`).
 Whether the corpus holds an answer at all is a question of its own: a calibration may carry ``holds_answer``, a
 second :class:`Answerability` over the same query features fitted on that label (P(the corpus holds an answer to the
 question), which scores Haystack's "no answer"), and a verification its :class:`VerifiedHoldsAnswer`, the same
-probability once the reader has read the top answer (:data:`HOLDS_VERIFICATION_FEATURES`).
+probability once the reader has read the top answer (:data:`HOLDS_VERIFICATION_FEATURES`). Each may name the
+threshold of that probability below which a search answers "no answer" first (``no_answer_threshold``, chosen where
+it was fitted): a search that passes none takes it (:meth:`Calibration.documented_no_answer_threshold`).
 """
 
 from __future__ import annotations
@@ -184,6 +186,15 @@ def _verified_probability(model: Any, features: np.ndarray) -> np.ndarray:
     return sigmoid(standardised(x, model.mean, model.scale) @ np.asarray(model.weights) + model.bias)
 
 
+def check_stored_threshold(threshold: Any, what: str) -> float | None:
+    """A stored ``no_answer_threshold``: None or a number in [0, 1] (as a float); InvalidParameterError otherwise."""
+    if threshold is None:
+        return None
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0:
+        raise InvalidParameterError(f"{what} no_answer_threshold={threshold!r}; valid: a number from 0 to 1 or null")
+    return float(threshold)
+
+
 @dataclass(frozen=True)
 class VerifiedHoldsAnswer:
     """P(the corpus holds an answer) = σ(w · standardised :data:`HOLDS_VERIFICATION_FEATURES` + b) once a reader has
@@ -219,7 +230,9 @@ class Verification:
     """P(the top answer is right) = σ(w · standardised :data:`VERIFICATION_FEATURES` + b) once ``reader`` (a shipped
     reader's name or a question-answering model directory) has read the top answer in its passage
     (:func:`dphr_haystack.fitting.fit_verification`), computing in ``reader_precision`` (one of
-    :data:`READER_PRECISIONS`: the precision it was fitted with)."""
+    :data:`READER_PRECISIONS`: the precision it was fitted with). ``no_answer_threshold``: P(the corpus holds an
+    answer), verified, below which a verified search answers "no answer" first unless it passes its own (None: the
+    calibration's)."""
 
     reader: str
     weights: tuple[float, ...]
@@ -229,8 +242,12 @@ class Verification:
     features: tuple[str, ...] = VERIFICATION_FEATURES
     holds_answer: VerifiedHoldsAnswer | None = None
     reader_precision: str = "float32"
+    no_answer_threshold: float | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "no_answer_threshold", check_stored_threshold(self.no_answer_threshold, "verification")
+        )
         if not isinstance(self.reader, str) or not self.reader:
             raise InvalidParameterError(f"verification reader must be a non-empty string, got {self.reader!r}")
         if self.reader_precision not in READER_PRECISIONS:
@@ -250,6 +267,8 @@ class Verification:
             out["holds_answer"] = self.holds_answer.to_dict()
         if self.reader_precision != "float32":  # a verification stored before the option reads as float32
             out["reader_precision"] = self.reader_precision
+        if self.no_answer_threshold is not None:
+            out["no_answer_threshold"] = self.no_answer_threshold
         return out
 
     @classmethod
@@ -259,9 +278,8 @@ class Verification:
         stored = data.get("holds_answer")
         holds = VerifiedHoldsAnswer.from_dict(stored) if stored is not None else None
         precision = str(data.get("reader_precision", "float32"))
-        return cls(
-            str(data.get("reader", "")), values[0], values[3][0], values[1], values[2], features, holds, precision
-        )
+        reader, threshold = str(data.get("reader", "")), data.get("no_answer_threshold")
+        return cls(reader, values[0], values[3][0], values[1], values[2], features, holds, precision, threshold)
 
 
 @dataclass(frozen=True)
@@ -271,6 +289,8 @@ class Calibration:
     A feature that cannot be computed for an answer (NaN: say, a question feature when the question text is not
     known) counts at its mean, adding nothing to the sum. ``depth``: how many ranked candidates the features look
     at and the searchers rank phrase answers among (:data:`CONFIDENCE_DEPTH`; a stored calibration without one: 10).
+    ``no_answer_threshold``: P(the corpus holds an answer) below which a search answers "no answer" first unless it
+    passes its own (None: the searchers' default).
 
     Example:
         >>> calibration = fit_calibration(features, correct)
@@ -287,9 +307,13 @@ class Calibration:
     answerability: Answerability | None = None
     verification: Verification | None = None
     holds_answer: Answerability | None = None
+    no_answer_threshold: float | None = None
 
     def __post_init__(self) -> None:
         check_features(self.features, ranked=self.ranker is not None)
+        object.__setattr__(
+            self, "no_answer_threshold", check_stored_threshold(self.no_answer_threshold, "calibration")
+        )
         if isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 1:
             raise InvalidParameterError(f"calibration depth must be a positive integer, got {self.depth!r}")
 
@@ -297,6 +321,13 @@ class Calibration:
         """P(correct) of each row of :func:`~dphr_haystack.confidence.answer_features` over :attr:`features`:
         (n,) in [0, 1]."""
         return sigmoid(standardised(features, self.mean, self.scale) @ np.asarray(self.weights) + self.bias)
+
+    def documented_no_answer_threshold(self, verify: bool) -> float | None:
+        """The threshold a search that passes none places "no answer" by: with ``verify``, the verification's
+        (its P(the corpus holds an answer) is the verified one), else, or where it names none, this calibration's;
+        None where neither names one."""
+        verified = self.verification.no_answer_threshold if verify and self.verification is not None else None
+        return verified if verified is not None else self.no_answer_threshold
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -315,6 +346,8 @@ class Calibration:
             out["verification"] = self.verification.to_dict()
         if self.holds_answer is not None:
             out["holds_answer"] = self.holds_answer.to_dict()
+        if self.no_answer_threshold is not None:
+            out["no_answer_threshold"] = self.no_answer_threshold
         return out
 
     @classmethod
@@ -330,7 +363,17 @@ class Calibration:
         stored = data.get("holds_answer")
         holds = Answerability.from_dict(stored) if stored is not None else None
         return cls(
-            values[0], values[3][0], values[1], values[2], features, ranker, depth, answerability, verification, holds
+            values[0],
+            values[3][0],
+            values[1],
+            values[2],
+            features,
+            ranker,
+            depth,
+            answerability,
+            verification,
+            holds,
+            data.get("no_answer_threshold"),
         )
 
 

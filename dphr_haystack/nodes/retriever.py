@@ -16,6 +16,7 @@ from ..documents.results import (
     RetrievedAnswer,
     RetrievedDocument,
     check_no_answer_model,
+    placed_threshold,
     retrieved,
     with_no_answer,
 )
@@ -24,7 +25,7 @@ from ..documents.validation import check_storable
 from ..errors import InvalidParameterError
 from ..model.cache import load_phrase_model
 from ..model.registry import DEFAULT_MODEL
-from ..search_options import NO_ANSWER_THRESHOLD, PhraseSearchOptions, SearchOptionAttributes, check_flag
+from ..search_options import PhraseSearchOptions, SearchOptionAttributes, check_flag
 from ..verification import check_verify_model
 from ._schema import typed_init
 from .document_store import PhraseDocumentStore
@@ -106,7 +107,7 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
         query_precision: Literal["int8", "float32"] = "int8",
         ranking: Literal["confidence", "score"] = "confidence",
         no_answer: bool = False,
-        no_answer_threshold: float = NO_ANSWER_THRESHOLD,
+        no_answer_threshold: float | None = None,
         verify: bool = False,
     ):
         super().__init__()
@@ -347,10 +348,11 @@ class PhraseRetriever(SearchOptionAttributes, BaseRetriever, PhraseEncoding):
         if options.verify:
             check_verify_model(self.phrase_model, self.model)
         results = store.search_phrases(self.phrase_model, list(queries), options, filters, index, self.model)
+        threshold = placed_threshold(self.phrase_model, options) if options.no_answer else None
         out = []
         for pairs in results:
             documents, answers = retrieved(pairs, lambda doc: doc.meta, options.scale_score)
-            given = with_no_answer(answers, options.no_answer_threshold) if options.no_answer else answers
+            given = with_no_answer(answers, threshold) if options.no_answer else answers
             out.append(([_document(d) for d in documents], [_answer(a) for a in given]))
         return out
 

@@ -65,10 +65,11 @@ class PipelineWrapper(BasePipelineWrapper):
             question: The question.
             top_k: How many answers (default: the pipeline's, 5).
             filters: Haystack metadata filters; only matching documents are searched.
-            no_answer: Also answer "no answer" (empty text, no document, ``no_answer`` true), scored 1 - the top
-                answer's confidence: first when that confidence is below ``no_answer_threshold``, last otherwise.
-            no_answer_threshold: The top answer's confidence below which "no answer" comes first, from 0 to 1
-                (default 0.25).
+            no_answer: Also answer "no answer" (empty text, no document, ``no_answer`` true), scored 1 - P(the
+                documents hold an answer): first when that probability is below ``no_answer_threshold``, last
+                otherwise.
+            no_answer_threshold: P(the documents hold an answer) below which "no answer" comes first, from 0 to 1
+                (default: the model's for the search; the shipped default's 0.4).
             verify: Let a reader read the top answer in its passage; the confidences (and "no answer") weigh what
                 it sees (one reader pass, tens of milliseconds on a CPU).
 

@@ -46,9 +46,10 @@ def holds_answer(probability: float) -> Answerability:
     return Answerability((0.0,), bias, (0.0,), (1.0,), ("log_passages",))
 
 
-def save_holding(model, path, probability: float):
-    """A model directory of ``model`` with :data:`CALIBRATION` and a :func:`holds_answer` of ``probability``."""
-    stored = dataclasses.replace(CALIBRATION, holds_answer=holds_answer(probability))
+def save_holding(model, path, probability: float, threshold: float | None = None):
+    """A model directory of ``model`` with :data:`CALIBRATION` and a :func:`holds_answer` of ``probability`` (and
+    its ``no_answer_threshold``, the one a search that passes none takes)."""
+    stored = dataclasses.replace(CALIBRATION, holds_answer=holds_answer(probability), no_answer_threshold=threshold)
     model.config = dataclasses.replace(model.config, calibration=stored.to_dict())
     model.save(path)
     return path
@@ -69,14 +70,19 @@ def save_verified(model, path, reader):
     return path
 
 
-def assert_holding_no_answer(answers, holds: float, is_no_answer) -> None:
+# A model's documented thresholds on the other side of holds-answers 0.3 and 0.7 from the default one (0.4): a
+# search that passes no threshold places "no answer" by the model's.
+DOCUMENTED = [(0.3, 0.2), (0.7, 0.8)]
+
+
+def assert_holding_no_answer(answers, holds: float, is_no_answer, threshold: float | None = None) -> None:
     """``answers`` (Haystack answers of a model whose every query holds an answer with probability ``holds``) give
-    one "no answer", scored 1 − ``holds`` and placed by it against the default threshold, and every other answer
-    carries ``holds``."""
+    one "no answer", scored 1 − ``holds`` and placed by it against ``threshold`` (None: the default one), and every
+    other answer carries ``holds``."""
     from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
 
     assert [is_no_answer(a) for a in answers].count(True) == 1
-    marker = answers[0] if holds < NO_ANSWER_THRESHOLD else answers[-1]
+    marker = answers[0] if holds < (NO_ANSWER_THRESHOLD if threshold is None else threshold) else answers[-1]
     top = next(a for a in answers if not is_no_answer(a))
     assert marker.meta == {
         "no_answer": True,

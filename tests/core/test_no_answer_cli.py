@@ -14,7 +14,7 @@ import pytest
 from dphr_haystack.cli import main
 from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
 from tests.conftest import tiny_passages
-from tests.core.test_answers_every_unit import QUESTION, save_calibrated, save_holding
+from tests.core.test_answers_every_unit import DOCUMENTED, QUESTION, save_calibrated, save_holding
 
 pytestmark = pytest.mark.unit
 
@@ -137,6 +137,17 @@ def test_a_holds_answer_scores_and_places_no_answer(capsys, tmp_path, _tiny_mode
     )
     line = next(line for line in _search(capsys, index, "--no-answer").splitlines() if NO_ANSWER in line)
     assert f"(p={1.0 - holds:.2f}; P(the corpus holds an answer) {holds:.2f}, top answer's confidence" in line
+
+
+@pytest.mark.parametrize(("holds", "documented"), DOCUMENTED)
+def test_a_model_s_documented_threshold_places_no_answer_unless_the_search_gives_one(
+    capsys, tmp_path, _tiny_model_session, holds, documented
+):
+    model_dir = save_holding(copy.deepcopy(_tiny_model_session), tmp_path / "holding", holds, documented)
+    index = _index(tmp_path, model_dir)
+    assert _json(capsys, index, "--unit", "phrase", "--no-answer")["no_answer"]["first"] is (holds < documented)
+    given = _json(capsys, index, "--unit", "phrase", "--no-answer", "--no-answer-threshold", str(NO_ANSWER_THRESHOLD))
+    assert given["no_answer"]["first"] is (holds < NO_ANSWER_THRESHOLD)
 
 
 def test_no_answer_names_what_no_passage_writes(capsys, tmp_path, _tiny_model_session):

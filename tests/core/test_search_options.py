@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+from dataclasses import replace
 
 import pytest
 
@@ -14,6 +15,7 @@ from dphr_haystack import PhraseIndex
 from dphr_haystack.cli.search import add_search_parser, search_options
 from dphr_haystack.encode.add import add_passages
 from dphr_haystack.errors import InvalidParameterError
+from dphr_haystack.model.calibration import Calibration, Verification
 from dphr_haystack.search import PhraseSearcher
 from dphr_haystack.search_options import (
     DEFAULT_SEARCH_OPTIONS,
@@ -21,6 +23,7 @@ from dphr_haystack.search_options import (
     SEARCH_OPTION_NAMES,
     PhraseSearchOptions,
     SearchOptionAttributes,
+    no_answer_threshold,
 )
 from tests.conftest import tiny_passages
 from tests.search_contract import CASES, DEFAULTS, EVERY_OPTION_SET, PER_QUERY
@@ -41,7 +44,7 @@ BAD_VALUES = {
     "threads": [0, "2"],
     "scale_score": ["true", None],
     "no_answer": ["on", 1, None],
-    "no_answer_threshold": [-0.1, 1.5, "0.3", True, None],
+    "no_answer_threshold": [-0.1, 1.5, "0.3", True],
     "verify": ["yes", 1, None],
 }
 
@@ -49,7 +52,7 @@ BAD_VALUES = {
 def test_the_cases_cover_every_option_and_the_written_defaults_are_the_contract():
     assert set(BAD_VALUES) == set(SEARCH_OPTION_NAMES) == set(DEFAULTS) == set(EVERY_OPTION_SET)
     assert DEFAULT_SEARCH_OPTIONS.to_params() == DEFAULTS
-    assert DEFAULTS["no_answer_threshold"] == NO_ANSWER_THRESHOLD
+    assert DEFAULTS["no_answer_threshold"] is None  # the model's: test_the_threshold_is_the_searchs_else_the_models
     assert all(EVERY_OPTION_SET[name] != DEFAULTS[name] for name in SEARCH_OPTION_NAMES)
 
 
@@ -76,6 +79,25 @@ def test_unknown_names_are_refused_and_other_params_are_not_options():
     assert DEFAULT_SEARCH_OPTIONS.updated(top_k=None) is DEFAULT_SEARCH_OPTIONS
     assert PhraseSearchOptions(no_answer_threshold=1).no_answer_threshold == 1.0
     assert isinstance(PhraseSearchOptions(no_answer_threshold=1).no_answer_threshold, float)
+
+
+def test_the_threshold_is_the_searchs_else_the_models():
+    plain, verified = PhraseSearchOptions(), PhraseSearchOptions(verify=True)
+    calibration = Calibration((1.0,) * 4, 0.0, (0.0,) * 4, (1.0,) * 4)
+    verification = Verification("reader", (1.0,) * 5, 0.0, (0.0,) * 5, (1.0,) * 5)
+    assert no_answer_threshold(plain, None) == no_answer_threshold(verified, calibration) == NO_ANSWER_THRESHOLD
+    documented = replace(calibration, no_answer_threshold=0.35)
+    assert no_answer_threshold(plain, documented) == no_answer_threshold(verified, documented) == 0.35
+    both = replace(documented, verification=replace(verification, no_answer_threshold=0.65))
+    assert no_answer_threshold(plain, both) == 0.35 and no_answer_threshold(verified, both) == 0.65
+    assert no_answer_threshold(verified.replaced(no_answer_threshold=0.2), both) == 0.2
+    assert Calibration.from_dict(both.to_dict()) == both
+    assert "no_answer_threshold" not in Calibration.from_dict(calibration.to_dict()).to_dict()
+    for bad in (1.5, -0.1, "0.5", True):
+        with pytest.raises(InvalidParameterError, match="calibration no_answer_threshold"):
+            Calibration.from_dict({**calibration.to_dict(), "no_answer_threshold": bad})
+        with pytest.raises(InvalidParameterError, match="verification no_answer_threshold"):
+            replace(verification, no_answer_threshold=bad)
 
 
 def test_front_end_attributes_read_and_write_the_options():

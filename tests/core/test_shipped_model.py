@@ -9,7 +9,8 @@ from dphr_haystack.answers import exact_match
 from dphr_haystack.encode.add import add_passages
 from dphr_haystack.errors import ModelLoadError
 from dphr_haystack.model import registry as shipped
-from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
+from dphr_haystack.model.calibration import Calibration
+from dphr_haystack.search_options import NO_ANSWER_THRESHOLD, no_answer_threshold
 
 SIZE_BUDGET_BYTES = 40 * 10**6  # the shipped files, at most 40 MB in total
 MIN_EM_AT_1 = 0.20  # measured 0.30 (18 of 60 questions) when shipped (the model before QSFT: 16); untrained: 0.0
@@ -125,7 +126,6 @@ def test_shipped_model_answers_squad_questions_the_untrained_one_cannot(shipped_
 def test_the_shipped_reader_verifies_the_shipped_default(shipped_model, squad_dev_paragraphs):
     """The default's verification names the shipped reader, which fits the budget and, over 20 SQuAD dev paragraphs,
     keeps every answer while it moves the confidences of right answers above those of wrong ones on average."""
-    from dphr_haystack.confidence import Calibration
     from dphr_haystack.verification import reader_dir
 
     verification = Calibration.from_dict(shipped_model.config.calibration).verification
@@ -158,8 +158,9 @@ def test_the_shipped_reader_verifies_the_shipped_default(shipped_model, squad_de
 @pytest.mark.integration
 def test_the_shipped_default_says_whether_the_shipped_corpus_holds_an_answer(shipped_model):
     """Over the first 20 shipped SQuAD paragraphs (Super Bowl 50), questions they answer get P(the corpus holds an
-    answer) above the default threshold and "no answer" last; questions about what they never mention, below it and
-    "no answer" first, with and without the reader; a harder outside question, below the answerable ones."""
+    answer) above the model's threshold for the search and "no answer" last; questions about what they never
+    mention, below it and "no answer" first, with and without the reader; a harder outside question, below the
+    answerable ones."""
     from dphr_haystack import read_corpus
     from dphr_haystack.documents.results import NoAnswer, retrieved, with_no_answer
 
@@ -174,9 +175,27 @@ def test_the_shipped_default_says_whether_the_shipped_corpus_holds_an_answer(shi
         searcher = PhraseSearcher(index, shipped_model, unit="phrase", top_k=3, verify=verify)
         hits = searcher.search_batch([*answered, *unanswered, harder])
         holds = [h[0].holds_answer for h in hits]
-        assert min(holds[: len(answered)]) > NO_ANSWER_THRESHOLD > max(holds[len(answered) : -1]), (verify, holds)
+        threshold = no_answer_threshold(searcher.search_options, searcher.calibration)
+        assert min(holds[: len(answered)]) > threshold > max(holds[len(answered) : -1]), (verify, holds)
         assert holds[-1] < min(holds[: len(answered)]), (verify, holds)
         hits = hits[:-1]
         for results, expected_first in zip(hits, [False] * len(answered) + [True] * len(unanswered), strict=True):
             _, answers = retrieved([(hit, None) for hit in results], lambda _: None, True)
-            assert isinstance(with_no_answer(answers)[0], NoAnswer) is expected_first
+            assert isinstance(with_no_answer(answers, threshold)[0], NoAnswer) is expected_first
+
+
+@pytest.mark.integration
+def test_the_shipped_default_documents_the_thresholds_its_fits_chose(shipped_model):
+    """The thresholds a search of the shipped default places "no answer" by are those the fit's rule chooses from
+    its holds-answer's and its verification's sweeps (their reports in benchmarks/results)."""
+    import json
+    from pathlib import Path
+
+    from train.answerability import choose_threshold
+
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    calibration = Calibration.from_dict(shipped_model.config.calibration)
+    for verify, report in ((False, "holds_answer_fit.json"), (True, "verifier_fit.json")):
+        chosen = choose_threshold(json.loads((results / report).read_text())["threshold_sweep"])
+        assert chosen is not None and calibration.documented_no_answer_threshold(verify) == chosen, (verify, chosen)
+    assert calibration.documented_no_answer_threshold(False) == NO_ANSWER_THRESHOLD  # the constant is its choice

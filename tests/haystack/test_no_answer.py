@@ -18,6 +18,7 @@ from dphr_haystack.errors import InvalidParameterError
 from dphr_haystack.nodes import PhraseDocumentStore, PhraseRetriever, load_pipeline
 from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
 from tests.core.test_answers_every_unit import (
+    DOCUMENTED,
     QUESTION,
     assert_holding_no_answer,
     save_calibrated,
@@ -68,7 +69,7 @@ def _same_answers(got, expected) -> None:
 @pytest.mark.parametrize("unit", UNITS)
 def test_off_by_default_nothing_changes(calibrated_dir, haystack_docs, unit):
     retriever = _retriever(calibrated_dir, haystack_docs, unit=unit)
-    assert retriever.no_answer is False and retriever.no_answer_threshold == NO_ANSWER_THRESHOLD
+    assert retriever.no_answer is False and retriever.no_answer_threshold is None  # the model's
     plain, _ = retriever.run_query(QUESTION)
     assert plain["answers"] and not any(_is_no_answer(a) for a in plain["answers"])
     assert all(a.answer for a in plain["answers"])
@@ -171,7 +172,6 @@ def test_yaml_takes_the_options_with_strict_types(calibrated_dir):
         {"no_answer_threshold": 1.5},
         {"no_answer_threshold": "0.5"},
         {"no_answer_threshold": True},
-        {"no_answer_threshold": None},
         {"no_answer_threshold": float("nan")},
     ],
 )
@@ -338,6 +338,18 @@ def test_a_holds_answer_scores_and_places_no_answer(tmp_path, _tiny_model_sessio
     model_dir = save_holding(copy.deepcopy(_tiny_model_session), tmp_path / "holding", holds)
     answers = _retriever(model_dir, haystack_docs, unit=unit, no_answer=True).run_query(QUESTION)[0]["answers"]
     assert_holding_no_answer(answers, holds, _is_no_answer)
+
+
+@pytest.mark.parametrize("unit", UNITS)
+@pytest.mark.parametrize(("holds", "documented"), DOCUMENTED)
+def test_a_model_s_documented_threshold_places_no_answer_unless_the_search_gives_one(
+    tmp_path, _tiny_model_session, haystack_docs, unit, holds, documented
+):
+    model_dir = save_holding(copy.deepcopy(_tiny_model_session), tmp_path / "holding", holds, documented)
+    retriever = _retriever(model_dir, haystack_docs, unit=unit, no_answer=True)
+    assert_holding_no_answer(retriever.run_query(QUESTION)[0]["answers"], holds, _is_no_answer, documented)
+    given = retriever.run_query(QUESTION, no_answer_threshold=NO_ANSWER_THRESHOLD)[0]["answers"]
+    assert_holding_no_answer(given, holds, _is_no_answer)
 
 
 def test_the_answers_and_no_answer_name_what_no_document_writes(tmp_path, _tiny_model_session, haystack_docs):

@@ -17,6 +17,7 @@ from dphr_haystack.errors import InvalidParameterError
 from dphr_haystack.haystack2 import ALLOWED_MODULES, PhraseDocumentStore, PhraseIndexer, PhraseRetriever
 from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
 from tests.core.test_answers_every_unit import (
+    DOCUMENTED,
     QUESTION,
     assert_holding_no_answer,
     save_calibrated,
@@ -84,7 +85,7 @@ def _answers(answers) -> list:
 @pytest.mark.parametrize("unit", UNITS)
 def test_off_by_default_nothing_changes(filled, calibrated_dir, unit):
     retriever = _retriever(filled, calibrated_dir, unit=unit)
-    assert retriever.no_answer is False and retriever.no_answer_threshold == NO_ANSWER_THRESHOLD
+    assert retriever.no_answer is False and retriever.no_answer_threshold is None  # the model's
     plain = retriever.run(query=QUESTION)
     assert plain["answers"] and not any(_is_no_answer(a) for a in plain["answers"])
     assert all(a.data for a in plain["answers"])
@@ -135,7 +136,7 @@ def test_without_any_answer_no_answer_is_certain(filled, calibrated_dir):
 def test_the_options_round_trip_through_to_dict_and_yaml(filled, calibrated_dir):
     plain = PhraseRetriever(document_store=filled, model=str(calibrated_dir))
     data = plain.to_dict()["init_parameters"]
-    assert data["no_answer"] is False and data["no_answer_threshold"] == 0.4  # every search option is written
+    assert data["no_answer"] is False and data["no_answer_threshold"] is None  # every search option is written
     retriever = PhraseRetriever(
         document_store=filled, model=str(calibrated_dir), no_answer=True, no_answer_threshold=0.5
     )
@@ -168,7 +169,6 @@ def test_the_options_round_trip_through_to_dict_and_yaml(filled, calibrated_dir)
         {"no_answer_threshold": 1.5},
         {"no_answer_threshold": "0.5"},
         {"no_answer_threshold": True},
-        {"no_answer_threshold": None},
     ],
 )
 def test_bad_init_values_are_refused(filled, calibrated_dir, bad):
@@ -213,6 +213,18 @@ def test_a_holds_answer_scores_and_places_no_answer(tmp_path, _tiny_model_sessio
     retriever = _retriever(filled_store(model_dir), model_dir, unit=unit, no_answer=True)
     answers = retriever.run(query=QUESTION)["answers"]
     assert_holding_no_answer(answers, holds, _is_no_answer)
+
+
+@pytest.mark.parametrize("unit", UNITS)
+@pytest.mark.parametrize(("holds", "documented"), DOCUMENTED)
+def test_a_model_s_documented_threshold_places_no_answer_unless_the_search_gives_one(
+    tmp_path, _tiny_model_session, unit, holds, documented
+):
+    model_dir = save_holding(copy.deepcopy(_tiny_model_session), tmp_path / "holding", holds, documented)
+    retriever = _retriever(filled_store(model_dir), model_dir, unit=unit, no_answer=True)
+    assert_holding_no_answer(retriever.run(query=QUESTION)["answers"], holds, _is_no_answer, documented)
+    given = retriever.run(query=QUESTION, no_answer_threshold=NO_ANSWER_THRESHOLD)["answers"]
+    assert_holding_no_answer(given, holds, _is_no_answer)
 
 
 def test_the_answers_and_no_answer_name_what_no_document_writes(tmp_path, _tiny_model_session):

@@ -14,6 +14,7 @@ from dphr_haystack.confidence import KNOWN_FEATURES, QUERY_FEATURES, fit_calibra
 from dphr_haystack.encode.add import add_passages
 from train.answerability import (
     QueryTable,
+    choose_threshold,
     fit_table,
     gather,
     lower_cased,
@@ -267,3 +268,23 @@ def test_the_threshold_sweep_finds_the_largest_threshold_that_keeps_each_size_s_
     assert at[0.35]["5"]["right_lost_share"] == pytest.approx(1 / 20) and at[0.35]["5"]["no_answer_share"] == 1.0
     assert at[0.4]["50"]["right_lost_share"] == pytest.approx(2 / 20) and at[0.9]["dev"]["right_lost_share"] == 0.0
     assert report["largest_threshold_within_lost"] == 0.35  # 0.4 would lose 2 of 20 at 5, 50 and 500 passages
+    assert report["chosen_threshold"] == choose_threshold(report["threshold_sweep"])
+
+
+def _row(threshold: float, *shares: tuple[float, float]) -> dict:
+    """A sweep row: per corpus size, (share of its unanswerable cases turned away, share of its right ones lost)."""
+    sizes = {str(i): {"no_answer_share": a, "right_lost_share": b} for i, (a, b) in enumerate(shares)}
+    return {"threshold": threshold, **sizes}
+
+
+def test_the_chosen_threshold_turns_away_most_unanswerable_questions_else_keeps_right_answers():
+    sweep = [
+        _row(0.3, (0.95, 0.02), (0.70, 0.01)),
+        _row(0.4, (0.97, 0.04), (0.81, 0.03)),  # the first at which every size turns away 80%
+        _row(0.5, (0.99, 0.06), (0.90, 0.05)),
+    ]
+    assert choose_threshold(sweep) == 0.4
+    # turning 80% away would lose more than 10% somewhere: the largest within 5% lost instead
+    costly = [*sweep[:1], _row(0.4, (0.97, 0.04), (0.79, 0.03)), _row(0.5, (0.99, 0.12), (0.85, 0.05))]
+    assert choose_threshold(costly) == 0.4
+    assert choose_threshold([_row(0.3, (0.5, 0.2), (0.5, 0.0))]) is None
