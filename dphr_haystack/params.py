@@ -133,6 +133,14 @@ def check_choice(name: str, value, choices):
     return value
 
 
+def check_probability(name: str, value) -> float:
+    """``value`` as a float if it is a number from 0 to 1 (a bool or NaN is not), else InvalidParameterError naming
+    ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise InvalidParameterError(f"{name}={value!r}; valid: a number from 0 to 1")
+    return float(value)
+
+
 # How a query is encoded: ``int8`` (the query side in int8 on the CPU; float32 elsewhere) or ``float32``.
 QUERY_PRECISIONS = ("int8", "float32")
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._util.threads import check_threads
 from .errors import InvalidParameterError
-from .params import check_choice, check_param, check_query_precision
+from .params import check_choice, check_param, check_probability, check_query_precision
 
 if TYPE_CHECKING:
     from .model.calibration import Calibration
@@ -74,9 +74,7 @@ def check_truecase(value: Any) -> bool | None:
 
 def check_no_answer_threshold(threshold: Any) -> float:
     """``threshold`` as a float if it is a number in [0, 1]; InvalidParameterError otherwise."""
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0:
-        raise InvalidParameterError(f"no_answer_threshold={threshold!r}; valid: a number from 0 to 1")
-    return float(threshold)
+    return check_probability("no_answer_threshold", threshold)
 
 
 @dataclass(frozen=True)
@@ -110,8 +108,8 @@ class PhraseSearchOptions:
             ``holds_answer``; without one, the top answer's confidence stands for it): first when that probability
             is below ``no_answer_threshold``, last otherwise (needs a model with a calibration).
         no_answer_threshold: P(the corpus holds an answer) below which "no answer" comes first, in [0, 1]; None:
-            the model's for the search (its verification's with ``verify``; the shipped default's: 0.4, 0.6 with
-            ``verify``), else :data:`NO_ANSWER_THRESHOLD` (:func:`no_answer_threshold`).
+            the model's for the search (its verification's with ``verify``; the shipped default's: 0.4 with and
+            without ``verify``), else :data:`NO_ANSWER_THRESHOLD` (:func:`no_answer_threshold`).
         verify: A question-answering reader reads each query's top answer in its passage, and every answer's
             confidence moves so that the top answer's is P(right) given the reader's view too (one reader pass a
             query; needs a model whose calibration has a verification, as the shipped default's does;

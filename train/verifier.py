@@ -50,7 +50,7 @@ from dphr_haystack.model.calibration import (
     Verification,
     VerifiedHoldsAnswer,
 )
-from dphr_haystack.search_options import NO_ANSWER_THRESHOLD
+from dphr_haystack.search_options import NO_ANSWER_THRESHOLD, PhraseSearchOptions, no_answer_threshold
 from dphr_haystack.verification import SpanReader, reader_dir, reader_reference
 
 from .answerability import (
@@ -247,7 +247,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         sweep = threshold_sweep(table, holds[: len(table.cases)])  # the sizes' own cases, as the holds-answer's
         threshold = sweep["chosen_threshold"]
         verification = replace(verification, no_answer_threshold=threshold)
-        plain_threshold = calibration.documented_no_answer_threshold(verify=False)
         fitted["near_miss_weight"] = args.near_miss_weight
         fitted["article_weight"] = args.article_weight
         fitted["invented_name_weight"] = args.invented_name_weight
@@ -257,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             holds,
             ("holds_answer", "verified"),
             (
-                NO_ANSWER_THRESHOLD if plain_threshold is None else plain_threshold,
+                no_answer_threshold(PhraseSearchOptions(), calibration),
                 NO_ANSWER_THRESHOLD if threshold is None else threshold,
             ),
         )

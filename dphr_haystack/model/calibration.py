@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidParameterError
+from ..params import check_probability
 
 # The score features of a phrase within its query's ranked candidates (:func:`dphr_haystack.confidence.
 # confidence_features`), in order: what every calibration before the answer features weighed.
@@ -188,11 +189,7 @@ def _verified_probability(model: Any, features: np.ndarray) -> np.ndarray:
 
 def check_stored_threshold(threshold: Any, what: str) -> float | None:
     """A stored ``no_answer_threshold``: None or a number in [0, 1] (as a float); InvalidParameterError otherwise."""
-    if threshold is None:
-        return None
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0:
-        raise InvalidParameterError(f"{what} no_answer_threshold={threshold!r}; valid: a number from 0 to 1 or null")
-    return float(threshold)
+    return None if threshold is None else check_probability(f"{what} no_answer_threshold", threshold)
 
 
 @dataclass(frozen=True)
