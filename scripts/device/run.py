@@ -336,6 +336,50 @@ def run_check(args: argparse.Namespace) -> int:
     return 0 if result["ok"] else EXIT["failed"]
 
 
+def run_reader_part(args: argparse.Namespace) -> int:
+    """The ``reader`` command: part ``--part`` of the trained reader into ``$OUT`` (:mod:`reader_back`)."""
+    from scripts.device.reader_back import copy_part, reader_dir, write_pieces
+
+    out_dir = Path(args.out or os.environ.get("OUT") or "")
+    if not str(out_dir) or str(out_dir) == ".":
+        print("run: no $OUT (pass --out DIR)", file=sys.stderr)
+        return EXIT["failed"]
+    run_dir = (Path(args.device_dir) / "runs" / args.name).resolve()
+    started = time.monotonic()
+    listing = write_pieces(reader_dir(run_dir), run_dir / "reader-back")
+    names = copy_part(run_dir / "reader-back", args.part, out_dir)
+    print(
+        f"reader part {args.part} of {listing['parts']}: {names} "
+        f"({listing['tar_bytes'] / MIB:.1f} MiB in all, {time.monotonic() - started:.1f} s)"
+    )
+    problems = out_problems(out_dir, OutLimits())
+    if problems:
+        print("run: $OUT breaks its limits: " + "; ".join(problems), file=sys.stderr)
+        return EXIT["limits"]
+    return 0
+
+
+def run_encode_speed(args: argparse.Namespace) -> int:
+    """The ``encode-speed`` command: time the trained model's phrase encoding here (:mod:`encode_speed`)."""
+    from scripts.device.encode_speed import encode_speed
+
+    out_dir = Path(args.out or os.environ.get("OUT") or ".")
+    run_dir = (Path(args.device_dir) / "runs" / args.name).resolve()
+    recipe = yaml.safe_load(Path(args.recipe).read_text())
+    stages = [s for s in recipe["stages"] if s in TRAINING_STAGES and s != "reader"]
+    model_dir = next(
+        (run_dir / s / n for s in reversed(stages) for n in ("best", "final") if (run_dir / s / n).is_dir()), None
+    )
+    if model_dir is None:
+        print(f"run: {run_dir} holds no trained phrase model", file=sys.stderr)
+        return EXIT["failed"]
+    dev = assemble(Path(args.device_dir))["data"]["dev"]
+    result = encode_speed(model_dir, Path(dev), args.passages)
+    print(json.dumps(result, indent=1))
+    write_json(out_dir / "encode_speed.json", result)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -356,13 +400,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     train.add_argument("--shard-mib", type=float, default=15.0, help="weight shard size")
     train.add_argument("--out-file-mib", type=float, default=16.0, help="$OUT's limit per file")
     train.add_argument("--out-total-mib", type=float, default=64.0, help="$OUT's limit in all")
+    reader = sub.add_parser("reader", help="part PART of the trained reader into $OUT (int8, 60 MiB a part)")
+    reader.add_argument("--name", required=True, help="run name: .device/runs/<name>")
+    reader.add_argument("--part", type=int, default=1, help="which part (1-based; the first says how many)")
+    reader.add_argument("--device-dir", default=DEVICE_DIR)
+    reader.add_argument("--out", help="where the files go back (default: $OUT)")
+    speed = sub.add_parser("encode-speed", help="time the trained phrase model's encoding on this GPU")
+    speed.add_argument("--name", required=True, help="run name: .device/runs/<name>")
+    speed.add_argument("--recipe", required=True, help="the run's recipe (which stage's model is the last)")
+    speed.add_argument("--passages", type=int, default=2000, help="SQuAD dev paragraphs to encode")
+    speed.add_argument("--device-dir", default=DEVICE_DIR)
+    speed.add_argument("--out", help="where encode_speed.json goes (default: $OUT)")
     args = parser.parse_args(argv)
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)
-    if args.command == "check":
-        return run_check(args)
+    commands = {"check": run_check, "reader": run_reader_part, "encode-speed": run_encode_speed}
     try:
-        return run_train(args)
+        return commands.get(args.command, run_train)(args)
     except KitError as exc:
         print(f"run: {exc}", file=sys.stderr)
         return EXIT["failed"]
