@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     model = PhraseModel.load(args.model)
     passages = sample_passages(load_squad(args.train).passages, args.sample, args.seed)
-    grid = np.round(np.arange(args.low, args.high + args.step / 2, args.step), 4).tolist()
+    grid = (np.round(np.arange(args.low, args.high + args.step / 2, args.step), 4) + 0.0).tolist()  # no -0.0
     result = choose(model, passages, args.budget, grid)
     if result["threshold"] is None:
         print(f"filter_budget: no threshold up to {args.high} keeps <= {args.budget} vectors per passage")

@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.pt"
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-TRAINABLE = ("all", "query", "filter", "encoders", "adapters")
+TRAINABLE = ("all", "query", "filter", "encoders", "adapters", "adapters+norms")
 
 
 @dataclass
@@ -61,7 +61,8 @@ class TrainArgs:
             CPU: bfloat16 autocast, fp32 weights), ``fp16`` (CUDA only; fp32 on CPU).
         trainable: ``all``, ``encoders`` (all but the filter), ``query`` (query encoders only, QSFT), ``filter`` or
             ``adapters`` (a model with low-rank adapters: the adapters, heads and filter; the encoders' own weights
-            stay the base's).
+            stay the base's) or ``adapters+norms`` (those and the encoders' LayerNorm gains and biases: a base whose
+            last LayerNorm keeps its outputs small, as all-mpnet-base-v2's, caps the phrase vectors otherwise).
         log_every, save_every, eval_every: In optimiser steps; ``save_every``/``eval_every`` 0 means once
             per epoch.
         keep_checkpoints: How many ``checkpoint-*`` directories to keep.
@@ -243,8 +244,8 @@ def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
 
 def set_trainable(model: PhraseModel, trainable: str, freeze_word_embeddings: bool) -> list[nn.Parameter]:
     """Set ``requires_grad`` by role and return the trainable parameters."""
-    if trainable == "adapters":
-        return _adapters_trainable(model)
+    if trainable in ("adapters", "adapters+norms"):
+        return _adapters_trainable(model, norms=trainable == "adapters+norms")
     groups = model.parameter_groups()
     chosen = {
         "all": tuple(groups),
@@ -262,11 +263,14 @@ def set_trainable(model: PhraseModel, trainable: str, freeze_word_embeddings: bo
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def _adapters_trainable(model: PhraseModel) -> list[nn.Parameter]:
-    """Only the adapters and what lies outside the encoders (heads, filter) train."""
+def _adapters_trainable(model: PhraseModel, norms: bool = False) -> list[nn.Parameter]:
+    """Only the adapters and what lies outside the encoders (heads, filter) train; with ``norms`` also the
+    encoders' LayerNorm gains and biases."""
     adapters = {id(p) for p in adapter_parameters(model)}
     if not adapters:
         raise ValueError("trainable='adapters' needs a model with low-rank adapters (its config's adapters)")
+    if norms:
+        adapters |= {id(p) for m in model.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters()}
     for name, param in model.named_parameters():
         param.requires_grad_(id(param) in adapters or not name.startswith(ENCODER_PREFIXES))
     return [p for p in model.parameters() if p.requires_grad]

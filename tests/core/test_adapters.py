@@ -74,6 +74,18 @@ def test_training_adapters_leaves_the_encoders_own_weights_alone(adapted):
         set_trainable(PhraseModel.from_base(model.config.base_model), "adapters", freeze_word_embeddings=True)
 
 
+def test_adapters_with_norms_also_train_the_encoders_layer_norms_and_nothing_else_of_them(adapted):
+    model, _, _ = adapted
+    trainable = {id(p) for p in set_trainable(model, "adapters+norms", freeze_word_embeddings=True)}
+    norms = [name for name, _ in model.named_parameters() if "LayerNorm" in name]
+    assert any(name.startswith("phrase_encoder.") for name in norms)
+    assert any(name.startswith("query_encoder.") for name in norms)
+    for name, param in model.named_parameters():
+        inside = name.startswith(("phrase_encoder.", "query_encoder."))
+        expected = name.endswith(("lora_a", "lora_b")) or "LayerNorm" in name or not inside
+        assert (id(param) in trainable) == expected, name
+
+
 def test_a_save_without_base_weights_keeps_the_adapters_and_loads_adapted(adapted, tmp_path):
     model, _, _ = adapted
     _nudge(model)
