@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from pathlib import Path
 
 import torch
@@ -88,7 +89,8 @@ class Context:
     def base_model(self) -> PhraseModel:
         m = self.recipe.model
         base = str(self.tiny_base_dir()) if m.base == "tiny" else m.base
-        return PhraseModel.from_base(base, config=PhraseModelConfig(**m.config), seed=self.recipe.seed)
+        model = PhraseModel.from_base(base, config=PhraseModelConfig(**m.config), seed=self.recipe.seed)
+        return scale_query_heads(model, m.query_head_scale)
 
     def reference_dir(self) -> str | None:
         """The reference model of the hard subcorpora: ``validate.reference``, else the rc stage's model, else None."""
@@ -161,3 +163,18 @@ class Context:
             select_on = "C0"
         v = self.recipe.validate
         return Validator(self.dev_data, sub, [select_on], v.ks, v.batch_size, v.max_questions), f"{select_on}/em@1"
+
+
+def scale_query_heads(model: PhraseModel, scale: float) -> PhraseModel:
+    """Multiply the shared query layout's start and end heads by ``scale`` (in place; the phrase side untouched)."""
+    if not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"model.query_head_scale must be a positive number, got {scale!r}")
+    if scale != 1.0:
+        heads = [getattr(model, name, None) for name in ("query_start_head", "query_end_head")]
+        if any(head is None for head in heads):
+            raise ValueError("model.query_head_scale needs the shared query layout (query_layout: shared)")
+        with torch.no_grad():
+            for head in heads:
+                head.weight.mul_(scale)
+                head.bias.mul_(scale)
+    return model

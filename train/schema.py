@@ -20,6 +20,10 @@ class ModelSection:
     base: str = "minilm"
     tiny: dict[str, Any] = field(default_factory=lambda: {"hidden_size": 32, "layers": 2, "heads": 4})
     config: dict[str, Any] = field(default_factory=dict)
+    # A model built from its base starts its shared query heads at this multiple of the identity (1: the identity).
+    # A base whose token states are small (all-mpnet-base-v2's last LayerNorm holds them near norm 3) scores every
+    # token alike at the start, and the heads would take many thousand steps to grow the scores the loss needs.
+    query_head_scale: float = 1.0
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.speed.index_time
         [--models dphr-minilm-squad-distilled dphr-minilm-squad-384 dphr-minilm-squad] [--passages 1000] [--rounds 2]
+        [--tag base_size]
 
 The first ``--passages`` paragraphs of the shipped SQuAD dev corpus (``squad-dev``, what the quickstart indexes)
 are encoded and added to a fresh in-memory phrase index by each model in turn (``add_passages``, as
@@ -9,7 +10,7 @@ are encoded and added to a fresh in-memory phrase index by each model in turn (`
 alternating the models so that drift of a shared machine hits all alike; each model's best round is kept. Reported
 per 1,000 passages: wall seconds, CPU seconds (all threads; steadier on a shared machine), stored vectors per
 passage, and the ratio of each model's wall time to the first model's. The load average is recorded at the start
-and the end. Writes ``results/index_time.json`` and ``.png``.
+and the end. Writes ``results/index_time[_<tag>].json`` and ``.png``.
 """
 
 from __future__ import annotations
@@ -122,10 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=[DEFAULT_MODEL, "dphr-minilm-squad-384", "dphr-minilm-squad"])
     parser.add_argument("--passages", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--tag", default="", help="write results/index_time_<tag>.json (other models than shipped)")
     args = parser.parse_args(argv)
     if args.passages < 1 or args.rounds < 1:
         parser.error("--passages and --rounds must be at least 1")
-    finish_result("index_time", measure(args.models, args.passages, args.rounds), markdown, plot)
+    name = f"index_time_{args.tag}" if args.tag else "index_time"
+    finish_result(name, measure(args.models, args.passages, args.rounds), markdown, plot)
     return 0
 
 

@@ -91,3 +91,23 @@ def test_the_budget_threshold_is_the_lowest_within_the_budget(tiny_model, one_to
     assert all(counts[a] >= counts[b] for a, b in zip(sorted(counts), sorted(counts)[1:]))  # fewer as it rises
     assert result["threshold"] == lowest_within(counts, 5.0) and result["vectors_per_passage"] <= 5.0
     assert result["unfiltered_vectors_per_passage"] >= counts[-2.0]
+
+
+def test_query_head_scale_multiplies_the_shared_heads_only(tiny_base_dir):
+    from dphr_haystack import PhraseModel, PhraseModelConfig
+    from train.context import scale_query_heads
+
+    model = PhraseModel.from_base(
+        tiny_base_dir, PhraseModelConfig(max_passage_length=48, passage_stride=8, query_layout="shared")
+    )
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    scale_query_heads(model, 4.0)
+    for key, value in model.state_dict().items():
+        expected = before[key] * 4.0 if key.startswith(("query_start_head.", "query_end_head.")) else before[key]
+        assert torch.equal(value, expected), key
+    with pytest.raises(ValueError, match="positive"):
+        scale_query_heads(model, 0.0)
+    separate = PhraseModel.from_base(tiny_base_dir, PhraseModelConfig(max_passage_length=48, passage_stride=8))
+    with pytest.raises(ValueError, match="shared"):
+        scale_query_heads(separate, 2.0)
+    assert scale_query_heads(separate, 1.0) is separate

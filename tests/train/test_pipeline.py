@@ -190,7 +190,7 @@ def test_recipe_loading_rejects_unknown_keys(tmp_path):
     assert len(shipped) >= 12
     for path in shipped:
         recipe = load_recipe(path)
-        mpnet = path.stem.startswith("cpu_reader_mpnet")  # the base-size readers
+        mpnet = path.stem.startswith(("cpu_reader_mpnet", "gpu_distill_mpnet"))  # the base-size recipes
         expected = "tiny" if path.stem == "smoke" else "mpnet" if mpnet else "minilm"
         assert recipe.model.base == expected, path
 
