@@ -61,8 +61,8 @@ class TrainArgs:
             CPU: bfloat16 autocast, fp32 weights), ``fp16`` (CUDA only; fp32 on CPU).
         trainable: ``all``, ``encoders`` (all but the filter), ``query`` (query encoders only, QSFT), ``filter`` or
             ``adapters`` (a model with low-rank adapters: the adapters, heads and filter; the encoders' own weights
-            stay the base's) or ``adapters+norms`` (those and the encoders' LayerNorm gains and biases: a base whose
-            last LayerNorm keeps its outputs small, as all-mpnet-base-v2's, caps the phrase vectors otherwise).
+            stay the base's) or ``adapters+norms`` (those and the encoders' LayerNorm gains and biases, which set
+            the scale of the phrase vectors: all-mpnet-base-v2's last LayerNorm keeps them small).
         log_every, save_every, eval_every: In optimiser steps; ``save_every``/``eval_every`` 0 means once
             per epoch.
         keep_checkpoints: How many ``checkpoint-*`` directories to keep.
